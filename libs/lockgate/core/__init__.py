@@ -1,0 +1,1 @@
+"""Concepts every Lockgate component shares: errors, identities, canonical digests."""

@@ -1,0 +1,105 @@
+"""Types and the port every event store implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from lockgate.core.errors import LockgateError, TransientError
+
+
+class EventStoreError(LockgateError):
+    """Root of event store errors."""
+
+
+class ConcurrencyConflict(EventStoreError):
+    """Another writer appended to the aggregate after it was loaded.
+
+    Retryable: reload, decide again, append again.
+    """
+
+    retryable = True
+
+    def __init__(self, tenant: str, intent_id: str, expected_version: int) -> None:
+        super().__init__(
+            f"aggregate {tenant}/{intent_id} moved past version {expected_version}",
+            code="eventstore.concurrency-conflict",
+        )
+        self.tenant = tenant
+        self.intent_id = intent_id
+        self.expected_version = expected_version
+
+
+class EventStoreUnavailable(EventStoreError, TransientError):
+    """The store did not answer or answered with an error that is not a conflict."""
+
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append: its id (the deduplication key), type name and encoded body."""
+
+    event_id: str
+    event_type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as stored: its place in the aggregate and in the whole store."""
+
+    tenant: str
+    intent_id: str
+    version: int
+    event_type: str
+    event_id: str
+    data: bytes
+    sequence: int
+    """Global position in the store; projections track it."""
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateHistory:
+    """Everything stored for one aggregate, in order, and where the next append goes."""
+
+    tenant: str
+    intent_id: str
+    events: tuple[RecordedEvent, ...] = field(default=())
+
+    @property
+    def version(self) -> int:
+        """Version of the last event; 0 for an aggregate with no events."""
+        return self.events[-1].version if self.events else 0
+
+    @property
+    def last_sequence(self) -> int:
+        """Store sequence of the last event; 0 for an aggregate with no events."""
+        return self.events[-1].sequence if self.events else 0
+
+
+class EventStore(Protocol):
+    """Loads and appends aggregate histories with optimistic concurrency."""
+
+    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+        """Return every event of the aggregate in version order (empty when unknown).
+
+        Raises:
+            EventStoreUnavailable: the store did not answer.
+        """
+        ...
+
+    async def append(
+        self, history: AggregateHistory, events: Sequence[NewEvent]
+    ) -> AggregateHistory:
+        """Append ``events`` after the last event of ``history``, all or nothing.
+
+        Returns the history including the new events. Appending the same events
+        again after a lost acknowledgement returns success, not a conflict.
+
+        Raises:
+            ConcurrencyConflict: another writer appended first.
+            EventStoreUnavailable: the store did not answer.
+        """
+        ...

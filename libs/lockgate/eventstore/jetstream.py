@@ -1,0 +1,238 @@
+"""The event store on JetStream: one subject per event, optimistic concurrency per aggregate.
+
+Append publishes with ``Nats-Msg-Id`` (the event id),
+``Nats-Expected-Last-Subject-Sequence`` (the store sequence of the last event loaded)
+and ``Nats-Expected-Last-Subject-Sequence-Subject`` (the aggregate's filter), so the
+server refuses a stale writer with error 10071 across event types. Several events go
+as one atomic batch. Load is one direct-get ``multi_last`` request: its cost does not
+grow with the stream because every event has a subject of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import StorageType, StreamConfig
+
+from lockgate.core.ids import random_id
+from lockgate.eventstore.base import (
+    AggregateHistory,
+    ConcurrencyConflict,
+    EventStoreUnavailable,
+    NewEvent,
+    RecordedEvent,
+)
+from lockgate.eventstore.subjects import (
+    aggregate_filter,
+    event_subject,
+    first_event_filter,
+    parse_event_subject,
+)
+
+STREAM = "LG_EVENTS"
+
+#: Server errors that mean "someone else appended first". 10164 is what an R3 stream
+#: answers while another proposal for the same aggregate is in flight.
+_CONFLICT_CODES = frozenset({10071, 10164})
+#: A retried batch whose message ids are already stored is refused with 10201 before
+#: the sequence check: like a conflict, the reload tells whether it was ours.
+_RELOAD_CODES = _CONFLICT_CODES | {10201}
+#: ``multi_last`` answers at most this many subjects; longer aggregates are paged.
+_MULTI_LAST_LIMIT = 1024
+_PAGE = 1024
+
+
+class _PubAck(msgspec.Struct):
+    class _Error(msgspec.Struct):
+        code: int = 0
+        err_code: int = 0
+        description: str = ""
+
+    stream: str = ""
+    seq: int = 0
+    error: _Error | None = None
+    duplicate: bool = False
+
+
+_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+def events_stream_config(
+    name: str = STREAM, *, replicas: int = 1, duplicate_window_s: float = 120.0
+) -> StreamConfig:
+    """Return the configuration of the events stream."""
+    return StreamConfig(
+        name=name,
+        subjects=["lg.evt.>"],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        allow_direct=True,
+        allow_atomic=True,
+        duplicate_window=duplicate_window_s,
+        deny_delete=True,
+    )
+
+
+class JetStreamEventStore:
+    """An ``EventStore`` on one JetStream stream."""
+
+    def __init__(self, nc: Client, *, stream: str = STREAM, timeout_s: float = 5.0) -> None:
+        self._nc = nc
+        self._stream = stream
+        self._timeout_s = timeout_s
+        self._api = f"$JS.API.DIRECT.GET.{stream}"
+
+    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+        """Return every event of the aggregate, in version order."""
+        status, messages = await self._direct_get({"multi_last": [aggregate_filter(tenant, intent_id)]})
+        if status == "413":  # more subjects than multi_last answers: page through them
+            messages = await self._paged(tenant, intent_id)
+        elif status not in ("204", "404"):
+            raise EventStoreUnavailable(f"direct get answered status {status}")
+        events = sorted((self._recorded(m) for m in messages), key=lambda e: e.sequence)
+        return AggregateHistory(tenant, intent_id, tuple(events))
+
+    async def _paged(self, tenant: str, intent_id: str) -> list[Msg]:
+        status, first = await self._direct_get({"multi_last": [first_event_filter(tenant, intent_id)]})
+        if not first:
+            raise EventStoreUnavailable(f"aggregate {tenant}/{intent_id} has no first event")
+        seq = int(first[0].headers["Nats-Sequence"]) if first[0].headers else 1
+        out: list[Msg] = []
+        while True:
+            status, page = await self._direct_get(
+                {"seq": seq, "next_by_subj": aggregate_filter(tenant, intent_id), "batch": _PAGE}
+            )
+            out.extend(page)
+            if not page or status != "204":
+                return out
+            seq = int(page[-1].headers["Nats-Sequence"]) + 1 if page[-1].headers else seq
+            if len(page) < _PAGE:
+                return out
+
+    async def _direct_get(self, request: dict[str, Any]) -> tuple[str, list[Msg]]:
+        """Send one batched direct-get and collect replies until the status message."""
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        messages: list[Msg] = []
+        try:
+            await self._nc.publish(self._api, json.dumps(request).encode(), reply=inbox)
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=self._timeout_s)
+                except NatsTimeout as exc:
+                    raise EventStoreUnavailable("direct get timed out") from exc
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status:
+                    return status, messages
+                messages.append(msg)
+        finally:
+            await sub.unsubscribe()
+
+    @staticmethod
+    def _recorded(msg: Msg) -> RecordedEvent:
+        headers = msg.headers or {}
+        address = parse_event_subject(headers["Nats-Subject"])
+        return RecordedEvent(
+            tenant=address.tenant,
+            intent_id=address.intent_id,
+            version=address.version,
+            event_type=address.event_type,
+            event_id=headers.get("Nats-Msg-Id", ""),
+            data=msg.data,
+            sequence=int(headers["Nats-Sequence"]),
+        )
+
+    async def append(
+        self, history: AggregateHistory, events: Sequence[NewEvent]
+    ) -> AggregateHistory:
+        """Append ``events`` after ``history`` as one atomic write."""
+        if not events:
+            return history
+        subjects = [
+            event_subject(history.tenant, history.intent_id, history.version + i, e.event_type)
+            for i, e in enumerate(events, start=1)
+        ]
+        guard = {
+            "Nats-Expected-Last-Subject-Sequence": str(history.last_sequence),
+            "Nats-Expected-Last-Subject-Sequence-Subject": aggregate_filter(
+                history.tenant, history.intent_id
+            ),
+        }
+        try:
+            ack = await self._publish(subjects, events, guard)
+        except EventStoreUnavailable:
+            # The write may have landed; the reload below tells.
+            ack = None
+        if ack is not None and ack.error is None:
+            last = ack.seq
+            recorded = tuple(
+                RecordedEvent(
+                    history.tenant,
+                    history.intent_id,
+                    history.version + i,
+                    e.event_type,
+                    e.event_id,
+                    e.data,
+                    last - len(events) + i,
+                )
+                for i, e in enumerate(events, start=1)
+            )
+            return replace(history, events=history.events + recorded)
+        if ack is not None and ack.error is not None and ack.error.err_code not in _RELOAD_CODES:
+            raise EventStoreUnavailable(
+                f"append refused: {ack.error.err_code} {ack.error.description}"
+            )
+        # A conflict, or no answer. A retried append whose first ack was lost comes
+        # back as a conflict too: our own events at the head mean it landed.
+        current = await self.load(history.tenant, history.intent_id)
+        mine = current.events[history.version : history.version + len(events)]
+        if [e.event_id for e in mine] == [e.event_id for e in events]:
+            return replace(history, events=current.events[: history.version + len(events)])
+        if ack is None:
+            raise EventStoreUnavailable("append was not acknowledged and did not land")
+        raise ConcurrencyConflict(history.tenant, history.intent_id, history.version)
+
+    async def _publish(
+        self, subjects: list[str], events: Sequence[NewEvent], guard: dict[str, str]
+    ) -> _PubAck:
+        try:
+            if len(events) == 1:
+                headers = {"Nats-Msg-Id": events[0].event_id, **guard}
+                reply = await self._nc.request(
+                    subjects[0], events[0].data, headers=headers, timeout=self._timeout_s
+                )
+                return _ack_decoder.decode(reply.data)
+            # Atomic batch: the guard on the first message covers the whole batch;
+            # only the commit message is acknowledged.
+            batch_id = random_id()
+            *body, (last_subject, last_event) = zip(subjects, events, strict=True)
+            for i, (subject, event) in enumerate(body, start=1):
+                headers = {
+                    "Nats-Msg-Id": event.event_id,
+                    "Nats-Batch-Id": batch_id,
+                    "Nats-Batch-Sequence": str(i),
+                    **(guard if i == 1 else {}),
+                }
+                await self._nc.publish(subject, event.data, headers=headers)
+            commit = {
+                "Nats-Msg-Id": last_event.event_id,
+                "Nats-Batch-Id": batch_id,
+                "Nats-Batch-Sequence": str(len(events)),
+                "Nats-Batch-Commit": "1",
+            }
+            reply = await self._nc.request(
+                last_subject, last_event.data, headers=commit, timeout=self._timeout_s
+            )
+            return _ack_decoder.decode(reply.data)
+        except (NatsTimeout, NoRespondersError, asyncio.TimeoutError) as exc:
+            raise EventStoreUnavailable(f"append not acknowledged: {exc!r}") from exc

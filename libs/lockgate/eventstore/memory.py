@@ -1,0 +1,66 @@
+"""An in-memory event store with the JetStream store's semantics, for unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+
+from lockgate.eventstore.base import (
+    AggregateHistory,
+    ConcurrencyConflict,
+    NewEvent,
+    RecordedEvent,
+)
+from lockgate.eventstore.subjects import event_subject
+
+
+class MemoryEventStore:
+    """Keeps every aggregate's events in a dict; one lock makes appends atomic."""
+
+    def __init__(self) -> None:
+        self._streams: dict[tuple[str, str], tuple[RecordedEvent, ...]] = {}
+        self._sequence = 0
+        self._lock = asyncio.Lock()
+
+    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+        """Return the aggregate's history (empty when unknown)."""
+        event_subject(tenant, intent_id, 1, "Probe")  # same token rules as the real store
+        return AggregateHistory(tenant, intent_id, self._streams.get((tenant, intent_id), ()))
+
+    async def append(
+        self, history: AggregateHistory, events: Sequence[NewEvent]
+    ) -> AggregateHistory:
+        """Append after ``history``'s last event or raise ``ConcurrencyConflict``."""
+        key = (history.tenant, history.intent_id)
+        async with self._lock:
+            current = self._streams.get(key, ())
+            head = current[-1].sequence if current else 0
+            if head != history.last_sequence:
+                mine = current[history.version : history.version + len(events)]
+                if [e.event_id for e in mine] == [e.event_id for e in events]:
+                    return replace(history, events=history.events + tuple(mine))
+                raise ConcurrencyConflict(history.tenant, history.intent_id, history.version)
+            recorded = []
+            for offset, new in enumerate(events, start=1):
+                event_subject(history.tenant, history.intent_id, 1, new.event_type)
+                self._sequence += 1
+                recorded.append(
+                    RecordedEvent(
+                        tenant=history.tenant,
+                        intent_id=history.intent_id,
+                        version=history.version + offset,
+                        event_type=new.event_type,
+                        event_id=new.event_id,
+                        data=new.data,
+                        sequence=self._sequence,
+                    )
+                )
+            self._streams[key] = current + tuple(recorded)
+        return replace(history, events=history.events + tuple(recorded))
+
+    def all_events(self) -> list[RecordedEvent]:
+        """Return every stored event in store order."""
+        return sorted(
+            (e for stream in self._streams.values() for e in stream), key=lambda e: e.sequence
+        )

@@ -1,0 +1,66 @@
+"""Subjects of the event store, built in one place.
+
+The server does not check that ``Nats-Expected-Last-Subject-Sequence-Subject`` matches
+the subject being published, so both come from the functions below.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from lockgate.core.ids import is_subject_token
+
+PREFIX = "lg.evt"
+
+
+class EventAddress(NamedTuple):
+    """The parts of an event subject."""
+
+    tenant: str
+    intent_id: str
+    version: int
+    event_type: str
+
+
+def _check(tenant: str, intent_id: str) -> None:
+    if not is_subject_token(tenant):
+        raise ValueError(f"tenant {tenant!r} is not a valid subject token")
+    if not is_subject_token(intent_id):
+        raise ValueError(f"intent id {intent_id!r} is not a valid subject token")
+
+
+def event_subject(tenant: str, intent_id: str, version: int, event_type: str) -> str:
+    """Return ``lg.evt.<tenant>.<intent_id>.<version>.<EventType>``."""
+    _check(tenant, intent_id)
+    if not is_subject_token(event_type):
+        raise ValueError(f"event type {event_type!r} is not a valid subject token")
+    return f"{PREFIX}.{tenant}.{intent_id}.{version}.{event_type}"
+
+
+def aggregate_filter(tenant: str, intent_id: str) -> str:
+    """Return the filter that matches every event of one aggregate."""
+    _check(tenant, intent_id)
+    return f"{PREFIX}.{tenant}.{intent_id}.>"
+
+
+def first_event_filter(tenant: str, intent_id: str) -> str:
+    """Return the filter that matches the aggregate's first event only."""
+    _check(tenant, intent_id)
+    return f"{PREFIX}.{tenant}.{intent_id}.1.*"
+
+
+def type_filter(event_type: str) -> str:
+    """Return the filter that matches one event type across all aggregates."""
+    return f"{PREFIX}.*.*.*.{event_type}"
+
+
+def parse_event_subject(subject: str) -> EventAddress:
+    """Split an event subject into its parts.
+
+    Raises:
+        ValueError: when ``subject`` is not an event subject.
+    """
+    parts = subject.split(".")
+    if len(parts) != 6 or ".".join(parts[:2]) != PREFIX or not parts[4].isdigit():
+        raise ValueError(f"not an event subject: {subject!r}")
+    return EventAddress(parts[2], parts[3], int(parts[4]), parts[5])

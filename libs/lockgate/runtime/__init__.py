@@ -1,0 +1,1 @@
+"""Running Lockgate: settings, the broker's topology, the embedded server and the supervisor."""

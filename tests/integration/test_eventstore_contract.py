@@ -1,0 +1,148 @@
+"""One contract for every event store: the in-memory fake and JetStream behave alike."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from nats.aio.client import Client
+
+from lockgate.eventstore import (
+    AggregateHistory,
+    ConcurrencyConflict,
+    EventStore,
+    MemoryEventStore,
+    NewEvent,
+)
+from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
+
+
+@pytest.fixture(params=["memory", "jetstream"])
+async def store(request: pytest.FixtureRequest, nc: Client) -> AsyncIterator[EventStore]:
+    if request.param == "memory":
+        yield MemoryEventStore()
+        return
+    js = nc.jetstream()
+    try:
+        await js.delete_stream("LG_EVENTS")
+    except Exception:  # noqa: BLE001 - absent on the first test
+        pass
+    await js.add_stream(events_stream_config())
+    yield JetStreamEventStore(nc)
+
+
+def ev(event_id: str, event_type: str = "Noted", data: bytes = b"{}") -> NewEvent:
+    return NewEvent(event_id=event_id, event_type=event_type, data=data)
+
+
+async def test_unknown_aggregate_loads_empty(store: EventStore) -> None:
+    history = await store.load("tenant-a", "nope")
+    assert history.events == ()
+    assert history.version == 0
+
+
+async def test_append_then_load_round_trips(store: EventStore) -> None:
+    h0 = await store.load("tenant-a", "i1")
+    h1 = await store.append(h0, [ev("e1", "CandidateReceived", b'{"a":1}')])
+    loaded = await store.load("tenant-a", "i1")
+    assert [(e.version, e.event_type, e.event_id, e.data) for e in loaded.events] == [
+        (1, "CandidateReceived", "e1", b'{"a":1}')
+    ]
+    assert loaded.last_sequence == h1.last_sequence
+
+
+async def test_aggregates_are_separate(store: EventStore) -> None:
+    await store.append(await store.load("tenant-a", "i1"), [ev("a1")])
+    await store.append(await store.load("tenant-a", "i2"), [ev("b1"), ev("b2")])
+    await store.append(await store.load("tenant-b", "i1"), [ev("c1")])
+    assert [e.event_id for e in (await store.load("tenant-a", "i1")).events] == ["a1"]
+    assert [e.event_id for e in (await store.load("tenant-a", "i2")).events] == ["b1", "b2"]
+    assert [e.event_id for e in (await store.load("tenant-b", "i1")).events] == ["c1"]
+
+
+async def test_stale_writer_gets_conflict_across_event_types(store: EventStore) -> None:
+    h0 = await store.load("tenant-a", "i1")
+    await store.append(h0, [ev("e1", "TypeA")])
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(h0, [ev("e2", "TypeB")])
+    h1 = await store.load("tenant-a", "i1")
+    await store.append(h1, [ev("e2", "TypeB")])
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(h1, [ev("e3", "TypeC")])
+    assert [e.event_id for e in (await store.load("tenant-a", "i1")).events] == ["e1", "e2"]
+
+
+async def test_retry_after_lost_ack_is_success_not_conflict(store: EventStore) -> None:
+    h0 = await store.load("tenant-a", "i1")
+    first = await store.append(h0, [ev("e1")])
+    # The same append again, as a writer whose first acknowledgement was lost would.
+    again = await store.append(h0, [ev("e1")])
+    assert again.version == first.version == 1
+    assert [e.event_id for e in (await store.load("tenant-a", "i1")).events] == ["e1"]
+
+
+async def test_retried_batch_after_lost_ack_is_success(store: EventStore) -> None:
+    h0 = await store.load("tenant-a", "i1")
+    await store.append(h0, [ev("e1"), ev("e2")])
+    again = await store.append(h0, [ev("e1"), ev("e2")])
+    assert again.version == 2
+    assert len((await store.load("tenant-a", "i1")).events) == 2
+
+
+async def test_batch_is_all_or_nothing(store: EventStore) -> None:
+    h0 = await store.load("tenant-a", "i1")
+    await store.append(h0, [ev("e1")])
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(h0, [ev("x1"), ev("x2"), ev("x3")])
+    assert [e.event_id for e in (await store.load("tenant-a", "i1")).events] == ["e1"]
+
+
+async def test_concurrent_writers_one_wins_each_version(store: EventStore) -> None:
+    writers, rounds = 8, 12
+
+    async def writer(n: int) -> int:
+        wins = 0
+        for r in range(rounds):
+            while True:
+                history = await store.load("tenant-a", "hot")
+                if history.version >= (r + 1):
+                    break  # someone else took this round's version
+                try:
+                    await store.append(history, [ev(f"w{n}-r{r}")])
+                    wins += 1
+                    break
+                except ConcurrencyConflict:
+                    await asyncio.sleep(0)
+        return wins
+
+    wins = await asyncio.gather(*(writer(n) for n in range(writers)))
+    history = await store.load("tenant-a", "hot")
+    assert [e.version for e in history.events] == list(range(1, rounds + 1))
+    assert sum(wins) == rounds
+    assert len({e.event_id for e in history.events}) == rounds
+    sequences = [e.sequence for e in history.events]
+    assert sequences == sorted(sequences)
+
+
+async def test_long_aggregate_loads_whole(store: EventStore) -> None:
+    history = await store.load("tenant-a", "long")
+    for start in range(0, 1100, 100):
+        history = await store.append(history, [ev(f"e{i}") for i in range(start, start + 100)])
+    await store.append(await store.load("tenant-a", "other"), [ev("o1")])
+    loaded = await store.load("tenant-a", "long")
+    assert len(loaded.events) == 1100
+    assert [e.version for e in loaded.events] == list(range(1, 1101))
+    assert loaded.events[-1].event_id == "e1099"
+    after = await store.append(loaded, [ev("e1100")])
+    assert after.version == 1101
+
+
+async def test_invalid_tokens_are_refused(store: EventStore) -> None:
+    with pytest.raises(ValueError):
+        await store.load("tenant.a", "i1")
+    with pytest.raises(ValueError):
+        await store.load("tenant-a", "i*")
+    h = AggregateHistory("tenant-a", "i1")
+    with pytest.raises(ValueError):
+        await store.append(h, [ev("e1", "Bad.Type")])
