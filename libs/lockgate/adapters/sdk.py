@@ -1,0 +1,605 @@
+"""The adapter SDK: serve one or more capabilities to Lockgate from a worker process.
+
+An adapter author subclasses ``Adapter`` (a contract and four coroutines) and calls
+``run_adapter``. The SDK does the rest:
+
+- publishes ``Describe`` into the ``LG_CAPABILITIES`` bucket under the capability name;
+- answers ``lg.adapter.<capability>.{describe,normalize,facts,query}`` (queue group
+  ``adapter.<capability>``, msgspec JSON; a bad request gets a ``Refusal``);
+- consumes ``lg.exec.<capability>`` from ``LG_EXEC`` through its own durable pull
+  consumer, and executes an order only after checking it against the event store: an
+  ``ExecutionAuthorized`` event at the order's version with the same attempt, key and
+  digest, on an intent whose current attempt it still is;
+- reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
+  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice.
+
+After the send boundary the effect may have happened; from there an unexpected error
+reports nothing at all, and the executor's deadline records the silence as
+``OutcomeUnknown``. The adapter never writes the event store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import socket
+from collections import Counter as _Tally
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+import nats
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import (
+    AttemptReport,
+    Describe,
+    ExecutionOrder,
+    Facts,
+    FactsRequest,
+    NormalizeRequest,
+    NormalizeResult,
+    QueryRequest,
+    QueryResult,
+    Refusal,
+)
+from lockgate.core.errors import LockgateError
+from lockgate.core.ids import is_subject_token
+from lockgate.eventstore import EventStoreUnavailable, RecordedEvent
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent import EffectIntent, State, decode_event, fold
+from lockgate.intent.codec import EventDecodeError
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+from prometheus_client import Counter, start_http_server
+
+log = logging.getLogger(__name__)
+
+#: Longest provider or exception text that goes into a report or a refusal.
+DETAIL_MAX_CHARS = 300
+#: Orders whose authorization is not visible yet (a lagging replica) are retried this
+#: often before they are refused as not matching the record.
+UNSEEN_AUTHORIZATION_RETRIES = 5
+#: Redelivery delay after a transient failure (event store, broker).
+RETRY_DELAY_S = 1.0
+
+_CAPABILITY = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$")
+
+#: Execute invocations per capability in this process.
+invocations: _Tally[str] = _Tally()
+
+INVOCATIONS = Counter(
+    "lockgate_adapter_invocations_total",
+    "Calls of an adapter's execute, per capability.",
+    ["capability"],
+)
+
+
+def bounded(text: str, limit: int = DETAIL_MAX_CHARS) -> str:
+    """Return ``text`` cut to ``limit`` characters (with an ellipsis when cut)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- what an adapter raises and returns ---------------------------------------------------
+
+
+class AdapterError(LockgateError):
+    """Root of the outcomes an adapter signals by raising."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason, code=reason)
+        self.reason = reason
+        self.detail = bounded(detail)
+
+
+class Rejected(AdapterError):
+    """The remote system refused the request: the effect did not happen."""
+
+
+class NotSent(AdapterError):
+    """The attempt failed before its send boundary: nothing reached the remote system."""
+
+    retryable = True
+
+
+class Completed(msgspec.Struct, frozen=True):
+    """The effect happened: its receipt (evidence) and a bounded result for the model."""
+
+    receipt: dict[str, str]
+    result: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class SendBoundary:
+    """The point after which the effect may have happened; the adapter crosses it once."""
+
+    def __init__(self, on_cross: Callable[[], Awaitable[None]]) -> None:
+        self._on_cross = on_cross
+        self._crossed = False
+
+    @property
+    def crossed(self) -> bool:
+        """True once ``cross`` returned."""
+        return self._crossed
+
+    async def cross(self) -> None:
+        """Record that the request is about to be written to the remote system.
+
+        Call it right before the write. It returns after the ``sent`` report is
+        published; if that fails it raises and the adapter must not write.
+        """
+        if not self._crossed:
+            await self._on_cross()
+            self._crossed = True
+
+
+class Adapter:
+    """Base of an adapter: one capability contract and the four operations behind it."""
+
+    contract: CapabilityContract
+
+    async def normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        """Canonicalise model arguments with run context, or return a reason."""
+        raise NotImplementedError
+
+    async def facts(self, req: FactsRequest) -> Facts:
+        """Return current facts about a resource."""
+        raise NotImplementedError
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Perform the effect; call ``await boundary.cross()`` right before the remote write.
+
+        Raises:
+            Rejected: the remote system refused; nothing happened.
+            NotSent: failed before the send boundary.
+        """
+        raise NotImplementedError
+
+    async def query(self, req: QueryRequest) -> QueryResult:
+        """Say whether the effect with this intent key happened."""
+        raise NotImplementedError
+
+
+# -- subjects and names -------------------------------------------------------------------
+
+
+def request_subject(capability: str, operation: str) -> str:
+    """Return ``lg.adapter.<capability>.<operation>``."""
+    return f"lg.adapter.{capability}.{operation}"
+
+
+def exec_subject(capability: str) -> str:
+    """Return the subject execution orders for ``capability`` are published on."""
+    return f"lg.exec.{capability}"
+
+
+def report_subject(capability: str, intent_id: str) -> str:
+    """Return the subject an adapter reports an intent's attempts on."""
+    return f"lg.report.{capability}.{intent_id}"
+
+
+def consumer_name(capability: str) -> str:
+    """Return the durable consumer name of the adapter serving ``capability``."""
+    return "adapter-" + capability.replace(".", "_")
+
+
+def queue_group(capability: str) -> str:
+    """Return the queue group the adapter's replicas share."""
+    return f"adapter.{capability}"
+
+
+# -- verification of an order against the record ------------------------------------------
+
+
+class OrderRefused(Exception):
+    """The order does not match the record (``order.mismatch``) or is no longer current."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = bounded(detail)
+
+
+class AuthorizationNotVisible(Exception):
+    """The store does not (yet) hold the order's authorization version."""
+
+
+def verify_order(
+    order: ExecutionOrder, capability: str, events: Sequence[RecordedEvent]
+) -> EffectIntent:
+    """Check an order against the intent's stored events; return the folded intent.
+
+    Raises:
+        AuthorizationNotVisible: the history ends before ``order.authorized_version``.
+        OrderRefused: ``order.mismatch`` when the order is not what was authorized,
+            ``order.stale`` when it was but the intent has moved on.
+    """
+
+    def mismatch(why: str) -> OrderRefused:
+        return OrderRefused("order.mismatch", why)
+
+    if order.capability != capability:
+        raise mismatch(f"order for {order.capability!r} arrived at {capability!r}")
+    if not events:
+        raise mismatch("no such intent")
+    if events[-1].version < order.authorized_version:
+        raise AuthorizationNotVisible(f"history ends at version {events[-1].version}")
+    try:
+        decoded = [decode_event(e) for e in events]
+    except EventDecodeError as exc:
+        raise mismatch(f"history cannot be read: {exc}") from exc
+    at_version = [
+        d for d, e in zip(decoded, events, strict=True) if e.version == order.authorized_version
+    ]
+    auth = at_version[0] if at_version else None
+    if not isinstance(auth, EffectIntent.ExecutionAuthorized):
+        raise mismatch(f"no authorization at version {order.authorized_version}")
+    if (auth.attempt_id, auth.intent_key, auth.digest) != (
+        order.attempt_id,
+        order.intent_key,
+        order.digest,
+    ):
+        raise mismatch("attempt, intent key or digest differ from the authorization")
+    agg = fold(decoded)
+    if agg is None:  # pragma: no cover - events is not empty
+        raise mismatch("no such intent")
+    if (agg.tenant, agg.intent_id) != (order.tenant, order.intent_id):
+        raise mismatch("tenant or intent differ from the record")
+    if agg.digest != order.digest:
+        raise mismatch("digest differs from the normalized request")
+    if agg.actor != order.actor:
+        raise mismatch("actor differs from the record")
+    if dict(agg.normalized_arguments) != dict(order.arguments) or dict(agg.resource) != dict(
+        order.resource
+    ):
+        raise mismatch("arguments or resource differ from the normalized request")
+    # Preconditions are the gate's facts: any the gate recorded must be the same.
+    for key, value in order.preconditions.items():
+        if key in auth.gate_facts and auth.gate_facts[key] != value:
+            raise mismatch(f"precondition {key!r} differs from the gate's facts")
+    current = agg.current_attempt
+    if current is None or current.attempt_id != order.attempt_id:
+        raise OrderRefused("order.stale", "a later attempt was authorized")
+    # SENT: a redelivery after a crash past the boundary; the remote system dedups by key.
+    if agg.state not in (State.AUTHORIZED, State.SENT):
+        raise OrderRefused("order.stale", f"intent is {agg.state.value}")
+    return agg
+
+
+# -- the worker ----------------------------------------------------------------------------
+
+
+class _ReportNotPublished(Exception):
+    """Publishing a report failed; the order is retried."""
+
+
+class CapabilityWorker:
+    """Serves one adapter's capability on one connection: requests and execution orders."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        nc: Client,
+        *,
+        name: str,
+        ack_wait_s: float = 30.0,
+        batch: int = 16,
+        store: JetStreamEventStore | None = None,
+    ) -> None:
+        self.adapter = adapter
+        self.contract = adapter.contract
+        self.capability = adapter.contract.name
+        if not _CAPABILITY.fullmatch(self.capability):
+            raise ValueError(f"capability name {self.capability!r} is not lower-case dotted")
+        self._nc = nc
+        self._js: JetStreamContext = nc.jetstream()
+        self._name = name
+        self._ack_wait_s = ack_wait_s
+        self._batch = batch
+        self._store = store or JetStreamEventStore(nc)
+        self._subs: list[Subscription] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
+            "describe": self._describe,
+            "normalize": self._normalize,
+            "facts": self._facts,
+            "query": self._query,
+        }
+
+    # -- start and stop ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Publish the description, answer requests and create the execution consumer."""
+        try:
+            kv = await self._js.key_value(CAPABILITIES_BUCKET)
+        except NotFoundError as exc:
+            raise LockgateError(
+                f"bucket {CAPABILITIES_BUCKET} is missing: create the topology first",
+                code="adapter.topology-missing",
+            ) from exc
+        await kv.put(self.capability, msgspec.json.encode(self._description()))
+        await self._js.add_consumer(
+            EXEC,
+            ConsumerConfig(
+                name=consumer_name(self.capability),
+                durable_name=consumer_name(self.capability),
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self._ack_wait_s,
+                max_deliver=-1,
+                filter_subject=exec_subject(self.capability),
+            ),
+        )
+        for operation in self._handlers:
+            sub = await self._nc.subscribe(
+                request_subject(self.capability, operation),
+                queue=queue_group(self.capability),
+                cb=self._on_request,
+            )
+            self._subs.append(sub)
+
+    async def run_orders(self, stop: asyncio.Event) -> None:
+        """Fetch and handle execution orders until ``stop`` is set."""
+        sub = await self._js.pull_subscribe_bind(
+            consumer_name(self.capability), stream=EXEC
+        )
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(self._batch, timeout=1.0)
+                except NatsTimeout:
+                    continue
+                except NatsError as exc:  # disconnected: the client reconnects
+                    log.warning("fetch from %s failed: %r", EXEC, exc)
+                    await asyncio.sleep(RETRY_DELAY_S)
+                    continue
+                await asyncio.gather(*(self._on_order(m) for m in msgs))
+        finally:
+            with contextlib.suppress(NatsError):
+                await sub.unsubscribe()
+
+    async def close(self) -> None:
+        """Stop answering requests and wait for the answers in flight."""
+        for sub in self._subs:
+            with contextlib.suppress(NatsError):
+                await sub.unsubscribe()
+        self._subs.clear()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- request/reply ----------------------------------------------------------------
+
+    def _description(self) -> Describe:
+        return Describe(self.contract, adapter=self._name)
+
+    async def _on_request(self, msg: Msg) -> None:
+        # One task per request: a slow facts lookup does not hold up the next request.
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg: Msg) -> None:
+        operation = msg.subject.rsplit(".", 1)[-1]
+        reply: msgspec.Struct
+        try:
+            reply = await self._handlers[operation](msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            reply = Refusal("request.malformed", bounded(str(exc)))
+        except Exception as exc:  # a refusal, never a dead subscription
+            log.exception("%s %s failed", self.capability, operation)
+            reply = Refusal("adapter.error", bounded(f"{type(exc).__name__}: {exc}"))
+        if msg.reply:
+            with contextlib.suppress(NatsError):
+                await msg.respond(msgspec.json.encode(reply))
+
+    async def _describe(self, data: bytes) -> msgspec.Struct:
+        return self._description()
+
+    async def _normalize(self, data: bytes) -> msgspec.Struct:
+        return await self.adapter.normalize(msgspec.json.decode(data, type=NormalizeRequest))
+
+    async def _facts(self, data: bytes) -> msgspec.Struct:
+        return await self.adapter.facts(msgspec.json.decode(data, type=FactsRequest))
+
+    async def _query(self, data: bytes) -> msgspec.Struct:
+        return await self.adapter.query(msgspec.json.decode(data, type=QueryRequest))
+
+    # -- execution orders -------------------------------------------------------------
+
+    async def _on_order(self, msg: Msg) -> None:
+        """Handle one order; whatever happens, the message is acked, naked or termed."""
+        try:
+            settle = await self._handle_order(msg)
+        except Exception:  # a swallowed error would be a lost message
+            log.exception("order on %s could not be handled; retrying", msg.subject)
+            settle = "retry"
+        with contextlib.suppress(NatsError):
+            if settle == "ack":
+                await msg.ack()
+            elif settle == "term":
+                await msg.term()
+            else:
+                await msg.nak(delay=RETRY_DELAY_S)
+
+    async def _handle_order(self, msg: Msg) -> str:
+        try:
+            order = msgspec.json.decode(msg.data, type=ExecutionOrder)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.error("malformed order on %s, terminated: %s", msg.subject, bounded(str(exc)))
+            return "term"
+        if not (is_subject_token(order.tenant) and is_subject_token(order.intent_id)):
+            log.error("order with invalid tenant or intent id on %s, terminated", msg.subject)
+            return "term"
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+            verify_order(order, self.capability, history.events)
+        except EventStoreUnavailable as exc:
+            log.warning("event store unavailable: %s", exc)
+            return "retry"
+        except AuthorizationNotVisible as exc:
+            if msg.metadata.num_delivered < UNSEEN_AUTHORIZATION_RETRIES:
+                return "retry"
+            await self._report(order, "refused_order", reason="order.mismatch", detail=str(exc))
+            return "ack"
+        except OrderRefused as exc:
+            log.warning("refused order %s/%s: %s", order.intent_id, order.attempt_id, exc.detail)
+            await self._report(order, "refused_order", reason=exc.reason, detail=exc.detail)
+            return "ack"
+        return await self._execute(order, msg)
+
+    async def _execute(self, order: ExecutionOrder, msg: Msg) -> str:
+        boundary = SendBoundary(lambda: self._report(order, "sent"))
+        invocations[self.capability] += 1
+        INVOCATIONS.labels(self.capability).inc()
+        heartbeat = asyncio.create_task(self._keep_alive(msg))
+        try:
+            async with asyncio.timeout(self.contract.outcome_deadline_s):
+                completed = await self.adapter.execute(order, boundary)
+        except _ReportNotPublished:
+            return "retry"
+        except Rejected as exc:
+            await self._report(order, "rejected", reason=exc.reason, detail=exc.detail)
+            return "ack"
+        except (NotSent, Exception) as exc:  # mapped to a report or to silence
+            if boundary.crossed:
+                # The effect may have happened: say nothing; the executor's deadline
+                # turns the silence into OutcomeUnknown.
+                log.error(
+                    "%s attempt %s failed after the send boundary: %r",
+                    self.capability, order.attempt_id, exc,
+                )
+                return "ack"
+            if isinstance(exc, NotSent):
+                reason, detail = exc.reason, exc.detail
+            elif isinstance(exc, TimeoutError):
+                reason, detail = "adapter.timeout", "execute did not finish in time"
+            else:
+                log.exception("%s attempt %s failed", self.capability, order.attempt_id)
+                reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
+            await self._report(order, "failed_before_send", reason=reason, detail=detail)
+            return "ack"
+        finally:
+            heartbeat.cancel()
+        if not boundary.crossed:
+            await boundary.cross()  # an adapter that forgot to: the record stays in order
+        await self._report(
+            order, "completed", receipt=dict(completed.receipt), result=dict(completed.result)
+        )
+        return "ack"
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        """Tell the server the order is still being worked on, so it is not redelivered."""
+        while True:
+            await asyncio.sleep(self._ack_wait_s / 3)
+            with contextlib.suppress(NatsError):
+                await msg.in_progress()
+
+    async def _report(
+        self,
+        order: ExecutionOrder,
+        stage: str,
+        *,
+        reason: str | None = None,
+        detail: str = "",
+        receipt: dict[str, str] | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        report = AttemptReport(
+            tenant=order.tenant,
+            intent_id=order.intent_id,
+            attempt_id=order.attempt_id,
+            stage=stage,
+            reason=reason,
+            detail=bounded(detail),
+            receipt=receipt or {},
+            result=result or {},
+        )
+        try:
+            await self._js.publish(
+                report_subject(self.capability, order.intent_id),
+                msgspec.json.encode(report),
+                headers={"Nats-Msg-Id": f"{order.attempt_id}:{stage}"},
+            )
+        except (TimeoutError, NatsError) as exc:
+            raise _ReportNotPublished(f"{stage} report not published: {exc!r}") from exc
+
+
+# -- entry points -----------------------------------------------------------------------
+
+
+async def serve(
+    adapters: Sequence[Adapter],
+    nc: Client,
+    *,
+    name: str,
+    stop: asyncio.Event,
+    ack_wait_s: float = 30.0,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Serve ``adapters`` on ``nc`` until ``stop`` is set.
+
+    Args:
+        adapters: one per capability; names must be distinct.
+        nc: a connected client; the topology (``ensure_topology``) must exist.
+        name: this adapter process's name, published in ``Describe``.
+        stop: set it to shut down after the orders in hand are settled.
+        ack_wait_s: how long an order may stay unacknowledged before redelivery.
+        ready: set once every capability is described, subscribed and consuming.
+
+    Raises:
+        ValueError: duplicate or malformed capability names.
+        LockgateError: the topology is missing.
+    """
+    names = [a.contract.name for a in adapters]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate capabilities: {names}")
+    workers = [CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s) for a in adapters]
+    consumers: list[asyncio.Task[None]] = []
+    try:
+        for worker in workers:
+            await worker.start()
+        consumers = [asyncio.create_task(w.run_orders(stop)) for w in workers]
+        if ready is not None:
+            ready.set()
+        log.info("adapter %s serving %s", name, ", ".join(names))
+        await asyncio.gather(*consumers)
+    finally:
+        # Only on an error does a consumer still run here; its orders are redelivered.
+        for task in consumers:
+            task.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
+        for worker in workers:
+            await worker.close()
+
+
+async def run_adapter(
+    adapters: Sequence[Adapter], settings: Settings, *, name: str | None = None
+) -> None:
+    """Connect with ``settings`` and serve ``adapters`` until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port)
+    nc = await nats.connect(**settings.connect_options())  # type: ignore[arg-type]
+    try:
+        await serve(
+            adapters,
+            nc,
+            name=name or f"{socket.gethostname()}-{os.getpid()}",
+            stop=stop,
+            ack_wait_s=settings.ack_wait_s,
+        )
+    finally:
+        await nc.drain()

@@ -1,0 +1,161 @@
+"""Load a Cedar policy bundle and evaluate requests against it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cedarpy
+from lockgate.core.canonical import digest_bytes
+from lockgate.core.errors import LockgateError
+
+NAMESPACE = "Lockgate"
+
+
+class BundleError(LockgateError):
+    """A bundle that does not parse or does not validate against its schema."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="policy.bundle-invalid")
+
+
+@dataclass(frozen=True)
+class AuthzRequest:
+    """Who asks to do what to which resource, with which facts and context."""
+
+    tenant: str
+    actor: str
+    capability: str
+    resource_type: str
+    resource_id: str
+    resource_facts: dict[str, Any]
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome and what determined it. ``reasons`` are forbid ids, in bundle order."""
+
+    outcome: str  # allow | require_approval | deny
+    revision: str
+    reasons: tuple[str, ...]
+    determining: tuple[str, ...]
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicyBundle:
+    """Cedar policies plus the schema they were validated against, and their revision."""
+
+    revision: str
+    policies: Any  # cedarpy.PolicySet
+    order: dict[str, int]
+    effects: dict[str, str]
+
+    @classmethod
+    def load(cls, directory: Path) -> PolicyBundle:
+        """Load every ``*.cedar`` policy and ``*.cedarschema`` fragment under ``directory``.
+
+        Raises:
+            BundleError: missing files, parse errors, schema validation errors.
+        """
+        files = sorted(directory.rglob("*.cedar"))
+        schemas = sorted(directory.rglob("*.cedarschema"))
+        if not files or not schemas:
+            raise BundleError(f"{directory}: needs *.cedar policies and a *.cedarschema")
+        text = "\n".join(f.read_text() for f in files)
+        schema_text = "\n".join(f.read_text() for f in schemas)
+        return cls.from_text(text, schema_text)
+
+    @classmethod
+    def from_text(cls, text: str, schema_text: str) -> PolicyBundle:
+        """Build a bundle from policy and schema text.
+
+        Raises:
+            BundleError: parse or validation errors.
+        """
+        try:
+            schema = cedarpy.Schema.from_str(schema_text)
+        except ValueError as exc:
+            raise BundleError(f"schema: {exc}") from exc
+        result = cedarpy.validate_policies(text, schema)
+        if not result.validation_passed:
+            raise BundleError(
+                "; ".join(f"{e.policy_id}: {e.error}" for e in result.errors) or "invalid"
+            )
+        try:
+            est = json.loads(cedarpy.policies_to_json_str(text))
+        except ValueError as exc:
+            raise BundleError(f"policies: {exc}") from exc
+        keyed: dict[str, Any] = {}
+        order: dict[str, int] = {}
+        effects: dict[str, str] = {}
+        for position, (pid, policy) in enumerate(est.get("staticPolicies", {}).items()):
+            name = policy.get("annotations", {}).get("id")
+            if not name:
+                raise BundleError(f"{pid}: every policy needs an @id annotation")
+            if name in keyed:
+                raise BundleError(f"duplicate policy id {name!r}")
+            keyed[name] = policy
+            order[name] = position
+            effects[name] = policy.get("effect", "")
+        est["staticPolicies"] = keyed
+        policies = cedarpy.PolicySet.from_json_str(json.dumps(est))
+        revision = digest_bytes((text + "\x00" + schema_text).encode())
+        return cls(revision=revision, policies=policies, order=order, effects=effects)
+
+
+def _entities(request: AuthzRequest) -> list[dict[str, Any]]:
+    return [
+        {
+            "uid": {"type": f"{NAMESPACE}::Actor", "id": f"{request.tenant}/{request.actor}"},
+            "attrs": {"tenant": request.tenant, "name": request.actor},
+            "parents": [],
+        },
+        {
+            "uid": {"type": f"{NAMESPACE}::{request.resource_type}", "id": request.resource_id},
+            "attrs": request.resource_facts,
+            "parents": [],
+        },
+    ]
+
+
+def _ask(bundle: PolicyBundle, request: AuthzRequest, action: str) -> Any:
+    return cedarpy.is_authorized(
+        {
+            "principal": {"type": f"{NAMESPACE}::Actor", "id": f"{request.tenant}/{request.actor}"},
+            "action": {"type": f"{NAMESPACE}::Action", "id": action},
+            "resource": {"type": f"{NAMESPACE}::{request.resource_type}", "id": request.resource_id},
+            "context": request.context,
+        },
+        bundle.policies,
+        _entities(request),
+    )
+
+
+def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
+    """Answer both questions for ``request``. An evaluation error is a denial."""
+    at_all = _ask(bundle, request, request.capability)
+    errors = tuple(str(e) for e in at_all.diagnostics.errors)
+    determining = tuple(at_all.diagnostics.reasons)
+    if errors or not at_all.allowed:
+        forbids = sorted(
+            (r for r in determining if bundle.effects.get(r) == "forbid"), key=bundle.order.get
+        )
+        reasons = tuple(forbids) or (("policy.evaluation-error",) if errors else ("policy.no-permit",))
+        return Decision("deny", bundle.revision, reasons, determining, errors)
+    unattended = _ask(bundle, request, f"{request.capability}::unattended")
+    more = tuple(str(e) for e in unattended.diagnostics.errors)
+    if unattended.allowed and not more:
+        return Decision(
+            "allow", bundle.revision, (), determining + tuple(unattended.diagnostics.reasons)
+        )
+    return Decision(
+        "require_approval",
+        bundle.revision,
+        ("policy.approval-required",),
+        determining + tuple(unattended.diagnostics.reasons),
+        more,
+    )

@@ -1,0 +1,228 @@
+"""Runs, turns and proposals over NATS; responses read from ``LG_RESPONSES``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import NotFoundError
+
+from lockgate.contracts.messages import (
+    Candidate,
+    DecideReview,
+    OpenRun,
+    OpenTurn,
+    Refusal,
+    ReviewRecorded,
+    RunOpened,
+    Tool,
+    TurnOpened,
+)
+from lockgate.contracts.responses import ModelResponse
+from lockgate.core.errors import LockgateError
+from lockgate.core.ids import intent_id_for, is_subject_token, random_id
+from lockgate.runtime.topology import RESPONSES
+
+T = TypeVar("T")
+
+
+class ClientError(LockgateError):
+    """Root of the SDK's errors."""
+
+
+class Refused(ClientError):
+    """Lockgate refused a request (``code`` says why)."""
+
+    def __init__(self, code: str, detail: str = "") -> None:
+        super().__init__(f"{code}: {detail}" if detail else code, code=code)
+
+
+class CandidateTooLarge(ClientError):
+    """The candidate is larger than the broker accepts in one message."""
+
+
+class ResponseTimeout(ClientError):
+    """No model-facing response arrived in time; the candidate may still be in flight."""
+
+    retryable = True
+
+
+_response = msgspec.json.Decoder(ModelResponse)
+
+
+async def _request(nc: Client, subject: str, body: object, answer: type[T], timeout_s: float) -> T:
+    try:
+        reply = await nc.request(subject, msgspec.json.encode(body), timeout=timeout_s)
+    except (NatsTimeout, NoRespondersError) as exc:
+        raise ClientError(f"no answer on {subject}", code="lockgate.unavailable") from exc
+    try:
+        return msgspec.json.decode(reply.data, type=answer)
+    except msgspec.ValidationError:
+        refusal = msgspec.json.decode(reply.data, type=Refusal)
+        raise Refused(refusal.error, refusal.detail) from None
+
+
+@dataclass
+class Turn:
+    """One model step: the tools offered in it and the proposals made from it."""
+
+    run: Run
+    id: str
+    catalogue_digest: str
+    tools: tuple[Tool, ...]
+
+    async def propose(
+        self, *, tool: str, arguments: str, call_id: str | None = None, timeout_s: float = 30.0,
+        provider_item: dict[str, Any] | None = None,
+    ) -> ModelResponse:
+        """Propose one tool call exactly as the model emitted it; return what the model sees.
+
+        Proposing the same ``call_id`` again is safe: it is one intent, and the
+        response is the one already given.
+
+        Raises:
+            CandidateTooLarge: the candidate does not fit in one broker message.
+            ResponseTimeout: no response within ``timeout_s``.
+        """
+        return await self.run.gateway._propose(self, tool, arguments, call_id or random_id(),
+                                               timeout_s, provider_item)
+
+
+@dataclass
+class Run:
+    """One agent task, opened by the trusted host with authoritative context."""
+
+    gateway: Gateway
+    id: str
+    tenant: str
+    actor: str
+
+    async def open_turn(self, turn_id: str | None = None) -> Turn:
+        """Open a turn and get the catalogue the model may use in it."""
+        opened = await _request(
+            self.gateway.nc, f"lg.turn.{self.tenant}.{self.id}", OpenTurn(turn_id=turn_id),
+            TurnOpened, self.gateway.timeout_s,
+        )
+        return Turn(self, opened.turn_id, opened.catalogue_digest, opened.tools)
+
+    async def response(self, candidate_id: str) -> ModelResponse | None:
+        """The latest model-facing response to a candidate, if any."""
+        return await self.gateway._latest(self.tenant, self.id, candidate_id)
+
+
+class Gateway:
+    """A connection to Lockgate."""
+
+    def __init__(self, nc: Client, *, timeout_s: float = 5.0) -> None:
+        self.nc = nc
+        self.timeout_s = timeout_s
+        self._js = nc.jetstream()
+
+    async def open_run(
+        self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
+        delegation: str | None = None, stage: str = "default", run_id: str | None = None,
+    ) -> Run:
+        """Open a run (the trusted host's call: it sets who acts and on what).
+
+        Raises:
+            Refused: malformed ids or a tenant mismatch.
+        """
+        opened = await _request(
+            self.nc, f"lg.run.{tenant}.open",
+            OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
+                    delegation=delegation, stage=stage, run_id=run_id),
+            RunOpened, self.timeout_s,
+        )
+        return Run(self, opened.run_id, opened.tenant, opened.actor)
+
+    async def decide_review(
+        self, *, tenant: str, candidate_id: str, review_id: str, digest: str, reviewer: str,
+        approve: bool, reason: str = "",
+    ) -> str:
+        """Approve or deny a review (a reviewer's call); returns the event recorded."""
+        recorded = await _request(
+            self.nc, f"lg.review.{tenant}.{candidate_id}.decide",
+            DecideReview(review_id=review_id, digest=digest, reviewer=reviewer,
+                         approve=approve, reason=reason),
+            ReviewRecorded, self.timeout_s,
+        )
+        return recorded.event
+
+    async def _latest(self, tenant: str, run_id: str, candidate_id: str) -> ModelResponse | None:
+        subject = f"lg.response.{tenant}.{run_id}.{candidate_id}"
+        try:
+            msg = await self._js.get_last_msg(RESPONSES, subject, direct=True)
+        except NotFoundError:
+            return None
+        return _response.decode(msg.data or b"")
+
+    async def _propose(
+        self, turn: Turn, tool: str, arguments: str, call_id: str, timeout_s: float,
+        provider_item: dict[str, Any] | None,
+    ) -> ModelResponse:
+        run = turn.run
+        if not is_subject_token(call_id):
+            raise Refused("candidate.malformed", "call ids must be [A-Za-z0-9_-]{1,64}")
+        candidate_id = intent_id_for(run.tenant, run.id, call_id)
+        body = msgspec.json.encode(
+            Candidate(run_id=run.id, turn_id=turn.id, call_id=call_id, tool=tool,
+                      arguments=arguments, provider_item=provider_item)
+        )
+        if len(body) > self.nc.max_payload:
+            raise CandidateTooLarge(
+                f"{len(body)} bytes exceed the broker's {self.nc.max_payload}",
+                code="candidate.too-large",
+            )
+        subject = f"lg.response.{run.tenant}.{run.id}.{candidate_id}"
+        sub = await self.nc.subscribe(subject, max_msgs=1)
+        try:
+            await self._js.publish(
+                f"lg.propose.{run.tenant}.{run.id}", body,
+                headers={"Nats-Msg-Id": f"{run.id}.{call_id}"}, timeout=self.timeout_s,
+            )
+            # A repeated call id was deduplicated: its response may already exist.
+            earlier = await self._latest(run.tenant, run.id, candidate_id)
+            if earlier is not None:
+                return earlier
+            try:
+                msg = await sub.next_msg(timeout=timeout_s)
+            except NatsTimeout as exc:
+                raise ResponseTimeout(
+                    f"no response to {call_id} within {timeout_s}s", code="response.timeout"
+                ) from exc
+            return _response.decode(msg.data)
+        finally:
+            await sub.unsubscribe()
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self.nc.close()
+
+    async def __aenter__(self) -> Gateway:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+async def connect(url: str = "nats://127.0.0.1:4222", *, timeout_s: float = 5.0, **options: Any) -> Gateway:
+    """Connect to Lockgate's broker.
+
+    Raises:
+        ClientError: the broker cannot be reached.
+    """
+    try:
+        nc = await nats.connect(url, max_reconnect_attempts=options.pop("max_reconnect_attempts", 3),
+                                connect_timeout=options.pop("connect_timeout", 2), **options)
+    except Exception as exc:  # nats raises several unrelated types for "cannot connect"
+        raise ClientError(f"cannot connect to {url}: {exc}", code="lockgate.unavailable") from exc
+    return Gateway(nc, timeout_s=timeout_s)

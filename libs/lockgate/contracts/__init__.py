@@ -1,0 +1,1 @@
+"""What crosses process boundaries: capability contracts, wire messages, model-facing responses."""

@@ -1,0 +1,77 @@
+"""A capability contract: a product verb with everything Lockgate needs to govern it."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import msgspec
+from lockgate.core.canonical import digest
+
+
+class EffectClass(str, Enum):
+    """How far an effect reaches, from harmless to irreversible."""
+
+    READ = "read"
+    DERIVE = "derive"
+    WRITE = "write"
+    PUBLISH = "publish"
+    DESTROY = "destroy"
+
+
+class Disclosure(msgspec.Struct, frozen=True):
+    """What the model may learn of one internal reason code."""
+
+    status: str
+    code: str
+    field: str | None = None
+
+
+class Idempotency(msgspec.Struct, frozen=True):
+    """How the remote system deduplicates: the argument carrying the key, and for how long."""
+
+    key_field: str
+    retention_s: int
+
+
+class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything declared once about a capability.
+
+    ``argument_schema`` covers only the arguments the model controls; the arguments
+    listed in ``context_arguments`` are taken from the run's authoritative context and
+    a model that supplies them is refused.
+    """
+
+    name: str
+    description: str
+    argument_schema: dict[str, Any]
+    schema_revision: int = 1
+    context_arguments: tuple[str, ...] = ()
+    effect_class: EffectClass = EffectClass.WRITE
+    max_argument_bytes: int = 16 * 1024
+    idempotency: Idempotency | None = None
+    query_by_identity: bool = False
+    send_boundary: str = "request written to the remote system"
+    interruptible: bool = False
+    postconditions: tuple[str, ...] = ()
+    recovery: tuple[str, ...] = ("query", "operator")
+    approval_hint: str = ""
+    budget_cost: int = 1
+    data_classes: tuple[str, ...] = ()
+    result_max_bytes: int = 4096
+    outcome_deadline_s: float = 30.0
+    #: internal reason code -> what the model sees; unlisted codes collapse.
+    disclosure: dict[str, Disclosure] = msgspec.field(default_factory=dict)
+
+    @property
+    def revision(self) -> str:
+        """Content digest of the contract: any change is a new mapping revision."""
+        return digest(msgspec.to_builtins(self))
+
+    def model_tool(self) -> dict[str, Any]:
+        """The tool as offered to the model: name, description, JSON Schema."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.argument_schema,
+        }

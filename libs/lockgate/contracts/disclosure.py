@@ -1,0 +1,83 @@
+"""The model-facing projection of an intent: what the model may learn, and nothing more.
+
+Internal reason codes stay in the event store. A code crosses only when the
+capability's disclosure map lists it, or when it concerns an argument the model
+controls (``argument.<field>.*`` and missing required arguments); everything else
+collapses to ``proposal.invalid`` or ``operation.unavailable``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from lockgate.contracts.capability import CapabilityContract, Disclosure
+from lockgate.contracts.responses import ModelResponse
+from lockgate.intent.aggregate import EffectIntent, State
+
+INVALID = Disclosure("rejected", "proposal.invalid")
+UNAVAILABLE = Disclosure("unavailable", "operation.unavailable")
+RESULT_LABEL = "untrusted-data"
+
+
+def _model_fields(contract: CapabilityContract | None) -> set[str]:
+    if contract is None:
+        return set()
+    return set(contract.argument_schema.get("properties", {}))
+
+
+def disclose(reason: str | None, field: str | None, contract: CapabilityContract | None,
+             fallback: Disclosure) -> Disclosure:
+    """Map an internal reason onto what the model sees."""
+    if reason is None:
+        return fallback
+    if contract is not None and reason in contract.disclosure:
+        return contract.disclosure[reason]
+    controlled = _model_fields(contract)
+    if field is not None and field in controlled:
+        if reason == "tool.arguments.missing-required":
+            return Disclosure("rejected", f"argument.{field}.missing", field)
+        if reason.startswith(f"argument.{field}."):
+            return Disclosure("rejected", reason, field)
+    return fallback
+
+
+def bounded_result(result: dict[str, Any], limit_bytes: int) -> dict[str, Any] | None:
+    """The result as the model may see it: whole if small enough, else withheld."""
+    if not result:
+        return None
+    if len(msgspec.json.encode(result)) > limit_bytes:
+        return {"truncated": True}
+    return result
+
+
+def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> ModelResponse | None:
+    """Return what the model should learn of ``intent`` now (``None``: nothing yet)."""
+    state = intent.state
+    d: Disclosure
+    result = None
+    if state is State.REJECTED:
+        d = disclose(intent.reason, intent.field, contract, INVALID)
+    elif state in (State.DENIED, State.REFUSED, State.FAILED):
+        d = disclose(intent.reason, intent.field, contract, UNAVAILABLE)
+    elif state is State.AWAITING_APPROVAL:
+        d = Disclosure("pending_approval", "approval.pending")
+    elif state is State.PAUSED:
+        d = Disclosure("paused", "policy.paused")
+    elif state in (State.UNKNOWN, State.NEEDS_OPERATOR):
+        d = Disclosure("outcome_unknown", "operation.outcome-unknown")
+    elif state is State.COMPLETED:
+        d = Disclosure("executed", "operation.executed")
+        limit = contract.result_max_bytes if contract else 1024
+        result = bounded_result(intent.result, limit)
+    else:
+        return None
+    return ModelResponse(
+        candidate_id=intent.intent_id,
+        call_id=intent.call_id,
+        status=d.status,
+        code=d.code,
+        field=d.field,
+        result=result,
+        result_label=RESULT_LABEL if result is not None else None,
+    )

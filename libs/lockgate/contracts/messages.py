@@ -1,0 +1,205 @@
+"""Wire messages between agent runtimes, services and adapters (not events)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from lockgate.contracts.capability import CapabilityContract
+
+
+class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The trusted host opens a run with authoritative context."""
+
+    tenant: str
+    actor: str
+    context: dict[str, str] = msgspec.field(default_factory=dict)
+    delegation: str | None = None
+    stage: str = "default"
+    run_id: str | None = None
+
+
+class RunOpened(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to ``OpenRun``."""
+
+    run_id: str
+    tenant: str
+    actor: str
+
+
+class RunContext(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as intake keeps it in the runs bucket."""
+
+    run_id: str
+    tenant: str
+    actor: str
+    context: dict[str, str]
+    delegation: str | None
+    stage: str
+    opened_at: datetime
+
+
+class OpenTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent runtime asks for the catalogue of a new turn."""
+
+    turn_id: str | None = None
+
+
+class Tool(msgspec.Struct, frozen=True):
+    """One tool offered to the model."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class TurnOpened(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to ``OpenTurn``: the snapshot of the catalogue offered in this turn."""
+
+    turn_id: str
+    catalogue_digest: str
+    tools: tuple[Tool, ...]
+
+
+class Catalogue(msgspec.Struct, frozen=True, kw_only=True):
+    """The capabilities offered in a turn, with the contract revision of each."""
+
+    tools: tuple[Tool, ...]
+    revisions: dict[str, str]
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """One complete tool call the model emitted, as the agent runtime saw it.
+
+    ``arguments`` is the raw text the model produced, untouched: duplicate keys and
+    all, it is parsed by intake and nowhere else.
+    """
+
+    run_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    arguments: str
+    provider_item: dict[str, Any] | None = None
+
+
+class Refusal(msgspec.Struct, frozen=True):
+    """A request/reply answer that says no, with a stable code."""
+
+    error: str
+    detail: str = ""
+
+
+# --- adapters -------------------------------------------------------------------
+
+
+class Describe(msgspec.Struct, frozen=True):
+    """Reply of an adapter's ``describe``: the contract it serves."""
+
+    contract: CapabilityContract
+    adapter: str
+
+
+class NormalizeRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask an adapter to canonicalise model arguments with run context."""
+
+    tenant: str
+    actor: str
+    arguments: dict[str, Any]
+    context: dict[str, str]
+
+
+class NormalizeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Canonical arguments and the exact resource they address, or a reason."""
+
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    resource: dict[str, str] = msgspec.field(default_factory=dict)
+    destination: str = ""
+    reason: str | None = None
+    field: str | None = None
+
+
+class FactsRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask an adapter for current facts about a resource, for an actor."""
+
+    tenant: str
+    actor: str
+    resource: dict[str, str]
+
+
+class Facts(msgspec.Struct, frozen=True, kw_only=True):
+    """Current facts about a resource, bounded; ``revision`` names the state observed."""
+
+    facts: dict[str, str | int | bool]
+    revision: str = ""
+
+
+class QueryRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask an adapter whether the effect with this identity happened."""
+
+    tenant: str
+    intent_id: str
+    intent_key: str
+    arguments: dict[str, Any]
+
+
+class QueryResult(msgspec.Struct, frozen=True, kw_only=True):
+    """``found`` with its receipt, ``absent``, or ``unknown`` (the query itself failed)."""
+
+    finding: str
+    receipt: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ExecutionOrder(msgspec.Struct, frozen=True, kw_only=True):
+    """What the executor sends an adapter after ``ExecutionAuthorized`` is recorded."""
+
+    tenant: str
+    intent_id: str
+    attempt_id: str
+    intent_key: str
+    capability: str
+    digest: str
+    arguments: dict[str, Any]
+    resource: dict[str, str]
+    actor: str
+    preconditions: dict[str, str | int | bool]
+    authorized_version: int
+    """Aggregate version of the ``ExecutionAuthorized`` event the adapter checks."""
+
+
+class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
+    """An adapter's report of one attempt transition.
+
+    ``stage``: ``sent`` (crossed the send boundary), ``completed`` (with receipt and
+    result), ``rejected`` (the remote system refused; nothing happened), ``failed_before_send``,
+    ``refused_order`` (the order did not match the record).
+    """
+
+    tenant: str
+    intent_id: str
+    attempt_id: str
+    stage: str
+    reason: str | None = None
+    detail: str = ""
+    receipt: dict[str, str] = msgspec.field(default_factory=dict)
+    result: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+# --- reviews ----------------------------------------------------------------------
+
+
+class DecideReview(msgspec.Struct, frozen=True, kw_only=True):
+    """A reviewer's decision on one review; ``digest`` is what the reviewer saw."""
+
+    review_id: str
+    digest: str
+    reviewer: str
+    approve: bool
+    reason: str = ""
+
+
+class ReviewRecorded(msgspec.Struct, frozen=True):
+    """Reply to ``DecideReview``: the event recorded."""
+
+    event: str

@@ -1,0 +1,41 @@
+"""The capabilities adapters have registered, read from the ``LG_CAPABILITIES`` bucket."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import Describe
+from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
+
+
+class CapabilityRegistry:
+    """Contracts by capability name, cached for ``ttl_s`` seconds."""
+
+    def __init__(self, kv: KeyValue, *, ttl_s: float = 2.0) -> None:
+        self._kv = kv
+        self._ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, CapabilityContract | None]] = {}
+
+    async def get(self, capability: str) -> CapabilityContract | None:
+        """Return the registered contract of ``capability`` (``None`` when unknown)."""
+        now = time.monotonic()
+        cached = self._cache.get(capability)
+        if cached and now - cached[0] < self._ttl_s:
+            return cached[1]
+        try:
+            entry = await self._kv.get(capability)
+            contract = msgspec.json.decode(entry.value or b"", type=Describe).contract
+        except (KeyNotFoundError, msgspec.ValidationError, msgspec.DecodeError):
+            contract = None
+        self._cache[capability] = (now, contract)
+        return contract
+
+    async def names(self) -> list[str]:
+        """Every registered capability name."""
+        try:
+            return sorted(await self._kv.keys())
+        except NoKeysError:
+            return []

@@ -1,0 +1,35 @@
+"""What the model sees: a narrow projection of an intent, never internal state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The model-facing answer to one candidate.
+
+    ``status`` is one of ``STATUSES``; ``field`` is set only when the problem is in an
+    argument the model controls; ``result`` is bounded data, labelled untrusted.
+    """
+
+    candidate_id: str
+    call_id: str
+    status: str
+    code: str
+    field: str | None = None
+    result: dict[str, Any] | None = None
+    result_label: str | None = None
+
+
+STATUSES = (
+    "executed",
+    "rejected",
+    "denied",
+    "pending_approval",
+    "paused",
+    "unavailable",
+    "outcome_unknown",
+    "withdrawn",
+)

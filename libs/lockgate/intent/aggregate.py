@@ -1,0 +1,405 @@
+"""``EffectIntent``: the single source of truth for one candidate and the effect it may become.
+
+Modelled with the ``eventsourcing`` package: events are classes nested in the aggregate
+(frozen dataclasses, each with a ``class_version``), and ``apply`` is the only place
+state changes. Services never call command methods: their pure ``decide`` functions
+build events with ``Event.next`` and the store folds them back (``codec.fold``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, ClassVar, TypeVar
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from eventsourcing.utils import get_topic
+
+E = TypeVar("E", bound="Event")
+
+
+class State(str, Enum):
+    """Where an intent is. Terminal states never change again."""
+
+    PROPOSED = "proposed"
+    REJECTED = "rejected"
+    NORMALIZED = "normalized"
+    DENIED = "denied"
+    PAUSED = "paused"
+    AWAITING_APPROVAL = "awaiting_approval"
+    ALLOWED = "allowed"
+    AUTHORIZED = "authorized"
+    SENT = "sent"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REFUSED = "refused"
+    UNKNOWN = "unknown"
+    NEEDS_OPERATOR = "needs_operator"
+
+    @property
+    def terminal(self) -> bool:
+        """True when nothing more will happen to the intent."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {State.REJECTED, State.DENIED, State.COMPLETED, State.FAILED, State.REFUSED}
+)
+
+
+class Event(Aggregate.Event):
+    """Base of every ``EffectIntent`` event: the envelope Lockgate adds to the library's."""
+
+    class_version: ClassVar[int] = 1
+    event_id: str
+    correlation_id: str
+    causation_id: str
+
+    @classmethod
+    def next(
+        cls: type[E], state: EffectIntent, *, now: datetime, event_id: str, causation_id: str,
+        offset: int = 1, **fields: Any,
+    ) -> E:
+        """Build the event that would follow ``state`` (``offset`` for later ones in a batch)."""
+        return cls(  # type: ignore[call-arg]
+            originator_id=state.id,
+            originator_version=state.version + offset,
+            timestamp=now,
+            event_id=event_id,
+            correlation_id=state.run_id,
+            causation_id=causation_id,
+            **fields,
+        )
+
+
+class Attempt:
+    """One try to execute the intent, as far as the record knows."""
+
+    def __init__(self, attempt_id: str, authorized_version: int) -> None:
+        self.attempt_id = attempt_id
+        self.authorized_version = authorized_version
+        self.stage = "authorized"
+        self.reason: str | None = None
+
+
+class EffectIntent(Aggregate):
+    """One candidate's journey from proposal to effect (or to a recorded refusal)."""
+
+    # -- events ---------------------------------------------------------------------
+
+    class CandidateReceived(Event, Aggregate.Created):
+        """Intake accepted the candidate's shape: a known tool, offered in its turn."""
+
+        tenant: str
+        run_id: str
+        turn_id: str
+        call_id: str
+        actor: str
+        tool: str
+        arguments: dict[str, Any]
+        raw_digest: str
+        raw_size_bytes: int
+        catalogue_digest: str
+        contract_revision: str
+
+    class CandidateRejected(Event, Aggregate.Created):
+        """Intake refused the candidate before any interpretation."""
+
+        tenant: str
+        run_id: str
+        turn_id: str
+        call_id: str
+        actor: str
+        tool: str
+        raw_digest: str
+        raw_size_bytes: int
+        catalogue_digest: str
+        reason: str
+        field: str | None
+        detail: str
+
+    class CandidateNormalized(Event):
+        """The exact consequence: canonical arguments, resource, and their digest."""
+
+        arguments: dict[str, Any]
+        resource: dict[str, str]
+        destination: str
+        effect_class: str
+        digest: str
+        serializer: str
+        contract_revision: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.NORMALIZED
+            agg.normalized_arguments = self.arguments
+            agg.resource = self.resource
+            agg.destination = self.destination
+            agg.effect_class = self.effect_class
+            agg.digest = self.digest
+            agg.contract_revision = self.contract_revision
+
+    class NormalizationFailed(Event):
+        """The arguments do not describe a consequence the capability can have."""
+
+        reason: str
+        field: str | None
+        detail: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.REJECTED
+            agg.reason = self.reason
+            agg.field = self.field
+
+    class PolicyDecided(Event):
+        """Policy's answer on current facts: allow, deny, require_approval or pause."""
+
+        outcome: str
+        policy_revision: str
+        reasons: list[str]
+        determining: list[str]
+        facts: dict[str, str | int | bool]
+        digest: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.decision = self.outcome
+            agg.policy_revision = self.policy_revision
+            agg.facts = self.facts
+            if self.outcome == "deny":
+                agg.state = State.DENIED
+                agg.reason = self.reasons[0] if self.reasons else "policy.denied"
+            elif self.outcome == "pause":
+                agg.state = State.PAUSED
+                agg.reason = self.reasons[0] if self.reasons else "policy.paused"
+            elif self.outcome == "allow":
+                agg.state = State.ALLOWED
+
+    class ReviewRequested(Event):
+        """A human must approve this exact consequence before it may happen."""
+
+        review_id: str
+        digest: str
+        policy_revision: str
+        contract_revision: str
+        summary: str
+        expires_at: datetime
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.AWAITING_APPROVAL
+            agg.review_id = self.review_id
+            agg.review_expires_at = self.expires_at
+
+    class ReviewApproved(Event):
+        """A reviewer approved; the approval is bound to digest and revisions."""
+
+        review_id: str
+        reviewer: str
+        digest: str
+        policy_revision: str
+        contract_revision: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.ALLOWED
+            agg.approval_digest = self.digest
+
+    class ReviewDenied(Event):
+        """A reviewer refused."""
+
+        review_id: str
+        reviewer: str
+        reason: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.DENIED
+            agg.reason = "review.denied"
+
+    class ReviewExpired(Event):
+        """Nobody decided before the review expired."""
+
+        review_id: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.DENIED
+            agg.reason = "review.expired"
+
+    class ExecutionAuthorized(Event):
+        """The final gate passed; this attempt may be dispatched, and only this one."""
+
+        attempt_id: str
+        intent_key: str
+        digest: str
+        policy_revision: str
+        contract_revision: str
+        gate_facts: dict[str, str | int | bool]
+        deadline_at: datetime
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.AUTHORIZED
+            agg.intent_key = self.intent_key
+            agg.attempts.append(Attempt(self.attempt_id, self.originator_version))
+
+    class GateRefused(Event):
+        """The final gate found something no longer true; nothing was dispatched."""
+
+        reason: str
+        gate_facts: dict[str, str | int | bool]
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.REFUSED
+            agg.reason = self.reason
+
+    class AttemptSent(Event):
+        """The adapter crossed the send boundary: from here the effect may have happened."""
+
+        attempt_id: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.SENT
+            agg.attempt(self.attempt_id).stage = "sent"
+
+    class EffectCompleted(Event):
+        """The effect happened; the receipt is its evidence."""
+
+        attempt_id: str
+        receipt: dict[str, str]
+        result: dict[str, Any]
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.COMPLETED
+            agg.receipt = self.receipt
+            agg.result = self.result
+            agg.attempt(self.attempt_id).stage = "completed"
+
+    class AttemptRejected(Event):
+        """The remote system refused the request: the effect did not happen."""
+
+        attempt_id: str
+        reason: str
+        detail: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.FAILED
+            agg.reason = self.reason
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.reason = "rejected", self.reason
+
+    class AttemptFailedBeforeSend(Event):
+        """The attempt never crossed its send boundary; the same intent may try again."""
+
+        attempt_id: str
+        reason: str
+        detail: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.ALLOWED
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.reason = "failed_before_send", self.reason
+
+    class OutcomeUnknown(Event):
+        """The attempt may have happened; nothing repeats it until reconciled."""
+
+        attempt_id: str
+        evidence: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.UNKNOWN
+            agg.attempt(self.attempt_id).stage = "unknown"
+
+    class Reconciled(Event):
+        """What a query by identity (or an operator) established about an unknown outcome."""
+
+        attempt_id: str
+        finding: str
+        receipt: dict[str, str]
+        by: str
+        why: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            attempt = agg.attempt(self.attempt_id)
+            if self.finding == "confirmed":
+                agg.state = State.COMPLETED
+                agg.receipt = self.receipt
+                attempt.stage = "completed"
+            else:
+                agg.state = State.NEEDS_OPERATOR
+                attempt.stage = f"reconciled_{self.finding}"
+
+    # -- state ----------------------------------------------------------------------
+
+    def __init__(
+        self,
+        *,
+        tenant: str,
+        run_id: str,
+        turn_id: str,
+        call_id: str,
+        actor: str,
+        tool: str,
+        raw_digest: str,
+        raw_size_bytes: int,
+        catalogue_digest: str,
+        arguments: dict[str, Any] | None = None,
+        contract_revision: str = "",
+        reason: str | None = None,
+        field: str | None = None,
+        detail: str = "",
+    ) -> None:
+        self.tenant = tenant
+        self.run_id = run_id
+        self.turn_id = turn_id
+        self.call_id = call_id
+        self.actor = actor
+        self.tool = tool
+        self.raw_digest = raw_digest
+        self.raw_size_bytes = raw_size_bytes
+        self.catalogue_digest = catalogue_digest
+        self.arguments = arguments or {}
+        self.contract_revision = contract_revision
+        self.state = State.REJECTED if reason else State.PROPOSED
+        self.reason = reason
+        self.field = field
+        self.normalized_arguments: dict[str, Any] = {}
+        self.resource: dict[str, str] = {}
+        self.destination = ""
+        self.effect_class = ""
+        self.digest: str | None = None
+        self.decision: str | None = None
+        self.policy_revision: str | None = None
+        self.facts: dict[str, str | int | bool] = {}
+        self.review_id: str | None = None
+        self.review_expires_at: datetime | None = None
+        self.approval_digest: str | None = None
+        self.intent_key: str | None = None
+        self.attempts: list[Attempt] = []
+        self.receipt: dict[str, str] = {}
+        self.result: dict[str, Any] = {}
+
+    @property
+    def intent_id(self) -> str:
+        """The id as it appears in subjects."""
+        return self.id.hex
+
+    def attempt(self, attempt_id: str) -> Attempt:
+        """Return the attempt with this id.
+
+        Raises:
+            KeyError: no such attempt was authorized.
+        """
+        for attempt in self.attempts:
+            if attempt.attempt_id == attempt_id:
+                return attempt
+        raise KeyError(attempt_id)
+
+    @property
+    def current_attempt(self) -> Attempt | None:
+        """The latest attempt, if any."""
+        return self.attempts[-1] if self.attempts else None
+
+
+#: The topic the first event of every intent names (the library resolves the class by it).
+INTENT_TOPIC = get_topic(EffectIntent)
+
+
+def intent_uuid(intent_id: str) -> UUID:
+    """Return the UUID of an intent id as it appears in subjects."""
+    return UUID(hex=intent_id)

@@ -1,0 +1,76 @@
+"""Lockgate's own mapping of ``EffectIntent`` events to stored bytes (msgspec JSON).
+
+The library's Application and recorders are not used: JetStream is the store. The
+envelope keeps the event's class version; older versions are upcast with the event
+class's ``upcast_vN_vN+1`` static methods, as the library's mapper would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import reduce
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from lockgate.eventstore.base import NewEvent, RecordedEvent
+from lockgate.intent.aggregate import EffectIntent, Event
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    name: cls
+    for name, cls in vars(EffectIntent).items()
+    if isinstance(cls, type) and issubclass(cls, Event)
+}
+
+
+class _Envelope(msgspec.Struct):
+    v: int
+    data: dict[str, Any]
+
+
+_encoder = msgspec.json.Encoder()
+_envelope = msgspec.json.Decoder(_Envelope)
+
+
+class EventDecodeError(ValueError):
+    """Stored bytes that are not an event this code knows."""
+
+
+def encode_event(event: Event) -> NewEvent:
+    """Return the storable form of ``event``."""
+    name = type(event).__name__
+    data = msgspec.to_builtins(event)
+    return NewEvent(
+        event_id=event.event_id,
+        event_type=name,
+        data=_encoder.encode({"v": type(event).class_version, "data": data}),
+    )
+
+
+def decode_event(recorded: RecordedEvent) -> Event:
+    """Return the event object of a stored event, upcast to the current class version.
+
+    Raises:
+        EventDecodeError: unknown type or bytes that do not fit it.
+    """
+    cls = EVENT_TYPES.get(recorded.event_type)
+    if cls is None:
+        raise EventDecodeError(f"unknown event type {recorded.event_type!r}")
+    try:
+        envelope = _envelope.decode(recorded.data)
+        state = dict(envelope.data)
+        version = envelope.v
+        while version < cls.class_version:
+            getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
+            version += 1
+        # The subject is authoritative for identity and position.
+        state["originator_id"] = UUID(hex=recorded.intent_id)
+        state["originator_version"] = recorded.version
+        return msgspec.convert(state, type=cls, strict=False)
+    except (msgspec.ValidationError, msgspec.DecodeError, AttributeError) as exc:
+        raise EventDecodeError(f"{recorded.event_type} v{recorded.version}: {exc}") from exc
+
+
+def fold(events: Iterable[Event]) -> EffectIntent | None:
+    """Rebuild the aggregate from its events (``None`` when there are none)."""
+    return reduce(lambda agg, e: e.mutate(agg), events, None)  # type: ignore[arg-type,return-value]

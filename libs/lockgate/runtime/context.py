@@ -1,0 +1,100 @@
+"""The connections and ports a service process uses, made once the broker is connected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+from faststream.nats import NatsBroker
+from lockgate.adapters.client import AdapterClient
+from lockgate.contracts.messages import RunContext
+from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.core.ids import is_subject_token
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.topology import (
+    CAPABILITIES_BUCKET,
+    CATALOGUES_BUCKET,
+    RUNS_BUCKET,
+    ensure_topology,
+)
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+
+@dataclass
+class Ports:
+    """Everything a handler may talk to."""
+
+    nc: Client
+    js: JetStreamContext
+    store: JetStreamEventStore
+    registry: CapabilityRegistry
+    adapters: AdapterClient
+    runs: KeyValue
+    catalogues: KeyValue
+
+    async def run(self, tenant: str, run_id: str) -> RunContext | None:
+        """The run's authoritative context, or ``None`` when no such run was opened."""
+        if not (is_subject_token(tenant) and is_subject_token(run_id)):
+            return None
+        try:
+            entry = await self.runs.get(run_key(tenant, run_id))
+        except KeyNotFoundError:
+            return None
+        return msgspec.json.decode(entry.value or b"", type=RunContext)
+
+
+def run_key(tenant: str, run_id: str) -> str:
+    """Key of a run in the runs bucket."""
+    return f"{tenant}.{run_id}"
+
+
+H = TypeVar("H")
+
+
+async def connect_ports(broker: NatsBroker, settings: Settings) -> Ports:
+    """Connect ``broker``, make sure the topology exists, build the ports."""
+    nc: Client = await broker.connect()
+    js = nc.jetstream()
+    await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s)
+    return Ports(
+        nc=nc,
+        js=js,
+        store=JetStreamEventStore(nc),
+        registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
+        adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
+        runs=await js.key_value(RUNS_BUCKET),
+        catalogues=await js.key_value(CATALOGUES_BUCKET),
+    )
+
+
+class Service(Generic[H]):
+    """A service's handlers, built from its ports when the broker connects.
+
+    Subscribers start only after the startup hooks ran, so a handler never sees a
+    service without its ports.
+    """
+
+    def __init__(self, build: Callable[[Ports], H]) -> None:
+        self._build = build
+        self._handlers: H | None = None
+
+    @property
+    def handlers(self) -> H:
+        """The handlers.
+
+        Raises:
+            RuntimeError: used before the service connected.
+        """
+        if self._handlers is None:
+            raise RuntimeError("service used before it connected")
+        return self._handlers
+
+    async def start(self, broker: NatsBroker, settings: Settings) -> None:
+        """Connect and build the handlers."""
+        self._handlers = self._build(await connect_ports(broker, settings))

@@ -1,0 +1,47 @@
+"""Typed settings, read from the environment only when a process asks for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Settings every Lockgate process shares. Environment prefix: ``LOCKGATE_``."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", frozen=True)
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    nats_user: str | None = None
+    nats_password: str | None = None
+    var_dir: Path = Path("var")
+    #: Cedar policies and schema fragments, read recursively.
+    policy_dir: Path = Path("deploy/policies")
+    #: Replicas of every stream: 1 embedded, 3 in a cluster.
+    replicas: int = Field(default=1, ge=1, le=5)
+    #: How long a service waits for an adapter's request/reply answer.
+    adapter_timeout_s: float = 2.0
+    #: How long a JetStream message may stay unacknowledged before redelivery.
+    ack_wait_s: float = 30.0
+    #: Upper bound of raw argument bytes intake accepts for any tool.
+    max_candidate_bytes: int = 64 * 1024
+    #: How long a review stays open.
+    review_ttl_s: float = 3600.0
+    #: Metrics port of this process (0: no metrics endpoint).
+    metrics_port: int = 0
+    log_level: str = "INFO"
+
+    def connect_options(self) -> dict[str, object]:
+        """Keyword arguments for ``nats.connect`` / ``NatsBroker``."""
+        options: dict[str, object] = {
+            "servers": [self.nats_url],
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.5,
+            "connect_timeout": 2,
+        }
+        if self.nats_user:
+            options["user"] = self.nats_user
+            options["password"] = self.nats_password or ""
+        return options

@@ -1,0 +1,416 @@
+"""``make run``: the embedded NATS server and every service as supervised child processes.
+
+Each child runs in a process group of its own, so the supervisor can stop it together
+with anything it started (and a Ctrl-C on the terminal reaches the supervisor only,
+which then stops the children in order instead of racing them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+from lockgate.core.errors import LockgateError
+from lockgate.runtime.natsserver import NatsServer, NatsServerError
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.status import CHILDREN, check_status
+from lockgate.runtime.topology import ensure_topology
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+#: Where the embedded server listens unless told otherwise (the NATS default port).
+DEFAULT_PORT = 4222
+#: First delay before restarting a child that exited; it doubles up to the maximum.
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 10.0
+#: A child that ran this long before exiting starts again from the first delay.
+STABLE_AFTER_S = 30.0
+#: How long the supervisor waits for every child to answer before saying who did not.
+READY_TIMEOUT_S = 60.0
+#: How long children get between SIGTERM and SIGKILL.
+STOP_TIMEOUT_S = 10.0
+#: How long the first connection to the server may take.
+CONNECT_TIMEOUT_S = 10.0
+
+READY_LINE = "Lockgate ready"
+
+PortState = Literal["free", "nats", "other"]
+
+
+class SupervisorError(LockgateError):
+    """The supervisor cannot start: no usable NATS server, or its topology failed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="supervisor.start")
+
+
+def _say(line: str, *, error: bool = False) -> None:
+    print(line, file=sys.stderr if error else sys.stdout, flush=True)
+
+
+async def probe_port(host: str, port: int, timeout_s: float = 1.0) -> PortState:
+    """Tell whether ``host:port`` is free, served by a NATS server, or taken by something else.
+
+    A NATS server greets every new connection with an ``INFO {...}`` line before the
+    client says anything; nothing else on that port is expected to.
+
+    Args:
+        host: the address to probe.
+        port: the TCP port.
+        timeout_s: how long to wait for the connection and for the greeting.
+
+    Returns:
+        ``"free"`` when the connection is refused, ``"nats"`` when the greeting is
+        NATS's, ``"other"`` otherwise.
+    """
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except ConnectionRefusedError:
+        return "free"
+    except (TimeoutError, OSError):
+        return "other"
+    try:
+        greeting = await asyncio.wait_for(reader.readexactly(5), timeout_s)
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
+        greeting = b""
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return "nats" if greeting == b"INFO " else "other"
+
+
+@dataclass
+class _Child:
+    name: str
+    module: str
+    proc: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    #: Process groups that may still hold a process of this child's (leader pid = pgid).
+    groups: set[int] = field(default_factory=set)
+
+
+async def run_supervisor(
+    settings: Settings,
+    *,
+    embedded: bool = True,
+    port: int = DEFAULT_PORT,
+    children: Sequence[tuple[str, str]] | None = None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    stop_timeout_s: float = STOP_TIMEOUT_S,
+) -> int:
+    """Run Lockgate on this machine until SIGINT, SIGTERM or SIGHUP.
+
+    Starts (or reuses) the NATS server, creates the topology, starts every child as
+    ``python -m <module>`` with ``LOCKGATE_NATS_URL`` and ``LOCKGATE_VAR_DIR`` set and
+    output appended to ``<var_dir>/log/<name>.log``, restarts children that exit, and
+    prints ``Lockgate ready`` once every child answers ``lg.status.<name>``.
+
+    Args:
+        settings: shared settings; ``var_dir`` holds the server's store and the logs.
+        embedded: start a ``nats-server`` on ``127.0.0.1:port`` (or use the NATS server
+            already listening there); when false, use ``settings.nats_url``.
+        port: the embedded server's port (0: any free port).
+        children: ``(status name, python module)`` pairs; default: every service and
+            demo adapter (``status.CHILDREN``).
+        ready_timeout_s: after this long without every answer, say who is missing
+            (and keep waiting).
+        stop_timeout_s: grace between SIGTERM and SIGKILL on shutdown.
+
+    Returns:
+        0 after a signal-driven shutdown, 2 when it could not start.
+    """
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    handled = _handle_signals(loop, stopping.set)
+    var_dir = settings.var_dir.resolve()
+    log_dir = var_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    kids = [_Child(name, module) for name, module in (CHILDREN if children is None else children)]
+    tasks: list[asyncio.Task[None]] = []
+    server: NatsServer | None = None
+    nc: Client | None = None
+    try:
+        if embedded:
+            url, server = await _embedded_server(var_dir, port)
+        else:
+            url = settings.nats_url
+            _say(f"lockgate: using the NATS server at {url}")
+        nc = await _connect(settings, url, stopping)
+        try:
+            await ensure_topology(
+                nc.jetstream(), replicas=settings.replicas, ack_wait_s=settings.ack_wait_s
+            )
+        except NatsError as exc:
+            raise SupervisorError(
+                f"could not create streams on {url} (is JetStream enabled?): {exc!r}"
+            ) from exc
+        if stopping.is_set():
+            return 0
+        env = _child_env(url, var_dir)
+        _say(f"lockgate: starting {', '.join(k.name for k in kids)}; logs in {log_dir}")
+        tasks = [asyncio.create_task(_keep_running(kid, env, log_dir)) for kid in kids]
+        tasks.append(
+            asyncio.create_task(
+                _announce_ready(nc, [k.name for k in kids], ready_timeout_s, log_dir)
+            )
+        )
+        await stopping.wait()
+        _say("lockgate: stopping")
+        return 0
+    except SupervisorError as exc:
+        _say(f"lockgate: {exc}", error=True)
+        return 2
+    finally:
+        await _stop_children(kids, tasks, stop_timeout_s)
+        if nc is not None:
+            with contextlib.suppress(NatsError, OSError):
+                await nc.close()
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+
+
+def _handle_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
+    handled: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            loop.add_signal_handler(sig, stop)
+        except (ValueError, RuntimeError, NotImplementedError):
+            # Not the main thread (or no Unix signals): the caller owns shutdown.
+            continue
+        handled.append(sig)
+    return handled
+
+
+async def _embedded_server(var_dir: Path, port: int) -> tuple[str, NatsServer | None]:
+    host = "127.0.0.1"
+    state: PortState = "free" if port == 0 else await probe_port(host, port)
+    if state == "other":
+        raise SupervisorError(
+            f"port {port} on {host} is taken by something that is not a NATS server; "
+            "stop it, choose another port, or set LOCKGATE_NATS_URL to a running NATS server"
+        )
+    if state == "nats":
+        url = f"nats://{host}:{port}"
+        _say(f"lockgate: a NATS server already listens on {host}:{port}; using it (left running)")
+        return url, None
+    server = NatsServer(
+        store_dir=var_dir / "nats", port=port, log_file=var_dir / "log" / "nats-server.log"
+    )
+    try:
+        await asyncio.to_thread(server.start)
+    except NatsServerError as exc:
+        raise SupervisorError(
+            f"the embedded nats-server did not start: {exc} (see {server.log_file})"
+        ) from exc
+    _say(f"lockgate: embedded nats-server on {server.url}, store {server.store_dir}")
+    return server.url, server
+
+
+async def _connect(settings: Settings, url: str, stopping: asyncio.Event) -> Client:
+    async def on_error(exc: Exception) -> None:
+        # nats-py logs a traceback per failed reconnect attempt by default.
+        return None
+
+    async def on_disconnected() -> None:
+        if not stopping.is_set():
+            _say("lockgate: lost the NATS connection; reconnecting")
+
+    async def on_reconnected() -> None:
+        _say("lockgate: reconnected to NATS")
+
+    options = settings.connect_options()
+    options.update(
+        servers=[url],
+        name="lockgate-supervisor",
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+    )
+    nc = Client()
+    try:
+        # With unlimited reconnects nats-py retries a first connection forever.
+        await asyncio.wait_for(nc.connect(**options), CONNECT_TIMEOUT_S)  # type: ignore[arg-type]
+    except (TimeoutError, OSError, NatsError) as exc:
+        reason = nc.last_error or exc
+        with contextlib.suppress(Exception):
+            await nc.close()
+        raise SupervisorError(f"cannot connect to NATS at {url}: {reason!r}") from exc
+    return nc
+
+
+def _child_env(url: str, var_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LOCKGATE_NATS_URL"] = url
+    env["LOCKGATE_VAR_DIR"] = str(var_dir)
+    # Logs are files: without this a crash loses the last lines still in the buffer.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@functools.cache
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the kernel SIGTERM the child if the supervisor dies.
+
+    Covers the case no signal handler can: the supervisor itself being SIGKILLed.
+    Linux only; resolved before fork so the child only makes one system call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    sigterm = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, sigterm)
+
+    return preexec
+
+
+def _open_log(path: Path, module: str) -> BinaryIO:
+    log = open(path, "ab")  # noqa: SIM115 - closed by the caller once the child holds it
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    log.write(f"--- {stamp} lockgate: starting python -m {module}\n".encode())
+    log.flush()
+    return log
+
+
+async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.subprocess.Process:
+    log = await asyncio.to_thread(_open_log, log_dir / f"{kid.name}.log", kid.module)
+    with log:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            kid.module,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            process_group=0,
+            preexec_fn=_parent_death_signal(),
+        )
+
+
+async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None:
+    """Start ``kid`` and start it again whenever it exits; ends by cancellation only."""
+    loop = asyncio.get_running_loop()
+    delay_s = BACKOFF_MIN_S
+    while True:
+        started = loop.time()
+        try:
+            proc = await _spawn(kid, env, log_dir)
+        except OSError as exc:
+            outcome = f"could not start ({exc})"
+        else:
+            kid.proc = proc
+            kid.groups.add(proc.pid)
+            code = await proc.wait()
+            # Whatever the dead child started would otherwise outlive it, orphaned.
+            _signal_group(proc.pid, signal.SIGKILL)
+            kid.groups.discard(proc.pid)
+            outcome = f"exited with {code}"
+        if loop.time() - started >= STABLE_AFTER_S:
+            delay_s = BACKOFF_MIN_S
+        kid.restarts += 1
+        _say(f"lockgate: {kid.name} {outcome}, restarting (restart #{kid.restarts})")
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, BACKOFF_MAX_S)
+
+
+async def _announce_ready(
+    nc: Client, names: Sequence[str], timeout_s: float, log_dir: Path
+) -> None:
+    """Print the ready line once every child answers; say who is missing after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    warned = False
+    while True:
+        answers = await check_status(nc, names, timeout_s=1.0)
+        missing = [name for name in names if answers[name] is None]
+        if not missing:
+            _say(READY_LINE)
+            return
+        if not warned and loop.time() >= deadline:
+            _say(
+                f"lockgate: not ready after {timeout_s:g}s; no answer from "
+                f"{', '.join(missing)} (logs in {log_dir}); still waiting"
+            )
+            warned = True
+        await asyncio.sleep(2.0 if warned else 0.2)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _live_groups(pgids: set[int]) -> set[int]:
+    """The groups among ``pgids`` with a member that is not a zombie.
+
+    ``killpg(g, 0)`` succeeds on zombies too, and orphaned zombies stay until init
+    reaps them (which some container inits never do), so Linux reads ``/proc``.
+    """
+    alive = set()
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        alive.add(pgid)
+    proc = Path("/proc")
+    if not alive or not proc.is_dir():
+        return alive
+    running: set[int] = set()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: fields follow the last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp in alive and state not in ("Z", "X"):
+            running.add(pgrp)
+    return running
+
+
+async def _stop_children(
+    kids: Sequence[_Child], tasks: Sequence[asyncio.Task[None]], timeout_s: float
+) -> None:
+    """Cancel the restart loops, SIGTERM every group, SIGKILL what is left after ``timeout_s``."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    groups = {pgid: kid for kid in kids for pgid in kid.groups}
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while _live_groups(set(groups)) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    for pgid in _live_groups(set(groups)):
+        _say(f"lockgate: {groups[pgid].name} did not stop within {timeout_s:g}s; killing it")
+        _signal_group(pgid, signal.SIGKILL)
+    for kid in kids:
+        if kid.proc is not None:
+            await kid.proc.wait()

@@ -1,0 +1,182 @@
+"""Streams, buckets and durable consumers: created explicitly with nats-py, once.
+
+FastStream's ``declare=True`` overwrites an existing stream's configuration with its
+own defaults, and nats-py binds an existing durable without applying a new config;
+so Lockgate owns its topology here and services only bind to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lockgate.eventstore.jetstream import events_stream_config
+from lockgate.eventstore.subjects import type_filter
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+
+CANDIDATES = "LG_CANDIDATES"
+EXEC = "LG_EXEC"
+REPORTS = "LG_REPORTS"
+RESPONSES = "LG_RESPONSES"
+EVENTS = "LG_EVENTS"
+RUNS_BUCKET = "LG_RUNS"
+CATALOGUES_BUCKET = "LG_CATALOGUES"
+CAPABILITIES_BUCKET = "LG_CAPABILITIES"
+
+#: Events the model learns of: intake answers the agent runtime when one is recorded.
+MODEL_VISIBLE = (
+    "CandidateRejected",
+    "NormalizationFailed",
+    "PolicyDecided",
+    "ReviewRequested",
+    "ReviewDenied",
+    "ReviewExpired",
+    "GateRefused",
+    "EffectCompleted",
+    "AttemptRejected",
+    "OutcomeUnknown",
+    "Reconciled",
+)
+
+
+@dataclass(frozen=True)
+class Durable:
+    """A durable pull consumer a service binds to."""
+
+    stream: str
+    name: str
+    filters: tuple[str, ...]
+    max_deliver: int = -1
+    max_ack_pending: int = 256
+
+
+def _events(name: str, *types: str, max_ack_pending: int = 256) -> Durable:
+    return Durable(EVENTS, name, tuple(type_filter(t) for t in types), max_ack_pending=max_ack_pending)
+
+
+#: Timer consumers hold one message per open deadline (nak'd with a delay until it
+#: falls due), so their pending limit bounds how many deadlines can be open at once.
+TIMERS = 100_000
+
+
+DURABLES: tuple[Durable, ...] = (
+    Durable(CANDIDATES, "intake", ("lg.propose.>",)),
+    _events("intake-responses", *MODEL_VISIBLE),
+    _events("normalization", "CandidateReceived"),
+    _events("policy", "CandidateNormalized"),
+    _events("approval", "PolicyDecided"),
+    _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS),
+    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend"),
+    _events("executor-dispatch", "ExecutionAuthorized"),
+    _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
+    Durable(REPORTS, "executor-reports", ("lg.report.>",)),
+    _events("reconciler", "OutcomeUnknown"),
+)
+
+
+def durable(name: str) -> Durable:
+    """Return the durable consumer called ``name``.
+
+    Raises:
+        KeyError: no such durable is part of the topology.
+    """
+    for d in DURABLES:
+        if d.name == name:
+            return d
+    raise KeyError(name)
+
+
+def stream_configs(replicas: int = 1) -> list[StreamConfig]:
+    """Every stream Lockgate uses."""
+    two_minutes = 120.0
+    return [
+        events_stream_config(EVENTS, replicas=replicas, duplicate_window_s=two_minutes),
+        StreamConfig(
+            name=CANDIDATES,
+            subjects=["lg.propose.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=two_minutes,
+            max_msg_size=2 * 1024 * 1024,
+        ),
+        StreamConfig(
+            name=EXEC,
+            subjects=["lg.exec.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=two_minutes,
+        ),
+        StreamConfig(
+            name=REPORTS,
+            subjects=["lg.report.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=two_minutes,
+        ),
+        StreamConfig(
+            name=RESPONSES,
+            subjects=["lg.response.>"],
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=two_minutes,
+            allow_direct=True,
+            max_msgs_per_subject=16,
+            max_age=7 * 24 * 3600.0,
+        ),
+    ]
+
+
+def consumer_config(d: Durable, ack_wait_s: float) -> ConsumerConfig:
+    """The configuration of one durable consumer."""
+    return ConsumerConfig(
+        durable_name=d.name,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_deliver=d.max_deliver,
+        max_ack_pending=d.max_ack_pending,
+        filter_subjects=list(d.filters),
+    )
+
+
+async def ensure_topology(js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = 30.0) -> None:
+    """Create (or bring up to date) every stream, bucket and durable consumer.
+
+    Safe to run from several processes at once and on every start.
+    """
+    for config in stream_configs(replicas):
+        try:
+            await js.add_stream(config)
+        except BadRequestError:
+            await js.update_stream(config)
+    for bucket, history in ((RUNS_BUCKET, 1), (CATALOGUES_BUCKET, 1), (CAPABILITIES_BUCKET, 4)):
+        try:
+            await js.key_value(bucket)
+        except NotFoundError:
+            await js.create_key_value(
+                KeyValueConfig(
+                    bucket=bucket,
+                    history=history,
+                    storage=StorageType.FILE,
+                    replicas=replicas,
+                    direct=True,
+                )
+            )
+    for d in DURABLES:
+        config = consumer_config(d, ack_wait_s)
+        try:
+            await js.add_consumer(d.stream, config)
+        except BadRequestError:
+            await js.update_consumer(d.stream, config) if hasattr(js, "update_consumer") else None

@@ -1,0 +1,137 @@
+"""The whole system as real processes on a private broker, for end-to-end tests and benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client
+
+from lockgate.runtime.natsserver import NatsServer
+from lockgate.runtime.status import CHILDREN, check_status
+from lockgate.runtime.topology import ensure_topology
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class System:
+    """nats-server plus every service and the demo adapter, each its own process."""
+
+    root: Path
+    children: Sequence[tuple[str, str]] = CHILDREN
+    extra_env: dict[str, str] = field(default_factory=dict)
+    server: NatsServer | None = None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """The broker's URL."""
+        if self.server is None:
+            raise RuntimeError("system not started")
+        return self.server.url
+
+    @property
+    def world_dir(self) -> Path:
+        """Where the case-notes world keeps its state and ledger."""
+        return self.root / "worlds" / "case"
+
+    def env(self) -> dict[str, str]:
+        """The environment every child gets."""
+        env = dict(os.environ)
+        env.update(
+            LOCKGATE_NATS_URL=self.url,
+            LOCKGATE_VAR_DIR=str(self.root),
+            LOCKGATE_POLICY_DIR=str(REPO / "deploy" / "policies"),
+            LOCKGATE_CASE_WORLD_DIR=str(self.world_dir),
+            LOCKGATE_LOG_LEVEL="INFO",
+            **self.extra_env,
+        )
+        return env
+
+    async def start(self, timeout_s: float = 60.0) -> None:
+        """Start the broker, create the topology, start every child and wait until all answer."""
+        (self.root / "log").mkdir(parents=True, exist_ok=True)
+        self.server = NatsServer(store_dir=self.root / "nats", log_file=self.root / "log" / "nats.log")
+        self.server.start()
+        nc = await self.connect()
+        try:
+            await ensure_topology(nc.jetstream())
+        finally:
+            await nc.close()
+        for name, module in self.children:
+            self.spawn(name, module)
+        await self.wait_ready([name for name, _ in self.children], timeout_s)
+
+    def spawn(self, name: str, module: str) -> None:
+        """Start one child process."""
+        log = open(self.root / "log" / f"{name}.log", "ab")
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", module], env=self.env(), stdout=log, stderr=log, cwd=REPO
+        )
+
+    async def connect(self) -> Client:
+        """A client connection to the broker."""
+        return await nats.connect(self.url, max_reconnect_attempts=3)
+
+    async def wait_ready(self, names: Sequence[str], timeout_s: float = 60.0) -> None:
+        """Poll ``lg.status.<name>`` until every one answers.
+
+        Raises:
+            TimeoutError: some did not answer within ``timeout_s``.
+        """
+        nc = await self.connect()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                answers = await check_status(nc, names, timeout_s=0.5)
+                missing = [n for n, a in answers.items() if a is None]
+                if not missing:
+                    return
+                for name in missing:
+                    proc = self.processes.get(name)
+                    if proc is not None and proc.poll() is not None:
+                        raise RuntimeError(f"{name} exited with {proc.returncode}: see {self.log(name)}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not ready: {missing}")
+                await asyncio.sleep(0.2)
+        finally:
+            await nc.close()
+
+    def log(self, name: str) -> Path:
+        """A child's log file."""
+        return self.root / "log" / f"{name}.log"
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one child, as a crash would."""
+        proc = self.processes[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    async def restart(self, name: str) -> None:
+        """Start a killed child again and wait until it answers."""
+        module = dict(self.children)[name]
+        self.spawn(name, module)
+        await self.wait_ready([name])
+
+    def stop(self) -> None:
+        """Stop every child (SIGTERM, then SIGKILL) and the broker."""
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.server is not None:
+            self.server.stop()

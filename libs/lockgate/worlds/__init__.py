@@ -1,0 +1,1 @@
+"""Deterministic simulated systems that adapters act on, each with a ledger of its effects."""

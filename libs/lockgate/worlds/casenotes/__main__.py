@@ -1,0 +1,22 @@
+"""``python -m lockgate.worlds.casenotes``: run the case-notes adapter worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lockgate.adapters.sdk import run_adapter
+from lockgate.runtime.settings import Settings
+from lockgate.worlds.casenotes.adapter import CaseNotesAdapter, CaseWorldSettings
+
+
+def main() -> None:
+    """Open (or seed) the case world and serve ``case.add_note`` until stopped."""
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level)
+    adapter = CaseNotesAdapter.from_settings(CaseWorldSettings())
+    asyncio.run(run_adapter([adapter], settings, name="casenotes"))
+
+
+if __name__ == "__main__":
+    main()

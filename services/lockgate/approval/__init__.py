@@ -1,0 +1,1 @@
+"""Approval: immutable reviews bound to the exact consequence, decided by authenticated reviewers."""

@@ -1,0 +1,44 @@
+"""Approval's FastStream app."""
+
+from __future__ import annotations
+
+import logging
+
+from faststream import FastStream
+from faststream.nats import NatsMessage
+
+from lockgate.approval.handlers import ApprovalHandlers
+from lockgate.runtime.service import (
+    Subscription,
+    add_durable,
+    recorded_event,
+    service_app,
+    utc_now,
+)
+from lockgate.runtime.settings import Settings
+
+log = logging.getLogger("lockgate.approval")
+
+
+def create_app(settings: Settings) -> FastStream:
+    """Build the approval app (connects only when run)."""
+    app, broker, service = service_app(
+        settings,
+        "approval",
+        lambda ports: ApprovalHandlers(ports, utc_now, review_ttl_s=settings.review_ttl_s),
+    )
+
+    @broker.subscriber("lg.review.*.*.decide", queue="approval")
+    async def decide(body: bytes, msg: NatsMessage) -> bytes:
+        _, _, tenant, intent_id, _ = msg.raw_message.subject.split(".")
+        return await service.handlers.decide(tenant, intent_id, body)
+
+    async def on_decided(msg: NatsMessage) -> None:
+        await service.handlers.decided(recorded_event(msg))
+
+    async def on_review(msg: NatsMessage) -> None:
+        await service.handlers.review_opened(recorded_event(msg))
+
+    add_durable(broker, Subscription("approval", on_decided), log)
+    add_durable(broker, Subscription("approval-expiry", on_review), log)
+    return app

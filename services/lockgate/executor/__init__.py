@@ -1,0 +1,1 @@
+"""Executor: the final gate, dispatch of authorized attempts, and attempt outcomes."""

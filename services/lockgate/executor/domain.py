@@ -1,0 +1,182 @@
+"""The executor's pure decisions: the final gate, attempt reports, deadlines."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+from lockgate.authz import Decision
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import AttemptReport, ExecutionOrder, Facts
+from lockgate.core.ids import derived_id
+from lockgate.intent.aggregate import EffectIntent, Event, State
+
+#: Attempts that failed before their send boundary are retried at most this often.
+MAX_ATTEMPTS = 3
+DETAIL_MAX_CHARS = 300
+#: Stages after which the effect may exist: no new attempt may start.
+_MAY_HAVE_HAPPENED = {"sent", "completed", "unknown", "reconciled_absent", "reconciled_manual", "rejected"}
+
+
+def _refuse(intent: EffectIntent, reason: str, facts: dict[str, Any], ids: dict[str, Any]) -> list[Event]:
+    return [EffectIntent.GateRefused.next(intent, reason=reason, gate_facts=facts, **ids)]
+
+
+def gate(
+    intent: EffectIntent,
+    contract: CapabilityContract | None,
+    facts: Facts,
+    decision: Decision,
+    *,
+    cause: str,
+    now: datetime,
+) -> list[Event]:
+    """The final gate, immediately before dispatch.
+
+    Passes only when the mapping revision is unchanged, the approval (if any) is bound
+    to this digest and unexpired, no earlier attempt may have produced the effect, and
+    current policy on fresh facts still permits it. Anything else → ``GateRefused``.
+    """
+    if intent.state is not State.ALLOWED:
+        return []
+    ids = dict(now=now, event_id=derived_id("gate", cause), causation_id=cause)
+    used = dict(facts.facts)
+    if contract is None or contract.revision != intent.contract_revision:
+        return _refuse(intent, "gate.mapping-changed", used, ids)
+    reviewed = intent.review_id is not None
+    if reviewed:
+        if intent.approval_digest != intent.digest:
+            return _refuse(intent, "gate.approval-mismatch", used, ids)
+        if intent.review_expires_at is None or now >= intent.review_expires_at:
+            return _refuse(intent, "gate.review-expired", used, ids)
+    elif intent.decision != "allow":
+        return _refuse(intent, "gate.no-decision", used, ids)
+    if any(a.stage in _MAY_HAVE_HAPPENED for a in intent.attempts):
+        return _refuse(intent, "gate.prior-attempt", used, ids)
+    if len(intent.attempts) >= MAX_ATTEMPTS:
+        return _refuse(intent, "gate.attempts-exhausted", used, ids)
+    acceptable = ("allow", "require_approval") if reviewed else ("allow",)
+    if decision.outcome not in acceptable:
+        reason = decision.reasons[0] if decision.reasons else "gate.policy-changed"
+        return _refuse(intent, reason, used, ids)
+    return [
+        EffectIntent.ExecutionAuthorized.next(
+            intent,
+            attempt_id=derived_id("attempt", intent.intent_id, str(len(intent.attempts) + 1)),
+            intent_key=derived_id("intent-key", intent.intent_id, intent.digest or ""),
+            digest=intent.digest or "",
+            policy_revision=decision.revision,
+            contract_revision=contract.revision,
+            gate_facts=used,
+            deadline_at=now + timedelta(seconds=contract.outcome_deadline_s),
+            **ids,  # type: ignore[arg-type]
+        )
+    ]
+
+
+def order_for(intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized) -> ExecutionOrder | None:
+    """The execution order for an authorization, if it is still the current attempt."""
+    current = intent.current_attempt
+    if intent.state is not State.AUTHORIZED or current is None:
+        return None
+    if current.attempt_id != authorized.attempt_id:
+        return None
+    return ExecutionOrder(
+        tenant=intent.tenant,
+        intent_id=intent.intent_id,
+        attempt_id=authorized.attempt_id,
+        intent_key=authorized.intent_key,
+        capability=intent.tool,
+        digest=authorized.digest,
+        arguments=intent.normalized_arguments,
+        resource=intent.resource,
+        actor=intent.actor,
+        preconditions=authorized.gate_facts,
+        authorized_version=current.authorized_version,
+    )
+
+
+def bounded(result: dict[str, Any], limit_bytes: int) -> dict[str, Any]:
+    """The result as stored: whole when within the contract's limit, else a marker."""
+    size = len(msgspec.json.encode(result))
+    return result if size <= limit_bytes else {"truncated": True, "size_bytes": size}
+
+
+def on_report(
+    intent: EffectIntent,
+    report: AttemptReport,
+    contract: CapabilityContract | None,
+    *,
+    cause: str,
+    now: datetime,
+) -> list[Event]:
+    """Record what an adapter reported about an attempt, if it still matters."""
+    try:
+        attempt = intent.attempt(report.attempt_id)
+    except KeyError:
+        return []
+    ids = dict(now=now, event_id=derived_id("report", cause), causation_id=cause)
+    detail = report.detail[:DETAIL_MAX_CHARS]
+    stage = attempt.stage
+    if report.stage == "sent" and stage == "authorized":
+        return [EffectIntent.AttemptSent.next(intent, attempt_id=attempt.attempt_id, **ids)]
+    if report.stage == "completed":
+        receipt = {k[:64]: v[:256] for k, v in list(report.receipt.items())[:16]}
+        if stage in ("authorized", "sent"):
+            limit = contract.result_max_bytes if contract else 4096
+            return [
+                EffectIntent.EffectCompleted.next(
+                    intent, attempt_id=attempt.attempt_id, receipt=receipt,
+                    result=bounded(report.result, limit), **ids,  # type: ignore[arg-type]
+                )
+            ]
+        if stage == "unknown":
+            # A late report is evidence: it settles the unknown outcome.
+            return [
+                EffectIntent.Reconciled.next(
+                    intent, attempt_id=attempt.attempt_id, finding="confirmed", receipt=receipt,
+                    by="adapter-report", why="the adapter reported completion after the deadline",
+                    **ids,  # type: ignore[arg-type]
+                )
+            ]
+        return []
+    if report.stage == "rejected" and stage in ("authorized", "sent"):
+        return [
+            EffectIntent.AttemptRejected.next(
+                intent, attempt_id=attempt.attempt_id, reason=report.reason or "remote.rejected",
+                detail=detail, **ids,  # type: ignore[arg-type]
+            )
+        ]
+    if report.stage in ("failed_before_send", "refused_order") and stage == "authorized":
+        return [
+            EffectIntent.AttemptFailedBeforeSend.next(
+                intent, attempt_id=attempt.attempt_id,
+                reason=report.reason or f"adapter.{report.stage}", detail=detail,
+                **ids,  # type: ignore[arg-type]
+            )
+        ]
+    return []
+
+
+def on_deadline(
+    intent: EffectIntent, attempt_id: str, *, cause: str, now: datetime
+) -> list[Event]:
+    """An attempt still open at its deadline may have happened: ``OutcomeUnknown``."""
+    try:
+        attempt = intent.attempt(attempt_id)
+    except KeyError:
+        return []
+    if attempt.stage not in ("authorized", "sent") or intent.state not in (State.AUTHORIZED, State.SENT):
+        return []
+    evidence = (
+        "the adapter reported crossing the send boundary, then nothing before the deadline"
+        if attempt.stage == "sent"
+        else "no report from the adapter before the deadline; the order may have been executed"
+    )
+    return [
+        EffectIntent.OutcomeUnknown.next(
+            intent, now=now, event_id=derived_id("deadline", cause), causation_id=cause,
+            attempt_id=attempt_id, evidence=evidence,
+        )
+    ]

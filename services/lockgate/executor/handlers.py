@@ -1,0 +1,102 @@
+"""The executor's handlers: gate, dispatch, reports, deadlines."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from lockgate.adapters.client import AdapterUnavailable
+from lockgate.authz import PolicyBundle
+from lockgate.authz.intents import judge
+from lockgate.contracts.messages import AttemptReport, FactsRequest
+from lockgate.core.ids import derived_id
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.executor.domain import gate, on_deadline, on_report, order_for
+from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.codec import decode_event
+from lockgate.runtime.context import Ports
+from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
+
+log = logging.getLogger("lockgate.executor")
+
+
+def exec_subject(capability: str) -> str:
+    """Where orders for ``capability`` are published."""
+    return f"lg.exec.{capability}"
+
+
+class ExecutorHandlers:
+    """The last service before the world."""
+
+    def __init__(self, ports: Ports, bundle: PolicyBundle, clock: Clock) -> None:
+        self.ports = ports
+        self.bundle = bundle
+        self.clock = clock
+
+    async def ready(self, recorded: RecordedEvent) -> None:
+        """Run the final gate for an intent that policy or a reviewer allowed."""
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None or intent.state is not State.ALLOWED:
+                return []
+            contract = await self.ports.registry.get(intent.tool)
+            try:
+                facts = await self.ports.adapters.facts(
+                    intent.tool,
+                    FactsRequest(tenant=intent.tenant, actor=intent.actor, resource=intent.resource),
+                )
+            except AdapterUnavailable as exc:
+                raise Retry(1.0, "no fresh facts for the final gate") from exc
+            decision = judge(self.bundle, intent, facts)
+            return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock())
+
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+
+    async def dispatch(self, recorded: RecordedEvent) -> None:
+        """Publish the order of an authorized attempt (deduplicated by attempt id)."""
+        authorized = decode_event(recorded)
+        if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
+            return
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        order = order_for(intent, authorized) if intent else None
+        if order is None:
+            return  # the attempt moved on (reported, refused, unknown): nothing to send
+        await self.ports.js.publish(
+            exec_subject(order.capability),
+            msgspec.json.encode(order),
+            headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
+        )
+
+    async def report(self, data: bytes, sequence: int) -> None:
+        """Record an adapter's attempt report as an event."""
+        try:
+            report = msgspec.json.decode(data, type=AttemptReport)
+        except msgspec.MsgspecError as exc:
+            log.error("unreadable report at sequence %s dropped: %s", sequence, exc)
+            return
+        cause = derived_id("report", report.attempt_id, report.stage)
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None:
+                log.warning("report for unknown intent %s", report.intent_id)
+                return []
+            contract = await self.ports.registry.get(intent.tool)
+            return on_report(intent, report, contract, cause=cause, now=self.clock())
+
+        await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
+
+    async def deadline(self, recorded: RecordedEvent) -> None:
+        """At an attempt's deadline, turn silence into ``OutcomeUnknown``."""
+        authorized = decode_event(recorded)
+        if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
+            return
+        remaining = (authorized.deadline_at - self.clock()).total_seconds()
+        if remaining > 0:
+            raise Retry(remaining + 0.05, "attempt deadline not reached")
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None:
+                return []
+            return on_deadline(intent, authorized.attempt_id, cause=recorded.event_id, now=self.clock())
+
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)

@@ -1,0 +1,1 @@
+"""Intake: runs, turns and candidates from agent runtimes; model-facing responses back."""

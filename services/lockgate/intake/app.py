@@ -1,0 +1,49 @@
+"""Intake's FastStream app: request/reply for runs and turns, durables for candidates and responses."""
+
+from __future__ import annotations
+
+import logging
+
+from faststream import FastStream
+from faststream.nats import NatsMessage
+
+from lockgate.intake.handlers import IntakeHandlers
+from lockgate.runtime.service import (
+    Subscription,
+    add_durable,
+    recorded_event,
+    service_app,
+    utc_now,
+)
+from lockgate.runtime.settings import Settings
+
+log = logging.getLogger("lockgate.intake")
+
+
+def create_app(settings: Settings) -> FastStream:
+    """Build the intake app (connects only when run)."""
+    app, broker, service = service_app(
+        settings, "intake", lambda ports: IntakeHandlers(ports, settings, utc_now)
+    )
+
+    @broker.subscriber("lg.run.*.open", queue="intake")
+    async def open_run(body: bytes, msg: NatsMessage) -> bytes:
+        tenant = msg.raw_message.subject.split(".")[2]
+        return await service.handlers.open_run(tenant, body)
+
+    @broker.subscriber("lg.turn.*.*", queue="intake")
+    async def open_turn(body: bytes, msg: NatsMessage) -> bytes:
+        _, _, tenant, run_id = msg.raw_message.subject.split(".")
+        return await service.handlers.open_turn(tenant, run_id, body)
+
+    async def on_candidate(msg: NatsMessage) -> None:
+        raw = msg.raw_message
+        message_id = (raw.headers or {}).get("Nats-Msg-Id") or f"seq-{raw.metadata.sequence.stream}"
+        await service.handlers.candidate(raw.subject, raw.data, message_id)
+
+    async def on_visible_event(msg: NatsMessage) -> None:
+        await service.handlers.respond(recorded_event(msg))
+
+    add_durable(broker, Subscription("intake", on_candidate), log)
+    add_durable(broker, Subscription("intake-responses", on_visible_event), log)
+    return app

@@ -1,0 +1,1 @@
+"""Normalization: canonical arguments, the exact resource, and the digest that binds them."""

@@ -1,0 +1,34 @@
+"""Normalization's FastStream app."""
+
+from __future__ import annotations
+
+import logging
+
+from faststream import FastStream
+from faststream.nats import NatsMessage
+
+from lockgate.normalization.handlers import NormalizationHandlers
+from lockgate.runtime.service import (
+    Subscription,
+    add_durable,
+    deliveries,
+    recorded_event,
+    service_app,
+    utc_now,
+)
+from lockgate.runtime.settings import Settings
+
+log = logging.getLogger("lockgate.normalization")
+
+
+def create_app(settings: Settings) -> FastStream:
+    """Build the normalization app (connects only when run)."""
+    app, broker, service = service_app(
+        settings, "normalization", lambda ports: NormalizationHandlers(ports, utc_now)
+    )
+
+    async def on_received(msg: NatsMessage) -> None:
+        await service.handlers.received(recorded_event(msg), deliveries(msg))
+
+    add_durable(broker, Subscription("normalization", on_received), log)
+    return app

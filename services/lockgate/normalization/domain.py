@@ -1,0 +1,74 @@
+"""Normalization's pure decisions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import NormalizeResult
+from lockgate.core.canonical import SERIALIZER_ID, digest
+from lockgate.core.ids import derived_id
+from lockgate.intent.aggregate import EffectIntent, Event, State
+
+
+def consequence(intent: EffectIntent, contract: CapabilityContract, result: NormalizeResult) -> dict[str, Any]:
+    """The normalized request whose digest approvals, idempotency and audit all share."""
+    return {
+        "tenant": intent.tenant,
+        "actor": intent.actor,
+        "capability": contract.name,
+        "contract_revision": contract.revision,
+        "effect_class": contract.effect_class.value,
+        "arguments": result.arguments,
+        "resource": result.resource,
+        "destination": result.destination,
+    }
+
+
+def decide(
+    intent: EffectIntent,
+    contract: CapabilityContract | None,
+    result: NormalizeResult | None,
+    *,
+    cause: str,
+    now: datetime,
+) -> list[Event]:
+    """Turn an adapter's normalization into ``CandidateNormalized`` or ``NormalizationFailed``.
+
+    ``result`` is ``None`` when the adapter never answered and the service gave up.
+    """
+    if intent.state is not State.PROPOSED:
+        return []
+    ids = dict(now=now, event_id=derived_id("normalization", cause), causation_id=cause)
+    if contract is None or contract.revision != intent.contract_revision:
+        return [
+            EffectIntent.NormalizationFailed.next(
+                intent, reason="capability.changed", field=None, detail="", **ids  # type: ignore[arg-type]
+            )
+        ]
+    if result is None:
+        return [
+            EffectIntent.NormalizationFailed.next(
+                intent, reason="capability.unavailable", field=None, detail="", **ids  # type: ignore[arg-type]
+            )
+        ]
+    if result.reason is not None:
+        return [
+            EffectIntent.NormalizationFailed.next(
+                intent, reason=result.reason, field=result.field, detail="", **ids  # type: ignore[arg-type]
+            )
+        ]
+    return [
+        EffectIntent.CandidateNormalized.next(
+            intent,
+            arguments=result.arguments,
+            resource=result.resource,
+            destination=result.destination,
+            effect_class=contract.effect_class.value,
+            digest=digest(consequence(intent, contract, result)),
+            serializer=SERIALIZER_ID,
+            contract_revision=contract.revision,
+            **ids,  # type: ignore[arg-type]
+        )
+    ]

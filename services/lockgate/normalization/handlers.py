@@ -1,0 +1,48 @@
+"""Normalization's handler: ask the adapter, decide, append."""
+
+from __future__ import annotations
+
+from lockgate.adapters.client import AdapterUnavailable
+from lockgate.contracts.messages import NormalizeRequest, NormalizeResult
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.normalization.domain import decide
+from lockgate.runtime.context import Ports
+from lockgate.runtime.service import Clock, decide_and_append
+
+#: After this many deliveries without an adapter answer the candidate is refused
+#: as unavailable instead of waiting forever.
+GIVE_UP_AFTER = 8
+
+
+class NormalizationHandlers:
+    """Reacts to ``CandidateReceived``."""
+
+    def __init__(self, ports: Ports, clock: Clock) -> None:
+        self.ports = ports
+        self.clock = clock
+
+    async def received(self, recorded: RecordedEvent, deliveries: int) -> None:
+        """Normalize the candidate ``recorded`` introduced."""
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None or intent.state is not State.PROPOSED:
+                return []
+            contract = await self.ports.registry.get(intent.tool)
+            result: NormalizeResult | None = None
+            if contract is not None and contract.revision == intent.contract_revision:
+                run = await self.ports.run(intent.tenant, intent.run_id)
+                request = NormalizeRequest(
+                    tenant=intent.tenant,
+                    actor=intent.actor,
+                    arguments=intent.arguments,
+                    context=run.context if run else {},
+                )
+                try:
+                    result = await self.ports.adapters.normalize(intent.tool, request)
+                except AdapterUnavailable:
+                    if deliveries < GIVE_UP_AFTER:
+                        raise
+            return decide(intent, contract, result, cause=recorded.event_id, now=self.clock())
+
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)

@@ -1,0 +1,1 @@
+"""Policy: Cedar decisions on current facts from the adapter."""

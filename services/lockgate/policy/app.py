@@ -1,0 +1,40 @@
+"""Policy's FastStream app."""
+
+from __future__ import annotations
+
+import logging
+
+from faststream import FastStream
+from faststream.nats import NatsMessage
+
+from lockgate.authz import PolicyBundle
+from lockgate.policy.handlers import PolicyHandlers
+from lockgate.runtime.context import Ports
+from lockgate.runtime.service import (
+    Subscription,
+    add_durable,
+    deliveries,
+    recorded_event,
+    service_app,
+    utc_now,
+)
+from lockgate.runtime.settings import Settings
+
+log = logging.getLogger("lockgate.policy")
+
+
+def create_app(settings: Settings) -> FastStream:
+    """Build the policy app; the bundle is loaded and validated when it starts."""
+
+    def build(ports: Ports) -> PolicyHandlers:
+        bundle = PolicyBundle.load(settings.policy_dir)
+        log.info("policy bundle %s loaded from %s", bundle.revision, settings.policy_dir)
+        return PolicyHandlers(ports, bundle, utc_now)
+
+    app, broker, service = service_app(settings, "policy", build)
+
+    async def on_normalized(msg: NatsMessage) -> None:
+        await service.handlers.normalized(recorded_event(msg), deliveries(msg))
+
+    add_durable(broker, Subscription("policy", on_normalized), log)
+    return app

@@ -1,0 +1,43 @@
+"""Policy's handler: fresh facts from the adapter, Cedar, append the decision."""
+
+from __future__ import annotations
+
+from lockgate.adapters.client import AdapterUnavailable
+from lockgate.authz import PolicyBundle
+from lockgate.contracts.messages import Facts, FactsRequest
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.policy.domain import decide
+from lockgate.runtime.context import Ports
+from lockgate.runtime.service import Clock, decide_and_append
+
+#: Deliveries without facts before the intent is paused for missing evidence.
+PAUSE_AFTER = 5
+
+
+class PolicyHandlers:
+    """Reacts to ``CandidateNormalized``."""
+
+    def __init__(self, ports: Ports, bundle: PolicyBundle, clock: Clock) -> None:
+        self.ports = ports
+        self.bundle = bundle
+        self.clock = clock
+
+    async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
+        """Decide on the intent ``recorded`` normalized."""
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None or intent.state is not State.NORMALIZED:
+                return []
+            facts: Facts | None = None
+            try:
+                facts = await self.ports.adapters.facts(
+                    intent.tool,
+                    FactsRequest(tenant=intent.tenant, actor=intent.actor, resource=intent.resource),
+                )
+            except AdapterUnavailable:
+                if deliveries < PAUSE_AFTER:
+                    raise
+            return decide(intent, self.bundle, facts, cause=recorded.event_id, now=self.clock())
+
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)

@@ -1,0 +1,1 @@
+"""Reconciler: settles outcomes that may or may not have happened, by asking the world."""

@@ -1,0 +1,7 @@
+"""``python -m lockgate.reconciler``."""
+
+from lockgate.reconciler.app import create_app
+from lockgate.runtime.entry import run_service
+
+if __name__ == "__main__":
+    run_service(create_app, "reconciler")

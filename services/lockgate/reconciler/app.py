@@ -1,0 +1,34 @@
+"""The reconciler's FastStream app."""
+
+from __future__ import annotations
+
+import logging
+
+from faststream import FastStream
+from faststream.nats import NatsMessage
+
+from lockgate.reconciler.handlers import ReconcilerHandlers
+from lockgate.runtime.service import (
+    Subscription,
+    add_durable,
+    deliveries,
+    recorded_event,
+    service_app,
+    utc_now,
+)
+from lockgate.runtime.settings import Settings
+
+log = logging.getLogger("lockgate.reconciler")
+
+
+def create_app(settings: Settings) -> FastStream:
+    """Build the reconciler app (connects only when run)."""
+    app, broker, service = service_app(
+        settings, "reconciler", lambda ports: ReconcilerHandlers(ports, utc_now)
+    )
+
+    async def on_unknown(msg: NatsMessage) -> None:
+        await service.handlers.unknown(recorded_event(msg), deliveries(msg))
+
+    add_durable(broker, Subscription("reconciler", on_unknown), log)
+    return app

@@ -1,0 +1,1 @@
+"""Tiny child processes for the supervisor's integration test (run as ``python -m fakes.<name>``)."""

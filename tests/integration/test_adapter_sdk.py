@@ -1,0 +1,572 @@
+"""The adapter SDK against a real nats-server, serving the case-notes world."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from lockgate.adapters import sdk
+from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
+from lockgate.contracts.messages import (
+    AttemptReport,
+    Describe,
+    ExecutionOrder,
+    Facts,
+    NormalizeResult,
+    QueryResult,
+    Refusal,
+)
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent import EffectIntent, Event, encode_event, fold
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
+from lockgate.worlds.casenotes import CONTRACT, DEMO_CREDENTIAL, CaseNotesAdapter, World
+
+CAPABILITY = "case.add_note"
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+# -- an intent history with an ExecutionAuthorized event ---------------------------------
+
+
+@dataclass
+class Intent:
+    """Builds one intent's history in the event store, event by event."""
+
+    store: JetStreamEventStore
+    tenant: str = "tenant-a"
+    actor: str = "user-42"
+    case_id: str = "case-123"
+    note: str = "Called the customer back."
+    intent_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return {"case_id": self.case_id, "note": self.note}
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.intent_id * 2
+
+    async def append(self, event_type: type[Event], **fields: Any) -> int:
+        agg = fold(self.events)
+        assert agg is not None
+        event = event_type.next(
+            agg, now=NOW, event_id=uuid.uuid4().hex, causation_id="test", **fields
+        )
+        await self._store(event)
+        return event.originator_version
+
+    async def _store(self, event: Event) -> None:
+        history = await self.store.load(self.tenant, self.intent_id)
+        await self.store.append(history, [encode_event(event)])
+        self.events.append(event)
+
+    async def up_to_policy(self) -> int:
+        """Received, normalized, allowed; returns the last version."""
+        await self._store(
+            EffectIntent.CandidateReceived(
+                originator_id=uuid.UUID(hex=self.intent_id),
+                originator_version=1,
+                timestamp=NOW,
+                originator_topic="lockgate.intent.aggregate:EffectIntent",
+                event_id=uuid.uuid4().hex,
+                correlation_id="run-1",
+                causation_id="call-1",
+                tenant=self.tenant,
+                run_id="run-1",
+                turn_id="turn-1",
+                call_id="call-1",
+                actor=self.actor,
+                tool=CAPABILITY,
+                arguments={"note": self.note},
+                raw_digest="sha256:00",
+                raw_size_bytes=40,
+                catalogue_digest="sha256:01",
+                contract_revision=CONTRACT.revision,
+            )
+        )
+        await self.append(
+            EffectIntent.CandidateNormalized,
+            arguments=self.arguments,
+            resource={"type": "case", "id": self.case_id, "tenant": self.tenant},
+            destination=f"case-notes:{self.tenant}/{self.case_id}",
+            effect_class="write",
+            digest=self.digest,
+            serializer="jcs-rfc8785+sha256/1",
+            contract_revision=CONTRACT.revision,
+        )
+        return await self.append(
+            EffectIntent.PolicyDecided,
+            outcome="allow",
+            policy_revision="p1",
+            reasons=[],
+            determining=["permit-notes"],
+            facts={"version": 1},
+            digest=self.digest,
+        )
+
+    async def authorize(self, attempt_id: str, version: int = 1) -> int:
+        """Record ExecutionAuthorized for ``attempt_id``; returns its version."""
+        return await self.append(
+            EffectIntent.ExecutionAuthorized,
+            attempt_id=attempt_id,
+            intent_key=self.key,
+            digest=self.digest,
+            policy_revision="p1",
+            contract_revision=CONTRACT.revision,
+            gate_facts={"version": version, "status": "open"},
+            deadline_at=NOW + timedelta(seconds=30),
+        )
+
+    def att(self, n: int) -> str:
+        """Attempt ids are unique: reports are deduplicated by ``<attempt_id>:<stage>``."""
+        return f"att{n}-{self.intent_id}"
+
+    @property
+    def key(self) -> str:
+        return "key-" + self.intent_id
+
+    def order(self, attempt_id: str, authorized_version: int, **changes: Any) -> ExecutionOrder:
+        fields: dict[str, Any] = {
+            "tenant": self.tenant,
+            "intent_id": self.intent_id,
+            "attempt_id": attempt_id,
+            "intent_key": self.key,
+            "capability": CAPABILITY,
+            "digest": self.digest,
+            "arguments": self.arguments,
+            "resource": {"type": "case", "id": self.case_id, "tenant": self.tenant},
+            "actor": self.actor,
+            "preconditions": {"version": 1},
+            "authorized_version": authorized_version,
+        }
+        fields.update(changes)
+        return ExecutionOrder(**fields)
+
+
+# -- fixtures and helpers ------------------------------------------------------------------
+
+
+@dataclass
+class Env:
+    nc: Client
+    js: JetStreamContext
+    store: JetStreamEventStore
+    world: World
+    start: Callable[[Adapter], Awaitable[None]]
+
+    def intent(self, **kwargs: Any) -> Intent:
+        return Intent(self.store, **kwargs)
+
+    async def publish(self, order: ExecutionOrder) -> None:
+        await self.js.publish(f"lg.exec.{order.capability}", msgspec.json.encode(order))
+
+    async def request(self, operation: str, body: bytes) -> bytes:
+        reply = await self.nc.request(f"lg.adapter.{CAPABILITY}.{operation}", body, timeout=2)
+        return reply.data
+
+    async def reports(self, intent_id: str) -> list[tuple[AttemptReport, str]]:
+        """Every report on the intent's subject, with its Nats-Msg-Id (read, not consumed)."""
+        out: list[tuple[AttemptReport, str]] = []
+        seq = 1
+        while True:
+            try:
+                msg = await self.js.get_msg(
+                    REPORTS, seq, subject=f"lg.report.{CAPABILITY}.{intent_id}", next=True
+                )
+            except NotFoundError:
+                return out
+            report = msgspec.json.decode(msg.data or b"", type=AttemptReport)
+            out.append((report, (msg.headers or {}).get("Nats-Msg-Id", "")))
+            seq = (msg.seq or seq) + 1
+
+    async def wait_for_stages(
+        self, intent_id: str, final: str, timeout_s: float = 10.0
+    ) -> list[AttemptReport]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            reports = [r for r, _ in await self.reports(intent_id)]
+            if any(r.stage == final for r in reports):
+                return reports
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no {final} report for {intent_id}: {await self.reports(intent_id)}")
+
+    async def settled(self, timeout_s: float = 5.0) -> None:
+        """Wait until the adapter's consumer has no order pending or unacknowledged."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = await self.js.consumer_info(EXEC, sdk.consumer_name(CAPABILITY))
+            if info.num_pending == 0 and info.num_ack_pending == 0:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"orders still pending: {info}")
+
+
+@pytest.fixture
+async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
+    js = nc.jetstream()
+    await ensure_topology(js)
+    # The session's server is shared: start from no adapter consumer and no old orders.
+    try:
+        await js.delete_consumer(EXEC, sdk.consumer_name(CAPABILITY))
+    except NotFoundError:
+        pass
+    await js.purge_stream(EXEC, subject=f"lg.exec.{CAPABILITY}")
+    world = World.seed(tmp_path / "case")
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(adapter: Adapter) -> None:
+        ready = asyncio.Event()
+        task = asyncio.create_task(serve([adapter], nc, name="test-adapter", stop=stop, ready=ready))
+        tasks.append(task)
+        done, _ = await asyncio.wait(
+            [task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        if task in done:
+            task.result()  # raises what went wrong
+
+    yield Env(nc, js, JetStreamEventStore(nc), world, start)
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+
+
+@pytest.fixture
+async def served(env: Env) -> Env:
+    await env.start(CaseNotesAdapter(env.world, DEMO_CREDENTIAL))
+    return env
+
+
+# -- request/reply ---------------------------------------------------------------------------
+
+
+async def test_describe_is_published_and_answered(served: Env) -> None:
+    kv = await served.js.key_value(CAPABILITIES_BUCKET)
+    entry = await kv.get(CAPABILITY)
+    stored = msgspec.json.decode(entry.value or b"", type=Describe)
+    assert stored == Describe(CONTRACT, adapter="test-adapter")
+    answered = msgspec.json.decode(await served.request("describe", b"{}"), type=Describe)
+    assert answered.contract.revision == CONTRACT.revision
+
+
+async def test_normalize_takes_case_from_context_only(served: Env) -> None:
+    body = {
+        "tenant": "tenant-a",
+        "actor": "user-42",
+        "arguments": {"note": "  Called back.  ", "case_id": "case-999"},
+        "context": {"case_id": "case-123"},
+    }
+    result = msgspec.json.decode(
+        await served.request("normalize", msgspec.json.encode(body)), type=NormalizeResult
+    )
+    assert result == NormalizeResult(
+        arguments={"case_id": "case-123", "note": "Called back."},
+        resource={"type": "case", "id": "case-123", "tenant": "tenant-a"},
+        destination="case-notes:tenant-a/case-123",
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "context", "reason", "field"),
+    [
+        ({"note": "   "}, {"case_id": "case-123"}, "argument.note.empty", "note"),
+        ({"note": "é" * 251}, {"case_id": "case-123"}, "argument.note.too-long", "note"),
+        ({"note": "fine"}, {}, "run.context.missing", None),
+    ],
+)
+async def test_normalize_reasons(
+    served: Env, arguments: dict[str, Any], context: dict[str, str], reason: str, field: str | None
+) -> None:
+    body = {"tenant": "tenant-a", "actor": "user-42", "arguments": arguments, "context": context}
+    result = msgspec.json.decode(
+        await served.request("normalize", msgspec.json.encode(body)), type=NormalizeResult
+    )
+    assert (result.reason, result.field, result.arguments) == (reason, field, {})
+
+
+async def test_note_of_exactly_500_bytes_is_accepted(served: Env) -> None:
+    body = {
+        "tenant": "tenant-a",
+        "actor": "user-42",
+        "arguments": {"note": "é" * 250},
+        "context": {"case_id": "case-123"},
+    }
+    result = msgspec.json.decode(
+        await served.request("normalize", msgspec.json.encode(body)), type=NormalizeResult
+    )
+    assert result.reason is None
+
+
+async def test_facts_reply(served: Env) -> None:
+    body = {"tenant": "tenant-a", "actor": "user-13", "resource": {"type": "case", "id": "case-123"}}
+    facts = msgspec.json.decode(await served.request("facts", msgspec.json.encode(body)), type=Facts)
+    assert facts.revision == "1"
+    assert facts.facts["exists"] is True
+    assert facts.facts["actor_may_add_note"] is False
+
+
+async def test_query_absent_then_found(served: Env) -> None:
+    body = msgspec.json.encode(
+        {"tenant": "tenant-a", "intent_id": "i1", "intent_key": "k-1", "arguments": {}}
+    )
+    absent = msgspec.json.decode(await served.request("query", body), type=QueryResult)
+    assert absent == QueryResult(finding="absent")
+    receipt = served.world.add_note(
+        DEMO_CREDENTIAL, "tenant-a", "user-42", "case-123", "n", 1, "k-1", "i1"
+    )
+    found = msgspec.json.decode(await served.request("query", body), type=QueryResult)
+    assert found == QueryResult(finding="found", receipt=receipt)
+
+
+@pytest.mark.parametrize(
+    ("operation", "body"),
+    [
+        ("normalize", b"not json"),
+        ("normalize", b'{"tenant": 1}'),
+        ("facts", b"[]"),
+        ("query", b'{"tenant": "tenant-a"}'),
+    ],
+)
+async def test_malformed_request_gets_a_refusal(served: Env, operation: str, body: bytes) -> None:
+    refusal = msgspec.json.decode(await served.request(operation, body), type=Refusal)
+    assert refusal.error == "request.malformed"
+    assert len(refusal.detail) <= sdk.DETAIL_MAX_CHARS
+    # Still serving.
+    assert msgspec.json.decode(await served.request("describe", b""), type=Describe)
+
+
+# -- execution orders ------------------------------------------------------------------------
+
+
+async def test_authorized_order_is_executed_once_and_reported(served: Env) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    before = sdk.invocations[CAPABILITY]
+
+    await served.publish(intent.order(intent.att(1), version))
+    reports = await served.wait_for_stages(intent.intent_id, "completed")
+
+    assert [r.stage for r in reports] == ["sent", "completed"]
+    completed = reports[-1]
+    assert completed.receipt == {"note_id": "note-000001", "case_id": "case-123", "version": "2"}
+    assert completed.result == {"note_id": "note-000001", "case_id": "case-123"}
+    assert [msg_id for _, msg_id in await served.reports(intent.intent_id)] == [
+        f"{intent.att(1)}:sent",
+        f"{intent.att(1)}:completed",
+    ]
+    assert sdk.invocations[CAPABILITY] == before + 1
+    assert served.world.invocations == 1
+    [entry] = served.world.ledger()
+    assert (entry["intent_id"], entry["idempotency_key"]) == (intent.intent_id, intent.key)
+    await served.settled()
+
+
+async def test_redelivery_after_the_boundary_writes_once(served: Env) -> None:
+    """A crash past the boundary: the executor recorded AttemptSent; the order comes again."""
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await served.publish(intent.order(intent.att(1), version))
+    await served.wait_for_stages(intent.intent_id, "completed")
+    await intent.append(EffectIntent.AttemptSent, attempt_id=intent.att(1))
+
+    await served.publish(intent.order(intent.att(1), version))
+    await served.settled()
+
+    assert served.world.invocations == 2  # executed again ...
+    assert len(served.world.ledger()) == 1  # ... and the world deduplicated by intent key
+    stages = [r.stage for r, _ in await served.reports(intent.intent_id)]
+    assert stages == ["sent", "completed"]  # the reports deduplicated by Nats-Msg-Id
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        pytest.param(lambda i, v: i.order(i.att(1), v, digest="sha256:" + "f" * 64), id="digest"),
+        pytest.param(lambda i, v: i.order(i.att(9), v), id="unknown-attempt"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, intent_key="key-other"), id="intent-key"),
+        pytest.param(lambda i, v: i.order(i.att(1), v - 1), id="not-an-authorization"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, actor="user-13"), id="actor"),
+        pytest.param(
+            lambda i, v: i.order(i.att(1), v, arguments={"case_id": "case-123", "note": "other"}),
+            id="arguments",
+        ),
+        pytest.param(lambda i, v: i.order(i.att(1), v, preconditions={"version": 9}), id="precondition"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, tenant="tenant-b"), id="tenant"),
+        pytest.param(
+            lambda i, v: i.order(i.att(1), v, intent_id=uuid.uuid4().hex), id="unknown-intent"
+        ),
+    ],
+)
+async def test_forged_order_is_refused_without_invocation(
+    served: Env, forge: Callable[[Intent, int], ExecutionOrder]
+) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    before = sdk.invocations[CAPABILITY]
+    order = forge(intent, version)
+
+    await served.publish(order)
+    reports = await served.wait_for_stages(order.intent_id, "refused_order")
+
+    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.mismatch")]
+    assert served.world.invocations == 0
+    assert sdk.invocations[CAPABILITY] == before
+    await served.settled()
+
+
+async def test_order_without_any_authorization_is_refused(served: Env) -> None:
+    intent = served.intent()
+    last = await intent.up_to_policy()
+    await served.publish(intent.order(intent.att(1), last))
+    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.mismatch")]
+    assert served.world.invocations == 0
+
+
+async def test_order_ahead_of_the_record_is_retried_then_refused(
+    served: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sdk, "RETRY_DELAY_S", 0.05)
+    intent = served.intent()
+    last = await intent.up_to_policy()
+    await served.publish(intent.order(intent.att(1), last + 1))
+    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.mismatch")]
+    assert served.world.invocations == 0
+
+
+async def test_order_of_a_superseded_attempt_is_stale(served: Env) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    first = await intent.authorize(intent.att(1))
+    await intent.append(
+        EffectIntent.AttemptFailedBeforeSend, attempt_id=intent.att(1), reason="x", detail=""
+    )
+    await intent.authorize(intent.att(2))
+
+    await served.publish(intent.order(intent.att(1), first))
+    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+
+    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.stale")]
+    assert served.world.invocations == 0
+
+
+async def test_order_of_a_completed_intent_is_stale(served: Env) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await intent.append(EffectIntent.AttemptSent, attempt_id=intent.att(1))
+    await intent.append(EffectIntent.EffectCompleted, attempt_id=intent.att(1), receipt={}, result={})
+
+    await served.publish(intent.order(intent.att(1), version))
+    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+
+    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.stale")]
+    assert served.world.invocations == 0
+
+
+async def test_world_refusal_is_reported_rejected(served: Env) -> None:
+    intent = served.intent(case_id="case-closed")
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+
+    await served.publish(intent.order(intent.att(1), version))
+    reports = await served.wait_for_stages(intent.intent_id, "rejected")
+
+    assert [(r.stage, r.reason) for r in reports] == [("sent", None), ("rejected", "case.closed")]
+    assert served.world.invocations == 1
+    assert served.world.ledger() == []
+
+
+async def test_contended_case_is_rejected_with_version_conflict(served: Env) -> None:
+    intent = served.intent(case_id="case-contended")
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await served.publish(intent.order(intent.att(1), version))
+    reports = await served.wait_for_stages(intent.intent_id, "rejected")
+    assert reports[-1].reason == "case.version-conflict"
+
+
+async def test_missing_precondition_fails_before_send(served: Env) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+
+    await served.publish(intent.order(intent.att(1), version, preconditions={}))
+    reports = await served.wait_for_stages(intent.intent_id, "failed_before_send")
+
+    assert [(r.stage, r.reason) for r in reports] == [
+        ("failed_before_send", "order.precondition.missing")
+    ]
+    assert served.world.invocations == 0
+
+
+# -- adapters that misbehave -----------------------------------------------------------------
+
+
+class Exploding(CaseNotesAdapter):
+    """Raises an unexpected error, before or after crossing the boundary."""
+
+    def __init__(self, world: World, *, cross_first: bool) -> None:
+        super().__init__(world, DEMO_CREDENTIAL)
+        self.cross_first = cross_first
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        if self.cross_first:
+            await boundary.cross()
+        raise RuntimeError("provider said: " + "x" * 1000)
+
+    async def normalize(self, req: Any) -> NormalizeResult:
+        raise RuntimeError("normalize broke")
+
+
+async def test_error_before_the_boundary_is_failed_before_send(env: Env) -> None:
+    await env.start(Exploding(env.world, cross_first=False))
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+
+    await env.publish(intent.order(intent.att(1), version))
+    reports = await env.wait_for_stages(intent.intent_id, "failed_before_send")
+
+    assert [(r.stage, r.reason) for r in reports] == [("failed_before_send", "adapter.error")]
+    assert len(reports[0].detail) <= sdk.DETAIL_MAX_CHARS
+    await env.settled()
+
+
+async def test_error_after_the_boundary_reports_only_sent(env: Env) -> None:
+    await env.start(Exploding(env.world, cross_first=True))
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+
+    await env.publish(intent.order(intent.att(1), version))
+    await env.wait_for_stages(intent.intent_id, "sent")
+    await env.settled()  # acked, not redelivered
+
+    assert [r.stage for r, _ in await env.reports(intent.intent_id)] == ["sent"]
+
+
+async def test_adapter_error_in_a_request_is_a_refusal(env: Env) -> None:
+    await env.start(Exploding(env.world, cross_first=False))
+    body = {"tenant": "tenant-a", "actor": "user-42", "arguments": {}, "context": {}}
+    refusal = msgspec.json.decode(
+        await env.request("normalize", msgspec.json.encode(body)), type=Refusal
+    )
+    assert refusal == Refusal("adapter.error", "RuntimeError: normalize broke")

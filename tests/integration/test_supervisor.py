@@ -1,0 +1,195 @@
+"""``make run``'s supervisor as a real process over fake children and an embedded server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import pytest
+
+from lockgate.runtime.natsserver import NatsServer, free_port
+from lockgate.runtime.status import check_status
+from lockgate.runtime.supervisor import READY_LINE
+
+HERE = Path(__file__).parent
+RESTART_LINE = "lockgate: flaky exited with 3, restarting (restart #1)"
+
+
+@dataclass
+class Supervisor:
+    """The supervisor process and every line it printed so far."""
+
+    proc: asyncio.subprocess.Process
+    var_dir: Path
+    port: int
+    lines: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    async def read(self) -> None:
+        assert self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            self.lines.append(raw.decode().rstrip("\n"))
+
+    async def wait_for_line(self, wanted: Callable[[str], bool], timeout_s: float = 15.0) -> str:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            for line in self.lines:
+                if wanted(line):
+                    return line
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no such line within {timeout_s}s; output: {self.lines}")
+
+
+async def start_supervisor(var_dir: Path, port: int, *children: str) -> Supervisor:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fakes.supervise",
+        str(var_dir),
+        str(port),
+        *children,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    sup = Supervisor(proc, var_dir, port)
+    sup.reader = asyncio.create_task(sup.read())
+    return sup
+
+
+async def stop(sup: Supervisor) -> None:
+    """SIGTERM (so the supervisor stops what it started), SIGKILL only if it hangs."""
+    if sup.proc.returncode is None:
+        sup.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(sup.proc.wait(), 20)
+        except TimeoutError:
+            sup.proc.kill()
+            await sup.proc.wait()
+
+
+@pytest.fixture
+async def supervisor(tmp_path: Path) -> AsyncIterator[Supervisor]:
+    """The supervisor over ``steady`` (with a grandchild) and ``flaky`` (exits once)."""
+    sup = await start_supervisor(tmp_path / "var", free_port(), "steady", "flaky")
+    try:
+        yield sup
+    finally:
+        await stop(sup)
+        if sup.reader is not None:
+            await sup.reader
+
+
+def pids_in(path: Path) -> list[int]:
+    """The pids a fake child recorded, in start order."""
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def live_processes() -> dict[int, str]:
+    """pid -> command line of every process that is not a zombie, as ``ps`` lists them."""
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "pid=,stat=,args="], check=True, capture_output=True, text=True
+    ).stdout
+    live = {}
+    for row in out.splitlines():
+        pid, stat, *args = row.split(None, 2)
+        # Orphaned zombies linger here: this container's init does not reap them.
+        if not stat.startswith("Z"):
+            live[int(pid)] = args[0] if args else ""
+    return live
+
+
+async def wait_until(condition: Callable[[], object], timeout_s: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(0.05)
+
+
+async def test_ready_restart_status_and_clean_shutdown(supervisor: Supervisor) -> None:
+    await supervisor.wait_for_line(lambda line: line == READY_LINE)
+    await supervisor.wait_for_line(lambda line: line == RESTART_LINE)
+
+    var_dir = supervisor.var_dir
+    await wait_until(lambda: len(pids_in(var_dir / "flaky.pids")) == 2)
+    nc = await nats.connect(f"nats://127.0.0.1:{supervisor.port}")
+    try:
+        answers: dict[str, dict[str, object] | None] = {}
+
+        async def both_answer_from_current_pids() -> bool:
+            answers.update(await check_status(nc, ["steady", "flaky"], timeout_s=0.5))
+            flaky = answers["flaky"]
+            restarted = pids_in(var_dir / "flaky.pids")[-1]
+            return answers["steady"] is not None and flaky is not None and flaky["pid"] == restarted
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await both_answer_from_current_pids():
+            assert asyncio.get_running_loop().time() < deadline, answers
+            await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+    steady, flaky = answers["steady"], answers["flaky"]
+    assert steady is not None and flaky is not None
+    assert steady["service"] == "steady" and steady["pid"] in pids_in(var_dir / "steady.pids")
+    assert flaky["service"] == "flaky" and flaky["pid"] in pids_in(var_dir / "flaky.pids")
+    assert (var_dir / "log" / "steady.log").exists()
+    assert (var_dir / "log" / "nats-server.log").exists()
+
+    grandchild = int((var_dir / "steady.grandchild.pid").read_text())
+    ours = {
+        pid: args
+        for pid, args in live_processes().items()
+        if str(var_dir) in args  # nats-server's config path, the grandchild's argument
+    }
+    assert grandchild in ours, ours
+    assert any("nats-server" in args for args in ours.values()), ours
+    watched = (
+        set(ours)
+        | set(pids_in(var_dir / "steady.pids"))
+        | set(pids_in(var_dir / "flaky.pids"))
+        | {supervisor.proc.pid}
+    )
+
+    supervisor.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(supervisor.proc.wait(), 15) == 0
+
+    survivors = {pid: args for pid, args in live_processes().items() if pid in watched}
+    assert survivors == {}
+    assert [args for args in live_processes().values() if str(var_dir) in args] == []
+    assert supervisor.lines.count(READY_LINE) == 1
+
+
+async def test_refuses_a_port_taken_by_something_else(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        sup = await start_supervisor(tmp_path / "var", port, "steady")
+        assert await asyncio.wait_for(sup.proc.wait(), 15) == 2
+        assert sup.reader is not None
+        await sup.reader
+    assert any("not a NATS server" in line for line in sup.lines), sup.lines
+    assert not (tmp_path / "var" / "steady.pids").exists()
+
+
+async def test_uses_the_nats_server_already_on_the_port(tmp_path: Path) -> None:
+    with NatsServer(store_dir=tmp_path / "nats") as server:
+        sup = await start_supervisor(tmp_path / "var", server.port, "steady")
+        try:
+            await sup.wait_for_line(lambda line: line == READY_LINE)
+            assert any("already listens" in line for line in sup.lines)
+        finally:
+            sup.proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(sup.proc.wait(), 15) == 0
+        assert server.process is not None and server.process.poll() is None

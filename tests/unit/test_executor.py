@@ -1,0 +1,159 @@
+"""The final gate, attempt reports and deadlines, on in-memory histories."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from lockgate.authz import Decision
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import AttemptReport, Facts, QueryResult
+from lockgate.executor.domain import gate, on_deadline, on_report, order_for
+from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.reconciler.domain import reconcile
+from lockgate.testing.intents import T0, History
+
+CONTRACT = CapabilityContract(name="case.add_note", description="d",
+                              argument_schema={"type": "object"}, outcome_deadline_s=30)
+FACTS = Facts(facts={"exists": True, "version": 3})
+ALLOW = Decision("allow", "pol-2", (), ("permit",))
+DENY = Decision("deny", "pol-2", ("case.closed",), ("case.closed",))
+
+
+def allowed() -> History:
+    return History(contract_revision=CONTRACT.revision).normalized(
+        contract_revision=CONTRACT.revision).decided("allow")
+
+
+def run_gate(h: History, decision: Decision = ALLOW, contract: CapabilityContract | None = CONTRACT,
+             now_offset_s: float = 10) -> list[EffectIntent.Event]:
+    return gate(h.intent, contract, FACTS, decision, cause="c1", now=T0 + timedelta(seconds=now_offset_s))
+
+
+def authorized() -> History:
+    h = allowed()
+    return h.extend(run_gate(h))
+
+
+def test_gate_authorizes_with_a_stable_key_and_fresh_facts() -> None:
+    (event,) = run_gate(allowed())
+    assert isinstance(event, EffectIntent.ExecutionAuthorized)
+    assert event.gate_facts == {"exists": True, "version": 3}
+    assert event.policy_revision == "pol-2"
+    (again,) = run_gate(allowed())
+    assert again.intent_key == event.intent_key and again.attempt_id == event.attempt_id
+
+
+def test_gate_refuses_when_policy_now_denies() -> None:
+    (event,) = run_gate(allowed(), DENY)
+    assert isinstance(event, EffectIntent.GateRefused) and event.reason == "case.closed"
+
+
+def test_gate_refuses_a_changed_mapping() -> None:
+    other = CapabilityContract(name="case.add_note", description="changed", argument_schema={})
+    (event,) = run_gate(allowed(), contract=other)
+    assert isinstance(event, EffectIntent.GateRefused) and event.reason == "gate.mapping-changed"
+
+
+def test_gate_does_nothing_unless_allowed() -> None:
+    h = History().normalized().decided("deny", ["case.closed"])
+    assert run_gate(h) == []
+    assert run_gate(authorized()) == []  # already past the gate
+
+
+def test_gate_requires_an_unexpired_approval_bound_to_the_digest() -> None:
+    h = History(contract_revision=CONTRACT.revision).normalized(
+        contract_revision=CONTRACT.revision).decided("require_approval")
+    h.add(EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="pol-1",
+          contract_revision=CONTRACT.revision, summary="s", expires_at=T0 + timedelta(seconds=60))
+    h.add(EffectIntent.ReviewApproved, review_id="r1", reviewer="rev", digest="sha256:d1",
+          policy_revision="pol-1", contract_revision=CONTRACT.revision)
+    approval_needed = Decision("require_approval", "pol-1", (), ())
+    assert isinstance(run_gate(h, approval_needed)[0], EffectIntent.ExecutionAuthorized)
+    (late,) = run_gate(h, approval_needed, now_offset_s=61)
+    assert isinstance(late, EffectIntent.GateRefused) and late.reason == "gate.review-expired"
+
+
+def test_order_matches_the_authorization() -> None:
+    h = authorized()
+    authorization = h.events[-1]
+    assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
+    order = order_for(h.intent, authorization)
+    assert order is not None
+    assert (order.attempt_id, order.intent_key, order.digest) == (
+        authorization.attempt_id, authorization.intent_key, "sha256:d1")
+    assert order.authorized_version == len(h.events)
+    assert order.arguments == {"case_id": "case-123", "note": "hello"}
+
+
+def report(h: History, stage: str, **kw: object) -> list[EffectIntent.Event]:
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    r = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
+                      stage=stage, **kw)  # type: ignore[arg-type]
+    return on_report(h.intent, r, CONTRACT, cause=f"{stage}-1", now=T0)
+
+
+def test_reports_move_the_attempt_and_duplicates_do_nothing() -> None:
+    h = authorized()
+    h.extend(report(h, "sent"))
+    assert h.intent.state is State.SENT
+    assert report(h, "sent") == []
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}, result={"ok": True}))
+    assert h.intent.state is State.COMPLETED and h.intent.receipt == {"note_id": "n1"}
+    assert report(h, "completed", receipt={"note_id": "n1"}) == []
+
+
+def test_rejection_after_send_fails_the_intent_without_retry() -> None:
+    h = authorized()
+    h.extend(report(h, "sent"))
+    h.extend(report(h, "rejected", reason="case.version-conflict"))
+    assert h.intent.state is State.FAILED and h.intent.reason == "case.version-conflict"
+    assert run_gate(h) == []
+
+
+def test_oversized_results_are_not_stored_whole() -> None:
+    h = authorized()
+    (done,) = report(h, "completed", result={"blob": "x" * 10_000})
+    assert isinstance(done, EffectIntent.EffectCompleted)
+    assert done.result["truncated"] is True
+
+
+def test_silence_after_send_is_unknown_never_failed() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(report(h, "sent"))
+    (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(seconds=41))
+    assert isinstance(unknown, EffectIntent.OutcomeUnknown)
+    h.extend([unknown])
+    assert h.intent.state is State.UNKNOWN
+    assert run_gate(h) == []  # no new attempt from uncertainty
+
+
+def test_deadline_after_completion_does_nothing() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    assert on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)) == []
+
+
+def test_reconciliation_confirms_or_hands_to_an_operator() -> None:
+    for finding, state in (("found", State.COMPLETED), ("absent", State.NEEDS_OPERATOR)):
+        h = authorized()
+        attempt = h.intent.current_attempt
+        assert attempt is not None
+        h.extend(report(h, "sent"))
+        h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+        h.extend(reconcile(h.intent, attempt.attempt_id, QueryResult(finding=finding,
+                           receipt={"note_id": "n1"} if finding == "found" else {}), cause="q", now=T0))
+        assert h.intent.state is state
+
+
+def test_late_completion_report_settles_an_unknown_outcome() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    (settled,) = report(h, "completed", receipt={"note_id": "n1"})
+    assert isinstance(settled, EffectIntent.Reconciled) and settled.finding == "confirmed"
