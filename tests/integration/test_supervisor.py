@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -14,10 +15,13 @@ from pathlib import Path
 
 import nats
 import pytest
-
+from lockgate.runtime.cli_ops import cmd_status
 from lockgate.runtime.natsserver import NatsServer, free_port
-from lockgate.runtime.status import check_status
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.status import check_status, status_names
 from lockgate.runtime.supervisor import READY_LINE
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 HERE = Path(__file__).parent
 RESTART_LINE = "lockgate: flaky exited with 3, restarting (restart #1)"
@@ -193,3 +197,40 @@ async def test_uses_the_nats_server_already_on_the_port(tmp_path: Path) -> None:
             sup.proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(sup.proc.wait(), 15) == 0
         assert server.process is not None and server.process.poll() is None
+
+
+async def answer_status(nc: Client, names: list[str]) -> None:
+    """Answer ``lg.status.<name>`` for each of ``names`` on ``nc``."""
+    for name in names:
+
+        async def reply(msg: Msg, name: str = name) -> None:
+            await msg.respond(json.dumps({"service": name, "pid": 4242, "instance": "t"}).encode())
+
+        await nc.subscribe(f"lg.status.{name}", cb=reply)
+    await nc.flush()
+
+
+async def test_check_status_reports_none_for_silent_names(nc: Client) -> None:
+    await answer_status(nc, ["check.alive"])
+    answers = await check_status(nc, ["check.alive", "check.silent"], timeout_s=0.5)
+    assert answers == {
+        "check.alive": {"service": "check.alive", "pid": 4242, "instance": "t"},
+        "check.silent": None,
+    }
+
+
+async def test_cmd_status_prints_a_line_per_service_and_fails_when_one_is_missing(
+    nc: Client, nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = list(status_names())
+    await answer_status(nc, names[:-1])
+    settings = Settings(nats_url=nats_server.url)
+
+    assert await cmd_status(settings) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["service"] for line in lines] == names
+    assert [line["ok"] for line in lines] == [True] * (len(names) - 1) + [False]
+    assert lines[0]["pid"] == 4242 and lines[-1]["pid"] is None
+
+    await answer_status(nc, names[-1:])
+    assert await cmd_status(settings) == 0

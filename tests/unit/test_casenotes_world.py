@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from lockgate.core.canonical import digest_bytes
 from lockgate.worlds.casenotes.world import (
     DEMO_CREDENTIAL,
@@ -202,3 +201,41 @@ def test_processes_share_the_world_without_lost_updates(world: World) -> None:
     assert world.invocations == 60
     # Every call moved the contended case's version once: no read-modify-write was lost.
     assert world.case_facts(CRED, "tenant-a", "user-42", "case-contended")["version"] == 61
+
+
+# -- the adapter's own contract, without a broker -------------------------------------------
+
+
+def test_adapter_contract_and_reason_codes() -> None:
+    from lockgate.contracts.capability import Disclosure, EffectClass
+    from lockgate.worlds.casenotes.adapter import CONTRACT, REASONS
+
+    assert REASONS == (
+        "argument.note.empty",
+        "argument.note.too-long",
+        "argument.note.invalid",
+        "run.context.missing",
+        "order.precondition.missing",
+    )
+    assert CONTRACT.name == "case.add_note"
+    assert CONTRACT.effect_class is EffectClass.WRITE
+    assert CONTRACT.context_arguments == ("case_id",)
+    assert CONTRACT.argument_schema["required"] == ["note"]
+    assert CONTRACT.argument_schema["additionalProperties"] is False
+    assert CONTRACT.idempotency is not None and CONTRACT.idempotency.key_field == "intent_key"
+    assert CONTRACT.query_by_identity
+    assert CONTRACT.disclosure == {
+        "argument.note.empty": Disclosure("rejected", "argument.note.empty", "note"),
+        "argument.note.too-long": Disclosure("rejected", "argument.note.too-long", "note"),
+    }
+
+
+def test_settings_keep_the_credential_out_of_reprs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockgate.worlds.casenotes.adapter import CaseWorldSettings
+
+    monkeypatch.setenv("LOCKGATE_CASE_WORLD_CREDENTIAL", "s3cret-from-env")
+    monkeypatch.setenv("LOCKGATE_CASE_WORLD_DIR", "/tmp/elsewhere")
+    settings = CaseWorldSettings()
+    assert settings.credential.get_secret_value() == "s3cret-from-env"
+    assert str(settings.dir) == "/tmp/elsewhere"
+    assert "s3cret-from-env" not in repr(settings)

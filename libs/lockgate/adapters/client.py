@@ -57,10 +57,13 @@ class AdapterClient:
         except (NatsTimeout, NoRespondersError) as exc:
             raise AdapterUnavailable(capability, verb) from exc
         try:
-            return msgspec.json.decode(reply.data, type=answer)
-        except msgspec.ValidationError:
-            refusal = msgspec.json.decode(reply.data, type=Refusal)
-            raise AdapterRefused(capability, refusal) from None
+            body = msgspec.json.decode(reply.data)
+            if isinstance(body, dict) and "error" in body:
+                # Every field of some answers has a default: a refusal would decode as one.
+                raise AdapterRefused(capability, msgspec.convert(body, type=Refusal))
+            return msgspec.convert(body, type=answer)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise AdapterRefused(capability, Refusal("adapter.malformed-answer", str(exc)[:200])) from exc
 
     async def describe(self, capability: str) -> Describe:
         """Return the contract the adapter serves."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -263,9 +264,10 @@ def verify_order(
         order.resource
     ):
         raise mismatch("arguments or resource differ from the normalized request")
-    # Preconditions are the gate's facts: any the gate recorded must be the same.
+    # Preconditions are the gate's facts: any the gate recorded must be the same (the
+    # wire may carry a version token as a string or a number).
     for key, value in order.preconditions.items():
-        if key in auth.gate_facts and auth.gate_facts[key] != value:
+        if key in auth.gate_facts and str(auth.gate_facts[key]) != str(value):
             raise mismatch(f"precondition {key!r} differs from the gate's facts")
     current = agg.current_attempt
     if current is None or current.attempt_id != order.attempt_id:
@@ -347,17 +349,38 @@ class CapabilityWorker:
                 cb=self._on_request,
             )
             self._subs.append(sub)
+        status = await self._nc.subscribe(
+            f"lg.status.adapter.{self.capability}",
+            queue=f"status.adapter.{self.capability}",
+            cb=self._on_status,
+        )
+        self._subs.append(status)
+
+    async def _on_status(self, msg: Msg) -> None:
+        """Answer ``lockgate status`` and the supervisor: this worker serves its capability."""
+        body = {"service": f"adapter.{self.capability}", "pid": os.getpid(),
+                "instance": f"{socket.gethostname()}:{os.getpid()}"}
+        await msg.respond(json.dumps(body).encode())
 
     async def run_orders(self, stop: asyncio.Event) -> None:
         """Fetch and handle execution orders until ``stop`` is set."""
         sub = await self._js.pull_subscribe_bind(
             consumer_name(self.capability), stream=EXEC
         )
+        stopped = asyncio.create_task(stop.wait())
         try:
             while not stop.is_set():
+                fetch = asyncio.create_task(sub.fetch(self._batch, timeout=5.0))
+                await asyncio.wait({fetch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    # Shutting down while idle. An order delivered in this instant is
+                    # not lost: unacknowledged, it is redelivered after ack_wait.
+                    fetch.cancel()
+                    break
                 try:
-                    msgs = await sub.fetch(self._batch, timeout=1.0)
-                except NatsTimeout:
+                    msgs = fetch.result()
+                except (NatsTimeout, asyncio.TimeoutError):
+                    # nats-py raises the builtin TimeoutError when a fetch finds nothing.
                     continue
                 except NatsError as exc:  # disconnected: the client reconnects
                     log.warning("fetch from %s failed: %r", EXEC, exc)
@@ -365,6 +388,7 @@ class CapabilityWorker:
                     continue
                 await asyncio.gather(*(self._on_order(m) for m in msgs))
         finally:
+            stopped.cancel()
             with contextlib.suppress(NatsError):
                 await sub.unsubscribe()
 

@@ -60,9 +60,9 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
     failures = 0
     try:
         for s in SCENARIOS:
-            before = (world.invocations(), len(world.ledger()))
+            before = (world.invocations, len(world.ledger()))
             status, code, field = await _play(gw, s)
-            after = (world.invocations(), len(world.ledger()))
+            after = (world.invocations, len(world.ledger()))
             ok = (status, code, field) == (s.status, s.code, s.field) and (
                 after[0] - before[0], after[1] - before[1]) == (s.invocations, s.ledger)
             failures += not ok

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -99,6 +99,17 @@ class JetStreamEventStore:
             raise EventStoreUnavailable(f"direct get answered status {status}")
         events = sorted((self._recorded(m) for m in messages), key=lambda e: e.sequence)
         return AggregateHistory(tenant, intent_id, tuple(events))
+
+    async def scan(self, start_sequence: int = 1) -> AsyncIterator[RecordedEvent]:
+        """Every stored event from ``start_sequence`` on, in store order (for audits and replays)."""
+        seq = start_sequence
+        while True:
+            status, page = await self._direct_get({"seq": seq, "next_by_subj": "lg.evt.>", "batch": _PAGE})
+            for msg in page:
+                yield self._recorded(msg)
+            if not page or status != "204" or len(page) < _PAGE:
+                return
+            seq = int((page[-1].headers or {})["Nats-Sequence"]) + 1
 
     async def _paged(self, tenant: str, intent_id: str) -> list[Msg]:
         status, first = await self._direct_get({"multi_last": [first_event_filter(tenant, intent_id)]})

@@ -48,8 +48,8 @@ async def cmd_status(settings: Settings) -> int:
     answers: dict[str, dict[str, object] | None] = dict.fromkeys(names)
     try:
         nc = await _connect_once(settings)
-    except (TimeoutError, OSError, NatsError) as exc:
-        print(f"lockgate: cannot connect to NATS at {settings.nats_url}: {exc!r}", file=sys.stderr)
+    except ConnectionError as exc:
+        print(f"lockgate: cannot connect to NATS at {settings.nats_url}: {exc}", file=sys.stderr)
     else:
         try:
             answers = await check_status(nc, names)
@@ -70,12 +70,17 @@ async def _connect_once(settings: Settings) -> Client:
         return None
 
     options = settings.connect_options()
-    options.update(allow_reconnect=False, error_cb=on_error, name="lockgate-status")
+    # nats-py drops a server from its pool only after max_reconnect_attempts (> 0)
+    # failures; with the settings' unlimited value a first connection never gives up.
+    options.update(
+        allow_reconnect=False, max_reconnect_attempts=1, error_cb=on_error, name="lockgate-status"
+    )
     nc = Client()
     try:
         await asyncio.wait_for(nc.connect(**options), 5.0)  # type: ignore[arg-type]
-    except BaseException:
+    except (TimeoutError, OSError, NatsError) as exc:
+        reason = nc.last_error or exc
         with contextlib.suppress(Exception):
             await nc.close()
-        raise
+        raise ConnectionError(repr(reason)) from exc
     return nc

@@ -8,6 +8,10 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+#: The checkout this package runs from (the demo policies live there).
+_REPO = Path(__file__).resolve().parents[3]
+
+
 class Settings(BaseSettings):
     """Settings every Lockgate process shares. Environment prefix: ``LOCKGATE_``."""
 
@@ -18,7 +22,7 @@ class Settings(BaseSettings):
     nats_password: str | None = None
     var_dir: Path = Path("var")
     #: Cedar policies and schema fragments, read recursively.
-    policy_dir: Path = Path("deploy/policies")
+    policy_dir: Path = _REPO / "deploy" / "policies"
     #: Replicas of every stream: 1 embedded, 3 in a cluster.
     replicas: int = Field(default=1, ge=1, le=5)
     #: How long a service waits for an adapter's request/reply answer.

@@ -225,8 +225,11 @@ async def _connect(settings: Settings, url: str, stopping: asyncio.Event) -> Cli
         # nats-py logs a traceback per failed reconnect attempt by default.
         return None
 
+    connected = False
+
     async def on_disconnected() -> None:
-        if not stopping.is_set():
+        # Also called for each failed first attempt, before there was anything to lose.
+        if connected and not stopping.is_set():
             _say("lockgate: lost the NATS connection; reconnecting")
 
     async def on_reconnected() -> None:
@@ -249,6 +252,7 @@ async def _connect(settings: Settings, url: str, stopping: asyncio.Event) -> Cli
         with contextlib.suppress(Exception):
             await nc.close()
         raise SupervisorError(f"cannot connect to NATS at {url}: {reason!r}") from exc
+    connected = True
     return nc
 
 

@@ -29,9 +29,9 @@ def create_app(settings: Settings) -> FastStream:
     )
 
     @broker.subscriber("lg.review.*.*.decide", queue="approval")
-    async def decide(body: bytes, msg: NatsMessage) -> bytes:
+    async def decide(msg: NatsMessage) -> bytes:
         _, _, tenant, intent_id, _ = msg.raw_message.subject.split(".")
-        return await service.handlers.decide(tenant, intent_id, body)
+        return await service.handlers.decide(tenant, intent_id, msg.body)
 
     async def on_decided(msg: NatsMessage) -> None:
         await service.handlers.decided(recorded_event(msg))

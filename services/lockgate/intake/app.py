@@ -27,14 +27,14 @@ def create_app(settings: Settings) -> FastStream:
     )
 
     @broker.subscriber("lg.run.*.open", queue="intake")
-    async def open_run(body: bytes, msg: NatsMessage) -> bytes:
+    async def open_run(msg: NatsMessage) -> bytes:
         tenant = msg.raw_message.subject.split(".")[2]
-        return await service.handlers.open_run(tenant, body)
+        return await service.handlers.open_run(tenant, msg.body)
 
     @broker.subscriber("lg.turn.*.*", queue="intake")
-    async def open_turn(body: bytes, msg: NatsMessage) -> bytes:
+    async def open_turn(msg: NatsMessage) -> bytes:
         _, _, tenant, run_id = msg.raw_message.subject.split(".")
-        return await service.handlers.open_turn(tenant, run_id, body)
+        return await service.handlers.open_turn(tenant, run_id, msg.body)
 
     async def on_candidate(msg: NatsMessage) -> None:
         raw = msg.raw_message

@@ -13,21 +13,13 @@ import nats
 from nats.aio.msg import Msg
 
 
-async def serve(name: str, *, crash_once_after_s: float | None = None, grandchild: bool = False) -> int:
+def run(name: str, *, crash_once_after_s: float | None = None, grandchild: bool = False) -> int:
     """Answer status requests until killed; optionally exit with 3 once, or start a grandchild.
 
     The supervisor hands every child ``LOCKGATE_NATS_URL`` and ``LOCKGATE_VAR_DIR``;
     the pid files under the var dir let the test find every process it must see gone.
     """
     var_dir = Path(os.environ["LOCKGATE_VAR_DIR"])
-    nc = await nats.connect(os.environ["LOCKGATE_NATS_URL"])
-    answer = json.dumps({"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}"})
-
-    async def status(msg: Msg) -> None:
-        await msg.respond(answer.encode())
-
-    await nc.subscribe(f"lg.status.{name}", cb=status)
-    await nc.flush()
     with open(var_dir / f"{name}.pids", "a") as pids:
         pids.write(f"{os.getpid()}\n")
     if grandchild:
@@ -37,9 +29,24 @@ async def serve(name: str, *, crash_once_after_s: float | None = None, grandchil
         )
         (var_dir / f"{name}.grandchild.pid").write_text(str(helper.pid))
     marker = var_dir / f"{name}.crashed-once"
+    crash_after_s = None
     if crash_once_after_s is not None and not marker.exists():
         marker.touch()
-        await asyncio.sleep(crash_once_after_s)
+        crash_after_s = crash_once_after_s
+    return asyncio.run(_serve(name, os.environ["LOCKGATE_NATS_URL"], crash_after_s))
+
+
+async def _serve(name: str, url: str, crash_after_s: float | None) -> int:
+    nc = await nats.connect(url)
+    answer = json.dumps({"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}"})
+
+    async def status(msg: Msg) -> None:
+        await msg.respond(answer.encode())
+
+    await nc.subscribe(f"lg.status.{name}", cb=status)
+    await nc.flush()
+    if crash_after_s is not None:
+        await asyncio.sleep(crash_after_s)
         return 3
     await asyncio.Event().wait()
     return 0

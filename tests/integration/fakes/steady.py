@@ -1,9 +1,8 @@
 """Answers ``lg.status.steady`` and keeps a grandchild process running."""
 
-import asyncio
 import sys
 
-from fakes.child import serve
+from fakes.child import run
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(serve("steady", grandchild=True)))
+    sys.exit(run("steady", grandchild=True))

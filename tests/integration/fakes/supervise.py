@@ -14,4 +14,6 @@ if __name__ == "__main__":
     var_dir, port, *names = sys.argv[1:]
     settings = Settings(var_dir=Path(var_dir))
     children = [(name, f"fakes.{name}") for name in names]
-    sys.exit(asyncio.run(run_supervisor(settings, embedded=True, port=int(port), children=children)))
+    sys.exit(
+        asyncio.run(run_supervisor(settings, embedded=True, port=int(port), children=children))
+    )

@@ -1,0 +1,104 @@
+"""The foundation's behaviour table, through every service, against the real broker.
+
+Each row: what the model sees, how often the adapter executed, what the world's
+ledger gained, and the precise reason kept in the event store.
+"""
+
+from __future__ import annotations
+
+import json
+
+import nats
+import pytest
+
+from lockgate.client.demo import SCENARIOS, Scenario
+from lockgate.client.sdk import Gateway
+from lockgate.core.ids import random_id
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.codec import decode_event
+from lockgate.testing.invariants import by_intent, violations
+from lockgate.testing.system import System
+from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL, World
+
+REASON_FIELDS = ("reason",)
+
+
+async def reasons_recorded(system: System, tenant: str, intent_id: str) -> list[str]:
+    nc = await nats.connect(system.url)
+    try:
+        history = await JetStreamEventStore(nc).load(tenant, intent_id)
+    finally:
+        await nc.close()
+    out: list[str] = []
+    for recorded in history.events:
+        event = decode_event(recorded)
+        out.extend(str(getattr(event, f)) for f in REASON_FIELDS if getattr(event, f, None))
+        out.extend(getattr(event, "reasons", []) or [])
+    return out
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
+async def test_row(s: Scenario, system: System, gw: Gateway, world: World) -> None:
+    invocations, writes = world.invocations, len(world.ledger())
+    run = await gw.open_run(tenant=s.tenant, actor=s.actor, context={"case_id": s.case})
+    turn = await run.open_turn()
+    call_id = random_id()
+    response = await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id)
+    if s.repeat:
+        again = await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id)
+        assert again == response
+    assert (response.status, response.code, response.field) == (s.status, s.code, s.field)
+    assert world.invocations - invocations == s.invocations
+    assert len(world.ledger()) - writes == s.ledger
+    if s.reason is not None:
+        assert s.reason in await reasons_recorded(system, s.tenant, response.candidate_id)
+    if s.status == "executed":
+        assert response.result_label == "untrusted-data"
+        entry = world.ledger()[-1]
+        assert entry["intent_id"] == response.candidate_id
+
+
+async def test_model_never_sees_internal_reasons(system: System, gw: Gateway) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-closed"})
+    turn = await run.open_turn()
+    response = await turn.propose(tool="case.add_note", arguments='{"note": "x"}')
+    text = json.dumps(response.__struct_fields__) + repr(response)
+    assert "case.closed" not in text and "closed" not in (response.code or "")
+
+
+async def test_unknown_run_is_refused_on_the_record(system: System, gw: Gateway) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+    turn = await run.open_turn()
+    turn.run.id = "no-such-run"  # a runtime that invents a run id
+    response = await turn.propose(tool="case.add_note", arguments='{"note": "x"}')
+    assert (response.status, response.code) == ("rejected", "proposal.invalid")
+    assert "run.unknown" in await reasons_recorded(system, "tenant-a", response.candidate_id)
+
+
+async def test_invariants_hold_over_every_stored_event(system: System, world: World) -> None:
+    nc = await nats.connect(system.url)
+    try:
+        recorded = [e async for e in JetStreamEventStore(nc).scan()]
+    finally:
+        await nc.close()
+    assert recorded, "the table above must have stored events"
+    histories = by_intent(recorded)
+    assert violations(histories, world.ledger()) == []
+
+
+async def test_credentials_never_reach_events_or_responses(system: System) -> None:
+    nc = await nats.connect(system.url)
+    js = nc.jetstream()
+    try:
+        recorded = [e async for e in JetStreamEventStore(nc).scan()]
+        info = await js.stream_info("LG_RESPONSES")
+        responses = [
+            (await js.get_msg("LG_RESPONSES", seq)).data or b""
+            for seq in range(info.state.first_seq, info.state.last_seq + 1)
+        ]
+    finally:
+        await nc.close()
+    secret = DEMO_CREDENTIAL.encode()
+    assert recorded and responses
+    assert not any(secret in e.data for e in recorded)
+    assert not any(secret in r for r in responses)
