@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -115,6 +116,23 @@ class Run:
     async def response(self, candidate_id: str) -> ModelResponse | None:
         """The latest model-facing response to a candidate, if any."""
         return await self.gateway._latest(self.tenant, self.id, candidate_id)
+
+    async def wait(
+        self, candidate_id: str, *, past: str = "pending_approval", timeout_s: float = 30.0
+    ) -> ModelResponse:
+        """Wait until the candidate's latest response has a status other than ``past``.
+
+        Raises:
+            ResponseTimeout: still ``past`` (or no response) after ``timeout_s``.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            latest = await self.response(candidate_id)
+            if latest is not None and latest.status != past:
+                return latest
+            if asyncio.get_running_loop().time() > deadline:
+                raise ResponseTimeout(f"{candidate_id} still {past}", code="response.timeout")
+            await asyncio.sleep(0.05)
 
 
 class Gateway:

@@ -17,6 +17,9 @@ case               tenant     state
 ``case-contended`` tenant-a   open; its version moves before every write, as if a
                               concurrent writer always got there first, so every
                               conditional write to it is a version conflict
+``case-sensitive`` tenant-a   open, sensitive: notes wait for a reviewer's approval
+``case-load-NN``   tenant-a   open (``NN`` = 00..63), for load tests and benchmarks,
+                              so concurrent notes need not contend for one version
 ``case-999``       tenant-b   open
 =================  =========  ==========================================================
 
@@ -45,6 +48,8 @@ from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 
 DEMO_CREDENTIAL = "case-world-demo-secret-7f3a"
+#: Open cases ``case-load-00`` .. for load tests, one per concurrent writer.
+LOAD_CASES = 64
 
 STATE_FILE = "state.json"
 LEDGER_FILE = "ledger.jsonl"
@@ -126,6 +131,7 @@ def _demo_state(credential: str) -> dict[str, Any]:
             "status": status,
             "writes_suspended": flags.get("writes_suspended", False),
             "contended": flags.get("contended", False),
+            "sensitive": flags.get("sensitive", False),
             "version": 1,
         }
 
@@ -136,6 +142,8 @@ def _demo_state(credential: str) -> dict[str, Any]:
             "case-closed": case("tenant-a", "closed"),
             "case-frozen": case("tenant-a", writes_suspended=True),
             "case-contended": case("tenant-a", contended=True),
+            "case-sensitive": case("tenant-a", sensitive=True),
+            **{f"case-load-{n:02d}": case("tenant-a") for n in range(LOAD_CASES)},
             "case-999": case("tenant-b"),
         },
         "actors": {
@@ -219,7 +227,7 @@ class World:
                 "writes_suspended": case["writes_suspended"],
                 "version": case["version"],
                 "actor_may_add_note": _may_add_note(state, tenant, actor, case),
-                "sensitive": False,
+                "sensitive": bool(case.get("sensitive", False)),
             }
 
     def add_note(

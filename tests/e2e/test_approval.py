@@ -1,0 +1,73 @@
+"""A note on a sensitive case waits for a reviewer; the approval binds the exact digest."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from lockgate.client.sdk import Gateway, Refused
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import decode_event
+from lockgate.testing.system import System
+from lockgate.worlds.casenotes.world import World
+
+
+async def review_of(system: System, tenant: str, candidate_id: str) -> EffectIntent.ReviewRequested:
+    nc = await nats.connect(system.url)
+    try:
+        history = await JetStreamEventStore(nc).load(tenant, candidate_id)
+    finally:
+        await nc.close()
+    for recorded in history.events:
+        event = decode_event(recorded)
+        if isinstance(event, EffectIntent.ReviewRequested):
+            return event
+    raise AssertionError("no review was requested")
+
+
+async def test_sensitive_note_waits_then_executes_once_approved(
+    system: System, gw: Gateway, world: World
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
+    turn = await run.open_turn()
+    before = (world.invocations, len(world.ledger()))
+    pending = await turn.propose(tool="case.add_note", arguments='{"note": "Escalated to legal."}')
+    assert (pending.status, pending.code) == ("pending_approval", "approval.pending")
+    assert (world.invocations, len(world.ledger())) == before  # nothing reached the world
+
+    review = await review_of(system, "tenant-a", pending.candidate_id)
+    assert "Escalated to legal." in review.summary and "case-sensitive" in review.summary
+    with pytest.raises(Refused) as wrong:
+        await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                               review_id=review.review_id, digest="sha256:" + "0" * 64,
+                               reviewer="rev-1", approve=True)
+    assert wrong.value.code == "review.digest-mismatch"
+
+    recorded = await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                                      review_id=review.review_id, digest=review.digest,
+                                      reviewer="rev-1", approve=True)
+    assert recorded == "ReviewApproved"
+    done = await run.wait(pending.candidate_id)
+    assert (done.status, done.code) == ("executed", "operation.executed")
+    assert (world.invocations, len(world.ledger())) == (before[0] + 1, before[1] + 1)
+
+    with pytest.raises(Refused) as again:
+        await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                               review_id=review.review_id, digest=review.digest,
+                               reviewer="rev-2", approve=True)
+    assert again.value.code == "review.closed"
+
+
+async def test_denied_review_never_reaches_the_world(system: System, gw: Gateway, world: World) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
+    turn = await run.open_turn()
+    before = (world.invocations, len(world.ledger()))
+    pending = await turn.propose(tool="case.add_note", arguments='{"note": "Close it all."}')
+    review = await review_of(system, "tenant-a", pending.candidate_id)
+    await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                           review_id=review.review_id, digest=review.digest,
+                           reviewer="rev-1", approve=False, reason="not this one")
+    done = await run.wait(pending.candidate_id)
+    assert (done.status, done.code) == ("unavailable", "operation.unavailable")
+    assert (world.invocations, len(world.ledger())) == before
