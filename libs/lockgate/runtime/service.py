@@ -171,7 +171,7 @@ class Subscription:
 
 
 def add_durable(
-    broker: NatsBroker, sub: Subscription, log: logging.Logger, *, ack_wait_s: float = 30.0
+    broker: NatsBroker, sub: Subscription, log: logging.Logger, *, ack_wait_s: float = 5.0
 ) -> None:
     """Bind ``sub.handler`` to its durable pull consumer (created by the topology)."""
     d = durable(sub.durable)

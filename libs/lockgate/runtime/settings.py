@@ -27,8 +27,10 @@ class Settings(BaseSettings):
     replicas: int = Field(default=1, ge=1, le=5)
     #: How long a service waits for an adapter's request/reply answer.
     adapter_timeout_s: float = 2.0
-    #: How long a JetStream message may stay unacknowledged before redelivery.
-    ack_wait_s: float = 30.0
+    #: How long a JetStream message may stay unacknowledged before redelivery: the
+    #: time a crashed replica's in-flight work waits before another takes it. Handlers
+    #: are idempotent, so a slow one being redelivered early is harmless.
+    ack_wait_s: float = 5.0
     #: Upper bound of raw argument bytes intake accepts for any tool.
     max_candidate_bytes: int = 64 * 1024
     #: How long a review stays open.

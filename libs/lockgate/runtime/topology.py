@@ -151,7 +151,9 @@ def consumer_config(d: Durable, ack_wait_s: float) -> ConsumerConfig:
     )
 
 
-async def ensure_topology(js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = 30.0) -> None:
+async def ensure_topology(
+    js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = 5.0
+) -> None:
     """Create (or bring up to date) every stream, bucket and durable consumer.
 
     Safe to run from several processes at once and on every start.
@@ -175,8 +177,5 @@ async def ensure_topology(js: JetStreamContext, *, replicas: int = 1, ack_wait_s
                 )
             )
     for d in DURABLES:
-        config = consumer_config(d, ack_wait_s)
-        try:
-            await js.add_consumer(d.stream, config)
-        except BadRequestError:
-            await js.update_consumer(d.stream, config) if hasattr(js, "update_consumer") else None
+        # CONSUMER.CREATE without an action creates, or updates a compatible existing one.
+        await js.add_consumer(d.stream, consumer_config(d, ack_wait_s))

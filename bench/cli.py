@@ -1,0 +1,247 @@
+"""``python -m bench``: Lockgate's executed path against the raw six-stage chain, one run, one server.
+
+Phases, in order, after a warm-up of each system:
+
+1. raw chain, open loop   (``--rate`` arrivals/s for ``--duration`` s): latency at low load
+2. Lockgate,  open loop   (the same arrivals)
+3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
+4. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals)
+
+Everything lives in a temporary directory and is stopped at the end, on error and on
+Ctrl-C. Progress goes to stderr; stdout gets the machine, the table and, last, one
+JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+
+from bench import load, machine
+from bench.gateway import LOAD_CASES, Proposer
+from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
+from bench.stats import Phase, table
+from lockgate.core.ids import random_id
+from lockgate.testing.system import System
+from lockgate.worlds.casenotes.world import World
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much load each phase offers, and the bounds on how long anything may take."""
+
+    rate_per_s: float
+    duration_s: float
+    concurrency: int
+    count: int
+    raw_count: int
+    warmup: int
+    op_timeout_s: float
+    phase_max_s: float
+
+
+DEFAULT = Plan(rate_per_s=50, duration_s=10, concurrency=64, count=1500, raw_count=6000,
+               warmup=64, op_timeout_s=30, phase_max_s=120)
+QUICK = Plan(rate_per_s=25, duration_s=3, concurrency=64, count=200, raw_count=1000,
+             warmup=16, op_timeout_s=10, phase_max_s=15)
+
+
+def progress(text: str) -> None:
+    """A progress line on stderr."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="small counts: the whole run takes well under a minute")
+    parser.add_argument("--rate", type=float, help=f"open-loop arrivals/s ({DEFAULT.rate_per_s})")
+    parser.add_argument("--duration", type=float, help=f"open-loop seconds ({DEFAULT.duration_s})")
+    parser.add_argument("--concurrency", type=int,
+                        help=f"closed-loop proposers ({DEFAULT.concurrency}, at most {LOAD_CASES})")
+    parser.add_argument("--count", type=int,
+                        help=f"closed-loop Lockgate proposals ({DEFAULT.count})")
+    parser.add_argument("--raw-count", type=int,
+                        help=f"closed-loop raw chains ({DEFAULT.raw_count})")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (logs, store, world) and print it")
+    args = parser.parse_args(argv)
+    base = QUICK if args.quick else DEFAULT
+    plan = Plan(
+        rate_per_s=args.rate or base.rate_per_s,
+        duration_s=args.duration or base.duration_s,
+        concurrency=min(args.concurrency or base.concurrency, LOAD_CASES),
+        count=args.count or base.count,
+        raw_count=args.raw_count or base.raw_count,
+        warmup=base.warmup,
+        op_timeout_s=base.op_timeout_s,
+        phase_max_s=base.phase_max_s,
+    )
+    return plan, args
+
+
+async def check_raw(driver: ChainDriver, spec: ChainSpec, label: str, phase: Phase,
+                    sample: int = 50) -> str:
+    """Load a sample of the phase's aggregates and check each holds the whole chain."""
+    n = phase.offered
+    picks = sorted({round(i * (n - 1) / max(1, sample - 1)) for i in range(min(sample, n))})
+    want = spec.event_types()
+    bad = [i for i in picks if await driver.stored_types(driver.aggregate_id(label, i)) != want]
+    return f"{len(picks) - len(bad)}/{len(picks)} sampled aggregates hold {'+'.join(want)}"
+
+
+async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str]]:
+    """Start everything under ``root``, run the phases, stop everything."""
+    system = System(root)
+    spec = ChainSpec()
+    nonce = random_id()[:8]
+    workers = WorkerProcess("", spec, root / "log" / "rawchain.log",
+                            max_s=10 * plan.phase_max_s + 300)
+    proposer: Proposer | None = None
+    driver: ChainDriver | None = None
+    nc = None
+    notes: list[str] = []
+    try:
+        progress(f"starting nats-server, six services and the case-notes adapter under {root}")
+        await system.start(timeout_s=60)
+        nc = await nats.connect(system.url, max_reconnect_attempts=3)
+        await ensure_consumers(nc.jetstream(), spec)
+        workers.url = system.url
+        await workers.start()
+        progress(f"raw chain: durables {spec.durable(1)}..{spec.durable(spec.stages)} "
+                 f"on tenant {spec.tenant}, one worker process")
+        driver = ChainDriver(nc, spec, nonce)
+        await driver.start()
+        proposer = Proposer(system.url, nonce)
+        await proposer.start()
+
+        warm = plan.warmup
+        progress(f"warm-up: {warm} raw chains, {warm} Lockgate proposals")
+        for fire in (driver.fire("warm"), proposer.fire("warm", plan.op_timeout_s)):
+            await load.closed_loop(Phase("warm", "warm"), fire, concurrency=8, count=warm,
+                                   op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
+
+        phases: list[Phase] = []
+        open_kw = dict(rate_per_s=plan.rate_per_s, duration_s=plan.duration_s,
+                       op_timeout_s=plan.op_timeout_s)
+        open_mode = f"open {plan.rate_per_s:g}/s x {plan.duration_s:g}s"
+        progress(f"raw chain, {open_mode}")
+        raw_open = await load.open_loop(Phase("raw chain", open_mode), driver.fire("open"),
+                                        **open_kw)
+        phases.append(raw_open)
+        progress(f"Lockgate, {open_mode}")
+        phases.append(await load.open_loop(Phase("lockgate", open_mode),
+                                           proposer.fire("open", plan.op_timeout_s), **open_kw))
+
+        closed_mode = f"closed x{plan.concurrency}"
+        progress(f"raw chain, {closed_mode}, {plan.raw_count} chains")
+        raw_closed = await load.closed_loop(
+            Phase("raw chain", closed_mode), driver.fire("closed"), concurrency=plan.concurrency,
+            count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
+        phases.append(raw_closed)
+        progress(f"Lockgate, {closed_mode}, {plan.count} proposals")
+        phases.append(await load.closed_loop(
+            Phase("lockgate", closed_mode), proposer.fire("closed", plan.op_timeout_s),
+            concurrency=plan.concurrency, count=plan.count, op_timeout_s=plan.op_timeout_s,
+            max_s=plan.phase_max_s))
+
+        progress("checking what was stored")
+        notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
+        notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
+        executed = sum(p.ok for p in phases if p.system == "lockgate") + warm
+        ledger = await asyncio.to_thread(lambda: len(World(system.world_dir).ledger()))
+        notes.append(f"lockgate:   {ledger} notes in the case-notes ledger for "
+                     f"{executed} executed responses (warm-up included)")
+        return phases, notes
+    finally:
+        progress("stopping")
+        for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
+                       workers.stop(), nc.close() if nc else None):
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer
+        await asyncio.to_thread(system.stop)
+
+
+def summary(phases: list[Phase]) -> dict[str, float | None]:
+    """The final JSON line: throughput at saturation, latency at low load."""
+
+    def pick(system: str, mode: str) -> Phase:
+        return next(p for p in phases if p.system == system and p.mode.startswith(mode))
+
+    def num(x: float, digits: int) -> float | None:
+        return None if math.isnan(x) else round(x, digits)
+
+    lg, raw = pick("lockgate", "closed").per_s, pick("raw chain", "closed").per_s
+    return {
+        "lockgate_per_s": num(lg, 1),
+        "raw_chain_per_s": num(raw, 1),
+        "throughput_ratio": num(lg / raw if raw else math.nan, 4),
+        "lockgate_p50_ms": num(pick("lockgate", "open").latency_ms(0.5), 2),
+        "lockgate_p99_ms": num(pick("lockgate", "open").latency_ms(0.99), 2),
+        "raw_p50_ms": num(pick("raw chain", "open").latency_ms(0.5), 2),
+    }
+
+
+async def _main(plan: Plan, args: argparse.Namespace) -> int:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+
+    print("machine")
+    for key, value in machine.describe().items():
+        print(f"  {key:<13} {value}")
+    print(f"plan: {plan}")
+    sys.stdout.flush()
+    root_dir = tempfile.mkdtemp(prefix="lockgate-bench-")
+    try:
+        phases, notes = await run(plan, Path(root_dir))
+    finally:
+        if args.keep:
+            progress(f"kept {root_dir}")
+        else:
+            import shutil
+
+            shutil.rmtree(root_dir, ignore_errors=True)
+    print()
+    print(table(phases))
+    print()
+    for p in phases:
+        if p.max_lag_s > 0.01:
+            print(f"note: the {p.system} open-loop driver ran up to {p.max_lag_s * 1000:.0f} ms "
+                  "late (charged to latency)")
+    for n in notes:
+        print(n)
+    figures = summary(phases)
+    ratio = figures["throughput_ratio"]
+    print(f"Lockgate sustains {figures['lockgate_per_s']}/s executed against the raw chain's "
+          f"{figures['raw_chain_per_s']}/s (ratio {ratio}); at {plan.rate_per_s:g}/s offered, "
+          f"p50 {figures['lockgate_p50_ms']} ms vs {figures['raw_p50_ms']} ms raw")
+    print(json.dumps(figures))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; 130 when interrupted."""
+    plan, args = parse_args(argv)
+    try:
+        return asyncio.run(_main(plan, args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: everything stopped", file=sys.stderr)
+        return 130

@@ -1,0 +1,74 @@
+"""Lockgate's side of the benchmark: proposals through the SDK, answered by every service.
+
+Each proposer holds a run of its own on its own load case (``case-load-NN``, seeded by
+the case-notes world for this purpose): the case's version is a precondition of every
+note, so concurrent notes on one case would refuse each other at the final gate and
+measure contention instead of the pipeline. Open-loop arrivals borrow a free run from
+the pool; waiting for one counts in their latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+import lockgate.client
+from lockgate.client.sdk import Gateway, ResponseTimeout, Turn
+
+from bench.load import Fire
+
+TENANT = "tenant-a"
+ACTOR = "user-42"
+TOOL = "case.add_note"
+#: Load cases the case-notes world seeds (``case-load-00`` .. ``case-load-63``).
+LOAD_CASES = 64
+
+
+@dataclass
+class Proposer:
+    """Runs and turns opened once; proposals fired through them."""
+
+    url: str
+    nonce: str
+    runs: int = LOAD_CASES
+    gw: Gateway | None = None
+    _pool: asyncio.Queue[Turn] = field(default_factory=asyncio.Queue)
+
+    async def start(self) -> None:
+        """Connect and open one run (with one turn) per load case."""
+        self.gw = await lockgate.client.connect(self.url, timeout_s=10.0)
+        for n in range(min(self.runs, LOAD_CASES)):
+            run = await self.gw.open_run(
+                tenant=TENANT, actor=ACTOR, context={"case_id": f"case-load-{n:02d}"}
+            )
+            turn = await run.open_turn()
+            if not any(t.name == TOOL for t in turn.tools):
+                raise RuntimeError(f"{TOOL} is not offered: is its adapter up?")
+            self._pool.put_nowait(turn)
+
+    def fire(self, label: str, op_timeout_s: float) -> Fire:
+        """An operation for the load drivers: propose note ``i``, wait for its response."""
+
+        async def propose(i: int) -> str:
+            turn = await self._pool.get()
+            try:
+                response = await turn.propose(
+                    tool=TOOL,
+                    arguments=json.dumps({"note": f"bench {label} {i}"}),
+                    call_id=f"{self.nonce}-{label}-{i}",
+                    timeout_s=op_timeout_s,
+                )
+            except ResponseTimeout:
+                return "timeout"
+            finally:
+                self._pool.put_nowait(turn)
+            return "ok" if response.status == "executed" else f"{response.status}:{response.code}"
+
+        return propose
+
+    async def stop(self) -> None:
+        """Close the connection."""
+        if self.gw is not None:
+            await self.gw.close()
+            self.gw = None

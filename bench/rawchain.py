@@ -1,0 +1,337 @@
+"""The floor: six durable pull consumers, plain nats-py, each loading and appending.
+
+Stage ``k`` (1..6) consumes ``Stage{k-1}`` events of its own tenant's aggregates from
+``LG_EVENTS`` through the durable ``<prefix>k``, loads the aggregate with
+``JetStreamEventStore.load`` and appends ``Stage{k}`` with ``JetStreamEventStore.append``
+(the store Lockgate's services use, so the same direct-get and expected-sequence
+headers). The driver opens a chain by appending ``Stage0`` to a new aggregate and
+learns of its end from a core subscription on the ``Stage6`` subjects, as Lockgate's SDK
+learns of a response. A finished aggregate holds seven events: the driver's ``Stage0``
+and one from each of the six stages.
+
+Workers fetch in batches and handle a batch concurrently, as FastStream's pull
+subscribers under Lockgate's services do, and are idempotent like them: a stage that
+finds its own event already stored acks and does nothing.
+
+``python -m bench.rawchain --url ...`` runs the six stages as one process; it stops
+at end of stdin (its parent went away), on SIGTERM/SIGINT, or after ``--max-seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from bench.load import Fire
+from lockgate.eventstore.base import (
+    AggregateHistory,
+    ConcurrencyConflict,
+    EventStoreUnavailable,
+    NewEvent,
+)
+from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
+from lockgate.eventstore.subjects import PREFIX, parse_event_subject
+
+log = logging.getLogger("bench.rawchain")
+
+STAGES = 6
+#: A body about the size of a Lockgate event.
+PAYLOAD = b'{"bench":"raw-chain","note":"' + b"x" * 160 + b'","schema":1}'
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """Where a chain lives: its tenant (subject space) and the names of its durables."""
+
+    tenant: str = "bench-raw"
+    durable_prefix: str = "raw-"
+    stream: str = STREAM
+    stages: int = STAGES
+    batch: int = 16
+    max_ack_pending: int = 256
+
+    def durable(self, k: int) -> str:
+        """The durable of stage ``k`` (1-based)."""
+        return f"{self.durable_prefix}{k}"
+
+    def filter(self, k: int) -> str:
+        """What stage ``k`` consumes: the previous stage's event, any aggregate, any version."""
+        return f"{PREFIX}.{self.tenant}.*.*.Stage{k - 1}"
+
+    @property
+    def done_subject(self) -> str:
+        """The subjects of the last stage's events: a chain is done when one is published."""
+        return f"{PREFIX}.{self.tenant}.*.*.Stage{self.stages}"
+
+    def event_types(self) -> list[str]:
+        """The event types of a finished aggregate, in order."""
+        return [f"Stage{k}" for k in range(self.stages + 1)]
+
+
+async def ensure_consumers(js: JetStreamContext, spec: ChainSpec, ack_wait_s: float = 30.0) -> None:
+    """Create the chain's durables (the same settings as Lockgate's, filtered per stage)."""
+    for k in range(1, spec.stages + 1):
+        await js.add_consumer(
+            spec.stream,
+            ConsumerConfig(
+                durable_name=spec.durable(k),
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=ack_wait_s,
+                max_deliver=-1,
+                max_ack_pending=spec.max_ack_pending,
+                filter_subject=spec.filter(k),
+            ),
+        )
+
+
+async def delete_consumers(js: JetStreamContext, spec: ChainSpec) -> None:
+    """Remove the chain's durables (absent ones are fine)."""
+    for k in range(1, spec.stages + 1):
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(spec.stream, spec.durable(k))
+
+
+@dataclass
+class StageWorkers:
+    """The six stages as tasks on one connection."""
+
+    nc: Client
+    spec: ChainSpec
+    handled: int = 0
+    errors: int = 0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _subs: list[JetStreamContext.PullSubscription] = field(default_factory=list)
+
+    async def start(self) -> None:
+        """Bind every stage to its durable and start consuming."""
+        js = self.nc.jetstream()
+        store = JetStreamEventStore(self.nc, stream=self.spec.stream)
+        for k in range(1, self.spec.stages + 1):
+            sub = await js.pull_subscribe_bind(durable=self.spec.durable(k), stream=self.spec.stream)
+            self._subs.append(sub)
+            self._tasks.append(asyncio.create_task(self._consume(k, sub, store)))
+
+    async def _consume(
+        self, k: int, sub: JetStreamContext.PullSubscription, store: JetStreamEventStore
+    ) -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(batch=self.spec.batch, timeout=1.0)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - a closed or reconnecting connection
+                log.warning("stage %d fetch: %r", k, exc)
+                await asyncio.sleep(0.2)
+                continue
+            await asyncio.gather(*(self._handle(k, m, store) for m in msgs))
+
+    async def _handle(self, k: int, msg: Msg, store: JetStreamEventStore) -> None:
+        event_type = f"Stage{k}"
+        try:
+            address = parse_event_subject(msg.subject)
+            history = await store.load(address.tenant, address.intent_id)
+            if all(e.event_type != event_type for e in history.events):
+                event_id = f"{address.intent_id}-s{k}"  # deterministic: a redelivery dedups
+                await store.append(history, [NewEvent(event_id, event_type, PAYLOAD)])
+            await msg.ack()
+            self.handled += 1
+        except (ConcurrencyConflict, EventStoreUnavailable) as exc:
+            self.errors += 1
+            log.info("stage %d: %s; redelivery", k, exc)
+            await msg.nak(delay=0.2)
+        except Exception:
+            self.errors += 1
+            log.exception("stage %d failed; redelivery", k)
+            await msg.nak(delay=1.0)
+
+    async def stop(self) -> None:
+        """Stop consuming; unacked messages are redelivered to whoever binds next."""
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._tasks.clear()
+        self._subs.clear()
+
+
+@dataclass
+class ChainDriver:
+    """Opens chains (appends ``Stage0``) and waits until their ``Stage6`` is published."""
+
+    nc: Client
+    spec: ChainSpec
+    nonce: str
+    _waiting: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    _sub: Subscription | None = None
+
+    async def start(self) -> None:
+        """Listen for finished chains (one core subscription for all of them)."""
+        self._store = JetStreamEventStore(self.nc, stream=self.spec.stream)
+
+        async def done(msg: Msg) -> None:
+            try:
+                future = self._waiting.get(parse_event_subject(msg.subject).intent_id)
+            except ValueError:
+                return
+            if future is not None and not future.done():
+                future.set_result(None)
+
+        self._sub = await self.nc.subscribe(self.spec.done_subject, cb=done)
+
+    def aggregate_id(self, label: str, i: int) -> str:
+        """The aggregate of chain ``i`` of phase ``label`` (a subject token)."""
+        return f"{self.nonce}-{label}-{i}"
+
+    def fire(self, label: str) -> Fire:
+        """An operation for the load drivers: open chain ``i`` and wait for its end."""
+
+        async def run_chain(i: int) -> str:
+            intent_id = self.aggregate_id(label, i)
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting[intent_id] = future
+            try:
+                start = AggregateHistory(self.spec.tenant, intent_id)
+                await self._store.append(start, [NewEvent(f"{intent_id}-s0", "Stage0", PAYLOAD)])
+                await future
+                return "ok"
+            finally:
+                del self._waiting[intent_id]
+
+        return run_chain
+
+    async def stored_types(self, intent_id: str) -> list[str]:
+        """The event types stored for one aggregate, in order."""
+        history = await self._store.load(self.spec.tenant, intent_id)
+        return [e.event_type for e in history.events]
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+
+@dataclass
+class WorkerProcess:
+    """``python -m bench.rawchain`` as a child: the six stages in one extra process."""
+
+    url: str
+    spec: ChainSpec
+    log_file: Path
+    max_s: float
+    proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, timeout_s: float = 20.0) -> None:
+        """Start the child and wait until it has bound every stage.
+
+        Raises:
+            RuntimeError: it exited or did not report ready in time.
+        """
+        args = [
+            sys.executable, "-m", "bench.rawchain", "--url", self.url,
+            "--tenant", self.spec.tenant, "--prefix", self.spec.durable_prefix,
+            "--batch", str(self.spec.batch), "--max-seconds", str(self.max_s),
+        ]
+        with open(self.log_file, "ab") as log_handle:
+            self.proc = await asyncio.create_subprocess_exec(
+                *args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_handle,
+                start_new_session=True,  # Ctrl-C reaches the parent, which stops it in order
+                cwd=Path(__file__).resolve().parents[1],
+            )
+        assert self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
+        except TimeoutError:
+            line = b""
+        if line.strip() != b"ready":
+            await self.stop()
+            raise RuntimeError(f"raw chain worker did not start: see {self.log_file}")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Close its stdin (it stops by itself), then terminate, then kill."""
+        proc = self.proc
+        if proc is None:
+            return
+        self.proc = None
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+        for escalate in (None, proc.terminate, proc.kill):
+            if escalate is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    escalate()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout_s)
+                return
+            except TimeoutError:
+                continue
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    import nats
+
+    spec = ChainSpec(tenant=args.tenant, durable_prefix=args.prefix, batch=args.batch)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def closed() -> None:
+        stop.set()
+
+    nc = await nats.connect(args.url, max_reconnect_attempts=3, closed_cb=closed)
+    workers = StageWorkers(nc, spec)
+    try:
+        await workers.start()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        eof = asyncio.create_task(reader.read())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({eof, stopped}, timeout=args.max_seconds,
+                           return_when=asyncio.FIRST_COMPLETED)
+        for t in (eof, stopped):
+            t.cancel()
+    finally:
+        await workers.stop()
+        log.info("handled %d messages, %d errors", workers.handled, workers.errors)
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the six stages until stdin ends, a signal arrives, or ``--max-seconds`` pass."""
+    parser = argparse.ArgumentParser(prog="python -m bench.rawchain", description=__doc__)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--tenant", default=ChainSpec.tenant)
+    parser.add_argument("--prefix", default=ChainSpec.durable_prefix)
+    parser.add_argument("--batch", type=int, default=ChainSpec.batch)
+    parser.add_argument("--max-seconds", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s rawchain %(levelname)s %(message)s")
+    asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

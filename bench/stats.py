@@ -1,0 +1,78 @@
+"""Outcomes of one load phase and the figures printed from them."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..1) of already sorted values; NaN when empty."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+@dataclass
+class Phase:
+    """What one load phase did: every outcome, the latency of each success, how long it took."""
+
+    system: str
+    mode: str
+    offered: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    elapsed_s: float = 0.0
+    #: How late the open-loop driver started an arrival at worst (its own lag).
+    max_lag_s: float = 0.0
+
+    @property
+    def ok(self) -> int:
+        """Completed successfully (Lockgate: status ``executed``; raw: Stage6 seen)."""
+        return self.outcomes.get("ok", 0)
+
+    @property
+    def failed(self) -> int:
+        """Everything offered that did not complete successfully."""
+        return self.offered - self.ok
+
+    @property
+    def per_s(self) -> float:
+        """Successful completions per second of the phase."""
+        return self.ok / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+    def latency_ms(self, q: float) -> float:
+        """A latency percentile of the successes, in milliseconds."""
+        return percentile(sorted(self.latencies_s), q) * 1000.0
+
+    def row(self) -> list[str]:
+        """One line of the printed table."""
+        others = {k: v for k, v in self.outcomes.items() if k != "ok"}
+        return [
+            self.system,
+            self.mode,
+            str(self.offered),
+            str(self.ok),
+            f"{self.elapsed_s:.2f}",
+            f"{self.per_s:.1f}",
+            f"{self.latency_ms(0.5):.2f}",
+            f"{self.latency_ms(0.99):.2f}",
+            f"{self.latency_ms(1.0):.2f}",
+            ", ".join(f"{k}={v}" for k, v in sorted(others.items())) or "-",
+        ]
+
+
+HEADER = ["system", "load", "offered", "ok", "elapsed s", "ok/s", "p50 ms", "p99 ms", "max ms",
+          "not ok"]
+
+
+def table(phases: list[Phase]) -> str:
+    """The phases as an aligned text table."""
+    rows = [HEADER] + [p.row() for p in phases]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
