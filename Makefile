@@ -21,9 +21,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $@
 
-# Until every caller uses `lockgate run`, the stand-in entrypoint; both call cli_ops.cmd_run.
 run: $(STAMP)
-	$(BIN)/python -m lockgate.runtime.supervisor_main
+	$(BIN)/lockgate run
 
 test: $(STAMP)
 	$(BIN)/pytest -q $(TEST_DIRS)
