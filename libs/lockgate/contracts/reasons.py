@@ -1,0 +1,77 @@
+"""Every reason code Lockgate records, and every code a model may see.
+
+Internal reason codes are precise and stay in the event store; model-facing codes
+are few and deliberately vague. Both are public contracts: renaming one breaks
+dashboards, policies and agent prompts, so a test pins these lists.
+"""
+
+from __future__ import annotations
+
+#: Internal reason codes, by the step that records them.
+REASONS: dict[str, str] = {
+    # intake: the candidate's shape
+    "candidate.malformed": "the candidate message itself could not be read",
+    "run.unknown": "no run with this id was opened by the trusted host",
+    "turn.unknown": "no turn with this id was opened in the run",
+    "tool.unknown": "the tool was not offered in the turn",
+    "tool.changed-since-turn": "the capability's contract changed after the turn was offered",
+    "tool.arguments.too-large": "the raw arguments exceed the capability's size limit",
+    "tool.arguments.malformed": "the raw arguments are not one JSON object",
+    "tool.arguments.duplicate": "a key appears twice in the raw arguments",
+    "tool.arguments.missing-required": "a required argument is missing",
+    "tool.arguments.unexpected": "an argument the model does not control was supplied",
+    "tool.arguments.invalid": "an argument has the wrong type or form",
+    # normalization (adapter-specific codes follow the argument.<field>.<problem> shape)
+    "argument.note.empty": "the note is empty after trimming",
+    "argument.note.too-long": "the note exceeds 500 UTF-8 bytes",
+    "argument.note.invalid": "the note is not text",
+    "run.context.missing": "the run's context lacks what the capability needs",
+    "capability.changed": "the capability's contract changed since intake",
+    "capability.unavailable": "no adapter answered for the capability",
+    # policy (forbid policy ids of the case-notes bundle)
+    "case.not-found": "the case does not exist",
+    "case.tenant-mismatch": "the case belongs to another tenant",
+    "case.closed": "the case is closed",
+    "case.writes-suspended": "writes to the case are suspended",
+    "case.note.not-authorized": "the actor may not add notes to the case",
+    "policy.no-permit": "no policy permits the action (default deny)",
+    "policy.evaluation-error": "a policy could not be evaluated; errors never allow",
+    "policy.approval-required": "policy permits the action only with a reviewer's approval",
+    "facts.unavailable": "the adapter gave no facts; the decision is paused",
+    # approval
+    "review.denied": "a reviewer refused",
+    "review.expired": "nobody decided before the review expired",
+    # executor: the final gate
+    "gate.mapping-changed": "the capability's contract changed after the decision",
+    "gate.approval-mismatch": "the approval does not bind the digest being executed",
+    "gate.review-expired": "the approved review expired before execution",
+    "gate.no-decision": "no allow decision is on record",
+    "gate.prior-attempt": "an earlier attempt may already have produced the effect",
+    "gate.attempts-exhausted": "attempts that failed before sending reached the limit",
+    "gate.policy-changed": "current policy no longer permits the action",
+    # executor: attempts, as adapters report them
+    "case.version-conflict": "the case changed between the final gate and the write",
+    "case.credential-invalid": "the adapter's credential was refused by the world",
+    "remote.rejected": "the remote system refused without a specific reason",
+    "adapter.error": "the adapter failed before its send boundary",
+    "adapter.timeout": "the adapter gave up before its send boundary",
+    "order.mismatch": "the order did not match the ExecutionAuthorized event it claims",
+    "order.stale": "the order's attempt is no longer the current one",
+    "order.precondition.missing": "the order lacks a precondition the adapter needs",
+}
+
+#: Everything a model can be told: (status, code). Field-scoped argument codes add
+#: ``argument.<field>.missing`` for any model-controlled field.
+MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("executed", "operation.executed"),
+        ("rejected", "proposal.invalid"),
+        ("rejected", "argument.note.missing"),
+        ("rejected", "argument.note.empty"),
+        ("rejected", "argument.note.too-long"),
+        ("unavailable", "operation.unavailable"),
+        ("pending_approval", "approval.pending"),
+        ("paused", "policy.paused"),
+        ("outcome_unknown", "operation.outcome-unknown"),
+    }
+)

@@ -1,0 +1,127 @@
+"""Public contracts: reason codes, generated schemas, the event codec, the model-facing projection."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from lockgate.authz import PolicyBundle
+from lockgate.contracts import schemas
+from lockgate.contracts.disclosure import model_view
+from lockgate.contracts.reasons import MODEL_CODES, REASONS
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import EventDecodeError, decode_event, encode_event
+from lockgate.testing.intents import History
+from lockgate.worlds.casenotes.adapter import CONTRACT
+from lockgate.worlds.casenotes.world import REASONS as WORLD_REASONS
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
+CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
+                  r'order|facts|remote)\.[a-z0-9.-]+)"')
+NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
+    "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
+    "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
+    "policy.bundle-invalid", "policy.denied", "policy.paused", "argument.note.missing",
+    "case.error",  # the root class of the world's errors; only its subclasses are raised
+}
+
+
+def test_reason_codes_are_pinned() -> None:
+    assert sorted(REASONS) == sorted([
+        "adapter.error", "adapter.timeout", "argument.note.empty", "argument.note.invalid",
+        "argument.note.too-long", "candidate.malformed", "capability.changed",
+        "capability.unavailable", "case.closed", "case.credential-invalid", "case.not-found",
+        "case.note.not-authorized", "case.tenant-mismatch", "case.version-conflict",
+        "case.writes-suspended", "facts.unavailable", "gate.approval-mismatch",
+        "gate.attempts-exhausted", "gate.mapping-changed", "gate.no-decision",
+        "gate.policy-changed", "gate.prior-attempt", "gate.review-expired", "order.mismatch",
+        "order.precondition.missing", "order.stale", "policy.approval-required",
+        "policy.evaluation-error", "policy.no-permit", "remote.rejected", "review.denied",
+        "review.expired", "run.context.missing", "run.unknown", "tool.arguments.duplicate",
+        "tool.arguments.invalid", "tool.arguments.malformed", "tool.arguments.missing-required",
+        "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
+        "tool.unknown", "turn.unknown",
+    ])
+    assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
+
+
+def test_every_code_in_the_source_is_listed() -> None:
+    used = {m for path in SOURCES for m in CODE.findall(path.read_text())}
+    unlisted = used - set(REASONS) - NOT_REASONS - {c for _, c in MODEL_CODES}
+    assert unlisted == set()
+
+
+def test_policy_and_world_reasons_are_listed() -> None:
+    bundle = PolicyBundle.load(REPO / "deploy" / "policies")
+    forbids = {pid for pid, effect in bundle.effects.items() if effect == "forbid"}
+    assert forbids <= set(REASONS)
+    assert set(WORLD_REASONS) - {"case.error"} <= set(REASONS)
+
+
+def test_schemas_are_generated_from_the_code() -> None:
+    generated = schemas.generate()
+    on_disk = {str(p.relative_to(schemas.SCHEMAS_DIR)): p.read_text()
+               for p in schemas.SCHEMAS_DIR.rglob("*.json")}
+    assert on_disk == generated, "run: python -m lockgate.contracts.schemas"
+
+
+def recorded(event: EffectIntent.Event, intent_id: str, data: bytes | None = None) -> RecordedEvent:
+    new = encode_event(event)
+    return RecordedEvent("tenant-a", intent_id, event.originator_version, new.event_type,
+                         new.event_id, data if data is not None else new.data, 1)
+
+
+def test_codec_round_trips_every_event_of_a_history() -> None:
+    h = History().normalized().decided("allow")
+    for event in h.events:
+        assert decode_event(recorded(event, h.intent_id)) == event
+
+
+def test_codec_ignores_unknown_fields_and_refuses_unknown_types() -> None:
+    h = History()
+    event = h.events[0]
+    data = encode_event(event).data.replace(b'"data":{', b'"data":{"added_later":1,', 1)
+    assert decode_event(recorded(event, h.intent_id, data)) == event
+    with pytest.raises(EventDecodeError):
+        decode_event(RecordedEvent("tenant-a", h.intent_id, 1, "NoSuchEvent", "x", b"{}", 1))
+    with pytest.raises(EventDecodeError):
+        decode_event(recorded(event, h.intent_id, b"not json"))
+
+
+def test_codec_upcasts_older_class_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = History().normalized()
+    old = h.events[-1]
+    stored = recorded(old, h.intent_id)
+    cls = EffectIntent.CandidateNormalized
+
+    def upcast_v1_v2(state: dict[str, object]) -> None:
+        state["serializer"] = "upcast:" + str(state["serializer"])
+
+    monkeypatch.setattr(cls, "class_version", 2)
+    monkeypatch.setattr(cls, "upcast_v1_v2", staticmethod(upcast_v1_v2), raising=False)
+    upcast = decode_event(stored)
+    assert isinstance(upcast, cls) and upcast.serializer == "upcast:jcs"
+
+
+def test_model_view_discloses_only_model_controlled_fields() -> None:
+    h = History()
+    h.events[0] = EffectIntent.CandidateRejected(  # type: ignore[call-arg]
+        originator_id=h.events[0].originator_id, originator_version=1,
+        timestamp=h.events[0].timestamp, originator_topic=h.events[0].originator_topic,  # type: ignore[attr-defined]
+        event_id="e", correlation_id="r", causation_id="c", tenant="tenant-a", run_id="run-1",
+        turn_id="t", call_id="call-1", actor="user-42", tool="case.add_note", raw_digest="d",
+        raw_size_bytes=1, catalogue_digest="c", reason="tool.arguments.unexpected", field="caseId",
+        detail="")
+    view = model_view(h.intent, CONTRACT)
+    assert view is not None and (view.status, view.code, view.field) == ("rejected", "proposal.invalid", None)
+
+
+def test_denials_collapse_to_unavailable() -> None:
+    h = History(contract_revision=CONTRACT.revision).normalized().decided("deny", ["case.closed"])
+    view = model_view(h.intent, CONTRACT)
+    assert view is not None and (view.status, view.code) == ("unavailable", "operation.unavailable")
+    assert "case" not in repr(view).replace("case.add_note", "")
