@@ -19,20 +19,22 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import nats
 
 from bench import load, machine
+from bench.cpu import CpuMeter
 from bench.gateway import LOAD_CASES, Proposer
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
-from bench.stats import Phase, table
+from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
@@ -136,29 +138,45 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str]]:
             await load.closed_loop(Phase("warm", "warm"), fire, concurrency=8, count=warm,
                                    op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
 
+        pids = {"nats-server": system.server.process.pid} if system.server and \
+            system.server.process else {}
+        pids.update({name: proc.pid for name, proc in system.processes.items()})
+        if workers.proc is not None:
+            pids["rawchain worker"] = workers.proc.pid
+        pids["bench drivers"] = os.getpid()
+
+        async def measured(phase: Phase, work: Awaitable[Phase]) -> Phase:
+            meter = CpuMeter(pids)
+            await work
+            phase.cpu_s = meter.spent()
+            return phase
+
         phases: list[Phase] = []
         open_kw = dict(rate_per_s=plan.rate_per_s, duration_s=plan.duration_s,
                        op_timeout_s=plan.op_timeout_s)
         open_mode = f"open {plan.rate_per_s:g}/s x {plan.duration_s:g}s"
         progress(f"raw chain, {open_mode}")
-        raw_open = await load.open_loop(Phase("raw chain", open_mode), driver.fire("open"),
-                                        **open_kw)
+        raw_open = Phase("raw chain", open_mode)
+        await measured(raw_open, load.open_loop(raw_open, driver.fire("open"), **open_kw))
         phases.append(raw_open)
         progress(f"Lockgate, {open_mode}")
-        phases.append(await load.open_loop(Phase("lockgate", open_mode),
-                                           proposer.fire("open", plan.op_timeout_s), **open_kw))
+        lg_open = Phase("lockgate", open_mode)
+        phases.append(await measured(lg_open, load.open_loop(
+            lg_open, proposer.fire("open", plan.op_timeout_s), **open_kw)))
 
         closed_mode = f"closed x{plan.concurrency}"
         progress(f"raw chain, {closed_mode}, {plan.raw_count} chains")
-        raw_closed = await load.closed_loop(
-            Phase("raw chain", closed_mode), driver.fire("closed"), concurrency=plan.concurrency,
-            count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
+        raw_closed = Phase("raw chain", closed_mode)
+        await measured(raw_closed, load.closed_loop(
+            raw_closed, driver.fire("closed"), concurrency=plan.concurrency,
+            count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s))
         phases.append(raw_closed)
         progress(f"Lockgate, {closed_mode}, {plan.count} proposals")
-        phases.append(await load.closed_loop(
-            Phase("lockgate", closed_mode), proposer.fire("closed", plan.op_timeout_s),
+        lg_closed = Phase("lockgate", closed_mode)
+        phases.append(await measured(lg_closed, load.closed_loop(
+            lg_closed, proposer.fire("closed", plan.op_timeout_s),
             concurrency=plan.concurrency, count=plan.count, op_timeout_s=plan.op_timeout_s,
-            max_s=plan.phase_max_s))
+            max_s=plan.phase_max_s)))
 
         progress("checking what was stored")
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
@@ -221,6 +239,9 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
             shutil.rmtree(root_dir, ignore_errors=True)
     print()
     print(table(phases))
+    print()
+    print("CPU ms per successful operation, by process")
+    print(cpu_table(phases))
     print()
     for p in phases:
         if p.max_lag_s > 0.01:

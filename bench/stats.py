@@ -27,6 +27,8 @@ class Phase:
     elapsed_s: float = 0.0
     #: How late the open-loop driver started an arrival at worst (its own lag).
     max_lag_s: float = 0.0
+    #: CPU seconds each process spent during the phase.
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -74,5 +76,28 @@ def table(phases: list[Phase]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
              for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cpu_table(phases: list[Phase]) -> str:
+    """CPU milliseconds per successful operation, by process and phase (0 rows left out)."""
+    names: list[str] = []
+    for p in phases:
+        names += [n for n in p.cpu_s if n not in names]
+    header = ["process"] + [f"{p.system} {p.mode.split()[0]}" for p in phases]
+    rows = [header]
+    for name in names:
+        cells = [p.cpu_s.get(name, 0.0) * 1000 / p.ok if p.ok else math.nan for p in phases]
+        if all(c < 0.005 for c in cells if not math.isnan(c)):
+            continue
+        rows.append([name] + [f"{c:.2f}" for c in cells])
+    total = [sum(p.cpu_s.values()) * 1000 / p.ok if p.ok else math.nan for p in phases]
+    rows.append(["all"] + [f"{c:.2f}" for c in total])
+    busy = [sum(p.cpu_s.values()) / p.elapsed_s if p.elapsed_s else math.nan for p in phases]
+    rows.append(["cores busy"] + [f"{b:.2f}" for b in busy])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                       enumerate(zip(r, widths, strict=True))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

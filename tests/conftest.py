@@ -7,9 +7,8 @@ from pathlib import Path
 
 import nats
 import pytest
-from nats.aio.client import Client
-
 from lockgate.runtime.natsserver import NatsServer
+from nats.aio.client import Client
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 
-import pytest
-
 import lockgate.client
+import pytest
 from lockgate.client.sdk import Gateway
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World

@@ -10,7 +10,6 @@ import json
 
 import nats
 import pytest
-
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import Gateway
 from lockgate.core.ids import random_id

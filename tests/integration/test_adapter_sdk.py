@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -219,10 +220,8 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
     js = nc.jetstream()
     await ensure_topology(js)
     # The session's server is shared: start from no adapter consumer and no old orders.
-    try:
+    with contextlib.suppress(NotFoundError):
         await js.delete_consumer(EXEC, sdk.consumer_name(CAPABILITY))
-    except NotFoundError:
-        pass
     await js.purge_stream(EXEC, subject=f"lg.exec.{CAPABILITY}")
     world = World.seed(tmp_path / "case")
     stop = asyncio.Event()

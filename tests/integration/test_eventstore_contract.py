@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from nats.aio.client import Client
-
 from lockgate.eventstore import (
     AggregateHistory,
     ConcurrencyConflict,
@@ -16,6 +15,8 @@ from lockgate.eventstore import (
     NewEvent,
 )
 from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
+from nats.aio.client import Client
+from nats.js.errors import NotFoundError
 
 
 @pytest.fixture(params=["memory", "jetstream"])
@@ -24,10 +25,8 @@ async def store(request: pytest.FixtureRequest, nc: Client) -> AsyncIterator[Eve
         yield MemoryEventStore()
         return
     js = nc.jetstream()
-    try:
+    with contextlib.suppress(NotFoundError):  # absent on the first test
         await js.delete_stream("LG_EVENTS")
-    except Exception:  # noqa: BLE001 - absent on the first test
-        pass
     await js.add_stream(events_stream_config())
     yield JetStreamEventStore(nc)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from datetime import UTC, datetime
@@ -187,10 +188,8 @@ def test_invocations_are_shared_between_instances(world: World) -> None:
 def _conflicting_writes(directory: str, n: int) -> None:
     world = World(directory)
     for i in range(n):
-        try:
+        with contextlib.suppress(VersionConflict):
             world.add_note(CRED, "tenant-a", "user-42", "case-contended", "x", 1, f"k{i}", "i")
-        except VersionConflict:
-            pass
 
 
 def test_processes_share_the_world_without_lost_updates(world: World) -> None:

@@ -379,7 +379,7 @@ class CapabilityWorker:
                     break
                 try:
                     msgs = fetch.result()
-                except (NatsTimeout, asyncio.TimeoutError):
+                except (TimeoutError, NatsTimeout):
                     # nats-py raises the builtin TimeoutError when a fetch finds nothing.
                     continue
                 except NatsError as exc:  # disconnected: the client reconnects

@@ -142,7 +142,7 @@ def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     determining = tuple(at_all.diagnostics.reasons)
     if errors or not at_all.allowed:
         forbids = sorted(
-            (r for r in determining if bundle.effects.get(r) == "forbid"), key=bundle.order.get
+            (r for r in determining if bundle.effects.get(r) == "forbid"), key=lambda r: bundle.order.get(r, 0)
         )
         reasons = tuple(forbids) or (("policy.evaluation-error",) if errors else ("policy.no-permit",))
         return Decision("deny", bundle.revision, reasons, determining, errors)

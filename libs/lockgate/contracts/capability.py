@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import msgspec
 from lockgate.core.canonical import digest
 
 
-class EffectClass(str, Enum):
+class EffectClass(StrEnum):
     """How far an effect reaches, from harmless to irreversible."""
 
     READ = "read"

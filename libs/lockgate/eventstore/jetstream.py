@@ -10,7 +10,6 @@ grow with the stream because every event has a subject of its own.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -244,5 +243,5 @@ class JetStreamEventStore:
                 last_subject, last_event.data, headers=commit, timeout=self._timeout_s
             )
             return _ack_decoder.decode(reply.data)
-        except (NatsTimeout, NoRespondersError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise EventStoreUnavailable(f"append not acknowledged: {exc!r}") from exc

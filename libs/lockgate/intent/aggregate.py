@@ -9,7 +9,7 @@ build events with ``Event.next`` and the store folds them back (``codec.fold``).
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
@@ -19,7 +19,7 @@ from eventsourcing.utils import get_topic
 E = TypeVar("E", bound="Event")
 
 
-class State(str, Enum):
+class State(StrEnum):
     """Where an intent is. Terminal states never change again."""
 
     PROPOSED = "proposed"

@@ -8,7 +8,6 @@ class's ``upcast_vN_vN+1`` static methods, as the library's mapper would.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import reduce
 from typing import Any
 from uuid import UUID
 
@@ -73,4 +72,7 @@ def decode_event(recorded: RecordedEvent) -> Event:
 
 def fold(events: Iterable[Event]) -> EffectIntent | None:
     """Rebuild the aggregate from its events (``None`` when there are none)."""
-    return reduce(lambda agg, e: e.mutate(agg), events, None)  # type: ignore[arg-type,return-value]
+    folded: EffectIntent | None = None
+    for event in events:
+        folded = event.mutate(folded)
+    return folded

@@ -66,13 +66,13 @@ class NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / "nats-server.conf"
         conf.write_text(self._config())
-        log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
-        self.process = subprocess.Popen(
-            [str(server_binary()), "-c", str(conf)],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        with open(self.log_file or os.devnull, "ab") as log:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                [str(server_binary()), "-c", str(conf)],
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -87,7 +87,7 @@ class NatsServer:
 
     def _config(self) -> str:
         lines = [
-            'listen: "127.0.0.1:%d"' % self.port,
+            f'listen: "127.0.0.1:{self.port}"',
             # A candidate of 1 MiB must reach intake to be rejected on the record.
             "max_payload: 4MB",
             "jetstream {",

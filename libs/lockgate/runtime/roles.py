@@ -125,6 +125,18 @@ def kv_write(bucket: str, keys: str = ">") -> tuple[str, ...]:
     return (f"$KV.{bucket}.{keys}",)
 
 
+#: Capability names are dotted (``case.add_note``): a subject wildcard stands for one
+#: token, so asking any capability one verb is granted for names of up to this many parts.
+MAX_CAPABILITY_PARTS = 4
+
+
+def adapter_ask(verb: str) -> tuple[str, ...]:
+    """Ask any capability's adapter ``verb`` (``lg.adapter.<capability>.<verb>``)."""
+    return tuple(
+        "lg.adapter." + ".".join(["*"] * n) + f".{verb}" for n in range(1, MAX_CAPABILITY_PARTS + 1)
+    )
+
+
 #: Load an aggregate or verify an order: direct get (``multi_last``) on the events stream.
 EVENT_LOAD = f"$JS.API.DIRECT.GET.{EVENTS}"
 
@@ -286,7 +298,8 @@ def service_role(name: str) -> Role:
         publish += kv_list(bucket)
     for bucket in row.writes:
         publish += kv_write(bucket)
-    publish += [f"lg.adapter.*.{verb}" for verb in row.asks]
+    for verb in row.asks:
+        publish += adapter_ask(verb)
     publish += row.publishes
     subscribe = [*row.answers, f"lg.status.{name}", _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)

@@ -7,7 +7,6 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 #: The checkout this package runs from (the demo policies live there).
 _REPO = Path(__file__).resolve().parents[3]
 

@@ -41,15 +41,11 @@ def violations(
         for e in events:
             if isinstance(e, EffectIntent.CandidateNormalized):
                 normalized = e
-            elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow":
-                allowed_digests.add(e.digest)
-            elif isinstance(e, EffectIntent.ReviewApproved):
+            elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow" or isinstance(e, EffectIntent.ReviewApproved):
                 allowed_digests.add(e.digest)
             elif isinstance(e, (EffectIntent.CandidateRejected, EffectIntent.NormalizationFailed,
                                 EffectIntent.ReviewDenied, EffectIntent.ReviewExpired,
-                                EffectIntent.GateRefused)):
-                terminal_refusal = True
-            elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "deny":
+                                EffectIntent.GateRefused)) or isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "deny":
                 terminal_refusal = True
             elif isinstance(e, EffectIntent.ExecutionAuthorized):
                 if normalized is None:

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
-from nats.aio.client import Client
-
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.status import CHILDREN, check_status
 from lockgate.runtime.topology import ensure_topology
+from nats.aio.client import Client
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -73,10 +72,10 @@ class System:
 
     def spawn(self, name: str, module: str) -> None:
         """Start one child process."""
-        log = open(self.root / "log" / f"{name}.log", "ab")
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", module], env=self.env(), stdout=log, stderr=log, cwd=REPO
-        )
+        with open(self.log(name), "ab") as log:  # the child keeps its own copy
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", module], env=self.env(), stdout=log, stderr=log, cwd=REPO
+            )
 
     async def connect(self) -> Client:
         """A client connection to the broker."""

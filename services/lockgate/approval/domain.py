@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from lockgate.contracts.messages import DecideReview
 from lockgate.core.canonical import canonical_json
@@ -84,7 +85,7 @@ def decide_review(intent: EffectIntent | None, cmd: DecideReview, *, cause: str,
         raise ReviewProblem("review.expired")
     if cmd.digest != intent.digest:
         raise ReviewProblem("review.digest-mismatch")
-    ids = dict(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
+    ids: dict[str, Any] = dict(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
     if cmd.approve:
         return [
             EffectIntent.ReviewApproved.next(
@@ -94,12 +95,12 @@ def decide_review(intent: EffectIntent | None, cmd: DecideReview, *, cause: str,
                 digest=intent.digest,
                 policy_revision=intent.policy_revision or "",
                 contract_revision=intent.contract_revision,
-                **ids,  # type: ignore[arg-type]
+                **ids,
             )
         ]
     return [
         EffectIntent.ReviewDenied.next(
             intent, review_id=cmd.review_id, reviewer=cmd.reviewer, reason=cmd.reason[:300],
-            **ids,  # type: ignore[arg-type]
+            **ids,
         )
     ]

@@ -40,7 +40,7 @@ def gate(
     """
     if intent.state is not State.ALLOWED:
         return []
-    ids = dict(now=now, event_id=derived_id("gate", cause), causation_id=cause)
+    ids: dict[str, Any] = dict(now=now, event_id=derived_id("gate", cause), causation_id=cause)
     used = dict(facts.facts)
     if contract is None or contract.revision != intent.contract_revision:
         return _refuse(intent, "gate.mapping-changed", used, ids)
@@ -70,7 +70,7 @@ def gate(
             contract_revision=contract.revision,
             gate_facts=used,
             deadline_at=now + timedelta(seconds=contract.outcome_deadline_s),
-            **ids,  # type: ignore[arg-type]
+            **ids,
         )
     ]
 
@@ -116,7 +116,7 @@ def on_report(
         attempt = intent.attempt(report.attempt_id)
     except KeyError:
         return []
-    ids = dict(now=now, event_id=derived_id("report", cause), causation_id=cause)
+    ids: dict[str, Any] = dict(now=now, event_id=derived_id("report", cause), causation_id=cause)
     detail = report.detail[:DETAIL_MAX_CHARS]
     stage = attempt.stage
     if report.stage == "sent" and stage == "authorized":
@@ -128,7 +128,7 @@ def on_report(
             return [
                 EffectIntent.EffectCompleted.next(
                     intent, attempt_id=attempt.attempt_id, receipt=receipt,
-                    result=bounded(report.result, limit), **ids,  # type: ignore[arg-type]
+                    result=bounded(report.result, limit), **ids,
                 )
             ]
         if stage == "unknown":
@@ -137,7 +137,7 @@ def on_report(
                 EffectIntent.Reconciled.next(
                     intent, attempt_id=attempt.attempt_id, finding="confirmed", receipt=receipt,
                     by="adapter-report", why="the adapter reported completion after the deadline",
-                    **ids,  # type: ignore[arg-type]
+                    **ids,
                 )
             ]
         return []
@@ -145,7 +145,7 @@ def on_report(
         return [
             EffectIntent.AttemptRejected.next(
                 intent, attempt_id=attempt.attempt_id, reason=report.reason or "remote.rejected",
-                detail=detail, **ids,  # type: ignore[arg-type]
+                detail=detail, **ids,
             )
         ]
     if report.stage in ("failed_before_send", "refused_order") and stage == "authorized":
@@ -153,7 +153,7 @@ def on_report(
             EffectIntent.AttemptFailedBeforeSend.next(
                 intent, attempt_id=attempt.attempt_id,
                 reason=report.reason or f"adapter.{report.stage}", detail=detail,
-                **ids,  # type: ignore[arg-type]
+                **ids,
             )
         ]
     return []

@@ -57,7 +57,7 @@ def decide_candidate(inputs: Inputs, now: datetime) -> Event:
     c = inputs.candidate
     intent_id = intent_id_for(inputs.tenant, c.run_id, c.call_id)
     raw = c.arguments.encode()
-    common = dict(
+    common: dict[str, Any] = dict(
         originator_id=UUID(hex=intent_id),
         originator_version=1,
         timestamp=now,
@@ -77,8 +77,8 @@ def decide_candidate(inputs: Inputs, now: datetime) -> Event:
     )
 
     def reject(reason: str, field: str | None = None, detail: str = "") -> Event:
-        return EffectIntent.CandidateRejected(
-            reason=reason, field=field, detail=detail[:300], **common  # type: ignore[arg-type]
+        return EffectIntent.CandidateRejected(  # type: ignore[call-arg]
+            reason=reason, field=field, detail=detail[:300], **common
         )
 
     if inputs.malformed:
@@ -103,8 +103,8 @@ def decide_candidate(inputs: Inputs, now: datetime) -> Event:
     problem = _schema_problem(contract.argument_schema, parsed.value)
     if problem is not None:
         return reject(problem[0], problem[1])
-    return EffectIntent.CandidateReceived(
-        arguments=parsed.value, contract_revision=contract.revision, **common  # type: ignore[arg-type]
+    return EffectIntent.CandidateReceived(  # type: ignore[call-arg]
+        arguments=parsed.value, contract_revision=contract.revision, **common
     )
 
 

@@ -6,7 +6,6 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
-
 from lockgate.normalization.handlers import NormalizationHandlers
 from lockgate.runtime.service import (
     Subscription,

@@ -40,23 +40,23 @@ def decide(
     """
     if intent.state is not State.PROPOSED:
         return []
-    ids = dict(now=now, event_id=derived_id("normalization", cause), causation_id=cause)
+    ids: dict[str, Any] = dict(now=now, event_id=derived_id("normalization", cause), causation_id=cause)
     if contract is None or contract.revision != intent.contract_revision:
         return [
             EffectIntent.NormalizationFailed.next(
-                intent, reason="capability.changed", field=None, detail="", **ids  # type: ignore[arg-type]
+                intent, reason="capability.changed", field=None, detail="", **ids
             )
         ]
     if result is None:
         return [
             EffectIntent.NormalizationFailed.next(
-                intent, reason="capability.unavailable", field=None, detail="", **ids  # type: ignore[arg-type]
+                intent, reason="capability.unavailable", field=None, detail="", **ids
             )
         ]
     if result.reason is not None:
         return [
             EffectIntent.NormalizationFailed.next(
-                intent, reason=result.reason, field=result.field, detail="", **ids  # type: ignore[arg-type]
+                intent, reason=result.reason, field=result.field, detail="", **ids
             )
         ]
     return [
@@ -69,6 +69,6 @@ def decide(
             digest=digest(consequence(intent, contract, result)),
             serializer=SERIALIZER_ID,
             contract_revision=contract.revision,
-            **ids,  # type: ignore[arg-type]
+            **ids,
         )
     ]

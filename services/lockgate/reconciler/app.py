@@ -6,7 +6,6 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
-
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.service import (
     Subscription,

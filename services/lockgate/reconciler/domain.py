@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from lockgate.contracts.messages import QueryResult
 from lockgate.core.ids import derived_id
@@ -23,13 +24,13 @@ def reconcile(
     current = intent.current_attempt
     if current is None or current.attempt_id != attempt_id:
         return []
-    ids = dict(now=now, event_id=derived_id("reconcile", cause), causation_id=cause)
+    ids: dict[str, Any] = dict(now=now, event_id=derived_id("reconcile", cause), causation_id=cause)
     if found.finding == "found":
         return [
             EffectIntent.Reconciled.next(
                 intent, attempt_id=attempt_id, finding="confirmed", receipt=dict(found.receipt),
                 by="reconciler", why="a query by the intent's identity found the effect",
-                **ids,  # type: ignore[arg-type]
+                **ids,
             )
         ]
     if found.finding == "absent":
@@ -37,7 +38,7 @@ def reconcile(
             EffectIntent.Reconciled.next(
                 intent, attempt_id=attempt_id, finding="absent", receipt={},
                 by="reconciler", why="a query by the intent's identity found no effect",
-                **ids,  # type: ignore[arg-type]
+                **ids,
             )
         ]
     return []
