@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 TENANTS = ("tenant-a", "tenant-b")
 USERS = demo_users(TENANTS)
 REFUSAL_WAIT_S = 1.0
-I = "0" * 32  # an intent id
+INTENT = "0" * 32  # an intent id
 NOTE = '{"note": "Customer called back; confirmed the delivery address."}'
 
 
@@ -136,10 +136,10 @@ async def assert_refused(
 # -- what each role may not do ---------------------------------------------------------------
 
 REFUSED = [
-    ("agent-tenant-a", "publish", f"lg.evt.tenant-a.{I}.1.CandidateReceived"),
+    ("agent-tenant-a", "publish", f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived"),
     ("agent-tenant-a", "publish", "lg.exec.case.add_note"),
-    ("agent-tenant-a", "publish", f"lg.report.case.add_note.{I}"),
-    ("agent-tenant-a", "publish", f"lg.review.tenant-a.{I}.decide"),
+    ("agent-tenant-a", "publish", f"lg.report.case.add_note.{INTENT}"),
+    ("agent-tenant-a", "publish", f"lg.review.tenant-a.{INTENT}.decide"),
     ("agent-tenant-a", "publish", "lg.run.tenant-a.open"),
     ("agent-tenant-a", "publish", "lg.propose.tenant-b.run-1"),
     ("agent-tenant-a", "publish", "lg.turn.tenant-b.run-1"),
@@ -152,18 +152,18 @@ REFUSED = [
     ("agent-tenant-a", "subscribe", "lg.propose.>"),
     ("agent-tenant-a", "subscribe", "_INBOX.>"),
     ("host", "publish", "lg.propose.tenant-a.run-1"),
-    ("host", "publish", f"lg.evt.tenant-a.{I}.1.CandidateReceived"),
-    ("reviewer", "publish", f"lg.evt.tenant-a.{I}.5.ReviewApproved"),
+    ("host", "publish", f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived"),
+    ("reviewer", "publish", f"lg.evt.tenant-a.{INTENT}.5.ReviewApproved"),
     ("reviewer", "publish", "lg.exec.case.add_note"),
-    ("adapter", "publish", f"lg.evt.tenant-a.{I}.9.EffectCompleted"),
+    ("adapter", "publish", f"lg.evt.tenant-a.{INTENT}.9.EffectCompleted"),
     ("adapter", "publish", "lg.exec.case.add_note"),
-    ("adapter", "publish", f"lg.report.repo.prepare_patch.{I}"),
+    ("adapter", "publish", f"lg.report.repo.prepare_patch.{INTENT}"),
     ("adapter", "publish", "$KV.LG_CAPABILITIES.repo.prepare_patch"),
     ("adapter", "publish", "$KV.LG_RUNS.tenant-a.run-1"),
     ("adapter", "subscribe", "lg.adapter.repo.prepare_patch.*"),
     ("adapter", "subscribe", "_INBOX.>"),
-    ("normalization", "publish", f"lg.evt.tenant-a.{I}.3.PolicyDecided"),
-    ("policy", "publish", f"lg.evt.tenant-a.{I}.4.ExecutionAuthorized"),
+    ("normalization", "publish", f"lg.evt.tenant-a.{INTENT}.3.PolicyDecided"),
+    ("policy", "publish", f"lg.evt.tenant-a.{INTENT}.4.ExecutionAuthorized"),
     ("policy", "publish", "lg.exec.case.add_note"),
     ("approval", "publish", "lg.exec.case.add_note"),
     ("intake", "publish", f"$JS.API.STREAM.CREATE.{EVENTS}"),
@@ -183,7 +183,7 @@ async def test_refused(user: str, kind: str, subject: str, admin: Conn, login: L
 
 async def test_refused_jetstream_publish_is_not_stored(admin: Conn, login: Login) -> None:
     agent = await login("agent-tenant-a")
-    subject = f"lg.evt.tenant-a.{I}.1.CandidateReceived"
+    subject = f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived"
     await assert_refused(agent, "publish", subject, agent.nc.jetstream().publish(subject, b"{}", timeout=1.0))
     assert (await admin.nc.jetstream().stream_info(EVENTS)).state.messages == 0
 
@@ -197,10 +197,14 @@ async def test_agent_cannot_land_a_message_in_exec_through_a_reply_subject(
     admin: Conn, login: Login
 ) -> None:
     agent = await login("agent-tenant-a")
-    await agent.nc.publish("lg.propose.tenant-a.run-1", b"{}", reply="lg.exec.case.add_note")
+    forged = f"lg.evt.tenant-b.{INTENT}.1.CandidateReceived"  # another tenant's record
+    for reply in ("lg.exec.case.add_note", forged):
+        await agent.nc.publish("lg.propose.tenant-a.run-1", b"{}", reply=reply)
     await agent.nc.flush()
     await asyncio.sleep(0.3)
-    assert (await admin.nc.jetstream().stream_info(EXEC)).state.messages == 0
+    js = admin.nc.jetstream()
+    stored = {s: (await js.stream_info(s)).state.messages for s in (EXEC, EVENTS)}
+    assert stored == {EXEC: 0, EVENTS: 0}
 
 
 # -- what each role does ------------------------------------------------------------------------
@@ -246,7 +250,7 @@ async def test_host_agent_and_reviewer_do_their_part(admin: Conn, login: Login) 
     assert await turn.run.response(response.candidate_id) == response  # direct get, own tenant
     with pytest.raises(Refused):
         await Gateway(reviewer.nc).decide_review(
-            tenant="tenant-a", candidate_id=I, review_id="r", digest="d", reviewer="rev", approve=True
+            tenant="tenant-a", candidate_id=INTENT, review_id="r", digest="d", reviewer="rev", approve=True
         )
     for conn in (intake, approval, host, agent, reviewer):
         assert conn.violations() == [], conn.user
@@ -270,12 +274,12 @@ WORK = {
     "intake": Work(("intake", "intake-responses"), "CandidateReceived",
                    reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET),
                    writes=(RUNS_BUCKET, CATALOGUES_BUCKET), lists=True, asks="describe",
-                   publishes=f"lg.response.tenant-a.run-1.{I}", answers="lg.turn.tenant-a.run-1"),
+                   publishes=f"lg.response.tenant-a.run-1.{INTENT}", answers="lg.turn.tenant-a.run-1"),
     "normalization": Work(("normalization",), "CandidateNormalized",
                           reads=(CAPABILITIES_BUCKET, RUNS_BUCKET), asks="normalize"),
     "policy": Work(("policy",), "PolicyDecided", asks="facts"),
     "approval": Work(("approval", "approval-expiry"), "ReviewApproved",
-                     answers=f"lg.review.tenant-a.{I}.decide"),
+                     answers=f"lg.review.tenant-a.{INTENT}.decide"),
     "executor": Work(("executor-gate", "executor-dispatch", "executor-deadlines", "executor-reports"),
                      "ExecutionAuthorized", reads=(CAPABILITIES_BUCKET,), asks="facts",
                      publishes="lg.exec.case.add_note"),
@@ -286,7 +290,7 @@ WORK = {
 def sample_subject(filter_subject: str) -> str:
     """A subject the filter matches."""
     return {"lg.propose.>": "lg.propose.tenant-a.run-1",
-            "lg.report.>": f"lg.report.case.add_note.{I}"}.get(
+            "lg.report.>": f"lg.report.case.add_note.{INTENT}"}.get(
         filter_subject, filter_subject.replace("*.*.*", f"tenant-a.{uuid.uuid4().hex}.1"))
 
 

@@ -26,6 +26,7 @@ from lockgate.core.errors import LockgateError
 from lockgate.core.ids import intent_id_for, is_subject_token, random_id
 from lockgate.runtime.topology import RESPONSES
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NotFoundError
@@ -200,23 +201,46 @@ class Gateway:
         subject = f"lg.response.{run.tenant}.{run.id}.{candidate_id}"
         sub = await self.nc.subscribe(subject, max_msgs=1)
         try:
-            await self._js.publish(
-                f"lg.propose.{run.tenant}.{run.id}", body,
-                headers={"Nats-Msg-Id": f"{run.id}.{call_id}"}, timeout=self.timeout_s,
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            await self._publish_candidate(
+                f"lg.propose.{run.tenant}.{run.id}", body, f"{run.id}.{call_id}", deadline
             )
-            # A repeated call id was deduplicated: its response may already exist.
-            earlier = await self._latest(run.tenant, run.id, candidate_id)
-            if earlier is not None:
-                return earlier
-            try:
-                msg = await sub.next_msg(timeout=timeout_s)
-            except NatsTimeout as exc:
-                raise ResponseTimeout(
-                    f"no response to {call_id} within {timeout_s}s", code="response.timeout"
-                ) from exc
-            return _response.decode(msg.data)
+            # A repeated call id was deduplicated: its response may already exist. And a
+            # response published while this connection was reconnecting is only in the
+            # stream, so the stream is asked again every second while waiting.
+            while True:
+                try:
+                    earlier = await self._latest(run.tenant, run.id, candidate_id)
+                except (NatsError, TimeoutError):
+                    earlier = None  # the connection is reconnecting; keep waiting
+                if earlier is not None:
+                    return earlier
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ResponseTimeout(
+                        f"no response to {call_id} within {timeout_s}s", code="response.timeout"
+                    )
+                try:
+                    msg = await sub.next_msg(timeout=min(remaining, 1.0))
+                except NatsTimeout:
+                    continue
+                return _response.decode(msg.data)
         finally:
             await sub.unsubscribe()
+
+    async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> None:
+        """Publish until the stream acknowledges; safe to repeat, the stream deduplicates by id."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self._js.publish(subject, body, headers={"Nats-Msg-Id": msg_id},
+                                       timeout=self.timeout_s)
+                return
+            except (NatsError, TimeoutError) as exc:
+                if loop.time() + 0.5 > deadline:
+                    raise ClientError(f"candidate not accepted: {exc!r}", code="lockgate.unavailable") from exc
+                await asyncio.sleep(0.5)
 
     async def close(self) -> None:
         """Close the connection."""

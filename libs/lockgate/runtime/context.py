@@ -57,9 +57,8 @@ def run_key(tenant: str, run_id: str) -> str:
 H = TypeVar("H")
 
 
-async def connect_ports(broker: NatsBroker, settings: Settings) -> Ports:
-    """Connect ``broker``, make sure the topology exists, build the ports."""
-    nc: Client = await broker.connect()
+async def ports_for(nc: Client, settings: Settings) -> Ports:
+    """Make sure the topology exists and build the ports over a connected client."""
     js = nc.jetstream()
     await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s)
     return Ports(
@@ -71,6 +70,12 @@ async def connect_ports(broker: NatsBroker, settings: Settings) -> Ports:
         runs=await js.key_value(RUNS_BUCKET),
         catalogues=await js.key_value(CATALOGUES_BUCKET),
     )
+
+
+async def connect_ports(broker: NatsBroker, settings: Settings) -> Ports:
+    """Connect ``broker`` and build the ports over its connection."""
+    nc: Client = await broker.connect()
+    return await ports_for(nc, settings)
 
 
 class Service(Generic[H]):

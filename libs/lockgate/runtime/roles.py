@@ -32,10 +32,11 @@ pulls on ``_INBOX.<nuid>`` whatever the connection's prefix.
 Known gap (single account): the reply subject of a request is not checked against any
 permission, and JetStream and ``allow_responses`` answer to it. A user allowed to
 publish ``lg.propose.<tenant>.<run>`` can therefore name ``lg.exec.<capability>`` or
-``lg.evt.<other>...`` as the reply subject and make the server store its publish
-acknowledgement there. Closing that needs the edge roles in an account of their own
-that imports only the subjects they may use (replies then cross accounts as ``_R_``
-subjects). ``tests/integration/test_permissions.py`` keeps the gap visible.
+another tenant's ``lg.evt...`` as the reply subject and make the server store its
+publish acknowledgement there (a forged entry in the record). Closing that needs the
+edge roles in an account of their own that imports only the subjects they may use
+(replies then cross accounts as ``_R_`` subjects). A strict xfail in
+``tests/integration/test_permissions.py`` keeps the gap visible.
 
 Render a server's ``authorization`` block with::
 
@@ -111,11 +112,14 @@ def kv_read(bucket: str) -> tuple[str, ...]:
 
 
 def kv_list(bucket: str) -> tuple[str, ...]:
-    """List a bucket's keys: nats-py watches it through an ephemeral ordered consumer."""
+    """List a bucket's keys: nats-py watches it through an ephemeral ordered consumer.
+
+    The consumer is created with a server-chosen name, pushes to the inbox with flow
+    control (answered on ``$JS.FC.<stream>.>``) and is left to its inactivity threshold.
+    """
     return (
         f"$JS.API.CONSUMER.CREATE.KV_{bucket}",
         f"$JS.API.CONSUMER.INFO.KV_{bucket}.*",
-        f"$JS.API.CONSUMER.DELETE.KV_{bucket}.*",
         f"$JS.FC.KV_{bucket}.>",
     )
 
@@ -353,8 +357,8 @@ def _quote(value: str) -> str:
     return json.dumps(value)
 
 
-def _list(items: Iterable[str]) -> str:
-    return "[" + ", ".join(_quote(i) for i in items) + "]"
+def _allow(kind: str, items: Iterable[str]) -> list[str]:
+    return [f"        {kind}: {{ allow: [", *(f"          {_quote(i)}" for i in items), "        ] }"]
 
 
 def render_authorization(users: Mapping[str, tuple[Role, str]]) -> str:
@@ -363,7 +367,11 @@ def render_authorization(users: Mapping[str, tuple[Role, str]]) -> str:
     Args:
         users: user name → (its role, its password).
     """
-    lines = ["authorization {", "  users = ["]
+    lines = [
+        "# Rendered from lockgate.runtime.roles: one user per role, permissions exactly its row.",
+        "authorization {",
+        "  users = [",
+    ]
     for user, (role, password) in users.items():
         lines += [
             "    {",
@@ -371,8 +379,8 @@ def render_authorization(users: Mapping[str, tuple[Role, str]]) -> str:
             f"      user: {_quote(user)}",
             f"      password: {_quote(password)}",
             "      permissions: {",
-            f"        publish: {{ allow: {_list(role.publish)} }}",
-            f"        subscribe: {{ allow: {_list(role.subscribe)} }}",
+            *_allow("publish", role.publish),
+            *_allow("subscribe", role.subscribe),
         ]
         if role.allow_responses:
             lines.append("        allow_responses: true")

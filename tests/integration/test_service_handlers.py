@@ -1,0 +1,136 @@
+"""Service handlers against a real broker and store, with scripted adapters.
+
+Each test builds a history in the JetStream store, runs one handler as its consumer
+would, and reads back what was appended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+
+import msgspec
+import pytest
+from lockgate.adapters.client import AdapterUnavailable
+from lockgate.approval.handlers import ApprovalHandlers
+from lockgate.authz import PolicyBundle
+from lockgate.contracts.messages import Describe, QueryResult
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.codec import encode_event
+from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
+from lockgate.policy.handlers import PAUSE_AFTER, PolicyHandlers
+from lockgate.reconciler.handlers import ReconcilerHandlers
+from lockgate.runtime.context import Ports, ports_for
+from lockgate.runtime.service import Retry, load_intent
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.topology import CAPABILITIES_BUCKET
+from lockgate.testing.intents import T0, History
+from lockgate.worlds.casenotes.adapter import CONTRACT
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+
+SETTINGS = Settings(adapter_timeout_s=0.3)
+BUNDLE = PolicyBundle.load(SETTINGS.policy_dir)
+
+
+@pytest.fixture
+async def ports(nc: Client) -> AsyncIterator[Ports]:
+    js = nc.jetstream()
+    with contextlib.suppress(NotFoundError):
+        await js.delete_stream("LG_EVENTS")  # every test starts from an empty store
+    yield await ports_for(nc, SETTINGS)
+
+
+async def store_history(ports: Ports, h: History) -> RecordedEvent:
+    """Append ``h`` and return its last event as stored (what a consumer is handed)."""
+    history = await ports.store.load("tenant-a", h.intent_id)
+    history = await ports.store.append(history, [encode_event(e) for e in h.events])
+    return history.events[-1]
+
+
+async def answering(nc: Client, verb: str, answer: Callable[[bytes], Awaitable[object]]) -> object:
+    async def reply(msg: Msg) -> None:
+        await msg.respond(msgspec.json.encode(await answer(msg.data)))
+
+    return await nc.subscribe(f"lg.adapter.case.add_note.{verb}", cb=reply)
+
+
+def unknown_history() -> History:
+    h = History().normalized().decided("allow")
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    return h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+
+
+@pytest.mark.parametrize(("finding", "state"), [("found", State.COMPLETED), ("absent", State.NEEDS_OPERATOR)])
+async def test_reconciler_records_what_the_query_found(ports: Ports, nc: Client, finding: str,
+                                                       state: State) -> None:
+    last = await store_history(ports, unknown_history())
+    queries: list[bytes] = []
+
+    async def answer(data: bytes) -> QueryResult:
+        queries.append(data)
+        return QueryResult(finding=finding, receipt={"note_id": "n1"} if finding == "found" else {})
+
+    sub = await answering(nc, "query", answer)
+    try:
+        await ReconcilerHandlers(ports, lambda: T0).unknown(last, deliveries=1)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    intent = await load_intent(ports.store, "tenant-a", last.intent_id)
+    assert intent is not None and intent.state is state
+    assert b'"intent_key":"k1"' in queries[0]  # asked by the intent's identity
+
+
+async def test_reconciler_waits_when_nobody_answers(ports: Ports) -> None:
+    last = await store_history(ports, unknown_history())
+    with pytest.raises(Retry):
+        await ReconcilerHandlers(ports, lambda: T0).unknown(last, deliveries=3)
+    intent = await load_intent(ports.store, "tenant-a", last.intent_id)
+    assert intent is not None and intent.state is State.UNKNOWN
+
+
+async def test_normalization_retries_then_gives_up_as_unavailable(ports: Ports) -> None:
+    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
+    await kv.put(CONTRACT.name, msgspec.json.encode(Describe(contract=CONTRACT, adapter="absent")))
+    h = History(contract_revision=CONTRACT.revision)
+    last = await store_history(ports, h)
+    handlers = NormalizationHandlers(ports, lambda: T0)
+    with pytest.raises(AdapterUnavailable):  # no adapter answers: nak and try again
+        await handlers.received(last, deliveries=1)
+    assert (await load_intent(ports.store, "tenant-a", h.intent_id)).state is State.PROPOSED  # type: ignore[union-attr]
+    await handlers.received(last, deliveries=GIVE_UP_AFTER)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.REJECTED
+    assert intent.reason == "capability.unavailable"
+
+
+async def test_policy_pauses_when_facts_never_come(ports: Ports) -> None:
+    h = History().normalized()
+    last = await store_history(ports, h)
+    handlers = PolicyHandlers(ports, BUNDLE, lambda: T0)
+    with pytest.raises(AdapterUnavailable):
+        await handlers.normalized(last, deliveries=1)
+    assert (await load_intent(ports.store, "tenant-a", h.intent_id)).state is State.NORMALIZED  # type: ignore[union-attr]
+    await handlers.normalized(last, deliveries=PAUSE_AFTER)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.PAUSED and intent.reason == "facts.unavailable"
+
+
+async def test_review_expires_at_its_deadline_not_before(ports: Ports) -> None:
+    h = History().normalized().decided("require_approval")
+    h.add(EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
+          contract_revision="rev-1", summary="s", expires_at=T0 + timedelta(seconds=60))
+    last = await store_history(ports, h)
+    early = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=30), review_ttl_s=60)
+    with pytest.raises(Retry) as timer:
+        await early.review_opened(last)
+    assert 29 < timer.value.delay_s < 31
+    late = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=61), review_ttl_s=60)
+    await late.review_opened(last)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.DENIED and intent.reason == "review.expired"
