@@ -193,7 +193,7 @@ async def test_refused_jetstream_publish_is_not_stored(admin: Conn, login: Login
     reason="one account: reply subjects are not permission-checked and JetStream acks to them "
     "(see lockgate.runtime.roles); needs the edge roles in an account of their own",
 )
-async def test_agent_cannot_land_a_message_in_exec_through_a_reply_subject(
+async def test_agent_cannot_land_messages_through_a_reply_subject(
     admin: Conn, login: Login
 ) -> None:
     agent = await login("agent-tenant-a")

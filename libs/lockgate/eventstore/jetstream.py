@@ -80,6 +80,22 @@ def events_stream_config(
     )
 
 
+def recorded_event(
+    subject: str, headers: dict[str, str], data: bytes, sequence: int
+) -> RecordedEvent:
+    """The stored event a direct get or a consumer delivered (subject, headers, sequence)."""
+    address = parse_event_subject(subject)
+    return RecordedEvent(
+        tenant=address.tenant,
+        intent_id=address.intent_id,
+        version=address.version,
+        event_type=address.event_type,
+        event_id=headers.get("Nats-Msg-Id", ""),
+        data=data,
+        sequence=sequence,
+    )
+
+
 class JetStreamEventStore:
     """An ``EventStore`` on one JetStream stream."""
 
@@ -150,15 +166,8 @@ class JetStreamEventStore:
     @staticmethod
     def _recorded(msg: Msg) -> RecordedEvent:
         headers = msg.headers or {}
-        address = parse_event_subject(headers["Nats-Subject"])
-        return RecordedEvent(
-            tenant=address.tenant,
-            intent_id=address.intent_id,
-            version=address.version,
-            event_type=address.event_type,
-            event_id=headers.get("Nats-Msg-Id", ""),
-            data=msg.data,
-            sequence=int(headers["Nats-Sequence"]),
+        return recorded_event(
+            headers["Nats-Subject"], headers, msg.data, int(headers["Nats-Sequence"])
         )
 
     async def append(

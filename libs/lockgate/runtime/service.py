@@ -20,7 +20,7 @@ from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.base import ConcurrencyConflict, EventStore, RecordedEvent
-from lockgate.eventstore.subjects import parse_event_subject
+from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime.context import H, Ports, Service
@@ -82,17 +82,7 @@ async def settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) -
 def recorded_event(msg: NatsMessage) -> RecordedEvent:
     """The stored event a consumer of the events stream was handed."""
     raw = msg.raw_message
-    address = parse_event_subject(raw.subject)
-    headers = raw.headers or {}
-    return RecordedEvent(
-        tenant=address.tenant,
-        intent_id=address.intent_id,
-        version=address.version,
-        event_type=address.event_type,
-        event_id=headers.get("Nats-Msg-Id", ""),
-        data=raw.data,
-        sequence=int(raw.metadata.sequence.stream),
-    )
+    return stored(raw.subject, raw.headers or {}, raw.data, int(raw.metadata.sequence.stream))
 
 
 Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
