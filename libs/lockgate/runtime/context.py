@@ -60,7 +60,8 @@ H = TypeVar("H")
 async def ports_for(nc: Client, settings: Settings) -> Ports:
     """Make sure the topology exists and build the ports over a connected client."""
     js = nc.jetstream()
-    await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s)
+    if settings.manage_topology:
+        await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s)
     return Ports(
         nc=nc,
         js=js,

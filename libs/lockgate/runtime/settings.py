@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,6 +20,12 @@ class Settings(BaseSettings):
     nats_url: str = "nats://127.0.0.1:4222"
     nats_user: str | None = None
     nats_password: str | None = None
+    #: Where replies to this process's requests go; a role with its own prefix cannot
+    #: read other clients' replies (see ``lockgate.runtime.roles``).
+    inbox_prefix: str = "_INBOX"
+    #: Create or update streams, buckets and durables at start. The embedded default
+    #: does; in a cluster an administrator's job does it once and services only bind.
+    manage_topology: bool = True
     var_dir: Path = Path("var")
     #: Cedar policies and schema fragments, read recursively.
     policy_dir: Path = _REPO / "deploy" / "policies"
@@ -40,13 +47,19 @@ class Settings(BaseSettings):
 
     def connect_options(self) -> dict[str, object]:
         """Keyword arguments for ``nats.connect`` / ``NatsBroker``."""
-        options: dict[str, object] = {
-            "servers": [self.nats_url],
+        return {
+            "servers": self.servers(),
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": 0.5,
             "connect_timeout": 2,
+            "inbox_prefix": self.inbox_prefix,
         }
-        if self.nats_user:
-            options["user"] = self.nats_user
-            options["password"] = self.nats_password or ""
-        return options
+
+    def servers(self) -> list[str]:
+        """The server URLs (``nats_url`` may list several, comma-separated), with credentials."""
+        urls = [u.strip() for u in self.nats_url.split(",") if u.strip()]
+        if not self.nats_user:
+            return urls
+        # Credentials in the URL work the same for nats-py and FastStream.
+        auth = f"{quote(self.nats_user, safe='')}:{quote(self.nats_password or '', safe='')}@"
+        return [u.replace("://", "://" + auth, 1) if "@" not in u else u for u in urls]
