@@ -26,6 +26,7 @@ from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import consumer_config, durable
+from prometheus_client import Counter, Histogram, start_http_server
 
 Clock = Callable[[], datetime]
 
@@ -58,25 +59,47 @@ def deliveries(msg: NatsMessage) -> int:
         return 1
 
 
-async def settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) -> None:
+MESSAGES = Counter(
+    "lockgate_messages_total",
+    "Messages a service's durable consumers settled, by outcome.",
+    ["durable", "outcome"],
+)
+HANDLING = Histogram(
+    "lockgate_handler_seconds",
+    "Time from delivery to settlement of one message.",
+    ["durable"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5),
+)
+
+
+async def settle(
+    msg: NatsMessage, work: Awaitable[None], log: logging.Logger, durable: str = ""
+) -> None:
     """Run ``work`` and acknowledge ``msg`` according to how it ended."""
+    with HANDLING.labels(durable).time():
+        outcome = await _settle(msg, work, log)
+    MESSAGES.labels(durable, outcome).inc()
+
+
+async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) -> str:
     try:
         await work
     except Retry as exc:
         await msg.nack(delay=exc.delay_s)
-        return
+        return "timer"
     except LockgateError as exc:
         delay = backoff_s(deliveries(msg))
         level = logging.INFO if exc.retryable else logging.ERROR
         log.log(level, "%s: %s (redelivery in %.1fs)", exc.code, exc, delay)
         await msg.nack(delay=delay)
-        return
+        return "retry"
     except Exception:
         delay = backoff_s(deliveries(msg), cap_s=60.0)
         log.exception("unexpected error; message redelivered in %.1fs", delay)
         await msg.nack(delay=delay)
-        return
+        return "error"
     await msg.ack()
+    return "ack"
 
 
 def recorded_event(msg: NatsMessage) -> RecordedEvent:
@@ -167,7 +190,7 @@ def add_durable(
     d = durable(sub.durable)
 
     async def entry(msg: NatsMessage) -> None:
-        await settle(msg, sub.handler(msg), log)
+        await settle(msg, sub.handler(msg), log, d.name)
 
     broker.subscriber(
         stream=JStream(d.stream, declare=False),
@@ -188,6 +211,8 @@ def service_app(
 
     @app.on_startup
     async def connect() -> None:
+        if settings.metrics_port:
+            start_http_server(settings.metrics_port, addr=settings.metrics_addr)
         await service.start(broker, settings)
 
     add_status(broker, name)

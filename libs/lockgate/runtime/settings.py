@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     review_ttl_s: float = 3600.0
     #: Metrics port of this process (0: no metrics endpoint).
     metrics_port: int = 0
+    metrics_addr: str = "127.0.0.1"
     log_level: str = "INFO"
 
     def connect_options(self) -> dict[str, object]:
