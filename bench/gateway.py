@@ -14,9 +14,8 @@ import json
 from dataclasses import dataclass, field
 
 import lockgate.client
-from lockgate.client.sdk import Gateway, ResponseTimeout, Turn
-
 from bench.load import Fire
+from lockgate.client.sdk import Gateway, ResponseTimeout, Turn
 
 TENANT = "tenant-a"
 ACTOR = "user-42"

@@ -34,7 +34,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from bench.load import Fire
@@ -46,6 +45,8 @@ from lockgate.eventstore.base import (
 )
 from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
 from lockgate.eventstore.subjects import PREFIX, parse_event_subject
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.topology import Durable, consumer_config
 
 log = logging.getLogger("bench.rawchain")
 
@@ -83,21 +84,17 @@ class ChainSpec:
         return [f"Stage{k}" for k in range(self.stages + 1)]
 
 
-async def ensure_consumers(js: JetStreamContext, spec: ChainSpec, ack_wait_s: float = 30.0) -> None:
-    """Create the chain's durables (the same settings as Lockgate's, filtered per stage)."""
+async def ensure_consumers(js: JetStreamContext, spec: ChainSpec) -> None:
+    """Create the chain's durables with the configuration Lockgate gives its own.
+
+    ``Durable`` and ``consumer_config`` are the topology's, and the ack wait is the
+    services' default, so the only difference is the filter.
+    """
+    ack_wait_s = Settings.model_fields["ack_wait_s"].default
     for k in range(1, spec.stages + 1):
-        await js.add_consumer(
-            spec.stream,
-            ConsumerConfig(
-                durable_name=spec.durable(k),
-                deliver_policy=DeliverPolicy.ALL,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=ack_wait_s,
-                max_deliver=-1,
-                max_ack_pending=spec.max_ack_pending,
-                filter_subject=spec.filter(k),
-            ),
-        )
+        d = Durable(spec.stream, spec.durable(k), (spec.filter(k),),
+                    max_ack_pending=spec.max_ack_pending)
+        await js.add_consumer(spec.stream, consumer_config(d, ack_wait_s))
 
 
 async def delete_consumers(js: JetStreamContext, spec: ChainSpec) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import nats
 import pytest
-from lockgate.runtime.natsserver import NatsServer
 from nats.aio.client import Client
+
+from lockgate.runtime.natsserver import NatsServer
 
 
 @pytest.fixture(scope="session")

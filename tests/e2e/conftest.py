@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 
-import lockgate.client
 import pytest
+
+import lockgate.client
 from lockgate.client.sdk import Gateway
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World

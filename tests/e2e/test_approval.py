@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import nats
 import pytest
+
 from lockgate.client.sdk import Gateway, Refused
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import nats
+
 from lockgate.client.sdk import Gateway
 from lockgate.contracts.responses import ModelResponse
 from lockgate.eventstore.jetstream import JetStreamEventStore

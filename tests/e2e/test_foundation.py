@@ -10,6 +10,7 @@ import json
 
 import nats
 import pytest
+
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import Gateway
 from lockgate.core.ids import random_id

@@ -14,6 +14,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
 from lockgate.adapters import sdk
 from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
 from lockgate.contracts.messages import (
@@ -29,9 +33,6 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent import EffectIntent, Event, encode_event, fold
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
 from lockgate.worlds.casenotes import CONTRACT, DEMO_CREDENTIAL, CaseNotesAdapter, World
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 CAPABILITY = "case.add_note"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)

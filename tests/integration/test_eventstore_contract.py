@@ -7,6 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from nats.aio.client import Client
+from nats.js.errors import NotFoundError
+
 from lockgate.eventstore import (
     AggregateHistory,
     ConcurrencyConflict,
@@ -15,8 +18,6 @@ from lockgate.eventstore import (
     NewEvent,
 )
 from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
-from nats.aio.client import Client
-from nats.js.errors import NotFoundError
 
 
 @pytest.fixture(params=["memory", "jetstream"])

@@ -19,6 +19,10 @@ import msgspec
 import nats
 import pytest
 from faststream import FastStream
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+
 from lockgate.adapters.sdk import serve
 from lockgate.client.sdk import Gateway, Refused, Run
 from lockgate.contracts.messages import RunOpened, Tool, TurnOpened
@@ -42,9 +46,6 @@ from lockgate.runtime.topology import (
     ensure_topology,
 )
 from lockgate.worlds.casenotes import DEMO_CREDENTIAL, CaseNotesAdapter, World
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 
 REPO = Path(__file__).resolve().parents[2]
 TENANTS = ("tenant-a", "tenant-b")

@@ -12,6 +12,10 @@ from datetime import timedelta
 
 import msgspec
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz import PolicyBundle
@@ -28,9 +32,6 @@ from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
 
 SETTINGS = Settings(adapter_timeout_s=0.3)
 BUNDLE = PolicyBundle.load(SETTINGS.policy_dir)

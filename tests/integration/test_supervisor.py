@@ -15,13 +15,14 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
 from lockgate.runtime.cli_ops import cmd_status
 from lockgate.runtime.natsserver import NatsServer, free_port
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import check_status, status_names
 from lockgate.runtime.supervisor import READY_LINE
-from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 HERE = Path(__file__).parent
 RESTART_LINE = "lockgate: flaky exited with 3, restarting (restart #1)"

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from lockgate.core.canonical import digest_bytes
 from lockgate.worlds.casenotes.world import (
     DEMO_CREDENTIAL,

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from lockgate.authz import PolicyBundle
 from lockgate.contracts import schemas
 from lockgate.contracts.disclosure import model_view

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from lockgate.runtime.roles import demo_users, env_name, render_authorization
 from lockgate.runtime.status import SERVICES
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Candidate, Catalogue, RunContext, Tool
 from lockgate.intake.domain import Inputs, decide_candidate

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from lockgate.core.errors import LockgateError, TransientError
 from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
 from lockgate.intent.aggregate import EffectIntent

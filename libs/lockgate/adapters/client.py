@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import TypeVar
 
 import msgspec
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
 from lockgate.contracts.messages import (
     Describe,
     Facts,
@@ -16,9 +20,6 @@ from lockgate.contracts.messages import (
     Refusal,
 )
 from lockgate.core.errors import LockgateError, TransientError
-from nats.aio.client import Client
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 
 T = TypeVar("T")
 

@@ -34,6 +34,16 @@ from typing import Any
 
 import msgspec
 import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+from prometheus_client import Counter, start_http_server
+
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
     AttemptReport,
@@ -55,15 +65,6 @@ from lockgate.intent import EffectIntent, State, decode_event, fold
 from lockgate.intent.codec import EventDecodeError
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
-from prometheus_client import Counter, start_http_server
 
 log = logging.getLogger(__name__)
 

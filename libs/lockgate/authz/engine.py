@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import cedarpy
+
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 import msgspec
+
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.core.ids import random_id
@@ -89,6 +90,7 @@ def _ledger(args: argparse.Namespace) -> int:
 
 async def _events(args: argparse.Namespace, settings: Settings) -> int:
     import nats
+
     from lockgate.eventstore.jetstream import JetStreamEventStore
     from lockgate.intent.codec import decode_event
 

@@ -10,6 +10,12 @@ from typing import Any, TypeVar
 
 import msgspec
 import nats
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import NotFoundError
+
 from lockgate.contracts.messages import (
     Candidate,
     DecideReview,
@@ -25,11 +31,6 @@ from lockgate.contracts.responses import ModelResponse
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import intent_id_for, is_subject_token, random_id
 from lockgate.runtime.topology import RESPONSES
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NotFoundError
 
 T = TypeVar("T")
 

@@ -6,6 +6,7 @@ from enum import StrEnum
 from typing import Any
 
 import msgspec
+
 from lockgate.core.canonical import digest
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
 from lockgate.contracts.capability import CapabilityContract, Disclosure
 from lockgate.contracts.responses import ModelResponse
 from lockgate.intent.aggregate import EffectIntent, State

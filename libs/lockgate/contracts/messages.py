@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+
 from lockgate.contracts.capability import CapabilityContract
 
 

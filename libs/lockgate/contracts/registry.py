@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 import msgspec
-from lockgate.contracts.capability import CapabilityContract
-from lockgate.contracts.messages import Describe
 from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
+
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import Describe
 
 
 class CapabilityRegistry:

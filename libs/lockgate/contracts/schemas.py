@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from lockgate.contracts import messages
 from lockgate.contracts.responses import ModelResponse
 from lockgate.intent.codec import EVENT_TYPES

@@ -16,6 +16,12 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import StorageType, StreamConfig
+
 from lockgate.core.ids import random_id
 from lockgate.eventstore.base import (
     AggregateHistory,
@@ -30,11 +36,6 @@ from lockgate.eventstore.subjects import (
     first_event_filter,
     parse_event_subject,
 )
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import StorageType, StreamConfig
 
 STREAM = "LG_EVENTS"
 

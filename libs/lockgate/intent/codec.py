@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
+
 from lockgate.eventstore.base import NewEvent, RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 

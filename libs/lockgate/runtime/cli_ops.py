@@ -8,11 +8,12 @@ import contextlib
 import json
 import sys
 
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import check_status, status_names
 from lockgate.runtime.supervisor import DEFAULT_PORT, run_supervisor
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
 
 def cmd_run(args: argparse.Namespace) -> int:

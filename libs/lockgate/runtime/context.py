@@ -8,6 +8,11 @@ from typing import Generic, TypeVar
 
 import msgspec
 from faststream.nats import NatsBroker
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
 from lockgate.adapters.client import AdapterClient
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
@@ -20,10 +25,6 @@ from lockgate.runtime.topology import (
     RUNS_BUCKET,
     ensure_topology,
 )
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
 
 
 @dataclass

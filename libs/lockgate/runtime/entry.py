@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from faststream import FastStream
+
 from lockgate.runtime.settings import Settings
 
 

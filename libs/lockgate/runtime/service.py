@@ -18,6 +18,8 @@ from typing import Any
 
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
+from prometheus_client import Counter, Histogram, start_http_server
+
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.base import ConcurrencyConflict, EventStore, RecordedEvent
 from lockgate.eventstore.jetstream import recorded_event as stored
@@ -26,7 +28,6 @@ from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import consumer_config, durable
-from prometheus_client import Counter, Histogram, start_http_server
 
 Clock = Callable[[], datetime]
 

@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
 from lockgate.core.errors import LockgateError
 from lockgate.runtime.natsserver import NatsServer, NatsServerError
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import CHILDREN, check_status
 from lockgate.runtime.topology import ensure_topology
-from nats.aio.client import Client
-from nats.errors import Error as NatsError
 
 #: Where the embedded server listens unless told otherwise (the NATS default port).
 DEFAULT_PORT = 4222

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lockgate.eventstore.jetstream import events_stream_config
-from lockgate.eventstore.subjects import type_filter
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -22,6 +20,9 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import BadRequestError, NotFoundError
+
+from lockgate.eventstore.jetstream import events_stream_config
+from lockgate.eventstore.subjects import type_filter
 
 CANDIDATES = "LG_CANDIDATES"
 EXEC = "LG_EXEC"

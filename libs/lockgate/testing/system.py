@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
+from nats.aio.client import Client
+
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.status import CHILDREN, check_status
 from lockgate.runtime.topology import ensure_topology
-from nats.aio.client import Client
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review
 from lockgate.contracts.messages import DecideReview, Refusal, ReviewRecorded
 from lockgate.core.ids import derived_id, is_subject_token

@@ -6,6 +6,7 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
+
 from lockgate.authz import PolicyBundle
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.context import Ports

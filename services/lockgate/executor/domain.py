@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import AttemptReport, ExecutionOrder, Facts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import msgspec
+
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import PolicyBundle
 from lockgate.authz.intents import judge

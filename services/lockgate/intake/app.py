@@ -6,6 +6,7 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
+
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.runtime.service import (
     Subscription,

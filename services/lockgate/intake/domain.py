@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from jsonschema import Draft202012Validator
+
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Candidate, Catalogue, RunContext
 from lockgate.core.canonical import digest_bytes

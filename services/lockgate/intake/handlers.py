@@ -6,6 +6,8 @@ import asyncio
 import logging
 
 import msgspec
+from nats.js.errors import KeyNotFoundError
+
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
     Candidate,
@@ -26,7 +28,6 @@ from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.runtime.context import Ports, run_key
 from lockgate.runtime.service import Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
-from nats.js.errors import KeyNotFoundError
 
 log = logging.getLogger("lockgate.intake")
 

@@ -6,6 +6,7 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
+
 from lockgate.normalization.handlers import NormalizationHandlers
 from lockgate.runtime.service import (
     Subscription,

@@ -6,6 +6,7 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
+
 from lockgate.authz import PolicyBundle
 from lockgate.policy.handlers import PolicyHandlers
 from lockgate.runtime.context import Ports

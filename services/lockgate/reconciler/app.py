@@ -6,6 +6,7 @@ import logging
 
 from faststream import FastStream
 from faststream.nats import NatsMessage
+
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.service import (
     Subscription,

@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from lockgate.adapters.sdk import Adapter, Completed, NotSent, Rejected, SendBoundary
 from lockgate.contracts.capability import (
     CapabilityContract,
@@ -26,8 +29,6 @@ from lockgate.contracts.messages import (
     QueryResult,
 )
 from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL, CaseWorldError, World
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Longest note the capability accepts, in UTF-8 bytes.
 NOTE_MAX_BYTES = 500
