@@ -7,9 +7,15 @@ Phases, in order, after a warm-up of each system:
 3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
 4. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals)
 
-Everything lives in a temporary directory and is stopped at the end, on error and on
-Ctrl-C. Progress goes to stderr; stdout gets the machine, the table and, last, one
-JSON line.
+Each Lockgate phase starts on a freshly seeded case-notes world: the demo world reads
+and rewrites one JSON file per call, so its cost grows with the notes already written.
+Proposers use the world's load cases (one run per ``case-load-NN``) so that concurrent
+notes do not contend for one case version.
+
+Per process CPU time is read from /proc around every phase and printed per successful
+operation, to show where the time went. Everything lives in a temporary directory and
+is stopped at the end, on error, on Ctrl-C and on SIGTERM. Progress goes to stderr;
+stdout gets the machine, the tables and, last, one JSON line.
 """
 
 from __future__ import annotations
@@ -54,9 +60,9 @@ class Plan:
     phase_max_s: float
 
 
-DEFAULT = Plan(rate_per_s=50, duration_s=10, concurrency=64, count=1500, raw_count=6000,
+DEFAULT = Plan(rate_per_s=20, duration_s=15, concurrency=64, count=1500, raw_count=6000,
                warmup=64, op_timeout_s=30, phase_max_s=120)
-QUICK = Plan(rate_per_s=25, duration_s=3, concurrency=64, count=200, raw_count=1000,
+QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, count=200, raw_count=1000,
              warmup=16, op_timeout_s=10, phase_max_s=15)
 
 
@@ -167,18 +173,21 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str]]:
             return phase
 
         phases: list[Phase] = []
-        open_kw = dict(rate_per_s=plan.rate_per_s, duration_s=plan.duration_s,
-                       op_timeout_s=plan.op_timeout_s)
+
+        def open_loop(phase: Phase, fire: load.Fire) -> Awaitable[Phase]:
+            return load.open_loop(phase, fire, rate_per_s=plan.rate_per_s,
+                                  duration_s=plan.duration_s, op_timeout_s=plan.op_timeout_s)
+
         open_mode = f"open {plan.rate_per_s:g}/s x {plan.duration_s:g}s"
         progress(f"raw chain, {open_mode}")
         raw_open = Phase("raw chain", open_mode)
-        await measured(raw_open, load.open_loop(raw_open, driver.fire("open"), **open_kw))
+        await measured(raw_open, open_loop(raw_open, driver.fire("open")))
         phases.append(raw_open)
         progress(f"Lockgate, {open_mode}")
         await reseed(system)
         lg_open = Phase("lockgate", open_mode)
-        phases.append(await measured(lg_open, load.open_loop(
-            lg_open, proposer.fire("open", plan.op_timeout_s), **open_kw)))
+        phases.append(await measured(lg_open, open_loop(
+            lg_open, proposer.fire("open", plan.op_timeout_s))))
 
         closed_mode = f"closed x{plan.concurrency}"
         progress(f"raw chain, {closed_mode}, {plan.raw_count} chains")
@@ -237,7 +246,9 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    # Explicitly, also for SIGINT: a shell starts background jobs with SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
 
     print("machine")
     for key, value in machine.describe().items():
@@ -264,6 +275,10 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
         if p.max_lag_s > 0.01:
             print(f"note: the {p.system} open-loop driver ran up to {p.max_lag_s * 1000:.0f} ms "
                   "late (charged to latency)")
+        if p.overloaded:
+            print(f"WARNING: {p.system} did not keep up with {p.mode}: {p.ok}/{p.offered} done "
+                  f"in {p.elapsed_s:.1f}s for {p.planned_s:.1f}s of arrivals, so its latency "
+                  "includes a growing queue; try a lower --rate")
     for n in notes:
         print(n)
     figures = summary(phases)

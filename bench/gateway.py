@@ -34,16 +34,30 @@ class Proposer:
     gw: Gateway | None = None
     _pool: asyncio.Queue[Turn] = field(default_factory=asyncio.Queue)
 
-    async def start(self) -> None:
-        """Connect and open one run (with one turn) per load case."""
+    async def start(self, timeout_s: float = 30.0) -> None:
+        """Connect and open one run (with one turn) per load case.
+
+        Intake offers a tool only when its adapter answers ``describe`` in time, which a
+        freshly started (or busy) adapter may not: a turn without the tool is opened
+        again until ``timeout_s`` has passed.
+
+        Raises:
+            RuntimeError: the tool was not offered in time.
+        """
         self.gw = await lockgate.client.connect(self.url, timeout_s=10.0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         for n in range(min(self.runs, LOAD_CASES)):
             run = await self.gw.open_run(
                 tenant=TENANT, actor=ACTOR, context={"case_id": f"case-load-{n:02d}"}
             )
-            turn = await run.open_turn()
-            if not any(t.name == TOOL for t in turn.tools):
-                raise RuntimeError(f"{TOOL} is not offered: is its adapter up?")
+            while True:
+                turn = await run.open_turn()
+                if any(t.name == TOOL for t in turn.tools):
+                    break
+                if loop.time() > deadline:
+                    raise RuntimeError(f"{TOOL} was not offered within {timeout_s:g}s")
+                await asyncio.sleep(0.5)
             self._pool.put_nowait(turn)
 
     def fire(self, label: str, op_timeout_s: float) -> Fire:

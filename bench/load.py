@@ -39,6 +39,7 @@ async def open_loop(
     loop = asyncio.get_running_loop()
     count = max(1, round(rate_per_s * duration_s))
     phase.offered = count
+    phase.planned_s = count / rate_per_s
     start = loop.time() + 0.05
 
     async def one(i: int, at: float) -> None:

@@ -39,6 +39,19 @@ def nats_server_version() -> str:
         return f"unknown ({exc})"
 
 
+def checkout() -> str:
+    """The commit the services run from, and whether the working tree differs from it."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{' + uncommitted changes' if dirty.strip() else ''}"
+
+
 def describe() -> dict[str, str]:
     """The machine, as printed above the figures."""
     return {
@@ -48,4 +61,5 @@ def describe() -> dict[str, str]:
         "nats-server": nats_server_version(),
         "os": f"{platform.system()} {platform.release()}",
         "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "lockgate": checkout(),
     }

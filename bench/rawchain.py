@@ -45,6 +45,7 @@ from lockgate.eventstore.base import (
 )
 from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
 from lockgate.eventstore.subjects import PREFIX, parse_event_subject
+from lockgate.runtime.service import Subscription as ServiceSubscription
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import Durable, consumer_config
 
@@ -63,8 +64,10 @@ class ChainSpec:
     durable_prefix: str = "raw-"
     stream: str = STREAM
     stages: int = STAGES
-    batch: int = 16
-    max_ack_pending: int = 256
+    #: Lockgate's services fetch this many at a time (``Subscription.batch``).
+    batch: int = ServiceSubscription.batch
+    #: And their durables allow this many unacknowledged (``Durable.max_ack_pending``).
+    max_ack_pending: int = Durable.max_ack_pending
 
     def durable(self, k: int) -> str:
         """The durable of stage ``k`` (1-based)."""

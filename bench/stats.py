@@ -27,6 +27,8 @@ class Phase:
     elapsed_s: float = 0.0
     #: How late the open-loop driver started an arrival at worst (its own lag).
     max_lag_s: float = 0.0
+    #: Open loop: how long the arrivals were spread over (0 for a closed loop).
+    planned_s: float = 0.0
     #: CPU seconds each process spent during the phase.
     cpu_s: dict[str, float] = field(default_factory=dict)
 
@@ -44,6 +46,19 @@ class Phase:
     def per_s(self) -> float:
         """Successful completions per second of the phase."""
         return self.ok / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+    @property
+    def overloaded(self) -> bool:
+        """Open loop: the system fell behind the arrivals, so latency includes a growing queue.
+
+        Said when anything offered did not succeed, or the last completion came more
+        than a second (or a tenth of the phase) after the last arrival.
+        """
+        if not self.planned_s:
+            return False
+        return self.ok < self.offered or self.elapsed_s > self.planned_s + max(
+            1.0, 0.1 * self.planned_s
+        )
 
     def latency_ms(self, q: float) -> float:
         """A latency percentile of the successes, in milliseconds."""

@@ -1,10 +1,11 @@
 """A simulated case system: tenants, cases, actors, notes, and a ledger of every write.
 
 The world lives in a directory so several processes (an adapter worker, a test, the
-CLI) can share it: ``state.json`` holds everything and is the commit point,
-``ledger.jsonl`` mirrors its ledger one JSON object per line. Both are replaced
-atomically (write a temporary file, then rename) while an ``fcntl`` lock on
-``.lock`` is held.
+CLI) can share it: one SQLite database (``world.db``, write-ahead log) holds cases,
+actors, notes and the invocation count; every operation is one transaction, and a
+write takes the database's write lock first (``BEGIN IMMEDIATE``) so concurrent
+writers serialize instead of losing updates. The ledger is the notes table in write
+order.
 
 Demo seed (``World.seed``):
 
@@ -31,13 +32,11 @@ appears in the ledger or in anything returned.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
-import os
+import sqlite3
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -51,9 +50,7 @@ DEMO_CREDENTIAL = "case-world-demo-secret-7f3a"
 #: Open cases ``case-load-00`` .. for load tests, one per concurrent writer.
 LOAD_CASES = 64
 
-STATE_FILE = "state.json"
-LEDGER_FILE = "ledger.jsonl"
-LOCK_FILE = ".lock"
+DB_FILE = "world.db"
 
 Clock = Callable[[], datetime]
 
@@ -124,38 +121,36 @@ REASONS: tuple[str, ...] = tuple(
 )
 
 
-def _demo_state(credential: str) -> dict[str, Any]:
-    def case(tenant: str, status: str = "open", **flags: bool) -> dict[str, Any]:
-        return {
-            "tenant": tenant,
-            "status": status,
-            "writes_suspended": flags.get("writes_suspended", False),
-            "contended": flags.get("contended", False),
-            "sensitive": flags.get("sensitive", False),
-            "version": 1,
-        }
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cases (
+    case_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, status TEXT NOT NULL,
+    writes_suspended INTEGER NOT NULL, contended INTEGER NOT NULL,
+    sensitive INTEGER NOT NULL, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS actors (
+    actor TEXT PRIMARY KEY, tenant TEXT NOT NULL, may_add_note INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS notes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, note_id TEXT UNIQUE NOT NULL,
+    case_id TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL, text TEXT NOT NULL,
+    version INTEGER NOT NULL, idempotency_key TEXT NOT NULL, intent_id TEXT NOT NULL,
+    note_digest TEXT NOT NULL, at TEXT NOT NULL, UNIQUE (tenant, idempotency_key));
+"""
 
-    return {
-        "credential_sha256": _hash(credential),
-        "cases": {
-            "case-123": case("tenant-a"),
-            "case-closed": case("tenant-a", "closed"),
-            "case-frozen": case("tenant-a", writes_suspended=True),
-            "case-contended": case("tenant-a", contended=True),
-            "case-sensitive": case("tenant-a", sensitive=True),
-            **{f"case-load-{n:02d}": case("tenant-a") for n in range(LOAD_CASES)},
-            "case-999": case("tenant-b"),
-        },
-        "actors": {
-            "user-42": {"tenant": "tenant-a", "may_add_note": True},
-            "user-13": {"tenant": "tenant-a", "may_add_note": False},
-            "user-77": {"tenant": "tenant-b", "may_add_note": True},
-        },
-        "notes": {},
-        "keys": {},
-        "ledger": [],
-        "invocations": 0,
-    }
+
+def _demo_cases() -> list[tuple[str, str, str, int, int, int]]:
+    """(case, tenant, status, writes_suspended, contended, sensitive) of the demo seed."""
+    return [
+        ("case-123", "tenant-a", "open", 0, 0, 0),
+        ("case-closed", "tenant-a", "closed", 0, 0, 0),
+        ("case-frozen", "tenant-a", "open", 1, 0, 0),
+        ("case-contended", "tenant-a", "open", 0, 1, 0),
+        ("case-sensitive", "tenant-a", "open", 0, 0, 1),
+        *[(f"case-load-{n:02d}", "tenant-a", "open", 0, 0, 0) for n in range(LOAD_CASES)],
+        ("case-999", "tenant-b", "open", 0, 0, 0),
+    ]
+
+
+_DEMO_ACTORS = [("user-42", "tenant-a", 1), ("user-13", "tenant-a", 0), ("user-77", "tenant-b", 1)]
 
 
 def _hash(credential: str) -> str:
@@ -167,7 +162,7 @@ def _now() -> datetime:
 
 
 class World:
-    """One case world on disk; every method takes the lock and re-reads the state."""
+    """One case world on disk, shared by every process that opens its directory."""
 
     def __init__(self, directory: Path | str, *, clock: Clock = _now) -> None:
         self.directory = Path(directory)
@@ -182,8 +177,15 @@ class World:
         """Write the demo seed into ``directory`` (replacing any state there) and open it."""
         world = cls(directory, clock=clock)
         world.directory.mkdir(parents=True, exist_ok=True)
-        with world._locked():
-            world._commit(_demo_state(credential))
+        with world._write() as db:
+            db.executescript(
+                "DELETE FROM meta; DELETE FROM cases; DELETE FROM actors; DELETE FROM notes;"
+                "DELETE FROM sqlite_sequence WHERE name = 'notes';"
+            )
+            db.executemany("INSERT INTO meta VALUES (?, ?)",
+                           [("credential_sha256", _hash(credential)), ("invocations", "0")])
+            db.executemany("INSERT INTO cases VALUES (?, ?, ?, ?, ?, ?, 1)", _demo_cases())
+            db.executemany("INSERT INTO actors VALUES (?, ?, ?)", _DEMO_ACTORS)
         return world
 
     @classmethod
@@ -193,10 +195,9 @@ class World:
         """Open the world in ``directory``, seeding it first when it has no state."""
         world = cls(directory, clock=clock)
         world.directory.mkdir(parents=True, exist_ok=True)
-        with world._locked():
-            if not (world.directory / STATE_FILE).exists():
-                world._commit(_demo_state(credential))
-        return world
+        with world._write() as db:
+            seeded = db.execute("SELECT 1 FROM meta WHERE key = 'credential_sha256'").fetchone()
+        return world if seeded else cls.seed(directory, credential=credential, clock=clock)
 
     # -- operations --------------------------------------------------------------------
 
@@ -206,10 +207,9 @@ class World:
         Raises:
             InvalidCredential: wrong credential.
         """
-        with self._locked():
-            state = self._read()
-            self._authenticate(state, credential)
-            case = state["cases"].get(case_id)
+        with self._read() as db:
+            self._authenticate(db, credential)
+            case = _case(db, case_id)
             if case is None:
                 return {
                     "exists": False,
@@ -224,10 +224,10 @@ class World:
                 "exists": True,
                 "tenant": case["tenant"],
                 "status": case["status"],
-                "writes_suspended": case["writes_suspended"],
+                "writes_suspended": bool(case["writes_suspended"]),
                 "version": case["version"],
-                "actor_may_add_note": _may_add_note(state, tenant, actor, case),
-                "sensitive": bool(case.get("sensitive", False)),
+                "actor_may_add_note": _may_add_note(db, tenant, actor, case),
+                "sensitive": bool(case["sensitive"]),
             }
 
     def add_note(
@@ -253,22 +253,21 @@ class World:
             InvalidCredential, CaseNotFound, TenantMismatch, NotAuthorized, CaseClosed,
             WritesSuspended, VersionConflict: nothing was written.
         """
-        with self._locked():
-            state = self._read()
+        with self._write() as db:
             # Every call counts, failed ones too: tests count how often the world was reached.
-            state["invocations"] += 1
+            db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'invocations'")
             try:
-                receipt = self._add_note(
-                    state, credential, tenant, actor, case_id, note, expected_version,
+                return self._add_note(
+                    db, credential, tenant, actor, case_id, note, expected_version,
                     idempotency_key, intent_id,
                 )
-            finally:
-                self._commit(state)
-            return receipt
+            except CaseWorldError:
+                db.commit()  # the refusal writes nothing but the count
+                raise
 
     def _add_note(
         self,
-        state: dict[str, Any],
+        db: sqlite3.Connection,
         credential: str,
         tenant: str,
         actor: str,
@@ -278,51 +277,40 @@ class World:
         idempotency_key: str,
         intent_id: str,
     ) -> dict[str, str]:
-        self._authenticate(state, credential)
-        existing = state["keys"].get(_key(tenant, idempotency_key))
+        self._authenticate(db, credential)
+        existing = db.execute(
+            "SELECT * FROM notes WHERE tenant = ? AND idempotency_key = ?", (tenant, idempotency_key)
+        ).fetchone()
         if existing is not None:
-            return _receipt(state["notes"][existing])
-        case = state["cases"].get(case_id)
+            return _receipt(existing)
+        case = _case(db, case_id)
         if case is None:
             raise CaseNotFound(f"no case {case_id!r}")
         if case["tenant"] != tenant:
             raise TenantMismatch(f"case {case_id!r} is not in tenant {tenant!r}")
-        if not _may_add_note(state, tenant, actor, case):
+        if not _may_add_note(db, tenant, actor, case):
             raise NotAuthorized(f"{actor!r} may not add notes to {case_id!r}")
         if case["status"] != "open":
             raise CaseClosed(f"case {case_id!r} is {case['status']}")
         if case["writes_suspended"]:
             raise WritesSuspended(f"writes to case {case_id!r} are suspended")
+        version = case["version"]
         if case["contended"]:
-            case["version"] += 1  # the concurrent writer that always wins
-        if case["version"] != expected_version:
-            raise VersionConflict(
-                f"case {case_id!r} is at version {case['version']}, not {expected_version}"
-            )
-        case["version"] += 1
-        note_id = f"note-{len(state['notes']) + 1:06d}"
-        record = {
-            "note_id": note_id,
-            "case_id": case_id,
-            "tenant": tenant,
-            "version": case["version"],
-            "text": note,
-        }
-        state["notes"][note_id] = record
-        state["keys"][_key(tenant, idempotency_key)] = note_id
-        state["ledger"].append(
-            {
-                "case_id": case_id,
-                "tenant": tenant,
-                "actor": actor,
-                "note_digest": digest_bytes(note.encode()),
-                "intent_id": intent_id,
-                "idempotency_key": idempotency_key,
-                "note_id": note_id,
-                "at": self._clock().isoformat(),
-            }
+            version += 1  # the concurrent writer that always wins
+            db.execute("UPDATE cases SET version = ? WHERE case_id = ?", (version, case_id))
+        if version != expected_version:
+            raise VersionConflict(f"case {case_id!r} is at version {version}, not {expected_version}")
+        version += 1
+        db.execute("UPDATE cases SET version = ? WHERE case_id = ?", (version, case_id))
+        (count,) = db.execute("SELECT COUNT(*) FROM notes").fetchone()
+        note_id = f"note-{count + 1:06d}"
+        db.execute(
+            "INSERT INTO notes (note_id, case_id, tenant, actor, text, version, idempotency_key,"
+            " intent_id, note_digest, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (note_id, case_id, tenant, actor, note, version, idempotency_key, intent_id,
+             digest_bytes(note.encode()), self._clock().isoformat()),
         )
-        return _receipt(record)
+        return {"note_id": note_id, "case_id": case_id, "version": str(version)}
 
     def find_note(self, credential: str, tenant: str, idempotency_key: str) -> dict[str, str] | None:
         """Return the receipt of the note written with this key, or None.
@@ -330,90 +318,96 @@ class World:
         Raises:
             InvalidCredential: wrong credential.
         """
-        with self._locked():
-            state = self._read()
-            self._authenticate(state, credential)
-            note_id = state["keys"].get(_key(tenant, idempotency_key))
-            return None if note_id is None else _receipt(state["notes"][note_id])
+        with self._read() as db:
+            self._authenticate(db, credential)
+            row = db.execute(
+                "SELECT * FROM notes WHERE tenant = ? AND idempotency_key = ?",
+                (tenant, idempotency_key),
+            ).fetchone()
+            return None if row is None else _receipt(row)
 
     # -- inspection (tests, CLI) -------------------------------------------------------
 
     def ledger(self) -> list[dict[str, str]]:
         """Return every write the world accepted, oldest first."""
-        with self._locked():
-            return list(self._read()["ledger"])
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT case_id, tenant, actor, note_digest, intent_id, idempotency_key, note_id, at"
+                " FROM notes ORDER BY seq"
+            ).fetchall()
+            return [dict(row) for row in rows]
 
     @property
     def invocations(self) -> int:
         """How many times ``add_note`` was called, by any process, failed calls included."""
-        with self._locked():
-            return int(self._read()["invocations"])
+        with self._read() as db:
+            (value,) = db.execute("SELECT value FROM meta WHERE key = 'invocations'").fetchone()
+            return int(value)
 
     def notes(self, case_id: str) -> list[str]:
         """Return the texts of the notes on a case, oldest first."""
-        with self._locked():
-            notes = self._read()["notes"].values()
-            return [n["text"] for n in notes if n["case_id"] == case_id]
+        with self._read() as db:
+            rows = db.execute("SELECT text FROM notes WHERE case_id = ? ORDER BY seq", (case_id,))
+            return [text for (text,) in rows]
 
     # -- storage -----------------------------------------------------------------------
 
+    def _connect(self) -> sqlite3.Connection:
+        path = self.directory / DB_FILE
+        db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode = WAL")
+        # WAL with NORMAL survives a process crash; only a power loss may lose the last
+        # writes, which a simulated world can afford.
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.executescript(_SCHEMA)
+        return db
+
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.directory / LOCK_FILE, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _read(self) -> dict[str, Any]:
-        path = self.directory / STATE_FILE
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
         try:
-            state: dict[str, Any] = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no case world in {self.directory} (seed it first)") from None
-        return state
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.rollback()
+                raise
+            if db.in_transaction:
+                db.commit()
+        finally:
+            db.close()
 
-    def _commit(self, state: dict[str, Any]) -> None:
-        _replace(self.directory / STATE_FILE, json.dumps(state, sort_keys=True, indent=1))
-        lines = "".join(json.dumps(entry, sort_keys=True) + "\n" for entry in state["ledger"])
-        _replace(self.directory / LEDGER_FILE, lines)
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        if not (self.directory / DB_FILE).exists():
+            raise FileNotFoundError(f"no case world in {self.directory} (seed it first)")
+        db = self._connect()
+        try:
+            yield db
+        finally:
+            db.close()
 
     @staticmethod
-    def _authenticate(state: dict[str, Any], credential: str) -> None:
-        if not hmac.compare_digest(_hash(credential), state["credential_sha256"]):
+    def _authenticate(db: sqlite3.Connection, credential: str) -> None:
+        row = db.execute("SELECT value FROM meta WHERE key = 'credential_sha256'").fetchone()
+        if row is None or not hmac.compare_digest(_hash(credential), row[0]):
             raise InvalidCredential("the case world refused the credential")
 
 
-def _may_add_note(state: dict[str, Any], tenant: str, actor: str, case: dict[str, Any]) -> bool:
-    who = state["actors"].get(actor)
-    return bool(
-        who is not None
-        and who["tenant"] == tenant == case["tenant"]
-        and who["may_add_note"]
-    )
+def _case(db: sqlite3.Connection, case_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = db.execute("SELECT * FROM cases WHERE case_id = ?", (case_id,)).fetchone()
+    return row
 
 
-def _key(tenant: str, idempotency_key: str) -> str:
-    return f"{tenant}/{idempotency_key}"
+def _may_add_note(db: sqlite3.Connection, tenant: str, actor: str, case: sqlite3.Row) -> bool:
+    who = db.execute("SELECT tenant, may_add_note FROM actors WHERE actor = ?", (actor,)).fetchone()
+    return bool(who is not None and who["tenant"] == tenant == case["tenant"] and who["may_add_note"])
 
 
-def _receipt(note: dict[str, Any]) -> dict[str, str]:
+def _receipt(note: sqlite3.Row) -> dict[str, str]:
     return {"note_id": note["note_id"], "case_id": note["case_id"], "version": str(note["version"])}
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: readers see the old file or the new one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def print_ledger(directory: Path | str, out: TextIO | None = None) -> None:
