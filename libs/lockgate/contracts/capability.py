@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 import msgspec
 
 from lockgate.core.canonical import digest
+
+
+@lru_cache(maxsize=256)
+def _revision(encoded: bytes) -> str:
+    # Canonical JSON is slow in pure Python and contracts are compared on every step;
+    # msgspec's encoding is a cheap, exact cache key for the same contract.
+    return digest(msgspec.json.decode(encoded))
 
 
 class EffectClass(StrEnum):
@@ -67,7 +75,7 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def revision(self) -> str:
         """Content digest of the contract: any change is a new mapping revision."""
-        return digest(msgspec.to_builtins(self))
+        return _revision(msgspec.json.encode(self))
 
     def model_tool(self) -> dict[str, Any]:
         """The tool as offered to the model: name, description, JSON Schema."""

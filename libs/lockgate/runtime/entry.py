@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import logging
 from collections.abc import Callable
 
@@ -19,4 +20,15 @@ def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None
         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
     )
     app = create_app(settings)
-    asyncio.run(app.run())
+    if settings.profile_dir is None:
+        asyncio.run(app.run())
+        return
+    # A profile of the whole process, written when it stops (for `make bench` work).
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        asyncio.run(app.run())
+    finally:
+        profiler.disable()
+        settings.profile_dir.mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(settings.profile_dir / f"{name}.prof")

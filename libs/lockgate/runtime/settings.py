@@ -45,6 +45,8 @@ class Settings(BaseSettings):
     metrics_port: int = 0
     metrics_addr: str = "127.0.0.1"
     log_level: str = "INFO"
+    #: When set, each service writes a cProfile of its whole run here when it stops.
+    profile_dir: Path | None = None
 
     def connect_options(self) -> dict[str, object]:
         """Keyword arguments for ``nats.connect`` / ``NatsBroker``."""

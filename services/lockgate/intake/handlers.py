@@ -25,6 +25,7 @@ from lockgate.core.ids import intent_id_for, is_subject_token, random_id
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intake.domain import Inputs, decide_candidate, well_formed_ids
 from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports, run_key
 from lockgate.runtime.service import Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
@@ -175,6 +176,9 @@ class IntakeHandlers:
 
     async def respond(self, recorded: RecordedEvent) -> None:
         """Publish what the model should learn now that ``recorded`` happened."""
+        event = decode_event(recorded)
+        if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in ("deny", "pause"):
+            return  # the next step (review or execution) is what the model learns of
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
         if intent is None:
             return
