@@ -10,8 +10,9 @@ import pytest
 
 from lockgate.core.errors import LockgateError, TransientError
 from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
+from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent
-from lockgate.intent.codec import encode_event
+from lockgate.intent.codec import EventDecodeError, encode_event
 from lockgate.runtime.service import Retry, backoff_s, decide_and_append, settle
 from lockgate.testing.intents import History
 
@@ -22,7 +23,9 @@ class FakeMessage:
     """Records what the consumer did with it, like a JetStream message would."""
 
     def __init__(self, delivered: int = 1) -> None:
-        self.raw_message = SimpleNamespace(metadata=SimpleNamespace(num_delivered=delivered))
+        self.raw_message = SimpleNamespace(
+            subject="lg.evt.tenant-a.x.1.Forged", metadata=SimpleNamespace(num_delivered=delivered)
+        )
         self.calls: list[tuple[str, Any]] = []
 
     async def ack(self) -> None:
@@ -58,6 +61,11 @@ async def test_errors_nak_with_backoff_and_never_terminate() -> None:
     assert await run(TransientError("x"), delivered=3) == [("nak", backoff_s(3))]
     assert await run(LockgateError("permanent"), delivered=1) == [("nak", backoff_s(1))]
     assert await run(ValueError("bug"), delivered=9) == [("nak", backoff_s(9, cap_s=60.0))]
+
+
+async def test_only_unreadable_events_are_terminated() -> None:
+    assert await run(EventDecodeError("garbage")) == [("term", None)]
+    assert await run(NotAnEventSubject("lg.evt.x")) == [("term", None)]
 
 
 def test_backoff_grows_and_is_capped() -> None:

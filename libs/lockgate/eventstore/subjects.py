@@ -13,6 +13,10 @@ from lockgate.core.ids import is_subject_token
 PREFIX = "lg.evt"
 
 
+class NotAnEventSubject(ValueError):
+    """A subject that does not name an event (forged, or from another writer)."""
+
+
 class EventAddress(NamedTuple):
     """The parts of an event subject."""
 
@@ -58,9 +62,9 @@ def parse_event_subject(subject: str) -> EventAddress:
     """Split an event subject into its parts.
 
     Raises:
-        ValueError: when ``subject`` is not an event subject.
+        NotAnEventSubject: when ``subject`` is not an event subject.
     """
     parts = subject.split(".")
     if len(parts) != 6 or ".".join(parts[:2]) != PREFIX or not parts[4].isdigit():
-        raise ValueError(f"not an event subject: {subject!r}")
+        raise NotAnEventSubject(f"not an event subject: {subject!r}")
     return EventAddress(parts[2], parts[3], int(parts[4]), parts[5])

@@ -67,7 +67,7 @@ def decode_event(recorded: RecordedEvent) -> Event:
         state["originator_id"] = UUID(hex=recorded.intent_id)
         state["originator_version"] = recorded.version
         return msgspec.convert(state, type=cls, strict=False)
-    except (msgspec.ValidationError, msgspec.DecodeError, AttributeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, AttributeError, ValueError) as exc:
         raise EventDecodeError(f"{recorded.event_type} v{recorded.version}: {exc}") from exc
 
 

@@ -2,8 +2,9 @@
 
 An entrypoint only decodes, calls its handler and maps the outcome onto JetStream:
 success → ack; a retryable error → nak with a delay; anything else → nak with a longer
-delay and a logged traceback. A swallowed exception would be a lost message, so
-nothing here terminates a message except on a decoding error that can never succeed.
+delay and a logged traceback. A swallowed exception would be a lost message, so the
+only message ever terminated is one that can never be handled: a stored event this
+code cannot read (it is logged with its subject and counted as ``poison``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from prometheus_client import Counter, Histogram, start_http_server
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.base import ConcurrencyConflict, EventStore, RecordedEvent
 from lockgate.eventstore.jetstream import recorded_event as stored
+from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Event
-from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import consumer_config, durable
@@ -85,6 +87,10 @@ async def settle(
 async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) -> str:
     try:
         await work
+    except (EventDecodeError, NotAnEventSubject) as exc:
+        log.error("unreadable event %s terminated: %s", msg.raw_message.subject, exc)
+        await msg.reject()
+        return "poison"
     except Retry as exc:
         await msg.nack(delay=exc.delay_s)
         return "timer"
