@@ -24,6 +24,9 @@ class ApprovalHandlers:
 
     async def decided(self, recorded: RecordedEvent) -> None:
         """Open a review when policy required one."""
+        decided = decode_event(recorded)
+        if not isinstance(decided, EffectIntent.PolicyDecided) or decided.outcome != "require_approval":
+            return  # most decisions need no human: no load, nothing to do
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:

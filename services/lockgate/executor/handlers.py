@@ -36,6 +36,9 @@ class ExecutorHandlers:
 
     async def ready(self, recorded: RecordedEvent) -> None:
         """Run the final gate for an intent that policy or a reviewer allowed."""
+        trigger = decode_event(recorded)
+        if isinstance(trigger, EffectIntent.PolicyDecided) and trigger.outcome != "allow":
+            return  # denied, paused, or waiting for a reviewer: not the gate's turn
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None or intent.state is not State.ALLOWED:
