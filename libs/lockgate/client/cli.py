@@ -69,6 +69,7 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps({
                 "scenario": s.name, "status": status, "code": code, "field": field,
                 "adapter_invocations": after[0] - before[0], "ledger_writes": after[1] - before[1],
+                "ledger_total": after[1],
                 "as_expected": ok,
             }))
     finally:
