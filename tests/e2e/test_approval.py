@@ -71,3 +71,34 @@ async def test_denied_review_never_reaches_the_world(system: System, gw: Gateway
     done = await run.wait(pending.candidate_id)
     assert (done.status, done.code) == ("unavailable", "operation.unavailable")
     assert (world.invocations, len(world.ledger())) == before
+
+
+async def test_withdrawn_while_awaiting_approval_never_executes(
+    system: System, gw: Gateway, world: World
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
+    turn = await run.open_turn()
+    before = (world.invocations, len(world.ledger()))
+    pending = await turn.propose(tool="case.add_note", arguments='{"note": "Never mind."}')
+    review = await review_of(system, "tenant-a", pending.candidate_id)
+
+    stopped = await run.withdraw(pending.candidate_id, why="the user cancelled the task")
+    assert (stopped.status, stopped.code) == ("withdrawn", "proposal.withdrawn")
+    assert (await run.wait(pending.candidate_id)).status == "withdrawn"
+    with pytest.raises(Refused) as late:
+        await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                               review_id=review.review_id, digest=review.digest,
+                               reviewer="rev-1", approve=True)
+    assert late.value.code == "review.closed"
+    again = await run.withdraw(pending.candidate_id)
+    assert again.status == "withdrawn"  # idempotent: still exactly what happened
+    assert (world.invocations, len(world.ledger())) == before
+
+
+async def test_withdrawing_an_executed_candidate_says_it_executed(system: System, gw: Gateway) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-load-63"})
+    turn = await run.open_turn()
+    done = await turn.propose(tool="case.add_note", arguments='{"note": "done already"}')
+    assert done.status == "executed"
+    late = await run.withdraw(done.candidate_id)
+    assert (late.status, late.code) == ("executed", "operation.executed")

@@ -67,9 +67,16 @@ def unknown_history() -> History:
     return h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
 
 
-@pytest.mark.parametrize(("finding", "state"), [("found", State.COMPLETED), ("absent", State.NEEDS_OPERATOR)])
+async def register(ports: Ports) -> None:
+    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
+    await kv.put(CONTRACT.name, msgspec.json.encode(Describe(contract=CONTRACT, adapter="absent")))
+
+
+# case.add_note's recovery allows the same intent again once its note is proven absent.
+@pytest.mark.parametrize(("finding", "state"), [("found", State.COMPLETED), ("absent", State.ALLOWED)])
 async def test_reconciler_records_what_the_query_found(ports: Ports, nc: Client, finding: str,
                                                        state: State) -> None:
+    await register(ports)
     last = await store_history(ports, unknown_history())
     queries: list[bytes] = []
 
@@ -96,8 +103,7 @@ async def test_reconciler_waits_when_nobody_answers(ports: Ports) -> None:
 
 
 async def test_normalization_retries_then_gives_up_as_unavailable(ports: Ports) -> None:
-    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
-    await kv.put(CONTRACT.name, msgspec.json.encode(Describe(contract=CONTRACT, adapter="absent")))
+    await register(ports)
     h = History(contract_revision=CONTRACT.revision)
     last = await store_history(ports, h)
     handlers = NormalizationHandlers(ports, lambda: T0)

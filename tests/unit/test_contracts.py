@@ -21,11 +21,14 @@ from lockgate.worlds.casenotes.world import REASONS as WORLD_REASONS
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
 CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
-                  r'order|facts|remote)\.[a-z0-9.-]+)"')
+                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal)\.[a-z0-9.-]+)"')
 NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
     "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
     "policy.bundle-invalid", "policy.denied", "policy.paused", "argument.note.missing",
+    "reconcile.malformed", "reconcile.unknown-intent", "reconcile.nothing-open",
+    "reconcile.bad-finding", "reconcile.who-and-why-required",
+    "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
     "case.error",  # the root class of the world's errors; only its subclasses are raised
 }
 
@@ -44,7 +47,7 @@ def test_reason_codes_are_pinned() -> None:
         "review.expired", "run.context.missing", "run.unknown", "tool.arguments.duplicate",
         "tool.arguments.invalid", "tool.arguments.malformed", "tool.arguments.missing-required",
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
-        "tool.unknown", "turn.unknown",
+        "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

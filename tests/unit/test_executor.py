@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import AttemptReport, Facts, QueryResult
-from lockgate.executor.domain import gate, on_deadline, on_report, order_for
+from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
 from lockgate.intent.aggregate import EffectIntent, State
-from lockgate.reconciler.domain import reconcile
+from lockgate.reconciler.domain import ResolutionRefused, reconcile, resolve
 from lockgate.testing.intents import T0, History
 
 CONTRACT = CapabilityContract(name="case.add_note", description="d",
@@ -138,16 +140,94 @@ def test_deadline_after_completion_does_nothing() -> None:
     assert on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)) == []
 
 
-def test_reconciliation_confirms_or_hands_to_an_operator() -> None:
-    for finding, state in (("found", State.COMPLETED), ("absent", State.NEEDS_OPERATOR)):
-        h = authorized()
+RETRYABLE = CapabilityContract(name="case.add_note", description="d", argument_schema={},
+                               query_by_identity=True, recovery=("query", "retry_same_intent"))
+
+
+def unknown() -> History:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(report(h, "sent"))
+    return h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+
+
+def test_reconciliation_confirms_retries_or_hands_to_an_operator() -> None:
+    cases = (
+        ("found", CONTRACT, State.COMPLETED),
+        ("absent", CONTRACT, State.NEEDS_OPERATOR),  # recovery lacks a retry
+        ("absent", RETRYABLE, State.ALLOWED),
+    )
+    for finding, contract, state in cases:
+        h = unknown()
         attempt = h.intent.current_attempt
         assert attempt is not None
-        h.extend(report(h, "sent"))
-        h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
-        h.extend(reconcile(h.intent, attempt.attempt_id, QueryResult(finding=finding,
-                           receipt={"note_id": "n1"} if finding == "found" else {}), cause="q", now=T0))
+        found = QueryResult(finding=finding, receipt={"note_id": "n1"} if finding == "found" else {})
+        h.extend(reconcile(h.intent, attempt.attempt_id, found, contract, cause="q", now=T0))
         assert h.intent.state is state
+
+
+def test_retry_after_proven_absence_reuses_the_intent_key() -> None:
+    h = unknown()
+    first = h.intent.current_attempt
+    assert first is not None
+    h.extend(reconcile(h.intent, first.attempt_id, QueryResult(finding="absent"), RETRYABLE,
+                       cause="q", now=T0))
+    (again,) = run_gate(h)
+    assert isinstance(again, EffectIntent.ExecutionAuthorized)
+    assert again.attempt_id != first.attempt_id
+    assert again.intent_key == h.intent.intent_key
+
+
+def test_an_inconclusive_query_records_nothing() -> None:
+    h = unknown()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    assert reconcile(h.intent, attempt.attempt_id, QueryResult(finding="unknown"), RETRYABLE,
+                     cause="q", now=T0) == []
+
+
+def test_operator_resolution_needs_who_and_why() -> None:
+    h = unknown()
+    with pytest.raises(ResolutionRefused):
+        resolve(h.intent, finding="absent", by="", why="", receipt={}, contract=CONTRACT, cause="c", now=T0)
+    (done,) = resolve(h.intent, finding="absent", by="ops-1", why="checked the system by hand",
+                      receipt={}, contract=CONTRACT, cause="c", now=T0)
+    h.extend([done])
+    assert h.intent.state is State.FAILED  # never happened, and the contract forbids retry
+    assert isinstance(done, EffectIntent.Reconciled) and done.by == "operator:ops-1"
+    with pytest.raises(ResolutionRefused):
+        resolve(h.intent, finding="confirmed", by="x", why="y", receipt={}, contract=CONTRACT,
+                cause="c2", now=T0)
+
+
+def test_withdrawal_by_state() -> None:
+    h = allowed()
+    (stopped,) = withdraw(h.intent, by="runtime", why="user changed their mind", cause="w", now=T0)
+    assert isinstance(stopped, EffectIntent.Withdrawn)
+    assert run_gate(h.extend([stopped])) == []
+
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="", cause="w", now=T0))
+    authorization = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
+    assert order_for(h.intent, authorization) is None  # nothing is dispatched any more
+
+    h = authorized()
+    h.extend(report(h, "sent"))
+    (interrupt,) = withdraw(h.intent, by="runtime", why="", cause="w", now=T0)
+    assert isinstance(interrupt, EffectIntent.InterruptionRequested)
+    h.extend([interrupt])
+    assert h.intent.state is State.SENT and h.intent.interruption_requested
+    assert withdraw(h.intent, by="runtime", why="", cause="w2", now=T0) == []
+
+
+def test_evidence_wins_over_a_withdrawal_that_came_too_late() -> None:
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="", cause="w", now=T0))
+    assert h.intent.state is State.WITHDRAWN
+    h.extend(report(h, "sent"))
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    assert h.intent.state is State.COMPLETED
 
 
 def test_late_completion_report_settles_an_unknown_outcome() -> None:

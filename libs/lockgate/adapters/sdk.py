@@ -273,7 +273,8 @@ def verify_order(
     current = agg.current_attempt
     if current is None or current.attempt_id != order.attempt_id:
         raise OrderRefused("order.stale", "a later attempt was authorized")
-    # SENT: a redelivery after a crash past the boundary; the remote system dedups by key.
+    # SENT: a redelivery after a crash past the boundary; only a capability whose remote
+    # system deduplicates by the intent key may execute it again (the worker checks).
     if agg.state not in (State.AUTHORIZED, State.SENT):
         raise OrderRefused("order.stale", f"intent is {agg.state.value}")
     return agg
@@ -479,6 +480,16 @@ class CapabilityWorker:
         except OrderRefused as exc:
             log.warning("refused order %s/%s: %s", order.intent_id, order.attempt_id, exc.detail)
             await self._report(order, "refused_order", reason=exc.reason, detail=exc.detail)
+            return "ack"
+        if msg.metadata.num_delivered > 1 and self.contract.idempotency is None:
+            # An earlier delivery may have crossed the send boundary and died before it
+            # could report. Without an idempotency key the remote system cannot tell a
+            # repeat from a new request, so nothing is repeated blindly: the executor's
+            # deadline records the outcome as unknown and the reconciler asks the world.
+            log.warning(
+                "%s attempt %s redelivered; not repeated (no idempotency key), left to reconciliation",
+                self.capability, order.attempt_id,
+            )
             return "ack"
         return await self._execute(order, msg)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ class PolicyBundle:
         if not files or not schemas:
             raise BundleError(f"{directory}: needs *.cedar policies and a *.cedarschema")
         text = "\n".join(f.read_text() for f in files)
-        schema_text = "\n".join(f.read_text() for f in schemas)
+        schema_text = merge_schema_fragments([f.read_text() for f in schemas])
         return cls.from_text(text, schema_text)
 
     @classmethod
@@ -106,6 +107,24 @@ class PolicyBundle:
         policies = cedarpy.PolicySet.from_json_str(json.dumps(est))
         revision = digest_bytes((text + "\x00" + schema_text).encode())
         return cls(revision=revision, policies=policies, order=order, effects=effects)
+
+
+_COMMENT = re.compile(r"//[^\n]*")
+_WRAPPED = re.compile(r"^\s*namespace\s+" + NAMESPACE + r"\s*\{(?P<body>.*)\}\s*$", re.DOTALL)
+
+
+def merge_schema_fragments(fragments: list[str]) -> str:
+    """One ``namespace Lockgate { … }`` from every world's schema fragment.
+
+    Cedar refuses the same namespace declared twice, and each world declares its own
+    entity types and actions; a fragment may be wrapped in the namespace or not.
+    """
+    bodies = []
+    for fragment in fragments:
+        text = _COMMENT.sub("", fragment)
+        wrapped = _WRAPPED.match(text)
+        bodies.append(wrapped.group("body") if wrapped else text)
+    return f"namespace {NAMESPACE} {{\n" + "\n".join(bodies) + "\n}\n"
 
 
 def _entities(request: AuthzRequest) -> list[dict[str, Any]]:

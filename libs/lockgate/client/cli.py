@@ -108,6 +108,66 @@ async def _events(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if history.events else 1
 
 
+async def _intents(args: argparse.Namespace, settings: Settings) -> int:
+    import nats
+
+    from lockgate.eventstore.jetstream import JetStreamEventStore
+    from lockgate.intent.codec import fold
+    from lockgate.testing.invariants import by_intent
+
+    nc = await nats.connect(args.url or settings.nats_url, max_reconnect_attempts=2)
+    try:
+        # A scan of the hot store: every live and recent intent (the projector's views
+        # will answer this without reading the stream).
+        histories = by_intent([e async for e in JetStreamEventStore(nc).scan()])
+    finally:
+        await nc.close()
+    shown = 0
+    for intent_id, events in histories.items():
+        intent = fold(events)
+        if intent is None or (args.tenant and intent.tenant != args.tenant):
+            continue
+        if args.state and intent.state.value != args.state:
+            continue
+        shown += 1
+        current = intent.current_attempt
+        print(json.dumps({
+            "intent": intent_id, "tenant": intent.tenant, "run": intent.run_id,
+            "tool": intent.tool, "state": intent.state.value, "reason": intent.reason,
+            "attempts": len(intent.attempts),
+            "attempt": current.attempt_id if current else None,
+            "attempt_stage": current.stage if current else None,
+            "updated_at": intent.modified_on.isoformat(),
+        }))
+    return 0
+
+
+async def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
+    gw = await connect(args.url or settings.nats_url)
+    try:
+        event = await gw.resolve_outcome(
+            tenant=args.tenant, candidate_id=args.intent,
+            finding="confirmed" if args.confirmed else "absent", by=args.by, why=args.why,
+        )
+    finally:
+        await gw.close()
+    print(json.dumps({"recorded": event}))
+    return 0
+
+
+async def _withdraw(args: argparse.Namespace, settings: Settings) -> int:
+    from lockgate.client.sdk import Run
+
+    gw = await connect(args.url or settings.nats_url)
+    try:
+        run = Run(gw, id="", tenant=args.tenant, actor="")
+        resp = await run.withdraw(args.intent, why=args.why, by=args.by)
+    finally:
+        await gw.close()
+    print(msgspec.json.encode(resp).decode())
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = argparse.ArgumentParser(prog="lockgate", description=__doc__)
@@ -129,6 +189,22 @@ def parser() -> argparse.ArgumentParser:
     world_sub = world.add_subparsers(dest="world_command", required=True)
     ledger = world_sub.add_parser("ledger", help="print every write as JSON lines")
     ledger.add_argument("world", help="which world (case)")
+    it = sub.add_parser("intents", help="list intents (as JSON lines), e.g. --state unknown")
+    it.add_argument("--state", default=None, help="only intents in this state (unknown, needs_operator, …)")
+    it.add_argument("--tenant", default=None)
+    rc = sub.add_parser("reconcile", help="settle an unknown outcome as an operator")
+    rc.add_argument("intent")
+    rc.add_argument("--tenant", required=True)
+    found = rc.add_mutually_exclusive_group(required=True)
+    found.add_argument("--confirmed", action="store_true", help="the effect happened")
+    found.add_argument("--absent", action="store_true", help="the effect did not happen")
+    rc.add_argument("--by", required=True, help="who decides (recorded)")
+    rc.add_argument("--why", required=True, help="the evidence (recorded)")
+    wd = sub.add_parser("withdraw", help="stop a candidate by its state")
+    wd.add_argument("intent")
+    wd.add_argument("--tenant", required=True)
+    wd.add_argument("--by", default="operator")
+    wd.add_argument("--why", default="")
     ev = sub.add_parser("events", help="print an intent's stored events")
     ev.add_argument("intent")
     ev.add_argument("--tenant", required=True)
@@ -156,6 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ledger(args)
         if args.command == "events":
             return asyncio.run(_events(args, settings))
+        if args.command == "intents":
+            return asyncio.run(_intents(args, settings))
+        if args.command == "reconcile":
+            return asyncio.run(_reconcile(args, settings))
+        if args.command == "withdraw":
+            return asyncio.run(_withdraw(args, settings))
     except ClientError as exc:
         print(json.dumps({"error": exc.code, "detail": str(exc)}), file=sys.stderr)
         return 1

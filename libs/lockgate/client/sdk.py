@@ -21,11 +21,13 @@ from lockgate.contracts.messages import (
     DecideReview,
     OpenRun,
     OpenTurn,
+    Recorded,
     Refusal,
-    ReviewRecorded,
+    ResolveOutcome,
     RunOpened,
     Tool,
     TurnOpened,
+    Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.errors import LockgateError
@@ -118,6 +120,21 @@ class Run:
         """The latest model-facing response to a candidate, if any."""
         return await self.gateway._latest(self.tenant, self.id, candidate_id)
 
+    async def withdraw(self, candidate_id: str, *, why: str = "", by: str = "agent-runtime") -> ModelResponse:
+        """Stop a candidate by its state; returns what the model now sees.
+
+        ``withdrawn`` when it was stopped before execution, ``interruption_requested``
+        when it had already been sent, ``outcome_unknown`` when nobody knows yet, and
+        the final status (``executed``, ``rejected``, …) when it was too late.
+
+        Raises:
+            Refused: no such candidate, or it is between two steps (ask again).
+        """
+        return await _request(
+            self.gateway.nc, f"lg.withdraw.{self.tenant}.{candidate_id}", Withdraw(by=by, why=why),
+            ModelResponse, self.gateway.timeout_s,
+        )
+
     async def wait(
         self, candidate_id: str, *, past: str = "pending_approval", timeout_s: float = 30.0
     ) -> ModelResponse:
@@ -170,7 +187,19 @@ class Gateway:
             self.nc, f"lg.review.{tenant}.{candidate_id}.decide",
             DecideReview(review_id=review_id, digest=digest, reviewer=reviewer,
                          approve=approve, reason=reason),
-            ReviewRecorded, self.timeout_s,
+            Recorded, self.timeout_s,
+        )
+        return recorded.event
+
+    async def resolve_outcome(
+        self, *, tenant: str, candidate_id: str, finding: str, by: str, why: str,
+        receipt: Mapping[str, str] | None = None,
+    ) -> str:
+        """Settle an unknown outcome as an operator (``confirmed`` or ``absent``); returns the event recorded."""
+        recorded = await _request(
+            self.nc, f"lg.reconcile.{tenant}.{candidate_id}.resolve",
+            ResolveOutcome(finding=finding, by=by, why=why, receipt=dict(receipt or {})),
+            Recorded, self.timeout_s,
         )
         return recorded.event
 

@@ -65,6 +65,10 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
         d = Disclosure("pending_approval", "approval.pending")
     elif state is State.PAUSED:
         d = Disclosure("paused", "policy.paused")
+    elif state is State.WITHDRAWN:
+        d = Disclosure("withdrawn", "proposal.withdrawn")
+    elif state is State.SENT and intent.interruption_requested:
+        d = Disclosure("interruption_requested", "operation.interruption-requested")
     elif state in (State.UNKNOWN, State.NEEDS_OPERATOR):
         d = Disclosure("outcome_unknown", "operation.outcome-unknown")
     elif state is State.COMPLETED:

@@ -200,7 +200,26 @@ class DecideReview(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
 
 
-class ReviewRecorded(msgspec.Struct, frozen=True):
-    """Reply to ``DecideReview``: the event recorded."""
+class Recorded(msgspec.Struct, frozen=True):
+    """Reply to a command that was recorded: the event type it became."""
 
     event: str
+
+
+# --- operators and runtimes acting on intents -------------------------------------------
+
+
+class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator settles an unknown outcome: ``confirmed`` or ``absent``, who and why."""
+
+    finding: str
+    by: str
+    why: str
+    receipt: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop a candidate by its state (the agent runtime or an operator asks)."""
+
+    by: str
+    why: str = ""

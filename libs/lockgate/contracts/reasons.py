@@ -58,6 +58,9 @@ REASONS: dict[str, str] = {
     "order.mismatch": "the order did not match the ExecutionAuthorized event it claims",
     "order.stale": "the order's attempt is no longer the current one",
     "order.precondition.missing": "the order lacks a precondition the adapter needs",
+    # withdrawal and reconciliation
+    "proposal.withdrawn": "stopped by its state before anything was sent",
+    "reconciled.not-executed": "an operator established that the effect never happened",
 }
 
 #: Everything a model can be told: (status, code). Field-scoped argument codes add
@@ -73,5 +76,7 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("pending_approval", "approval.pending"),
         ("paused", "policy.paused"),
         ("outcome_unknown", "operation.outcome-unknown"),
+        ("withdrawn", "proposal.withdrawn"),
+        ("interruption_requested", "operation.interruption-requested"),
     }
 )

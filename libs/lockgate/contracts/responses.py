@@ -32,4 +32,5 @@ STATUSES = (
     "unavailable",
     "outcome_unknown",
     "withdrawn",
+    "interruption_requested",
 )

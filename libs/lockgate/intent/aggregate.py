@@ -36,6 +36,7 @@ class State(StrEnum):
     REFUSED = "refused"
     UNKNOWN = "unknown"
     NEEDS_OPERATOR = "needs_operator"
+    WITHDRAWN = "withdrawn"
 
     @property
     def terminal(self) -> bool:
@@ -44,7 +45,7 @@ class State(StrEnum):
 
 
 _TERMINAL = frozenset(
-    {State.REJECTED, State.DENIED, State.COMPLETED, State.FAILED, State.REFUSED}
+    {State.REJECTED, State.DENIED, State.COMPLETED, State.FAILED, State.REFUSED, State.WITHDRAWN}
 )
 
 
@@ -306,23 +307,62 @@ class EffectIntent(Aggregate):
             agg.attempt(self.attempt_id).stage = "unknown"
 
     class Reconciled(Event):
-        """What a query by identity (or an operator) established about an unknown outcome."""
+        """What a query by identity (or an operator) established about an unknown outcome.
 
+        ``resolution`` is what follows: ``completed`` (the effect is there),
+        ``retry`` (proven absent and the contract allows the same intent again, with
+        the same key), ``operator`` (absent, but only a person may decide), or
+        ``not_executed`` (an operator established that it never happened).
+        """
+
+        class_version: ClassVar[int] = 2
         attempt_id: str
         finding: str
         receipt: dict[str, str]
         by: str
         why: str
+        resolution: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version 1 had no resolution: confirmed completed, anything else needed a person."""
+            state["resolution"] = "completed" if state.get("finding") == "confirmed" else "operator"
 
         def apply(self, agg: EffectIntent) -> None:
             attempt = agg.attempt(self.attempt_id)
-            if self.finding == "confirmed":
+            if self.resolution == "completed":
                 agg.state = State.COMPLETED
                 agg.receipt = self.receipt
                 attempt.stage = "completed"
+                return
+            attempt.stage = "absent"
+            if self.resolution == "retry":
+                agg.state = State.ALLOWED
+            elif self.resolution == "not_executed":
+                agg.state = State.FAILED
+                agg.reason = "reconciled.not-executed"
             else:
                 agg.state = State.NEEDS_OPERATOR
-                attempt.stage = f"reconciled_{self.finding}"
+
+    class Withdrawn(Event):
+        """Stopped before execution: nothing was or will be sent."""
+
+        by: str
+        why: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.WITHDRAWN
+            agg.reason = "proposal.withdrawn"
+
+    class InterruptionRequested(Event):
+        """Asked to stop after the send boundary; the outcome is settled by reconciliation."""
+
+        attempt_id: str
+        by: str
+        why: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.interruption_requested = True
 
     # -- state ----------------------------------------------------------------------
 
@@ -373,6 +413,7 @@ class EffectIntent(Aggregate):
         self.attempts: list[Attempt] = []
         self.receipt: dict[str, str] = {}
         self.result: dict[str, Any] = {}
+        self.interruption_requested = False
 
     @property
     def intent_id(self) -> str:

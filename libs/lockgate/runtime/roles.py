@@ -195,6 +195,7 @@ def agent_role(tenant: str) -> Role:
         (
             f"lg.turn.{t}.*",
             f"lg.propose.{t}.*",
+            f"lg.withdraw.{t}.*",
             f"$JS.API.DIRECT.GET.{RESPONSES}.lg.response.{t}.>",
         ),
         (f"lg.response.{t}.>", _inbox(prefix)),
@@ -209,6 +210,19 @@ def reviewer_role(tenants: Sequence[str] | None = None) -> Role:
     return Role(
         "reviewer",
         tuple(f"lg.review.{t}.*.decide" for t in scopes),
+        (_inbox(prefix),),
+        inbox_prefix=prefix,
+    )
+
+
+def operator_role(tenants: Sequence[str] | None = None) -> Role:
+    """Operators: settle unknown outcomes and withdraw candidates of ``tenants`` (or all)."""
+    scopes = [_token(t, "tenant") for t in tenants] if tenants else ["*"]
+    prefix = "_INBOX_operator"
+    return Role(
+        "operator",
+        tuple(f"lg.reconcile.{t}.*.resolve" for t in scopes)
+        + tuple(f"lg.withdraw.{t}.*" for t in scopes),
         (_inbox(prefix),),
         inbox_prefix=prefix,
     )
@@ -265,7 +279,10 @@ SERVICES: dict[str, _ServiceRow] = {
             "AttemptFailedBeforeSend",
             "OutcomeUnknown",
             "Reconciled",
+            "Withdrawn",
+            "InterruptionRequested",
         ),
+        answers=("lg.withdraw.*.*",),
         reads=(CAPABILITIES_BUCKET,),
         asks=("facts",),
         publishes=("lg.exec.>",),
@@ -273,6 +290,8 @@ SERVICES: dict[str, _ServiceRow] = {
     "reconciler": _ServiceRow(
         durables=("reconciler",),
         appends=("Reconciled",),
+        answers=("lg.reconcile.*.*.resolve",),
+        reads=(CAPABILITIES_BUCKET,),
         asks=("query",),
     ),
 }
@@ -340,6 +359,7 @@ def roles(tenants: Sequence[str], capabilities: Sequence[str] = ("case.add_note"
         admin_role(),
         host_role(),
         reviewer_role(),
+        operator_role(),
         *(agent_role(t) for t in tenants),
         *(service_role(s) for s in SERVICES),
         adapter_role(capabilities),

@@ -46,6 +46,8 @@ MODEL_VISIBLE = (
     "AttemptRejected",
     "OutcomeUnknown",
     "Reconciled",
+    "Withdrawn",
+    "InterruptionRequested",
 )
 
 
@@ -76,7 +78,7 @@ DURABLES: tuple[Durable, ...] = (
     _events("policy", "CandidateNormalized"),
     _events("approval", "PolicyDecided"),
     _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS),
-    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend"),
+    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
     _events("executor-dispatch", "ExecutionAuthorized"),
     _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),

@@ -61,10 +61,10 @@ def violations(
                 intent_keys.add(e.intent_key)
             elif isinstance(e, EffectIntent.OutcomeUnknown):
                 uncertain = True
-            elif isinstance(e, EffectIntent.Reconciled) and e.finding == "absent":
-                uncertain = False
+            elif isinstance(e, EffectIntent.Reconciled) and e.resolution == "retry":
+                uncertain = False  # proven absent, and the contract allows the same intent again
             elif isinstance(e, EffectIntent.EffectCompleted) or (
-                isinstance(e, EffectIntent.Reconciled) and e.finding == "confirmed"
+                isinstance(e, EffectIntent.Reconciled) and e.resolution == "completed"
             ):
                 completed += 1
         if completed > 1:

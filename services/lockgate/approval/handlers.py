@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review
-from lockgate.contracts.messages import DecideReview, Refusal, ReviewRecorded
+from lockgate.contracts.messages import DecideReview, Recorded, Refusal
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
@@ -70,4 +70,4 @@ class ApprovalHandlers:
             events = await decide_and_append(self.ports.store, tenant, intent_id, step)
         except ReviewProblem as problem:
             return msgspec.json.encode(Refusal(problem.code))
-        return msgspec.json.encode(ReviewRecorded(type(events[0]).__name__))
+        return msgspec.json.encode(Recorded(type(events[0]).__name__))

@@ -30,6 +30,11 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, "executor", build)
 
+    @broker.subscriber("lg.withdraw.*.*", queue="executor")
+    async def withdraw(msg: NatsMessage) -> bytes:
+        _, _, tenant, intent_id = msg.raw_message.subject.split(".")
+        return await service.handlers.withdraw(tenant, intent_id, msg.body)
+
     async def on_ready(msg: NatsMessage) -> None:
         await service.handlers.ready(recorded_event(msg))
 

@@ -16,8 +16,10 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 #: Attempts that failed before their send boundary are retried at most this often.
 MAX_ATTEMPTS = 3
 DETAIL_MAX_CHARS = 300
-#: Stages after which the effect may exist: no new attempt may start.
-_MAY_HAVE_HAPPENED = {"sent", "completed", "unknown", "reconciled_absent", "reconciled_manual", "rejected"}
+#: Stages after which the effect may exist (or was refused by the world): no new
+#: attempt may start. An attempt reconciled as ``absent`` with the contract's leave to
+#: retry, or one that failed before its send boundary, does not block.
+_MAY_HAVE_HAPPENED = {"sent", "completed", "unknown", "rejected"}
 
 
 def _refuse(intent: EffectIntent, reason: str, facts: dict[str, Any], ids: dict[str, Any]) -> list[Event]:
@@ -112,7 +114,11 @@ def on_report(
     cause: str,
     now: datetime,
 ) -> list[Event]:
-    """Record what an adapter reported about an attempt, if it still matters."""
+    """Record what an adapter reported about an attempt, if it still matters.
+
+    Evidence wins over intention: a withdrawal that raced an adapter already past its
+    send boundary does not hide the effect; the report is recorded all the same.
+    """
     try:
         attempt = intent.attempt(report.attempt_id)
     except KeyError:
@@ -138,7 +144,7 @@ def on_report(
                 EffectIntent.Reconciled.next(
                     intent, attempt_id=attempt.attempt_id, finding="confirmed", receipt=receipt,
                     by="adapter-report", why="the adapter reported completion after the deadline",
-                    **ids,
+                    resolution="completed", **ids,
                 )
             ]
         return []
@@ -181,3 +187,29 @@ def on_deadline(
             attempt_id=attempt_id, evidence=evidence,
         )
     ]
+
+
+def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: datetime) -> list[Event]:
+    """Stop an intent by its state, never with a blanket "cancelled".
+
+    Before execution (queued, awaiting approval, paused, authorized but unsent) it is
+    ``Withdrawn``: an order already dispatched is refused by the adapter SDK, whose
+    check finds the intent no longer authorized. After the send boundary only an
+    ``InterruptionRequested`` can be recorded; the outcome is then settled like any
+    other: by report, or by the deadline and reconciliation.
+    """
+    ids: dict[str, Any] = dict(now=now, event_id=derived_id("withdraw", cause), causation_id=cause)
+    why = why[:DETAIL_MAX_CHARS]
+    if intent.state in _WITHDRAWABLE:
+        return [EffectIntent.Withdrawn.next(intent, by=by, why=why, **ids)]
+    current = intent.current_attempt
+    if intent.state is State.SENT and current is not None and not intent.interruption_requested:
+        return [EffectIntent.InterruptionRequested.next(
+            intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
+    return []
+
+
+_WITHDRAWABLE = frozenset({
+    State.PROPOSED, State.NORMALIZED, State.PAUSED, State.AWAITING_APPROVAL, State.ALLOWED,
+    State.AUTHORIZED,
+})

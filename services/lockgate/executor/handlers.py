@@ -9,10 +9,11 @@ import msgspec
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import PolicyBundle
 from lockgate.authz.intents import judge
-from lockgate.contracts.messages import AttemptReport, FactsRequest
-from lockgate.core.ids import derived_id
+from lockgate.contracts.disclosure import model_view
+from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
+from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.executor.domain import gate, on_deadline, on_report, order_for
+from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
@@ -39,6 +40,8 @@ class ExecutorHandlers:
         trigger = decode_event(recorded)
         if isinstance(trigger, EffectIntent.PolicyDecided) and trigger.outcome != "allow":
             return  # denied, paused, or waiting for a reviewer: not the gate's turn
+        if isinstance(trigger, EffectIntent.Reconciled) and trigger.resolution != "retry":
+            return  # settled, or waiting for an operator
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None or intent.state is not State.ALLOWED:
@@ -55,6 +58,30 @@ class ExecutorHandlers:
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock())
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+
+    async def withdraw(self, tenant: str, intent_id: str, body: bytes) -> bytes:
+        """Stop a candidate by its state (request/reply); the reply is what the model now sees."""
+        try:
+            cmd = msgspec.json.decode(body, type=Withdraw)
+        except msgspec.MsgspecError as exc:
+            return msgspec.json.encode(Refusal("withdraw.malformed", str(exc)[:200]))
+        if not (is_subject_token(tenant) and is_subject_token(intent_id)):
+            return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
+        cause = derived_id("withdraw", tenant, intent_id, cmd.by)
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None:
+                return []
+            return withdraw(intent, by=cmd.by[:64], why=cmd.why, cause=cause, now=self.clock())
+
+        await decide_and_append(self.ports.store, tenant, intent_id, step)
+        intent = await load_intent(self.ports.store, tenant, intent_id)
+        if intent is None:
+            return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
+        view = model_view(intent, await self.ports.registry.get(intent.tool))
+        if view is None:
+            return msgspec.json.encode(Refusal("withdraw.in-progress", intent.state.value))
+        return msgspec.json.encode(view)
 
     async def dispatch(self, recorded: RecordedEvent) -> None:
         """Publish the order of an authorized attempt (deduplicated by attempt id)."""

@@ -27,6 +27,11 @@ def create_app(settings: Settings) -> FastStream:
         settings, "reconciler", lambda ports: ReconcilerHandlers(ports, utc_now)
     )
 
+    @broker.subscriber("lg.reconcile.*.*.resolve", queue="reconciler")
+    async def resolve(msg: NatsMessage) -> bytes:
+        _, _, tenant, intent_id, _ = msg.raw_message.subject.split(".")
+        return await service.handlers.resolve(tenant, intent_id, msg.body)
+
     async def on_unknown(msg: NatsMessage) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))
 

@@ -5,19 +5,37 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import QueryResult
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, State
 
+#: Recovery options under which an effect proven absent may be tried again, as the
+#: same intent with the same idempotency key.
+RETRY_OPTIONS = frozenset({"retry_same_intent", "retry_same_intent_if_absent"})
+#: States an operator may resolve.
+OPEN = frozenset({State.UNKNOWN, State.NEEDS_OPERATOR})
+
+
+def may_retry(contract: CapabilityContract | None) -> bool:
+    """True when the contract allows the same intent again once its effect is proven absent."""
+    return contract is not None and contract.query_by_identity and bool(RETRY_OPTIONS & set(contract.recovery))
+
 
 def reconcile(
-    intent: EffectIntent, attempt_id: str, found: QueryResult, *, cause: str, now: datetime
+    intent: EffectIntent,
+    attempt_id: str,
+    found: QueryResult,
+    contract: CapabilityContract | None,
+    *,
+    cause: str,
+    now: datetime,
 ) -> list[Event]:
     """Record what a query by the intent's identity established.
 
-    Found → confirmed (completed with the receipt). Absent → an operator decides:
-    a second attempt needs the contract's permission to retry, which comes with the
-    recovery work, and a second approval never cures uncertainty.
+    Found → completed with the receipt. Absent → the same intent again (same key) when
+    the contract allows it, else an operator decides. A second approval never cures
+    uncertainty; only evidence does.
     """
     if intent.state is not State.UNKNOWN:
         return []
@@ -30,15 +48,64 @@ def reconcile(
             EffectIntent.Reconciled.next(
                 intent, attempt_id=attempt_id, finding="confirmed", receipt=dict(found.receipt),
                 by="reconciler", why="a query by the intent's identity found the effect",
-                **ids,
+                resolution="completed", **ids,
             )
         ]
     if found.finding == "absent":
+        retry = may_retry(contract)
         return [
             EffectIntent.Reconciled.next(
                 intent, attempt_id=attempt_id, finding="absent", receipt={},
-                by="reconciler", why="a query by the intent's identity found no effect",
-                **ids,
+                by="reconciler",
+                why="a query by the intent's identity found no effect"
+                + ("; the contract allows the same intent again" if retry else ""),
+                resolution="retry" if retry else "operator", **ids,
             )
         ]
     return []
+
+
+class ResolutionRefused(Exception):
+    """An operator's resolution that cannot be recorded, with its stable code."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def resolve(
+    intent: EffectIntent | None,
+    *,
+    finding: str,
+    by: str,
+    why: str,
+    receipt: dict[str, str],
+    contract: CapabilityContract | None,
+    cause: str,
+    now: datetime,
+) -> list[Event]:
+    """An operator settles an unknown outcome; who and why go on the record.
+
+    Raises:
+        ResolutionRefused: no such intent, nothing open to resolve, a bad finding,
+            or no name or reason given.
+    """
+    if intent is None:
+        raise ResolutionRefused("reconcile.unknown-intent")
+    current = intent.current_attempt
+    if intent.state not in OPEN or current is None:
+        raise ResolutionRefused("reconcile.nothing-open")
+    if finding not in ("confirmed", "absent"):
+        raise ResolutionRefused("reconcile.bad-finding")
+    if not by.strip() or not why.strip():
+        raise ResolutionRefused("reconcile.who-and-why-required")
+    resolution = (
+        "completed" if finding == "confirmed" else "retry" if may_retry(contract) else "not_executed"
+    )
+    return [
+        EffectIntent.Reconciled.next(
+            intent, now=now, event_id=derived_id("resolve", cause), causation_id=cause,
+            attempt_id=current.attempt_id, finding=finding, receipt=dict(receipt),
+            by=f"operator:{by[:64]}", why=why[:300], resolution=resolution,
+        )
+    ]

@@ -1,19 +1,22 @@
-"""The reconciler's handler."""
+"""The reconciler's handlers: queries by identity, and operators' resolutions."""
 
 from __future__ import annotations
 
+import msgspec
+
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.contracts.messages import QueryRequest
+from lockgate.contracts.messages import QueryRequest, Recorded, Refusal, ResolveOutcome
+from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
-from lockgate.reconciler.domain import reconcile
+from lockgate.reconciler.domain import ResolutionRefused, reconcile, resolve
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Clock, Retry, backoff_s, decide_and_append
 
 
 class ReconcilerHandlers:
-    """Works every ``OutcomeUnknown``."""
+    """Works every ``OutcomeUnknown``; records operators' resolutions."""
 
     def __init__(self, ports: Ports, clock: Clock) -> None:
         self.ports = ports
@@ -39,7 +42,32 @@ class ReconcilerHandlers:
             except AdapterUnavailable as exc:
                 raise Retry(backoff_s(deliveries, base_s=1.0, cap_s=60.0), "query unanswered") from exc
             if found.finding not in ("found", "absent"):
+                # Wait and ask again: an inconclusive answer is not evidence either way.
                 raise Retry(backoff_s(deliveries, base_s=1.0, cap_s=60.0), "query inconclusive")
-            return reconcile(intent, event.attempt_id, found, cause=recorded.event_id, now=self.clock())
+            contract = await self.ports.registry.get(intent.tool)
+            return reconcile(
+                intent, event.attempt_id, found, contract, cause=recorded.event_id, now=self.clock()
+            )
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+
+    async def resolve(self, tenant: str, intent_id: str, body: bytes) -> bytes:
+        """An operator's resolution (request/reply); the reply says what was recorded."""
+        try:
+            cmd = msgspec.json.decode(body, type=ResolveOutcome)
+        except msgspec.MsgspecError as exc:
+            return msgspec.json.encode(Refusal("reconcile.malformed", str(exc)[:200]))
+        if not (is_subject_token(tenant) and is_subject_token(intent_id)):
+            return msgspec.json.encode(Refusal("reconcile.unknown-intent"))
+        cause = derived_id("resolve", tenant, intent_id, cmd.finding, cmd.by, cmd.why)
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            contract = await self.ports.registry.get(intent.tool) if intent else None
+            return resolve(intent, finding=cmd.finding, by=cmd.by, why=cmd.why,
+                           receipt=cmd.receipt, contract=contract, cause=cause, now=self.clock())
+
+        try:
+            events = await decide_and_append(self.ports.store, tenant, intent_id, step)
+        except ResolutionRefused as refused:
+            return msgspec.json.encode(Refusal(refused.code))
+        return msgspec.json.encode(Recorded(type(events[0]).__name__))
