@@ -601,6 +601,13 @@ async def serve(
         raise ValueError(f"duplicate capabilities: {names}")
     workers = [CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s) for a in adapters]
     consumers: list[asyncio.Task[None]] = []
+
+    async def status(msg: Msg) -> None:
+        body = {"service": f"adapter.{name}", "pid": os.getpid(), "capabilities": names}
+        await msg.respond(json.dumps(body).encode())
+
+    # The process answers for itself (the supervisor's view), each capability for itself.
+    process_status = await nc.subscribe(f"lg.status.adapter.{name}", cb=status)
     try:
         for worker in workers:
             await worker.start()
@@ -611,6 +618,8 @@ async def serve(
         await asyncio.gather(*consumers)
     finally:
         # Only on an error does a consumer still run here; its orders are redelivered.
+        with contextlib.suppress(Exception):
+            await process_status.unsubscribe()
         for task in consumers:
             task.cancel()
         await asyncio.gather(*consumers, return_exceptions=True)

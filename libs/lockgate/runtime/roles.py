@@ -349,7 +349,8 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
             f"lg.report.{cap}.*",
         ]
         subscribe += [f"lg.adapter.{cap}.*", f"lg.status.adapter.{cap}"]
-    subscribe.append(_inbox(prefix))
+    # The worker process answers for itself under the name it runs as (casenotes, items…).
+    subscribe += ["lg.status.adapter.*", _inbox(prefix)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True, inbox_prefix=prefix)
 
 

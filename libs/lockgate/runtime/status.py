@@ -20,7 +20,7 @@ SERVICES: tuple[str, ...] = (
 )
 
 #: The demo adapters ``make run`` supervises: (status name, python module).
-ADAPTERS: tuple[tuple[str, str], ...] = (("adapter.case.add_note", "lockgate.worlds.casenotes"),)
+ADAPTERS: tuple[tuple[str, str], ...] = (("adapter.casenotes", "lockgate.worlds.casenotes"),)
 
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (
@@ -48,7 +48,7 @@ async def check_status(
 
     Args:
         nc: a connected client.
-        names: status names (``intake``, ``adapter.case.add_note``, ...).
+        names: status names (``intake``, ``adapter.casenotes``, ...).
         timeout_s: how long to wait for each answer.
 
     Returns:
