@@ -471,7 +471,8 @@ async def test_order_of_a_completed_intent_is_stale(served: Env) -> None:
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
     await intent.append(EffectIntent.AttemptSent, attempt_id=intent.att(1))
-    await intent.append(EffectIntent.EffectCompleted, attempt_id=intent.att(1), receipt={}, result={})
+    await intent.append(EffectIntent.EffectCompleted, attempt_id=intent.att(1), receipt={}, result={},
+                        provenance={})
 
     await served.publish(intent.order(intent.att(1), version))
     reports = await served.wait_for_stages(intent.intent_id, "refused_order")

@@ -32,6 +32,8 @@ from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from datetime import UTC, datetime
+
 import msgspec
 import nats
 from nats.aio.client import Client
@@ -559,6 +561,8 @@ class CapabilityWorker:
             detail=bounded(detail),
             receipt=receipt or {},
             result=result or {},
+            adapter=self._name,
+            reported_at=datetime.now(UTC),
         )
         try:
             await self._js.publish(

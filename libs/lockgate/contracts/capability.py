@@ -68,6 +68,8 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     budget_cost: int = 1
     data_classes: tuple[str, ...] = ()
     result_max_bytes: int = 4096
+    #: JSON Schema the adapter's result must satisfy (``None``: any object).
+    result_schema: dict[str, Any] | None = None
     outcome_deadline_s: float = 30.0
     #: internal reason code -> what the model sees; unlisted codes collapse.
     disclosure: dict[str, Disclosure] = msgspec.field(default_factory=dict)

@@ -185,6 +185,9 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
     result: dict[str, Any] = msgspec.field(default_factory=dict)
+    adapter: str = ""
+    """The adapter process that reported (provenance of the result)."""
+    reported_at: datetime | None = None
 
 
 # --- reviews ----------------------------------------------------------------------

@@ -259,11 +259,23 @@ class EffectIntent(Aggregate):
             agg.attempt(self.attempt_id).stage = "sent"
 
     class EffectCompleted(Event):
-        """The effect happened; the receipt is its evidence."""
+        """The effect happened; the receipt is its evidence.
 
+        ``result`` is what the adapter returned, bounded and checked against the
+        contract's result schema; ``provenance`` says who reported it and when. It is
+        data from outside: the model sees it labelled as untrusted.
+        """
+
+        class_version: ClassVar[int] = 2
         attempt_id: str
         receipt: dict[str, str]
         result: dict[str, Any]
+        provenance: dict[str, str]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version 1 recorded no provenance."""
+            state["provenance"] = {}
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.COMPLETED

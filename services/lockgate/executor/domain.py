@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from jsonschema import Draft202012Validator
 
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
@@ -100,10 +101,22 @@ def order_for(intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
     )
 
 
-def bounded(result: dict[str, Any], limit_bytes: int) -> dict[str, Any]:
-    """The result as stored: whole when within the contract's limit, else a marker."""
+def checked_result(result: dict[str, Any], contract: CapabilityContract | None) -> dict[str, Any]:
+    """The result as stored: whole when within the contract's size limit and schema.
+
+    Anything else is replaced by a marker: an oversized or malformed result is never
+    stored in part, so nothing half-read can reach the model.
+    """
+    limit = contract.result_max_bytes if contract else 4096
     size = len(msgspec.json.encode(result))
-    return result if size <= limit_bytes else {"truncated": True, "size_bytes": size}
+    if size > limit:
+        return {"withheld": "too-large", "size_bytes": size}
+    schema = contract.result_schema if contract else None
+    if schema is not None:
+        problem = next(iter(Draft202012Validator(schema).iter_errors(result)), None)
+        if problem is not None:
+            return {"withheld": "schema-mismatch", "at": "/".join(map(str, problem.path))[:100]}
+    return result
 
 
 def on_report(
@@ -131,11 +144,16 @@ def on_report(
     if report.stage == "completed":
         receipt = {k[:64]: v[:256] for k, v in list(report.receipt.items())[:16]}
         if stage in ("authorized", "sent"):
-            limit = contract.result_max_bytes if contract else 4096
+            provenance = {
+                "adapter": report.adapter[:64],
+                "capability": intent.tool,
+                "attempt_id": attempt.attempt_id,
+                "reported_at": report.reported_at.isoformat() if report.reported_at else "",
+            }
             return [
                 EffectIntent.EffectCompleted.next(
                     intent, attempt_id=attempt.attempt_id, receipt=receipt,
-                    result=bounded(report.result, limit), **ids,
+                    result=checked_result(report.result, contract), provenance=provenance, **ids,
                 )
             ]
         if stage == "unknown":
