@@ -17,11 +17,13 @@ from lockgate.intent.codec import EventDecodeError, decode_event, encode_event
 from lockgate.testing.intents import History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.casenotes.world import REASONS as WORLD_REASONS
+from lockgate.worlds.items.world import REASONS as ITEMS_REASONS
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
 CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
-                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal)\.[a-z0-9.-]+)"')
+                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items)'
+                  r'\.[a-z0-9.-]+)"')
 NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
     "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
@@ -29,6 +31,8 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "reconcile.malformed", "reconcile.unknown-intent", "reconcile.nothing-open",
     "reconcile.bad-finding", "reconcile.who-and-why-required",
     "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
+    "item.publish",  # a capability name, not a reason
+    "items.error", "items.response-lost",  # error classes of the items world, never recorded
     "case.error",  # the root class of the world's errors; only its subclasses are raised
 }
 
@@ -48,6 +52,10 @@ def test_reason_codes_are_pinned() -> None:
         "tool.arguments.invalid", "tool.arguments.malformed", "tool.arguments.missing-required",
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
         "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",
+        "argument.title.empty", "argument.title.too-long", "argument.title.invalid",
+        "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
+        "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",
+        "items.credential-invalid", "items.fault-injected",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 
@@ -63,6 +71,7 @@ def test_policy_and_world_reasons_are_listed() -> None:
     forbids = {pid for pid, effect in bundle.effects.items() if effect == "forbid"}
     assert forbids <= set(REASONS)
     assert set(WORLD_REASONS) - {"case.error"} <= set(REASONS)
+    assert set(ITEMS_REASONS) <= set(REASONS)
 
 
 def test_schemas_are_generated_from_the_code() -> None:

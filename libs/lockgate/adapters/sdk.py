@@ -30,9 +30,8 @@ import signal
 import socket
 from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
-
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import nats

@@ -79,14 +79,20 @@ async def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from lockgate.worlds.casenotes.adapter import CaseWorldSettings
-    from lockgate.worlds.casenotes.world import print_ledger
+    if args.world == "case":
+        from lockgate.worlds.casenotes.adapter import CaseWorldSettings
+        from lockgate.worlds.casenotes.world import print_ledger
 
-    if args.world != "case":
-        print(f"unknown world {args.world!r}; known: case", file=sys.stderr)
-        return 2
-    print_ledger(CaseWorldSettings().dir)
-    return 0
+        print_ledger(CaseWorldSettings().dir)
+        return 0
+    if args.world == "items":
+        from lockgate.worlds.items.adapter import ItemsWorldSettings
+        from lockgate.worlds.items.world import print_ledger as print_items
+
+        print_items(ItemsWorldSettings().dir)
+        return 0
+    print(f"unknown world {args.world!r}; known: case, items", file=sys.stderr)
+    return 2
 
 
 async def _events(args: argparse.Namespace, settings: Settings) -> int:
@@ -188,7 +194,7 @@ def parser() -> argparse.ArgumentParser:
     world = sub.add_parser("world", help="read a simulated world")
     world_sub = world.add_subparsers(dest="world_command", required=True)
     ledger = world_sub.add_parser("ledger", help="print every write as JSON lines")
-    ledger.add_argument("world", help="which world (case)")
+    ledger.add_argument("world", help="which world (case, items)")
     it = sub.add_parser("intents", help="list intents (as JSON lines), e.g. --state unknown")
     it.add_argument("--state", default=None, help="only intents in this state (unknown, needs_operator, …)")
     it.add_argument("--tenant", default=None)

@@ -71,6 +71,10 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     #: JSON Schema the adapter's result must satisfy (``None``: any object).
     result_schema: dict[str, Any] | None = None
     outcome_deadline_s: float = 30.0
+    #: Effects on the same resource run one at a time: the final gate holds a lock on
+    #: the resource from authorization until the attempt is settled (conditional
+    #: writes on a version token would otherwise refuse each other).
+    serialize_per_resource: bool = False
     #: internal reason code -> what the model sees; unlisted codes collapse.
     disclosure: dict[str, Disclosure] = msgspec.field(default_factory=dict)
 

@@ -58,6 +58,19 @@ REASONS: dict[str, str] = {
     "order.mismatch": "the order did not match the ExecutionAuthorized event it claims",
     "order.stale": "the order's attempt is no longer the current one",
     "order.precondition.missing": "the order lacks a precondition the adapter needs",
+    # the items world (draft.prepare_private, item.publish)
+    "argument.title.empty": "the title is empty after trimming",
+    "argument.title.too-long": "the title exceeds its limit",
+    "argument.title.invalid": "the title is not text",
+    "argument.body.empty": "the body is empty after trimming",
+    "argument.body.too-long": "the body exceeds its limit",
+    "argument.body.invalid": "the body is not text",
+    "space.not-found": "the space does not exist",
+    "space.tenant-mismatch": "the space belongs to another tenant",
+    "space.archived": "the space is archived",
+    "item.not-authorized": "the actor may not create items in the space",
+    "items.credential-invalid": "the adapter's credential was refused by the world",
+    "items.fault-injected": "a fault armed in the simulated world failed the attempt before sending",
     # withdrawal and reconciliation
     "proposal.withdrawn": "stopped by its state before anything was sent",
     "reconciled.not-executed": "an operator established that the effect never happened",
@@ -72,6 +85,11 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("rejected", "argument.note.missing"),
         ("rejected", "argument.note.empty"),
         ("rejected", "argument.note.too-long"),
+        *(
+            ("rejected", f"argument.{field}.{problem}")
+            for field in ("title", "body")
+            for problem in ("missing", "empty", "too-long", "invalid")
+        ),
         ("unavailable", "operation.unavailable"),
         ("pending_approval", "approval.pending"),
         ("paused", "policy.paused"),

@@ -22,6 +22,7 @@ from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import (
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
+    LOCKS_BUCKET,
     RUNS_BUCKET,
     ensure_topology,
 )
@@ -38,6 +39,7 @@ class Ports:
     adapters: AdapterClient
     runs: KeyValue
     catalogues: KeyValue
+    locks: KeyValue
 
     async def run(self, tenant: str, run_id: str) -> RunContext | None:
         """The run's authoritative context, or ``None`` when no such run was opened."""
@@ -71,6 +73,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
         runs=await js.key_value(RUNS_BUCKET),
         catalogues=await js.key_value(CATALOGUES_BUCKET),
+        locks=await js.key_value(LOCKS_BUCKET),
     )
 
 

@@ -60,6 +60,7 @@ from lockgate.runtime.topology import (
     DURABLES,
     EVENTS,
     EXEC,
+    LOCKS_BUCKET,
     RESPONSES,
     RUNS_BUCKET,
 )
@@ -269,7 +270,10 @@ SERVICES: dict[str, _ServiceRow] = {
         answers=("lg.review.*.*.decide",),
     ),
     "executor": _ServiceRow(
-        durables=("executor-gate", "executor-dispatch", "executor-deadlines", "executor-reports"),
+        durables=(
+            "executor-gate", "executor-dispatch", "executor-deadlines", "executor-reports",
+            "executor-locks",
+        ),
         appends=(
             "ExecutionAuthorized",
             "GateRefused",
@@ -283,7 +287,8 @@ SERVICES: dict[str, _ServiceRow] = {
             "InterruptionRequested",
         ),
         answers=("lg.withdraw.*.*",),
-        reads=(CAPABILITIES_BUCKET,),
+        reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET),
+        writes=(LOCKS_BUCKET,),
         asks=("facts",),
         publishes=("lg.exec.>",),
     ),
@@ -297,7 +302,7 @@ SERVICES: dict[str, _ServiceRow] = {
 }
 
 #: Every bucket ``connect_ports`` opens at startup, whatever the service uses.
-_OPENED_BY_EVERY_SERVICE = (CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET)
+_OPENED_BY_EVERY_SERVICE = (CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, LOCKS_BUCKET)
 
 
 def service_role(name: str) -> Role:
@@ -364,6 +369,7 @@ def roles(tenants: Sequence[str], capabilities: Sequence[str] = ("case.add_note"
         *(agent_role(t) for t in tenants),
         *(service_role(s) for s in SERVICES),
         adapter_role(capabilities),
+        adapter_role(("draft.prepare_private", "item.publish"), name="adapter-items"),
     ]
 
 

@@ -20,7 +20,10 @@ SERVICES: tuple[str, ...] = (
 )
 
 #: The demo adapters ``make run`` supervises: (status name, python module).
-ADAPTERS: tuple[tuple[str, str], ...] = (("adapter.casenotes", "lockgate.worlds.casenotes"),)
+ADAPTERS: tuple[tuple[str, str], ...] = (
+    ("adapter.casenotes", "lockgate.worlds.casenotes"),
+    ("adapter.items", "lockgate.worlds.items"),
+)
 
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (

@@ -32,6 +32,10 @@ EVENTS = "LG_EVENTS"
 RUNS_BUCKET = "LG_RUNS"
 CATALOGUES_BUCKET = "LG_CATALOGUES"
 CAPABILITIES_BUCKET = "LG_CAPABILITIES"
+#: Per-resource locks that serialize effects whose contracts ask for it. Entries
+#: expire after ``LOCK_TTL_S`` so a lock left by a crashed executor frees itself.
+LOCKS_BUCKET = "LG_LOCKS"
+LOCK_TTL_S = 300.0
 
 #: Events the model learns of: intake answers the agent runtime when one is recorded.
 MODEL_VISIBLE = (
@@ -81,6 +85,11 @@ DURABLES: tuple[Durable, ...] = (
     _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
     _events("executor-dispatch", "ExecutionAuthorized"),
     _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
+    _events(
+        "executor-locks",
+        "EffectCompleted", "AttemptRejected", "AttemptFailedBeforeSend", "GateRefused",
+        "Withdrawn", "Reconciled",
+    ),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),
     _events("reconciler", "OutcomeUnknown"),
 )
@@ -166,7 +175,11 @@ async def ensure_topology(
             await js.add_stream(config)
         except BadRequestError:
             await js.update_stream(config)
-    for bucket, history in ((RUNS_BUCKET, 1), (CATALOGUES_BUCKET, 1), (CAPABILITIES_BUCKET, 4)):
+    buckets = (
+        (RUNS_BUCKET, 1, None), (CATALOGUES_BUCKET, 1, None), (CAPABILITIES_BUCKET, 4, None),
+        (LOCKS_BUCKET, 1, LOCK_TTL_S),
+    )
+    for bucket, history, ttl_s in buckets:
         try:
             await js.key_value(bucket)
         except NotFoundError:
@@ -174,6 +187,7 @@ async def ensure_topology(
                 KeyValueConfig(
                     bucket=bucket,
                     history=history,
+                    ttl=ttl_s,
                     storage=StorageType.FILE,
                     replicas=replicas,
                     direct=True,

@@ -40,6 +40,11 @@ class System:
         return self.server.url
 
     @property
+    def items_dir(self) -> Path:
+        """Where the two create_item servers keep their state and ledgers."""
+        return self.root / "worlds" / "items"
+
+    @property
     def world_dir(self) -> Path:
         """Where the case-notes world keeps its state and ledger."""
         return self.root / "worlds" / "case"
@@ -52,6 +57,7 @@ class System:
             LOCKGATE_VAR_DIR=str(self.root),
             LOCKGATE_POLICY_DIR=str(REPO / "deploy" / "policies"),
             LOCKGATE_CASE_WORLD_DIR=str(self.world_dir),
+            LOCKGATE_ITEMS_WORLD_DIR=str(self.items_dir),
             LOCKGATE_LOG_LEVEL="INFO",
             **self.extra_env,
         )

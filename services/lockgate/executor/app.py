@@ -44,6 +44,9 @@ def create_app(settings: Settings) -> FastStream:
     async def on_deadline(msg: NatsMessage) -> None:
         await service.handlers.deadline(recorded_event(msg))
 
+    async def on_settled(msg: NatsMessage) -> None:
+        await service.handlers.settled(recorded_event(msg))
+
     async def on_report(msg: NatsMessage) -> None:
         raw = msg.raw_message
         await service.handlers.report(raw.data, int(raw.metadata.sequence.stream))
@@ -52,4 +55,5 @@ def create_app(settings: Settings) -> FastStream:
     add_durable(broker, Subscription("executor-dispatch", on_authorized), log)
     add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log)
     add_durable(broker, Subscription("executor-reports", on_report), log)
+    add_durable(broker, Subscription("executor-locks", on_settled), log)
     return app

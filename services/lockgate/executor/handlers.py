@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 
 import msgspec
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import PolicyBundle
@@ -27,6 +30,18 @@ def exec_subject(capability: str) -> str:
     return f"lg.exec.{capability}"
 
 
+def lock_key(intent: EffectIntent) -> str:
+    """The key of the intent's resource in the locks bucket."""
+    raw = f"{intent.tenant}.{intent.resource.get('type', 'resource')}.{intent.resource.get('id', '')}"
+    return _NOT_KEY.sub("_", raw)
+
+
+_NOT_KEY = re.compile(r"[^-/_=.a-zA-Z0-9]")
+#: States in which an intent still holds its resource: about to be sent, in flight,
+#: or in flight with an unknown outcome (the resource's state is uncertain).
+_HOLDING = frozenset({State.ALLOWED, State.AUTHORIZED, State.SENT, State.UNKNOWN})
+
+
 class ExecutorHandlers:
     """The last service before the world."""
 
@@ -47,6 +62,8 @@ class ExecutorHandlers:
             if intent is None or intent.state is not State.ALLOWED:
                 return []
             contract = await self.ports.registry.get(intent.tool)
+            if contract is not None and contract.serialize_per_resource:
+                await self._hold(intent)  # before the facts: they must be fresh under the lock
             try:
                 facts = await self.ports.adapters.facts(
                     intent.tool,
@@ -58,6 +75,40 @@ class ExecutorHandlers:
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock())
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+
+    async def _hold(self, intent: EffectIntent) -> None:
+        """Take the intent's resource lock, or ask to be tried again while another holds it.
+
+        Raises:
+            Retry: another intent holds the resource.
+        """
+        key = lock_key(intent)
+        mine = intent.intent_id.encode()
+        try:
+            await self.ports.locks.create(key, mine)
+            return
+        except KeyWrongLastSequenceError:
+            pass
+        try:
+            holder = (await self.ports.locks.get(key)).value
+        except KeyNotFoundError:
+            raise Retry(0.05, "resource lock just released") from None
+        if holder != mine:
+            raise Retry(0.25, "another effect on this resource is in flight")
+
+    async def settled(self, recorded: RecordedEvent) -> None:
+        """Release the resource lock of an intent that no longer needs it."""
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        if intent is None or intent.state in _HOLDING or not intent.resource:
+            return
+        key = lock_key(intent)
+        try:
+            entry = await self.ports.locks.get(key)
+        except KeyNotFoundError:
+            return
+        if entry.value == intent.intent_id.encode():
+            with contextlib.suppress(KeyWrongLastSequenceError):
+                await self.ports.locks.delete(key, last=entry.revision)
 
     async def withdraw(self, tenant: str, intent_id: str, body: bytes) -> bytes:
         """Stop a candidate by its state (request/reply); the reply is what the model now sees."""

@@ -79,6 +79,7 @@ CONTRACT = CapabilityContract(
     approval_hint="A note is visible to everyone on the case and cannot be edited.",
     data_classes=("case_note",),
     outcome_deadline_s=30.0,
+    serialize_per_resource=True,
     disclosure={
         "argument.note.empty": Disclosure("rejected", "argument.note.empty", "note"),
         "argument.note.too-long": Disclosure("rejected", "argument.note.too-long", "note"),

@@ -1,0 +1,22 @@
+"""``python -m lockgate.worlds.items``: one worker serving both items capabilities."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lockgate.adapters.sdk import run_adapter
+from lockgate.runtime.settings import Settings
+from lockgate.worlds.items.adapter import ItemsWorldSettings, build_adapters
+
+
+def main() -> None:
+    """Open (or seed) the items world; serve ``draft.prepare_private`` and ``item.publish``."""
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level)
+    adapters = build_adapters(ItemsWorldSettings())
+    asyncio.run(run_adapter(list(adapters), settings, name="items"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,631 @@
+"""Two ``create_item`` servers behind one schema: a private-draft server and a publisher.
+
+Both servers take the same request (space, title, body) and differ in everything
+that matters once the response may be lost:
+
+- **server P** creates a *private draft*, keyed by the caller's idempotency key: a
+  repeated key returns the same draft and writes nothing, so a retry is harmless.
+- **server Q** *publishes* at once and notifies every subscriber of the space. It is
+  not idempotent — every call is a new publication and a new round of notifications —
+  but it records the caller's client reference, so a caller can ask afterwards
+  whether its publication happened (``find_publication``).
+
+The world lives in a directory so several processes (an adapter worker, a test, the
+CLI) can share it: one SQLite database (``world.db``, write-ahead log); every
+operation is one transaction, and a write takes the write lock first
+(``BEGIN IMMEDIATE``) so concurrent writers serialize instead of losing updates.
+
+Faults are armed in the same database, so a test in one process can arm them for the
+adapter worker in another (``World.inject``); each armed fault is consumed by one call:
+
+=======================  ===================================================================
+fault                    what happens
+=======================  ===================================================================
+``drop_response``        the world call commits (effect, or refusal), then raises
+                         ``ResponseLost``: the caller never learns what happened
+``crash_after_send``     the adapter dies (exit 137) right after its send boundary,
+                         before calling the world
+``crash_after_commit``   the world commits, then the adapter dies before reporting
+``fail_before_send``     the adapter gives up before its send boundary
+=======================  ===================================================================
+
+Only ``drop_response`` is consumed by the world itself; the adapter takes the other
+three with ``take_fault``.
+
+Demo seed (``World.seed``):
+
+==================  =========  ================================================
+space               tenant     state
+==================  =========  ================================================
+``space-1``         tenant-a   open; 3 subscribers
+``space-archived``  tenant-a   archived: takes no new items
+``space-9``         tenant-b   open; 1 subscriber
+==================  =========  ================================================
+
+Actors: ``user-42`` (tenant-a, may create items), ``user-13`` (tenant-a, may not),
+``user-77`` (tenant-b, may). Every operation presents the world's credential (demo
+value ``DEMO_CREDENTIAL``); only its SHA-256 is stored, and neither appears in a
+ledger or in anything returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from lockgate.core.canonical import digest_bytes
+from lockgate.core.errors import LockgateError
+
+DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
+DB_FILE = "world.db"
+
+#: The two servers: P prepares private drafts, Q publishes.
+SERVERS: tuple[str, ...] = ("P", "Q")
+#: Faults ``World.inject`` can arm.
+FAULTS: tuple[str, ...] = (
+    "drop_response",
+    "crash_after_send",
+    "crash_after_commit",
+    "fail_before_send",
+)
+
+Clock = Callable[[], datetime]
+
+
+class ItemsWorldError(LockgateError):
+    """Root of the items world's refusals; ``reason`` is the stable code."""
+
+    reason = "items.error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=self.reason)
+
+
+class InvalidCredential(ItemsWorldError):
+    """The caller did not present the world's credential."""
+
+    reason = "items.credential-invalid"
+
+
+class SpaceNotFound(ItemsWorldError):
+    """No space has this id."""
+
+    reason = "space.not-found"
+
+
+class TenantMismatch(ItemsWorldError):
+    """The space belongs to another tenant."""
+
+    reason = "space.tenant-mismatch"
+
+
+class SpaceArchived(ItemsWorldError):
+    """The space is archived; it takes no new items."""
+
+    reason = "space.archived"
+
+
+class NotAuthorized(ItemsWorldError):
+    """The actor may not create items in this space."""
+
+    reason = "item.not-authorized"
+
+
+#: Every reason code the world can raise, for the test that lists them.
+REASONS: tuple[str, ...] = tuple(
+    cls.reason
+    for cls in (InvalidCredential, SpaceNotFound, TenantMismatch, SpaceArchived, NotAuthorized)
+)
+
+
+class ResponseLost(LockgateError):
+    """An injected fault: the call committed, but its response never reached the caller.
+
+    Deliberately not an ``ItemsWorldError``: it is not a refusal, and the caller cannot
+    know whether the effect happened.
+    """
+
+    def __init__(self, server: str) -> None:
+        super().__init__(f"server {server}: the response was lost", code="items.response-lost")
+        self.server = server
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS spaces (
+    space_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, status TEXT NOT NULL,
+    version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS actors (
+    actor TEXT PRIMARY KEY, tenant TEXT NOT NULL, may_create INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS subscribers (
+    space_id TEXT NOT NULL, subscriber TEXT NOT NULL, PRIMARY KEY (space_id, subscriber));
+CREATE TABLE IF NOT EXISTS drafts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, draft_id TEXT UNIQUE NOT NULL,
+    space_id TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL,
+    title TEXT NOT NULL, body TEXT NOT NULL, idempotency_key TEXT NOT NULL,
+    intent_id TEXT NOT NULL, title_digest TEXT NOT NULL, body_digest TEXT NOT NULL,
+    at TEXT NOT NULL, UNIQUE (tenant, idempotency_key));
+CREATE TABLE IF NOT EXISTS publications (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, publication_id TEXT UNIQUE NOT NULL,
+    space_id TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL,
+    title TEXT NOT NULL, body TEXT NOT NULL, client_ref TEXT NOT NULL,
+    intent_id TEXT NOT NULL, title_digest TEXT NOT NULL, body_digest TEXT NOT NULL,
+    notified INTEGER NOT NULL, at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS publications_by_ref ON publications (tenant, client_ref);
+CREATE TABLE IF NOT EXISTS notifications (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, notification_id TEXT UNIQUE NOT NULL,
+    publication_id TEXT NOT NULL, subscriber TEXT NOT NULL, space_id TEXT NOT NULL,
+    tenant TEXT NOT NULL, actor TEXT NOT NULL, client_ref TEXT NOT NULL,
+    intent_id TEXT NOT NULL, title_digest TEXT NOT NULL, at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS invocations (server TEXT PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS faults (
+    server TEXT NOT NULL, fault TEXT NOT NULL, remaining INTEGER NOT NULL,
+    PRIMARY KEY (server, fault));
+"""
+
+_TABLES = ("meta", "spaces", "actors", "subscribers", "drafts", "publications",
+           "notifications", "invocations", "faults")
+
+_DEMO_SPACES = [
+    ("space-1", "tenant-a", "open"),
+    ("space-archived", "tenant-a", "archived"),
+    ("space-9", "tenant-b", "open"),
+]
+_DEMO_ACTORS = [("user-42", "tenant-a", 1), ("user-13", "tenant-a", 0), ("user-77", "tenant-b", 1)]
+_DEMO_SUBSCRIBERS = [
+    ("space-1", "subscriber-1"),
+    ("space-1", "subscriber-2"),
+    ("space-1", "subscriber-3"),
+    ("space-9", "subscriber-9"),
+]
+
+
+def _hash(credential: str) -> str:
+    return hashlib.sha256(credential.encode()).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _check_server(server: str) -> None:
+    if server not in SERVERS:
+        raise ValueError(f"unknown server {server!r}; known: {', '.join(SERVERS)}")
+
+
+class World:
+    """One items world on disk, shared by every process that opens its directory."""
+
+    def __init__(self, directory: Path | str, *, clock: Clock = _now) -> None:
+        self.directory = Path(directory)
+        self._clock = clock
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def seed(
+        cls, directory: Path | str, *, credential: str = DEMO_CREDENTIAL, clock: Clock = _now
+    ) -> World:
+        """Write the demo seed into ``directory`` (replacing any state there) and open it."""
+        world = cls(directory, clock=clock)
+        world.directory.mkdir(parents=True, exist_ok=True)
+        with world._write() as db:
+            for table in _TABLES:
+                db.execute(f"DELETE FROM {table}")  # fixed names, not input
+            db.execute(
+                "DELETE FROM sqlite_sequence WHERE name IN ('drafts', 'publications', 'notifications')"
+            )
+            db.execute("INSERT INTO meta VALUES ('credential_sha256', ?)", (_hash(credential),))
+            db.executemany("INSERT INTO spaces VALUES (?, ?, ?, 1)", _DEMO_SPACES)
+            db.executemany("INSERT INTO actors VALUES (?, ?, ?)", _DEMO_ACTORS)
+            db.executemany("INSERT INTO subscribers VALUES (?, ?)", _DEMO_SUBSCRIBERS)
+            db.executemany("INSERT INTO invocations VALUES (?, 0)", [(s,) for s in SERVERS])
+        return world
+
+    @classmethod
+    def open_or_seed(
+        cls, directory: Path | str, *, credential: str = DEMO_CREDENTIAL, clock: Clock = _now
+    ) -> World:
+        """Open the world in ``directory``, seeding it first when it has no state."""
+        world = cls(directory, clock=clock)
+        world.directory.mkdir(parents=True, exist_ok=True)
+        with world._write() as db:
+            seeded = db.execute("SELECT 1 FROM meta WHERE key = 'credential_sha256'").fetchone()
+        return world if seeded else cls.seed(directory, credential=credential, clock=clock)
+
+    # -- operations --------------------------------------------------------------------
+
+    def space_facts(
+        self, credential: str, tenant: str, actor: str, space_id: str
+    ) -> dict[str, str | int | bool]:
+        """Return what is true of the space now, as seen by ``actor`` of ``tenant``.
+
+        Raises:
+            InvalidCredential: wrong credential.
+        """
+        with self._read() as db:
+            self._authenticate(db, credential)
+            space = _space(db, space_id)
+            if space is None:
+                return {"exists": False, "tenant": "", "status": "", "actor_may_create": False,
+                        "sensitive": False, "version": 0}
+            return {
+                "exists": True,
+                "tenant": space["tenant"],
+                "status": space["status"],
+                "actor_may_create": _may_create(db, tenant, actor, space),
+                "sensitive": False,
+                "version": space["version"],
+            }
+
+    def create_draft(
+        self,
+        credential: str,
+        tenant: str,
+        actor: str,
+        space_id: str,
+        title: str,
+        body: str,
+        idempotency_key: str,
+        intent_id: str,
+    ) -> dict[str, str]:
+        """Server P: create a private draft, once per ``idempotency_key`` (per tenant).
+
+        A repeated key returns the first draft's receipt and writes nothing. Nobody is
+        notified and the space's version does not move: a draft is private.
+
+        Returns:
+            The receipt: ``draft_id``, ``space_id``, ``idempotency_key``.
+
+        Raises:
+            InvalidCredential, SpaceNotFound, TenantMismatch, NotAuthorized, SpaceArchived:
+                nothing was written.
+            ResponseLost: an injected ``drop_response``; the call committed.
+        """
+
+        def create(db: sqlite3.Connection) -> dict[str, str]:
+            self._authenticate(db, credential)
+            existing = db.execute(
+                "SELECT * FROM drafts WHERE tenant = ? AND idempotency_key = ?",
+                (tenant, idempotency_key),
+            ).fetchone()
+            if existing is not None:
+                return _draft_receipt(existing)
+            _check_may_create(db, tenant, actor, space_id)
+            (count,) = db.execute("SELECT COUNT(*) FROM drafts").fetchone()
+            draft_id = f"draft-{count + 1:06d}"
+            db.execute(
+                "INSERT INTO drafts (draft_id, space_id, tenant, actor, title, body,"
+                " idempotency_key, intent_id, title_digest, body_digest, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (draft_id, space_id, tenant, actor, title, body, idempotency_key, intent_id,
+                 digest_bytes(title.encode()), digest_bytes(body.encode()),
+                 self._clock().isoformat()),
+            )
+            return {"draft_id": draft_id, "space_id": space_id,
+                    "idempotency_key": idempotency_key}
+
+        return self._invoke("P", create)
+
+    def publish(
+        self,
+        credential: str,
+        tenant: str,
+        actor: str,
+        space_id: str,
+        title: str,
+        body: str,
+        client_ref: str,
+        intent_id: str,
+    ) -> dict[str, str]:
+        """Server Q: publish an item now and notify every subscriber of the space.
+
+        Not idempotent: every call is a new publication and a new notification per
+        subscriber, whatever ``client_ref`` says. The reference is only recorded, so
+        ``find_publication`` can answer later. Publishing moves the space's version.
+
+        Returns:
+            The receipt: ``publication_id``, ``space_id``, ``client_ref``, ``notified``
+            (how many subscribers were notified), as strings.
+
+        Raises:
+            InvalidCredential, SpaceNotFound, TenantMismatch, NotAuthorized, SpaceArchived:
+                nothing was written.
+            ResponseLost: an injected ``drop_response``; the call committed.
+        """
+
+        def publish(db: sqlite3.Connection) -> dict[str, str]:
+            self._authenticate(db, credential)
+            _check_may_create(db, tenant, actor, space_id)
+            at = self._clock().isoformat()
+            title_digest = digest_bytes(title.encode())
+            (count,) = db.execute("SELECT COUNT(*) FROM publications").fetchone()
+            publication_id = f"pub-{count + 1:06d}"
+            subscribers = [
+                s for (s,) in db.execute(
+                    "SELECT subscriber FROM subscribers WHERE space_id = ? ORDER BY subscriber",
+                    (space_id,),
+                )
+            ]
+            db.execute(
+                "INSERT INTO publications (publication_id, space_id, tenant, actor, title, body,"
+                " client_ref, intent_id, title_digest, body_digest, notified, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (publication_id, space_id, tenant, actor, title, body, client_ref, intent_id,
+                 title_digest, digest_bytes(body.encode()), len(subscribers), at),
+            )
+            (sent,) = db.execute("SELECT COUNT(*) FROM notifications").fetchone()
+            db.executemany(
+                "INSERT INTO notifications (notification_id, publication_id, subscriber,"
+                " space_id, tenant, actor, client_ref, intent_id, title_digest, at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (f"ntf-{sent + n:06d}", publication_id, subscriber, space_id, tenant, actor,
+                     client_ref, intent_id, title_digest, at)
+                    for n, subscriber in enumerate(subscribers, start=1)
+                ],
+            )
+            db.execute("UPDATE spaces SET version = version + 1 WHERE space_id = ?", (space_id,))
+            return {"publication_id": publication_id, "space_id": space_id,
+                    "client_ref": client_ref, "notified": str(len(subscribers))}
+
+        return self._invoke("Q", publish)
+
+    def find_draft(self, credential: str, tenant: str, idempotency_key: str) -> dict[str, str] | None:
+        """Return the receipt of the draft created with this key, or None.
+
+        Raises:
+            InvalidCredential: wrong credential.
+        """
+        with self._read() as db:
+            self._authenticate(db, credential)
+            row = db.execute(
+                "SELECT * FROM drafts WHERE tenant = ? AND idempotency_key = ?",
+                (tenant, idempotency_key),
+            ).fetchone()
+            return None if row is None else _draft_receipt(row)
+
+    def find_publication(
+        self, credential: str, tenant: str, client_ref: str
+    ) -> dict[str, str] | None:
+        """Return the receipt of the first publication with this client reference, or None.
+
+        Q does not deduplicate, so there may be more than one; ``publications()`` shows all.
+
+        Raises:
+            InvalidCredential: wrong credential.
+        """
+        with self._read() as db:
+            self._authenticate(db, credential)
+            row = db.execute(
+                "SELECT * FROM publications WHERE tenant = ? AND client_ref = ? ORDER BY seq",
+                (tenant, client_ref),
+            ).fetchone()
+            if row is None:
+                return None
+            return {"publication_id": row["publication_id"], "space_id": row["space_id"],
+                    "client_ref": row["client_ref"], "notified": str(row["notified"])}
+
+    # -- fault injection (tests, operators) --------------------------------------------
+
+    def inject(self, server: str, fault: str, times: int = 1) -> None:
+        """Arm ``fault`` for the next ``times`` calls of ``server`` (added to any armed).
+
+        Raises:
+            ValueError: unknown server or fault, or ``times`` < 1.
+        """
+        _check_server(server)
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        if times < 1:
+            raise ValueError("times must be at least 1")
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO faults VALUES (?, ?, ?) ON CONFLICT (server, fault)"
+                " DO UPDATE SET remaining = remaining + excluded.remaining",
+                (server, fault, times),
+            )
+
+    def take_fault(self, server: str, fault: str) -> bool:
+        """Consume one armed ``fault`` of ``server``; True if one was armed.
+
+        Atomic across processes: of two callers racing for the last one, one gets it.
+        """
+        _check_server(server)
+        with self._read() as db:
+            # A cheap look without the write lock first: nearly every call finds nothing.
+            armed = db.execute(
+                "SELECT 1 FROM faults WHERE server = ? AND fault = ? AND remaining > 0",
+                (server, fault),
+            ).fetchone()
+        if armed is None:
+            return False
+        with self._write() as db:
+            return _take(db, server, fault)
+
+    def faults(self) -> list[dict[str, str | int]]:
+        """Return the faults still armed: ``server``, ``fault``, ``remaining``."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT server, fault, remaining FROM faults WHERE remaining > 0"
+                " ORDER BY server, fault"
+            ).fetchall()
+            return [dict(row) for row in rows]
+
+    def clear_faults(self) -> None:
+        """Disarm every fault."""
+        with self._write() as db:
+            db.execute("DELETE FROM faults")
+
+    # -- inspection (tests, CLI) -------------------------------------------------------
+
+    def drafts(self) -> list[dict[str, str]]:
+        """Return every draft server P created, oldest first."""
+        return self._rows(
+            "SELECT draft_id, space_id, tenant, actor, idempotency_key, intent_id, title_digest,"
+            " body_digest, at FROM drafts ORDER BY seq"
+        )
+
+    def publications(self) -> list[dict[str, str]]:
+        """Return every publication server Q made, oldest first (duplicates included)."""
+        return self._rows(
+            "SELECT publication_id, space_id, tenant, actor, client_ref, intent_id, title_digest,"
+            " body_digest, CAST(notified AS TEXT) AS notified, at FROM publications ORDER BY seq"
+        )
+
+    def notifications(self) -> list[dict[str, str]]:
+        """Return every notification server Q sent, oldest first."""
+        return self._rows(
+            "SELECT notification_id, publication_id, subscriber, space_id, tenant, actor,"
+            " client_ref, intent_id, title_digest, at FROM notifications ORDER BY seq"
+        )
+
+    def invocations(self, server: str) -> int:
+        """How often ``server``'s write operation was called, by any process, failures included."""
+        _check_server(server)
+        with self._read() as db:
+            row = db.execute("SELECT count FROM invocations WHERE server = ?", (server,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+    def items(self, space_id: str) -> list[str]:
+        """Return the titles published to a space, oldest first (drafts are private)."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT title FROM publications WHERE space_id = ? ORDER BY seq", (space_id,)
+            )
+            return [title for (title,) in rows]
+
+    # -- storage -----------------------------------------------------------------------
+
+    def _invoke(
+        self, server: str, operation: Callable[[sqlite3.Connection], dict[str, str]]
+    ) -> dict[str, str]:
+        """Run one write operation of ``server``: counted, fault-aware, one transaction."""
+        refusal: ItemsWorldError | None = None
+        receipt: dict[str, str] = {}
+        with self._write() as db:
+            # Every call counts, refused ones too: tests count how often the world was reached.
+            db.execute("UPDATE invocations SET count = count + 1 WHERE server = ?", (server,))
+            dropped = _take(db, server, "drop_response")
+            try:
+                receipt = operation(db)
+            except ItemsWorldError as exc:
+                refusal = exc  # it wrote nothing; the count and the fault still commit
+        if dropped:
+            raise ResponseLost(server) from refusal
+        if refusal is not None:
+            raise refusal
+        return receipt
+
+    def _rows(self, query: str) -> list[dict[str, str]]:
+        with self._read() as db:
+            return [dict(row) for row in db.execute(query).fetchall()]
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.directory / DB_FILE
+        db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode = WAL")
+        # WAL with NORMAL survives a process crash (the fault this world simulates);
+        # only a power loss may lose the last writes.
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.executescript(_SCHEMA)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.rollback()
+                raise
+            if db.in_transaction:
+                db.commit()
+        finally:
+            db.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        if not (self.directory / DB_FILE).exists():
+            raise FileNotFoundError(f"no items world in {self.directory} (seed it first)")
+        db = self._connect()
+        try:
+            yield db
+        finally:
+            db.close()
+
+    @staticmethod
+    def _authenticate(db: sqlite3.Connection, credential: str) -> None:
+        row = db.execute("SELECT value FROM meta WHERE key = 'credential_sha256'").fetchone()
+        if row is None or not hmac.compare_digest(_hash(credential), row[0]):
+            raise InvalidCredential("the items world refused the credential")
+
+
+def _take(db: sqlite3.Connection, server: str, fault: str) -> bool:
+    """Consume one armed fault inside the caller's write transaction."""
+    cursor = db.execute(
+        "UPDATE faults SET remaining = remaining - 1"
+        " WHERE server = ? AND fault = ? AND remaining > 0",
+        (server, fault),
+    )
+    return cursor.rowcount == 1
+
+
+def _space(db: sqlite3.Connection, space_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = db.execute(
+        "SELECT * FROM spaces WHERE space_id = ?", (space_id,)
+    ).fetchone()
+    return row
+
+
+def _may_create(db: sqlite3.Connection, tenant: str, actor: str, space: sqlite3.Row) -> bool:
+    who = db.execute("SELECT tenant, may_create FROM actors WHERE actor = ?", (actor,)).fetchone()
+    return bool(who is not None and who["tenant"] == tenant == space["tenant"] and who["may_create"])
+
+
+def _check_may_create(db: sqlite3.Connection, tenant: str, actor: str, space_id: str) -> None:
+    """Raise the refusal that stops ``actor`` of ``tenant`` creating an item in the space."""
+    space = _space(db, space_id)
+    if space is None:
+        raise SpaceNotFound(f"no space {space_id!r}")
+    if space["tenant"] != tenant:
+        raise TenantMismatch(f"space {space_id!r} is not in tenant {tenant!r}")
+    if not _may_create(db, tenant, actor, space):
+        raise NotAuthorized(f"{actor!r} may not create items in {space_id!r}")
+    if space["status"] != "open":
+        raise SpaceArchived(f"space {space_id!r} is {space['status']}")
+
+
+def _draft_receipt(draft: sqlite3.Row) -> dict[str, str]:
+    return {"draft_id": draft["draft_id"], "space_id": draft["space_id"],
+            "idempotency_key": draft["idempotency_key"]}
+
+
+def print_ledger(directory: Path | str, out: TextIO | None = None) -> None:
+    """Print every draft, publication and notification of the world as JSON lines.
+
+    Each line carries ``ledger``: ``draft``, ``publication`` or ``notification``.
+    """
+    stream = out if out is not None else sys.stdout
+    world = World(directory)
+    ledgers: list[tuple[str, list[dict[str, str]]]] = [
+        ("draft", world.drafts()),
+        ("publication", world.publications()),
+        ("notification", world.notifications()),
+    ]
+    for name, rows in ledgers:
+        for row in rows:
+            entry: dict[str, Any] = {"ledger": name, **row}
+            stream.write(json.dumps(entry, sort_keys=True) + "\n")
