@@ -1,0 +1,155 @@
+"""Effects happen once, through response loss and adapter crashes, against the real broker.
+
+Server P (draft.prepare_private) is idempotent by the intent key; server Q
+(item.publish) is not, but answers queries by client reference. Faults are armed
+in the simulated world; the adapter process really dies where a fault says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from lockgate.client.sdk import Gateway, Run
+from lockgate.contracts.responses import ModelResponse
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import decode_event
+from lockgate.testing.invariants import by_intent, violations
+from lockgate.testing.system import System
+from lockgate.worlds.items.world import World as ItemsWorld
+
+#: Long enough for a redelivered order (ack_wait 5 s) to land before it.
+DEADLINE_S = 8
+ADAPTER = "adapter.items"
+ARGS = '{"title": "Release notes", "body": "Version 2 is out."}'
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    s = System(tmp_path_factory.mktemp("effects"),
+               extra_env={"LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S)})
+    try:
+        asyncio.run(s.start())
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def items(system: System) -> ItemsWorld:
+    return ItemsWorld(system.items_dir)
+
+
+async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Event]:
+    nc = await nats.connect(system.url)
+    try:
+        history = await JetStreamEventStore(nc).load("tenant-a", candidate_id)
+    finally:
+        await nc.close()
+    return [decode_event(r) for r in history.events]
+
+
+def authorizations(events: list[EffectIntent.Event]) -> list[EffectIntent.ExecutionAuthorized]:
+    return [e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)]
+
+
+async def propose(gw: Gateway, tool: str, call_id: str) -> tuple[Run, asyncio.Task[ModelResponse]]:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"space_id": "space-1"})
+    turn = await run.open_turn()
+    return run, asyncio.create_task(turn.propose(tool=tool, arguments=ARGS, call_id=call_id, timeout_s=90))
+
+
+async def survive_crash(system: System) -> None:
+    """The adapter dies where the fault says; bring it back as a supervisor would."""
+    proc = system.processes[ADAPTER]
+    for _ in range(400):
+        if proc.poll() is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert proc.returncode == 137, "the armed fault should have killed the adapter"
+    await system.restart(ADAPTER)
+
+
+def mine(rows: list[dict[str, str]], candidate_id: str) -> list[dict[str, str]]:
+    return [r for r in rows if r["intent_id"] == candidate_id]
+
+
+async def test_p_redelivery_after_a_crash_returns_the_same_draft(
+    system: System, gw: Gateway, items: ItemsWorld
+) -> None:
+    items.inject("P", "crash_after_commit")
+    calls = items.invocations("P")
+    _, pending = await propose(gw, "draft.prepare_private", "p-crash")
+    await survive_crash(system)
+    response = await pending
+    assert (response.status, response.code) == ("executed", "operation.executed")
+    assert len(mine(items.drafts(), response.candidate_id)) == 1  # one draft...
+    assert items.invocations("P") - calls == 2  # ...though the world was asked twice, same key
+    events = await events_of(system, response.candidate_id)
+    assert len(authorizations(events)) == 1  # the same attempt, redelivered
+
+
+async def test_q_lost_response_is_reconciled_not_repeated(
+    system: System, gw: Gateway, items: ItemsWorld
+) -> None:
+    items.inject("Q", "drop_response")
+    calls = items.invocations("Q")
+    run, pending = await propose(gw, "item.publish", "q-lost")
+    first = await pending
+    assert (first.status, first.code) == ("outcome_unknown", "operation.outcome-unknown")
+    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
+    assert (final.status, final.code) == ("executed", "operation.executed")
+    assert len(mine(items.publications(), final.candidate_id)) == 1
+    assert len(mine(items.notifications(), final.candidate_id)) == 3  # one fan-out
+    assert items.invocations("Q") - calls == 1
+    events = await events_of(system, final.candidate_id)
+    assert len(authorizations(events)) == 1  # no second attempt was dispatched
+    (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
+    assert (reconciled.finding, reconciled.resolution, reconciled.by) == (
+        "confirmed", "completed", "reconciler")
+
+
+async def test_q_crash_after_commit_is_found_by_query(
+    system: System, gw: Gateway, items: ItemsWorld
+) -> None:
+    items.inject("Q", "crash_after_commit")
+    run, pending = await propose(gw, "item.publish", "q-commit-crash")
+    await survive_crash(system)
+    first = await pending
+    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
+    assert final.status == "executed"
+    assert len(mine(items.publications(), final.candidate_id)) == 1
+    assert len(authorizations(await events_of(system, final.candidate_id))) == 1
+
+
+async def test_q_absent_after_a_crash_is_retried_as_the_same_intent(
+    system: System, gw: Gateway, items: ItemsWorld
+) -> None:
+    items.inject("Q", "crash_after_send")
+    run, pending = await propose(gw, "item.publish", "q-send-crash")
+    await survive_crash(system)
+    first = await pending
+    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
+    assert final.status == "executed"
+    assert len(mine(items.publications(), final.candidate_id)) == 1
+    events = await events_of(system, final.candidate_id)
+    first_try, second_try = authorizations(events)
+    assert first_try.intent_key == second_try.intent_key  # same intent, same key
+    assert first_try.attempt_id != second_try.attempt_id
+    (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
+    assert (reconciled.finding, reconciled.resolution) == ("absent", "retry")
+
+
+async def test_invariants_hold_after_the_faults(system: System, items: ItemsWorld) -> None:
+    nc = await nats.connect(system.url)
+    try:
+        recorded = [e async for e in JetStreamEventStore(nc).scan()]
+    finally:
+        await nc.close()
+    ledger = [{**p, "idempotency_key": p["client_ref"]} for p in items.publications()]
+    ledger += [{**d, "idempotency_key": d["idempotency_key"]} for d in items.drafts()]
+    assert violations(by_intent(recorded), ledger) == []
