@@ -22,7 +22,7 @@ from lockgate.worlds.items.world import REASONS as ITEMS_REASONS
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
 CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
-                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items)'
+                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items|attempt)'
                   r'\.[a-z0-9.-]+)"')
 NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
     "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
@@ -52,6 +52,7 @@ def test_reason_codes_are_pinned() -> None:
         "tool.arguments.invalid", "tool.arguments.malformed", "tool.arguments.missing-required",
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
         "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",
+        "attempt.interrupted",
         "argument.title.empty", "argument.title.too-long", "argument.title.invalid",
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",

@@ -271,3 +271,29 @@ def test_late_completion_report_settles_an_unknown_outcome() -> None:
     h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
     (settled,) = report(h, "completed", receipt={"note_id": "n1"})
     assert isinstance(settled, EffectIntent.Reconciled) and settled.finding == "confirmed"
+
+
+def test_attempt_stages_follow_the_remote_system() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(report(h, "sent"))
+    (ack,) = report(h, "acknowledged", receipt={"remote_ref": "job-7"})
+    assert isinstance(ack, EffectIntent.AttemptAcknowledged) and ack.remote_ref == "job-7"
+    h.extend([ack])
+    h.extend(report(h, "observed"))
+    assert h.intent.attempt(attempt.attempt_id).stage == "observed"
+    assert report(h, "acknowledged") == []  # never backwards
+    (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1))
+    assert isinstance(unknown, EffectIntent.OutcomeUnknown) and "send boundary" in unknown.evidence
+
+
+def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
+    h = authorized()
+    h.extend(report(h, "sent"))
+    assert report(h, "interrupted") == []  # nobody asked: not evidence of anything
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(report(h, "interrupted", detail="cancelled the export job"))
+    assert h.intent.state is State.INTERRUPTED
+    view = model_view(h.intent, CONTRACT)
+    assert view is not None and (view.status, view.code) == ("withdrawn", "operation.interrupted")

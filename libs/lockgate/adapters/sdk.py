@@ -116,6 +116,10 @@ class NotSent(AdapterError):
     retryable = True
 
 
+class Interrupted(AdapterError):
+    """An interruptible capability stopped the attempt before its effect completed."""
+
+
 class Completed(msgspec.Struct, frozen=True):
     """The effect happened: its receipt (evidence) and a bounded result for the model."""
 
@@ -124,10 +128,20 @@ class Completed(msgspec.Struct, frozen=True):
 
 
 class SendBoundary:
-    """The point after which the effect may have happened; the adapter crosses it once."""
+    """The point after which the effect may have happened; the adapter crosses it once.
 
-    def __init__(self, on_cross: Callable[[], Awaitable[None]]) -> None:
+    After crossing, an adapter may also say how far the remote system got:
+    ``acknowledged`` (it accepted the request) and ``observed`` (its result is in).
+    Each is a report, and so an attempt state on the record.
+    """
+
+    def __init__(
+        self,
+        on_cross: Callable[[], Awaitable[None]],
+        on_progress: Callable[[str, dict[str, str]], Awaitable[None]] | None = None,
+    ) -> None:
         self._on_cross = on_cross
+        self._on_progress = on_progress
         self._crossed = False
 
     @property
@@ -144,6 +158,20 @@ class SendBoundary:
         if not self._crossed:
             await self._on_cross()
             self._crossed = True
+
+    async def acknowledged(self, remote_ref: str = "") -> None:
+        """The remote system accepted the request (``remote_ref``: its id for it)."""
+        await self._progress("acknowledged", {"remote_ref": remote_ref} if remote_ref else {})
+
+    async def observed(self) -> None:
+        """The remote system's result is in; the adapter is checking it."""
+        await self._progress("observed", {})
+
+    async def _progress(self, stage: str, receipt: dict[str, str]) -> None:
+        if not self._crossed:
+            raise RuntimeError(f"{stage} before the send boundary was crossed")
+        if self._on_progress is not None:
+            await self._on_progress(stage, receipt)
 
 
 class Adapter:
@@ -495,7 +523,10 @@ class CapabilityWorker:
         return await self._execute(order, msg)
 
     async def _execute(self, order: ExecutionOrder, msg: Msg) -> str:
-        boundary = SendBoundary(lambda: self._report(order, "sent"))
+        boundary = SendBoundary(
+            lambda: self._report(order, "sent"),
+            lambda stage, receipt: self._report(order, stage, receipt=receipt),
+        )
         invocations[self.capability] += 1
         INVOCATIONS.labels(self.capability).inc()
         heartbeat = asyncio.create_task(self._keep_alive(msg))
@@ -506,6 +537,9 @@ class CapabilityWorker:
             return "retry"
         except Rejected as exc:
             await self._report(order, "rejected", reason=exc.reason, detail=exc.detail)
+            return "ack"
+        except Interrupted as exc:
+            await self._report(order, "interrupted", reason=exc.reason, detail=exc.detail)
             return "ack"
         except (NotSent, Exception) as exc:  # mapped to a report or to silence
             if boundary.crossed:

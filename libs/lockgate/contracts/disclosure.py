@@ -67,6 +67,8 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
         d = Disclosure("paused", "policy.paused")
     elif state is State.WITHDRAWN:
         d = Disclosure("withdrawn", "proposal.withdrawn")
+    elif state is State.INTERRUPTED:
+        d = Disclosure("withdrawn", "operation.interrupted")
     elif state is State.SENT and intent.interruption_requested:
         d = Disclosure("interruption_requested", "operation.interruption-requested")
     elif state in (State.UNKNOWN, State.NEEDS_OPERATOR):

@@ -74,6 +74,7 @@ REASONS: dict[str, str] = {
     # withdrawal and reconciliation
     "proposal.withdrawn": "stopped by its state before anything was sent",
     "reconciled.not-executed": "an operator established that the effect never happened",
+    "attempt.interrupted": "an interruptible attempt was stopped before its effect completed",
 }
 
 #: Everything a model can be told: (status, code). Field-scoped argument codes add
@@ -95,6 +96,7 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("paused", "policy.paused"),
         ("outcome_unknown", "operation.outcome-unknown"),
         ("withdrawn", "proposal.withdrawn"),
+        ("withdrawn", "operation.interrupted"),
         ("interruption_requested", "operation.interruption-requested"),
     }
 )

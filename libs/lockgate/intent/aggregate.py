@@ -37,6 +37,7 @@ class State(StrEnum):
     UNKNOWN = "unknown"
     NEEDS_OPERATOR = "needs_operator"
     WITHDRAWN = "withdrawn"
+    INTERRUPTED = "interrupted"
 
     @property
     def terminal(self) -> bool:
@@ -45,7 +46,10 @@ class State(StrEnum):
 
 
 _TERMINAL = frozenset(
-    {State.REJECTED, State.DENIED, State.COMPLETED, State.FAILED, State.REFUSED, State.WITHDRAWN}
+    {
+        State.REJECTED, State.DENIED, State.COMPLETED, State.FAILED, State.REFUSED,
+        State.WITHDRAWN, State.INTERRUPTED,
+    }
 )
 
 
@@ -257,6 +261,34 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.SENT
             agg.attempt(self.attempt_id).stage = "sent"
+
+    class AttemptAcknowledged(Event):
+        """The remote system accepted the request (it may still be working on it)."""
+
+        attempt_id: str
+        remote_ref: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.attempt(self.attempt_id).stage = "acknowledged"
+
+    class ResultObserved(Event):
+        """The adapter saw the remote system's result; the receipt is being checked."""
+
+        attempt_id: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.attempt(self.attempt_id).stage = "observed"
+
+    class AttemptInterrupted(Event):
+        """An interruptible attempt was stopped before its effect completed."""
+
+        attempt_id: str
+        detail: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State.INTERRUPTED
+            agg.reason = "attempt.interrupted"
+            agg.attempt(self.attempt_id).stage = "interrupted"
 
     class EffectCompleted(Event):
         """The effect happened; the receipt is its evidence.

@@ -52,6 +52,7 @@ MODEL_VISIBLE = (
     "Reconciled",
     "Withdrawn",
     "InterruptionRequested",
+    "AttemptInterrupted",
 )
 
 
@@ -88,7 +89,7 @@ DURABLES: tuple[Durable, ...] = (
     _events(
         "executor-locks",
         "EffectCompleted", "AttemptRejected", "AttemptFailedBeforeSend", "GateRefused",
-        "Withdrawn", "Reconciled",
+        "Withdrawn", "Reconciled", "AttemptInterrupted",
     ),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),
     _events("reconciler", "OutcomeUnknown"),

@@ -20,7 +20,11 @@ DETAIL_MAX_CHARS = 300
 #: Stages after which the effect may exist (or was refused by the world): no new
 #: attempt may start. An attempt reconciled as ``absent`` with the contract's leave to
 #: retry, or one that failed before its send boundary, does not block.
-_MAY_HAVE_HAPPENED = {"sent", "completed", "unknown", "rejected"}
+_MAY_HAVE_HAPPENED = {
+    "sent", "acknowledged", "observed", "completed", "unknown", "rejected", "interrupted",
+}
+#: Stages of an attempt that is in flight past its send boundary.
+_IN_FLIGHT = ("sent", "acknowledged", "observed")
 
 
 def _refuse(intent: EffectIntent, reason: str, facts: dict[str, Any], ids: dict[str, Any]) -> list[Event]:
@@ -141,9 +145,18 @@ def on_report(
     stage = attempt.stage
     if report.stage == "sent" and stage == "authorized":
         return [EffectIntent.AttemptSent.next(intent, attempt_id=attempt.attempt_id, **ids)]
+    if report.stage == "acknowledged" and stage in ("authorized", "sent"):
+        return [EffectIntent.AttemptAcknowledged.next(
+            intent, attempt_id=attempt.attempt_id,
+            remote_ref=report.receipt.get("remote_ref", "")[:256], **ids)]
+    if report.stage == "observed" and stage in ("authorized", "sent", "acknowledged"):
+        return [EffectIntent.ResultObserved.next(intent, attempt_id=attempt.attempt_id, **ids)]
+    if report.stage == "interrupted" and stage in _IN_FLIGHT and intent.interruption_requested:
+        return [EffectIntent.AttemptInterrupted.next(
+            intent, attempt_id=attempt.attempt_id, detail=detail, **ids)]
     if report.stage == "completed":
         receipt = {k[:64]: v[:256] for k, v in list(report.receipt.items())[:16]}
-        if stage in ("authorized", "sent"):
+        if stage == "authorized" or stage in _IN_FLIGHT:
             provenance = {
                 "adapter": report.adapter[:64],
                 "capability": intent.tool,
@@ -166,7 +179,7 @@ def on_report(
                 )
             ]
         return []
-    if report.stage == "rejected" and stage in ("authorized", "sent"):
+    if report.stage == "rejected" and (stage == "authorized" or stage in _IN_FLIGHT):
         return [
             EffectIntent.AttemptRejected.next(
                 intent, attempt_id=attempt.attempt_id, reason=report.reason or "remote.rejected",
@@ -192,11 +205,13 @@ def on_deadline(
         attempt = intent.attempt(attempt_id)
     except KeyError:
         return []
-    if attempt.stage not in ("authorized", "sent") or intent.state not in (State.AUTHORIZED, State.SENT):
+    if attempt.stage != "authorized" and attempt.stage not in _IN_FLIGHT:
+        return []
+    if intent.state not in (State.AUTHORIZED, State.SENT):
         return []
     evidence = (
         "the adapter reported crossing the send boundary, then nothing before the deadline"
-        if attempt.stage == "sent"
+        if attempt.stage in _IN_FLIGHT
         else "no report from the adapter before the deadline; the order may have been executed"
     )
     return [
