@@ -8,6 +8,8 @@ in the simulated world; the adapter process really dies where a fault says so.
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import Iterator
 
 import nats
@@ -15,11 +17,14 @@ import pytest
 
 from lockgate.client.sdk import Gateway, Run
 from lockgate.contracts.responses import ModelResponse
+from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System
+from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL as CASE_CREDENTIAL
+from lockgate.worlds.items.world import DEMO_CREDENTIAL as ITEMS_CREDENTIAL
 from lockgate.worlds.items.world import World as ItemsWorld
 
 #: Long enough for a redelivered order (ack_wait 5 s) to land before it.
@@ -153,3 +158,60 @@ async def test_invariants_hold_after_the_faults(system: System, items: ItemsWorl
     ledger = [{**p, "idempotency_key": p["client_ref"]} for p in items.publications()]
     ledger += [{**d, "idempotency_key": d["idempotency_key"]} for d in items.drafts()]
     assert violations(by_intent(recorded), ledger) == []
+
+
+async def lockgate_cli(system: System, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "lockgate.client.cli", "--url", system.url, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_an_operator_settles_what_no_query_can(
+    system: System, gw: Gateway, items: ItemsWorld
+) -> None:
+    items.inject("Q", "drop_response")
+    run, pending = await propose(gw, "item.publish", "q-operator")
+    candidate_id = intent_id_for("tenant-a", run.id, "q-operator")
+    for _ in range(400):  # the publication lands; the adapter never says so
+        if mine(items.publications(), candidate_id):
+            break
+        await asyncio.sleep(0.05)
+    system.kill(ADAPTER)  # and now nobody can answer the reconciler's query
+    try:
+        first = await pending
+        assert first.status == "outcome_unknown"
+        listed = [json.loads(line) for line in (await lockgate_cli(
+            system, "intents", "--state", "unknown", "--tenant", "tenant-a")).splitlines()]
+        assert candidate_id in {row["intent"] for row in listed}
+        recorded = await lockgate_cli(
+            system, "reconcile", candidate_id, "--tenant", "tenant-a", "--confirmed",
+            "--by", "ops-1", "--why", "the item is visible in space-1")
+        assert json.loads(recorded) == {"recorded": "Reconciled"}
+        final = await run.wait(candidate_id, past="outcome_unknown", timeout_s=30)
+        assert final.status == "executed"
+    finally:
+        await system.restart(ADAPTER)
+    (reconciled,) = [e for e in await events_of(system, candidate_id) if isinstance(e, EffectIntent.Reconciled)]
+    assert (reconciled.by, reconciled.why, reconciled.resolution) == (
+        "operator:ops-1", "the item is visible in space-1", "completed")
+    assert len(mine(items.publications(), candidate_id)) == 1
+
+
+async def test_no_credential_reaches_the_record_or_the_model(system: System) -> None:
+    nc = await nats.connect(system.url)
+    js = nc.jetstream()
+    try:
+        recorded = [e async for e in JetStreamEventStore(nc).scan()]
+        info = await js.stream_info("LG_RESPONSES")
+        responses = [(await js.get_msg("LG_RESPONSES", seq)).data or b""
+                     for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+    finally:
+        await nc.close()
+    assert recorded and responses
+    for secret in (ITEMS_CREDENTIAL.encode(), CASE_CREDENTIAL.encode()):
+        assert not any(secret in e.data for e in recorded)
+        assert not any(secret in r for r in responses)
