@@ -146,3 +146,10 @@ async def test_invalid_tokens_are_refused(store: EventStore) -> None:
     h = AggregateHistory("tenant-a", "i1")
     with pytest.raises(ValueError):
         await store.append(h, [ev("e1", "Bad.Type")])
+
+
+async def test_an_event_id_reused_at_a_later_position_is_refused(store: EventStore) -> None:
+    h1 = await store.append(await store.load("tenant-a", "i1"), [ev("e1")])
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(h1, [ev("e1", "Again")])
+    assert [e.event_type for e in (await store.load("tenant-a", "i1")).events] == ["Noted"]

@@ -192,6 +192,11 @@ class JetStreamEventStore:
         except EventStoreUnavailable:
             # The write may have landed; the reload below tells.
             ack = None
+        if ack is not None and ack.error is None and ack.duplicate:
+            # The server already holds a message with this event id. Only if it sits
+            # exactly where this append would put it is that success; an event id
+            # reused at another position must not pass for an append.
+            ack = _PubAck(error=_PubAck._Error(err_code=10071, description="duplicate event id"))
         if ack is not None and ack.error is None:
             last = ack.seq
             recorded = tuple(

@@ -41,6 +41,10 @@ class MemoryEventStore:
                 if [e.event_id for e in mine] == [e.event_id for e in events]:
                     return replace(history, events=history.events + tuple(mine))
                 raise ConcurrencyConflict(history.tenant, history.intent_id, history.version)
+            stored_ids = {e.event_id for e in current}
+            if any(new.event_id in stored_ids for new in events):
+                # Like the server's deduplication: an id already stored is not appended again.
+                raise ConcurrencyConflict(history.tenant, history.intent_id, history.version)
             recorded = []
             for offset, new in enumerate(events, start=1):
                 event_subject(history.tenant, history.intent_id, 1, new.event_type)

@@ -20,7 +20,9 @@ def decide(
     now: datetime,
 ) -> list[Event]:
     """``PolicyDecided`` for a normalized intent; missing facts pause it."""
-    if intent.state is not State.NORMALIZED:
+    if not (intent.state is State.NORMALIZED and intent.decision is None) and (
+        intent.state is not State.PAUSED
+    ):
         return []
     if facts is None:
         decision = Decision("pause", bundle.revision, ("facts.unavailable",), ())

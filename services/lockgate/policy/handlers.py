@@ -27,7 +27,7 @@ class PolicyHandlers:
         """Decide on the intent ``recorded`` normalized."""
 
         async def step(intent: EffectIntent | None) -> list[Event]:
-            if intent is None or intent.state is not State.NORMALIZED:
+            if intent is None or intent.state is not State.NORMALIZED or intent.decision is not None:
                 return []
             facts: Facts | None = None
             try:
