@@ -48,11 +48,14 @@ async def test_row(s: Scenario, system: System, gw: Gateway, world: World) -> No
     if s.repeat:
         again = await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id)
         assert again == response
-    assert (response.status, response.code, response.field) == (s.status, s.code, s.field)
+    recorded = await reasons_recorded(system, s.tenant, response.candidate_id)
+    tools = [t.name for t in turn.tools]
+    assert (response.status, response.code, response.field) == (s.status, s.code, s.field), (
+        f"recorded reasons {recorded}, tools offered {tools}")
     assert world.invocations - invocations == s.invocations
     assert len(world.ledger()) - writes == s.ledger
     if s.reason is not None:
-        assert s.reason in await reasons_recorded(system, s.tenant, response.candidate_id)
+        assert s.reason in recorded
     if s.status == "executed":
         assert response.result_label == "untrusted-data"
         entry = world.ledger()[-1]

@@ -18,7 +18,7 @@ from nats.js.errors import NotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
-from lockgate.authz import PolicyBundle
+from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Describe, QueryResult
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, State
@@ -34,7 +34,7 @@ from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 
 SETTINGS = Settings(adapter_timeout_s=0.3)
-BUNDLE = PolicyBundle.load(SETTINGS.policy_dir)
+BUNDLES = BundleSource(SETTINGS.policy_dir)
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ async def test_normalization_retries_then_gives_up_as_unavailable(ports: Ports) 
 async def test_policy_pauses_when_facts_never_come(ports: Ports) -> None:
     h = History().normalized()
     last = await store_history(ports, h)
-    handlers = PolicyHandlers(ports, BUNDLE, lambda: T0)
+    handlers = PolicyHandlers(ports, BUNDLES, lambda: T0)
     with pytest.raises(AdapterUnavailable):
         await handlers.normalized(last, deliveries=1)
     assert (await load_intent(ports.store, "tenant-a", h.intent_id)).state is State.NORMALIZED  # type: ignore[union-attr]

@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import cedarpy
+import yaml
+from pydantic import ValidationError
 
+from lockgate.authz.config import CONFIG_FILE, BundleConfig
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 
@@ -55,6 +58,7 @@ class PolicyBundle:
     policies: Any  # cedarpy.PolicySet
     order: dict[str, int]
     effects: dict[str, str]
+    config: BundleConfig = BundleConfig()
 
     @classmethod
     def load(cls, directory: Path) -> PolicyBundle:
@@ -69,15 +73,22 @@ class PolicyBundle:
             raise BundleError(f"{directory}: needs *.cedar policies and a *.cedarschema")
         text = "\n".join(f.read_text() for f in files)
         schema_text = merge_schema_fragments([f.read_text() for f in schemas])
-        return cls.from_text(text, schema_text)
+        config_file = directory / CONFIG_FILE
+        config_text = config_file.read_text() if config_file.exists() else ""
+        return cls.from_text(text, schema_text, config_text)
 
     @classmethod
-    def from_text(cls, text: str, schema_text: str) -> PolicyBundle:
-        """Build a bundle from policy and schema text.
+    def from_text(cls, text: str, schema_text: str, config_text: str = "") -> PolicyBundle:
+        """Build a bundle from policy, schema and ``bundle.yaml`` text.
 
         Raises:
             BundleError: parse or validation errors.
         """
+        try:
+            raw = yaml.safe_load(config_text) if config_text.strip() else {}
+            config = BundleConfig.model_validate(raw or {})
+        except (yaml.YAMLError, ValidationError) as exc:
+            raise BundleError(f"{CONFIG_FILE}: {exc}") from exc
         try:
             schema = cedarpy.Schema.from_str(schema_text)
         except ValueError as exc:
@@ -105,8 +116,8 @@ class PolicyBundle:
             effects[name] = policy.get("effect", "")
         est["staticPolicies"] = keyed
         policies = cedarpy.PolicySet.from_json_str(json.dumps(est))
-        revision = digest_bytes((text + "\x00" + schema_text).encode())
-        return cls(revision=revision, policies=policies, order=order, effects=effects)
+        revision = digest_bytes((text + "\x00" + schema_text + "\x00" + config_text).encode())
+        return cls(revision=revision, policies=policies, order=order, effects=effects, config=config)
 
 
 _COMMENT = re.compile(r"//[^\n]*")

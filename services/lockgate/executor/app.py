@@ -7,7 +7,7 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
-from lockgate.authz import PolicyBundle
+from lockgate.authz.source import BundleSource
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
@@ -26,7 +26,7 @@ def create_app(settings: Settings) -> FastStream:
     """Build the executor app (connects only when run)."""
 
     def build(ports: Ports) -> ExecutorHandlers:
-        return ExecutorHandlers(ports, PolicyBundle.load(settings.policy_dir), utc_now)
+        return ExecutorHandlers(ports, BundleSource(settings.policy_dir), utc_now)
 
     app, broker, service = service_app(settings, "executor", build)
 

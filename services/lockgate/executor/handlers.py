@@ -10,8 +10,8 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.authz import PolicyBundle
 from lockgate.authz.intents import judge
+from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.core.ids import derived_id, is_subject_token
@@ -45,9 +45,9 @@ _HOLDING = frozenset({State.ALLOWED, State.AUTHORIZED, State.SENT, State.UNKNOWN
 class ExecutorHandlers:
     """The last service before the world."""
 
-    def __init__(self, ports: Ports, bundle: PolicyBundle, clock: Clock) -> None:
+    def __init__(self, ports: Ports, bundles: BundleSource, clock: Clock) -> None:
         self.ports = ports
-        self.bundle = bundle
+        self.bundles = bundles
         self.clock = clock
 
     async def ready(self, recorded: RecordedEvent) -> None:
@@ -71,7 +71,7 @@ class ExecutorHandlers:
                 )
             except AdapterUnavailable as exc:
                 raise Retry(1.0, "no fresh facts for the final gate") from exc
-            decision = judge(self.bundle, intent, facts)
+            decision = judge(self.bundles.current(), intent, facts)
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock())
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)

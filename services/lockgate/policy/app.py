@@ -7,7 +7,7 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
-from lockgate.authz import PolicyBundle
+from lockgate.authz.source import BundleSource
 from lockgate.policy.handlers import PolicyHandlers
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
@@ -27,9 +27,9 @@ def create_app(settings: Settings) -> FastStream:
     """Build the policy app; the bundle is loaded and validated when it starts."""
 
     def build(ports: Ports) -> PolicyHandlers:
-        bundle = PolicyBundle.load(settings.policy_dir)
-        log.info("policy bundle %s loaded from %s", bundle.revision, settings.policy_dir)
-        return PolicyHandlers(ports, bundle, utc_now)
+        bundles = BundleSource(settings.policy_dir)
+        log.info("policy bundle %s loaded from %s", bundles.current().revision, settings.policy_dir)
+        return PolicyHandlers(ports, bundles, utc_now)
 
     app, broker, service = service_app(settings, "policy", build)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.authz import PolicyBundle
+from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -18,9 +18,9 @@ PAUSE_AFTER = 5
 class PolicyHandlers:
     """Reacts to ``CandidateNormalized``."""
 
-    def __init__(self, ports: Ports, bundle: PolicyBundle, clock: Clock) -> None:
+    def __init__(self, ports: Ports, bundles: BundleSource, clock: Clock) -> None:
         self.ports = ports
-        self.bundle = bundle
+        self.bundles = bundles
         self.clock = clock
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
@@ -38,6 +38,6 @@ class PolicyHandlers:
             except AdapterUnavailable:
                 if deliveries < PAUSE_AFTER:
                     raise
-            return decide(intent, self.bundle, facts, cause=recorded.event_id, now=self.clock())
+            return decide(intent, self.bundles.current(), facts, cause=recorded.event_id, now=self.clock())
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)

@@ -1,0 +1,80 @@
+"""A bundle's admission settings (``bundle.yaml``): pauses, progress checkpoints, budgets.
+
+Permission is Cedar's question; admission is this file's: an actor allowed to act
+still runs out of budget, hits a rate limit, or is stopped when it keeps proposing
+the same denied consequence. Validated when the bundle loads, part of its revision.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+CONFIG_FILE = "bundle.yaml"
+
+
+class PauseConfig(BaseModel):
+    """How a paused decision waits for its evidence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recheck_s: float = Field(default=2.0, gt=0)
+    """How often missing evidence (facts, budgets) is asked for again."""
+    timeout_s: float = Field(default=120.0, gt=0)
+    """After this long without evidence the pause becomes a denial."""
+
+
+class ProgressConfig(BaseModel):
+    """When repeating a denied consequence stops being useful."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_repeated_denials: int = Field(default=3, ge=1)
+    """Denials of one consequence in one run, on unchanged facts, before the run's
+    further candidates for it are stopped with ``run.progress-stalled``."""
+
+
+class Budget(BaseModel):
+    """A quota over a window, a cost budget, or a concurrency cap, for one scope."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    scope: Literal["actor", "run", "capability", "tenant"]
+    capabilities: tuple[str, ...] = ()
+    """Capabilities it counts (empty: every capability)."""
+    window_s: float | None = Field(default=None, gt=0)
+    max_count: int | None = Field(default=None, ge=0)
+    max_cost: int | None = Field(default=None, ge=0)
+    max_in_flight: int | None = Field(default=None, ge=1)
+    on_exhausted: Literal["deny", "pause"] = "deny"
+
+    @model_validator(mode="after")
+    def _limits(self) -> Budget:
+        if self.max_count is None and self.max_cost is None and self.max_in_flight is None:
+            raise ValueError(f"budget {self.name}: set max_count, max_cost or max_in_flight")
+        if (self.max_count is not None or self.max_cost is not None) and self.window_s is None:
+            raise ValueError(f"budget {self.name}: a count or cost limit needs window_s")
+        return self
+
+    def applies_to(self, capability: str) -> bool:
+        """True when this budget counts ``capability``."""
+        return not self.capabilities or capability in self.capabilities
+
+
+class BundleConfig(BaseModel):
+    """Everything ``bundle.yaml`` may say; every field has a safe default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pause: PauseConfig = PauseConfig()
+    progress: ProgressConfig = ProgressConfig()
+    budgets: tuple[Budget, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique(self) -> BundleConfig:
+        names = [b.name for b in self.budgets]
+        if len(names) != len(set(names)):
+            raise ValueError(f"budget names must be unique: {names}")
+        return self
