@@ -141,3 +141,43 @@ async def test_review_expires_at_its_deadline_not_before(ports: Ports) -> None:
     await late.review_opened(last)
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.DENIED and intent.reason == "review.expired"
+
+
+async def paused_history(ports: Ports) -> tuple[History, RecordedEvent]:
+    h = History().normalized()
+    await store_history(ports, h)
+    handlers = PolicyHandlers(ports, BUNDLES, lambda: T0)
+    last = (await ports.store.load("tenant-a", h.intent_id)).events[-1]
+    await handlers.normalized(last, deliveries=PAUSE_AFTER)
+    paused = (await ports.store.load("tenant-a", h.intent_id)).events[-1]
+    assert paused.event_type == "PolicyDecided"
+    return h, paused
+
+
+async def test_a_pause_is_decided_again_when_the_evidence_arrives(ports: Ports, nc: Client) -> None:
+    h, paused = await paused_history(ports)
+    handlers = PolicyHandlers(ports, BUNDLES, lambda: T0 + timedelta(seconds=5))
+    with pytest.raises(Retry):  # still no facts: wait and ask again
+        await handlers.paused(paused)
+
+    async def facts(_: bytes) -> object:
+        return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
+                          "writes_suspended": False, "actor_may_add_note": True,
+                          "sensitive": False, "version": 4}, "revision": "4"}
+
+    sub = await answering(nc, "facts", facts)
+    try:
+        await handlers.paused(paused)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.ALLOWED and intent.decision == "allow"
+
+
+async def test_a_pause_without_evidence_times_out_into_a_denial(ports: Ports) -> None:
+    h, paused = await paused_history(ports)
+    timeout_s = BUNDLES.current().config.pause.timeout_s
+    late = PolicyHandlers(ports, BUNDLES, lambda: T0 + timedelta(seconds=timeout_s + 1))
+    await late.paused(paused)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.DENIED and intent.reason == "policy.pause-expired"

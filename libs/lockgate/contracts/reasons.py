@@ -38,6 +38,7 @@ REASONS: dict[str, str] = {
     "policy.evaluation-error": "a policy could not be evaluated; errors never allow",
     "policy.approval-required": "policy permits the action only with a reviewer's approval",
     "facts.unavailable": "the adapter gave no facts; the decision is paused",
+    "policy.pause-expired": "the evidence a paused decision needed never came",
     # approval
     "review.denied": "a reviewer refused",
     "review.expired": "nobody decided before the review expired",

@@ -174,10 +174,14 @@ class EffectIntent(Aggregate):
                 agg.state = State.DENIED
                 agg.reason = self.reasons[0] if self.reasons else "policy.denied"
             elif self.outcome == "pause":
+                if agg.state is not State.PAUSED:
+                    agg.paused_at = self.timestamp
                 agg.state = State.PAUSED
                 agg.reason = self.reasons[0] if self.reasons else "policy.paused"
             elif self.outcome == "allow":
                 agg.state = State.ALLOWED
+            else:  # require_approval: waiting for the review to be opened
+                agg.state = State.NORMALIZED
 
     class ReviewRequested(Event):
         """A human must approve this exact consequence before it may happen."""
@@ -458,6 +462,7 @@ class EffectIntent(Aggregate):
         self.receipt: dict[str, str] = {}
         self.result: dict[str, Any] = {}
         self.interruption_requested = False
+        self.paused_at: datetime | None = None
 
     @property
     def intent_id(self) -> str:

@@ -260,7 +260,7 @@ SERVICES: dict[str, _ServiceRow] = {
         asks=("normalize",),
     ),
     "policy": _ServiceRow(
-        durables=("policy",),
+        durables=("policy", "policy-pauses"),
         appends=("PolicyDecided",),
         asks=("facts",),
     ),

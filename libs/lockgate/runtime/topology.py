@@ -81,6 +81,7 @@ DURABLES: tuple[Durable, ...] = (
     _events("intake-responses", *MODEL_VISIBLE),
     _events("normalization", "CandidateReceived"),
     _events("policy", "CandidateNormalized"),
+    _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS),
     _events("approval", "PolicyDecided"),
     _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS),
     _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),

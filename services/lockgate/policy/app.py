@@ -36,5 +36,9 @@ def create_app(settings: Settings) -> FastStream:
     async def on_normalized(msg: NatsMessage) -> None:
         await service.handlers.normalized(recorded_event(msg), deliveries(msg))
 
+    async def on_paused(msg: NatsMessage) -> None:
+        await service.handlers.paused(recorded_event(msg))
+
     add_durable(broker, Subscription("policy", on_normalized), log)
+    add_durable(broker, Subscription("policy-pauses", on_paused), log)
     return app

@@ -44,3 +44,18 @@ def decide(
             digest=intent.digest or "",
         )
     ]
+
+
+def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now: datetime) -> list[Event]:
+    """A pause whose evidence never came becomes a denial once the bundle's timeout passed."""
+    if intent.state is not State.PAUSED or intent.paused_at is None:
+        return []
+    if (now - intent.paused_at).total_seconds() < bundle.config.pause.timeout_s:
+        return []
+    return [
+        EffectIntent.PolicyDecided.next(
+            intent, now=now, event_id=derived_id("pause-expired", cause), causation_id=cause,
+            outcome="deny", policy_revision=bundle.revision, reasons=["policy.pause-expired"],
+            determining=[], facts={}, digest=intent.digest or "",
+        )
+    ]
