@@ -37,6 +37,7 @@ from pathlib import Path
 import nats
 
 from bench import load, machine
+from bench import policy as policy_bench
 from bench.cpu import CpuMeter
 from bench.gateway import LOAD_CASES, Proposer
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
@@ -86,6 +87,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
                         help=f"closed-loop Lockgate proposals ({DEFAULT.count})")
     parser.add_argument("--raw-count", type=int,
                         help=f"closed-loop raw chains ({DEFAULT.raw_count})")
+    parser.add_argument("--skip-policy", action="store_true",
+                        help="leave out the policy-engine benchmark")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (logs, store, world) and print it")
     args = parser.parse_args(argv)
@@ -255,6 +258,13 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
         print(f"  {key:<13} {value}")
     print(f"plan: {plan}")
     sys.stdout.flush()
+    if not args.skip_policy:
+        # The policy engine alone first (one JSON line of its own); the pipeline's
+        # figures stay the run's last line.
+        print("\npolicy decisions: Lockgate's evaluation beside a bare cedarpy call")
+        await asyncio.to_thread(policy_bench.run, plan_quick(args))
+        print()
+        sys.stdout.flush()
     root_dir = tempfile.mkdtemp(prefix="lockgate-bench-")
     try:
         phases, notes = await run(plan, Path(root_dir))
@@ -288,6 +298,11 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
           f"p50 {figures['lockgate_p50_ms']} ms vs {figures['raw_p50_ms']} ms raw")
     print(json.dumps(figures))
     return 0
+
+
+def plan_quick(args: argparse.Namespace) -> bool:
+    """Whether this is a ``--quick`` run."""
+    return bool(getattr(args, "quick", False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,3 +126,20 @@ async def test_credentials_never_reach_events_or_responses(system: System) -> No
     assert recorded and responses
     assert not any(secret in e.data for e in recorded)
     assert not any(secret in r for r in responses)
+
+
+async def test_a_run_that_keeps_proposing_a_denied_note_is_told_to_stop(
+    system: System, gw: Gateway, world: World
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-closed"})
+    turn = await run.open_turn()
+    answers = [await turn.propose(tool="case.add_note", arguments='{"note": "please"}') for _ in range(4)]
+    first, *_, last = answers
+    assert (first.status, first.code, first.persistent) == ("unavailable", "operation.unavailable", True)
+    assert first.alternatives == ("ask_owner", "stop")
+    assert [a.code for a in answers[:3]] == ["operation.unavailable"] * 3
+    assert (last.status, last.code, last.persistent, last.alternatives) == (
+        "denied", "run.progress-stalled", True, ("stop",))
+    # Another consequence in the same run is judged on its own.
+    other = await turn.propose(tool="case.add_note", arguments='{"note": "something else"}')
+    assert other.code == "operation.unavailable"

@@ -211,6 +211,8 @@ def parser() -> argparse.ArgumentParser:
     wd.add_argument("--tenant", required=True)
     wd.add_argument("--by", default="operator")
     wd.add_argument("--why", default="")
+    sub.add_parser("policy", help="validate a policy bundle or run its case tables",
+                   add_help=False)
     ev = sub.add_parser("events", help="print an intent's stored events")
     ev.add_argument("intent")
     ev.add_argument("--tenant", required=True)
@@ -219,6 +221,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lockgate`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "policy" in argv[:3]:
+        # Policy authoring works on files only: no broker, its own arguments.
+        from lockgate.authz.cli import policy_main
+
+        return policy_main(argv[argv.index("policy") + 1:])
     args = parser().parse_args(argv)
     settings = Settings() if args.url is None else Settings(nats_url=args.url)
     try:

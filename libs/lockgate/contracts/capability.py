@@ -29,11 +29,17 @@ class EffectClass(StrEnum):
 
 
 class Disclosure(msgspec.Struct, frozen=True):
-    """What the model may learn of one internal reason code."""
+    """What the model may learn of one internal reason code.
+
+    ``persistent``: retrying will not help (``True``) or may help later (``False``);
+    ``alternatives``: safe next steps the model may take instead.
+    """
 
     status: str
     code: str
     field: str | None = None
+    persistent: bool | None = None
+    alternatives: tuple[str, ...] = ()
 
 
 class Idempotency(msgspec.Struct, frozen=True):
@@ -75,6 +81,9 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     #: the resource from authorization until the attempt is settled (conditional
     #: writes on a version token would otherwise refuse each other).
     serialize_per_resource: bool = False
+    #: Safe next steps a model may take when this capability is denied: narrow_scope,
+    #: use_read_capability, request_approval, ask_owner, wait, stop.
+    alternatives: tuple[str, ...] = ("stop",)
     #: internal reason code -> what the model sees; unlisted codes collapse.
     disclosure: dict[str, Disclosure] = msgspec.field(default_factory=dict)
 

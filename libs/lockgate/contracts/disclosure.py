@@ -18,6 +18,16 @@ from lockgate.intent.aggregate import EffectIntent, State
 
 INVALID = Disclosure("rejected", "proposal.invalid")
 UNAVAILABLE = Disclosure("unavailable", "operation.unavailable")
+
+#: Denials every capability discloses the same way: about the run or its budgets, not
+#: about any resource, so they can be said plainly and the model can act on them.
+GENERIC: dict[str, Disclosure] = {
+    "run.progress-stalled": Disclosure("denied", "run.progress-stalled", persistent=True,
+                                       alternatives=("stop",)),
+    "policy.pause-expired": Disclosure("unavailable", "operation.unavailable", persistent=False,
+                                       alternatives=("wait", "stop")),
+}
+BUDGET = Disclosure("denied", "budget.exhausted", persistent=False, alternatives=("wait", "stop"))
 RESULT_LABEL = "untrusted-data"
 
 
@@ -34,6 +44,10 @@ def disclose(reason: str | None, field: str | None, contract: CapabilityContract
         return fallback
     if contract is not None and reason in contract.disclosure:
         return contract.disclosure[reason]
+    if reason in GENERIC:
+        return GENERIC[reason]
+    if reason.startswith("budget."):
+        return BUDGET
     controlled = _model_fields(contract)
     if field is not None and field in controlled:
         if reason == "tool.arguments.missing-required":
@@ -59,7 +73,13 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
     result = None
     if state is State.REJECTED:
         d = disclose(intent.reason, intent.field, contract, INVALID)
-    elif state in (State.DENIED, State.REFUSED, State.FAILED):
+    elif state is State.DENIED:
+        # A policy's refusal on current facts persists until the facts change: say so,
+        # and offer the capability's safe alternatives, without saying which fact.
+        d = disclose(intent.reason, intent.field, contract, Disclosure(
+            "unavailable", "operation.unavailable", persistent=True,
+            alternatives=contract.alternatives if contract else ("stop",)))
+    elif state in (State.REFUSED, State.FAILED):
         d = disclose(intent.reason, intent.field, contract, UNAVAILABLE)
     elif state is State.AWAITING_APPROVAL:
         d = Disclosure("pending_approval", "approval.pending")
@@ -85,6 +105,8 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
         status=d.status,
         code=d.code,
         field=d.field,
+        persistent=d.persistent,
+        alternatives=d.alternatives or None,
         result=result,
         result_label=RESULT_LABEL if result is not None else None,
     )

@@ -39,6 +39,7 @@ REASONS: dict[str, str] = {
     "policy.approval-required": "policy permits the action only with a reviewer's approval",
     "facts.unavailable": "the adapter gave no facts; the decision is paused",
     "policy.pause-expired": "the evidence a paused decision needed never came",
+    "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts",
     # approval
     "review.denied": "a reviewer refused",
     "review.expired": "nobody decided before the review expired",
@@ -97,6 +98,8 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("paused", "policy.paused"),
         ("outcome_unknown", "operation.outcome-unknown"),
         ("withdrawn", "proposal.withdrawn"),
+        ("denied", "run.progress-stalled"),
+        ("denied", "budget.exhausted"),
         ("withdrawn", "operation.interrupted"),
         ("interruption_requested", "operation.interruption-requested"),
     }

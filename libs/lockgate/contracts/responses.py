@@ -19,6 +19,10 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     status: str
     code: str
     field: str | None = None
+    persistent: bool | None = None
+    """For a denial: retrying will not help (true) or may help later (false)."""
+    alternatives: tuple[str, ...] | None = None
+    """For a denial: safe next steps the model may take instead."""
     result: dict[str, Any] | None = None
     result_label: str | None = None
 

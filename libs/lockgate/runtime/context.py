@@ -23,6 +23,7 @@ from lockgate.runtime.topology import (
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
     LOCKS_BUCKET,
+    PROGRESS_BUCKET,
     RUNS_BUCKET,
     ensure_topology,
 )
@@ -40,6 +41,7 @@ class Ports:
     runs: KeyValue
     catalogues: KeyValue
     locks: KeyValue
+    progress: KeyValue
 
     async def run(self, tenant: str, run_id: str) -> RunContext | None:
         """The run's authoritative context, or ``None`` when no such run was opened."""
@@ -74,6 +76,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         runs=await js.key_value(RUNS_BUCKET),
         catalogues=await js.key_value(CATALOGUES_BUCKET),
         locks=await js.key_value(LOCKS_BUCKET),
+        progress=await js.key_value(PROGRESS_BUCKET),
     )
 
 

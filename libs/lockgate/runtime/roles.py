@@ -61,6 +61,7 @@ from lockgate.runtime.topology import (
     EVENTS,
     EXEC,
     LOCKS_BUCKET,
+    PROGRESS_BUCKET,
     RESPONSES,
     RUNS_BUCKET,
 )
@@ -262,6 +263,8 @@ SERVICES: dict[str, _ServiceRow] = {
     "policy": _ServiceRow(
         durables=("policy", "policy-pauses"),
         appends=("PolicyDecided",),
+        reads=(PROGRESS_BUCKET,),
+        writes=(PROGRESS_BUCKET,),
         asks=("facts",),
     ),
     "approval": _ServiceRow(
@@ -305,7 +308,9 @@ SERVICES: dict[str, _ServiceRow] = {
 }
 
 #: Every bucket ``connect_ports`` opens at startup, whatever the service uses.
-_OPENED_BY_EVERY_SERVICE = (CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, LOCKS_BUCKET)
+_OPENED_BY_EVERY_SERVICE = (
+    CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, LOCKS_BUCKET, PROGRESS_BUCKET,
+)
 
 
 def service_role(name: str) -> Role:

@@ -35,6 +35,9 @@ CAPABILITIES_BUCKET = "LG_CAPABILITIES"
 #: Per-resource locks that serialize effects whose contracts ask for it. Entries
 #: expire after ``LOCK_TTL_S`` so a lock left by a crashed executor frees itself.
 LOCKS_BUCKET = "LG_LOCKS"
+#: Denials of one consequence per run, for policy's progress checkpoint.
+PROGRESS_BUCKET = "LG_PROGRESS"
+PROGRESS_TTL_S = 7 * 24 * 3600.0
 LOCK_TTL_S = 300.0
 
 #: Events the model learns of: intake answers the agent runtime when one is recorded.
@@ -179,7 +182,7 @@ async def ensure_topology(
             await js.update_stream(config)
     buckets = (
         (RUNS_BUCKET, 1, None), (CATALOGUES_BUCKET, 1, None), (CAPABILITIES_BUCKET, 4, None),
-        (LOCKS_BUCKET, 1, LOCK_TTL_S),
+        (LOCKS_BUCKET, 1, LOCK_TTL_S), (PROGRESS_BUCKET, 1, PROGRESS_TTL_S),
     )
     for bucket, history, ttl_s in buckets:
         try:

@@ -18,8 +18,14 @@ def decide(
     *,
     cause: str,
     now: datetime,
+    repeated_denials: int = 0,
 ) -> list[Event]:
-    """``PolicyDecided`` for a normalized intent; missing facts pause it."""
+    """``PolicyDecided`` for a normalized intent; missing facts pause it.
+
+    ``repeated_denials``: how often this run already had this exact consequence denied
+    on the same facts. Past the bundle's limit the answer is ``run.progress-stalled``
+    without asking Cedar again: nothing has changed that could change the answer.
+    """
     if not (intent.state is State.NORMALIZED and intent.decision is None) and (
         intent.state is not State.PAUSED
     ):
@@ -27,6 +33,9 @@ def decide(
     if facts is None:
         decision = Decision("pause", bundle.revision, ("facts.unavailable",), ())
         used: dict[str, str | int | bool] = {}
+    elif repeated_denials >= bundle.config.progress.max_repeated_denials:
+        decision = Decision("deny", bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
+        used = dict(facts.facts)
     else:
         decision = judge(bundle, intent, facts)
         used = dict(facts.facts)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
+from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
@@ -14,6 +18,11 @@ from lockgate.runtime.service import Clock, Retry, decide_and_append
 
 #: Deliveries without facts before the intent is paused for missing evidence.
 PAUSE_AFTER = 5
+
+
+def progress_key(tenant: str, run_id: str, consequence: str) -> str:
+    """Key of one consequence's denials in one run (the digest names the consequence)."""
+    return f"{tenant}.{run_id}.{consequence.removeprefix('sha256:')}"
 
 
 class PolicyHandlers:
@@ -39,14 +48,65 @@ class PolicyHandlers:
             except AdapterUnavailable:
                 if deliveries < PAUSE_AFTER:
                     raise
-            return decide(intent, self.bundles.current(), facts, cause=recorded.event_id, now=self.clock())
+            return await self._decide(intent, facts, recorded.event_id)
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await self._count_denial(recorded.tenant, decided)
+
+    async def _decide(self, intent: EffectIntent, facts: Facts | None, cause: str) -> list[Event]:
+        repeated = 0
+        if facts is not None:
+            progress = await self._progress(intent)
+            if progress is not None and progress[0] == digest(dict(facts.facts)):
+                repeated = progress[1]
+        return decide(intent, self.bundles.current(), facts, cause=cause, now=self.clock(),
+                      repeated_denials=repeated)
+
+    async def _progress(self, intent: EffectIntent) -> tuple[str, int] | None:
+        try:
+            entry = await self.ports.progress.get(
+                progress_key(intent.tenant, intent.run_id, intent.digest or "")
+            )
+        except KeyNotFoundError:
+            return None
+        seen = msgspec.json.decode(entry.value or b"{}", type=dict[str, str | int])
+        return str(seen.get("facts", "")), int(seen.get("denials", 0))
+
+    async def _count_denial(self, tenant: str, decided: list[Event]) -> None:
+        """Count a policy denial of this consequence in this run (on these facts).
+
+        Counted after the decision is stored: a crash in between loses one count,
+        never adds one.
+        """
+        if not decided or not isinstance(decided[0], EffectIntent.PolicyDecided):
+            return
+        event = decided[0]
+        if event.outcome != "deny" or event.reasons[:1] == ["run.progress-stalled"]:
+            return
+        key = progress_key(tenant, event.correlation_id, event.digest)
+        facts_key = digest(dict(event.facts))
+        for _ in range(5):  # compare-and-set: replicas counting at once all count
+            try:
+                entry = await self.ports.progress.get(key)
+                seen = msgspec.json.decode(entry.value or b"{}", type=dict[str, str | int])
+                revision: int | None = entry.revision
+            except KeyNotFoundError:
+                seen, revision = {}, None
+            denials = int(seen.get("denials", 0)) + 1 if seen.get("facts") == facts_key else 1
+            value = msgspec.json.encode({"facts": facts_key, "denials": denials})
+            try:
+                if revision is None:
+                    await self.ports.progress.create(key, value)
+                else:
+                    await self.ports.progress.update(key, value, last=revision)
+                return
+            except KeyWrongLastSequenceError:
+                continue
 
     async def paused(self, recorded: RecordedEvent) -> None:
         """Ask again for the evidence a paused decision lacks; deny once the pause times out."""
-        decided = decode_event(recorded)
-        if not isinstance(decided, EffectIntent.PolicyDecided) or decided.outcome != "pause":
+        trigger = decode_event(recorded)
+        if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != "pause":
             return
         bundle = self.bundles.current()
 
@@ -63,6 +123,7 @@ class PolicyHandlers:
                 if expired:
                     return expired
                 raise Retry(bundle.config.pause.recheck_s, "evidence still missing") from None
-            return decide(intent, bundle, facts, cause=recorded.event_id, now=self.clock())
+            return await self._decide(intent, facts, recorded.event_id)
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await self._count_denial(recorded.tenant, decided)

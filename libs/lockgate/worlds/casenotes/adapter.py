@@ -80,6 +80,7 @@ CONTRACT = CapabilityContract(
     data_classes=("case_note",),
     outcome_deadline_s=30.0,
     serialize_per_resource=True,
+    alternatives=("ask_owner", "stop"),
     disclosure={
         "argument.note.empty": Disclosure("rejected", "argument.note.empty", "note"),
         "argument.note.too-long": Disclosure("rejected", "argument.note.too-long", "note"),

@@ -1,0 +1,284 @@
+"""Case tables: what a policy bundle must decide for given facts, checked like unit tests.
+
+A case table is a YAML file with one top-level key, ``cases``, a list of cases::
+
+    cases:
+      - name: member adds a note to an open case
+        principal: {tenant: tenant-a, actor: user-42}
+        capability: case.add_note
+        resource:
+          type: Case                 # the Cedar entity type (case is accepted too)
+          id: case-123
+          facts: {exists: true, tenant: tenant-a, status: open, writes_suspended: false,
+                  actor_may_add_note: true, sensitive: false, version: 3}
+        context: {effect_class: write, digest: "sha256:x"}   # optional
+        expect: allow                # allow | require_approval | deny
+        reasons: [case.closed]       # optional
+        expect_errors: false         # optional
+
+Each case becomes the ``AuthzRequest`` the policy service would build for an intent
+(``lockgate.authz.intents``) and is evaluated with ``lockgate.authz.evaluate``:
+
+- ``resource.facts`` are the attributes Cedar sees on the resource, exactly as the
+  world's adapter would report them: write every attribute the schema declares, as a
+  missing one is an evaluation error at decision time. Values are strings, booleans,
+  integers, lists and mappings (Cedar has no floats, dates or nulls).
+- ``resource.type`` gets its first letter upper-cased, as the policy service does.
+- ``context`` is merged over the default ``{effect_class: write, digest: ""}``.
+- ``reasons``, when given, must equal the decision's reasons as a set: the ids of the
+  forbids that determined a denial, ``policy.no-permit`` when nothing permitted,
+  ``policy.evaluation-error`` when an error decided, ``policy.approval-required`` for
+  ``require_approval``, nothing for ``allow``.
+- A case fails when evaluation reported errors, unless it says ``expect_errors: true``:
+  an outcome reached through an error (a mistyped fact, say) is right by accident.
+
+Unknown keys are refused, so a misspelt ``reason:`` cannot silently check nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
+from lockgate.core.errors import LockgateError
+
+OUTCOMES = ("allow", "require_approval", "deny")
+DEFAULT_CONTEXT: Mapping[str, str] = {"effect_class": "write", "digest": ""}
+
+_CASE_KEYS = {"name", "principal", "capability", "resource", "context", "expect", "reasons",
+              "expect_errors"}
+_REQUIRED = ("name", "principal", "capability", "resource", "expect")
+
+_Fail = Callable[[str], "CaseError"]
+
+
+class CaseError(LockgateError):
+    """A case table that cannot be read or is not shaped as documented.
+
+    ``index`` is the position of the offending case in ``cases`` (from 0), or ``None``
+    when the table as a whole is at fault.
+    """
+
+    def __init__(self, path: Path, message: str, index: int | None = None) -> None:
+        where = f"{path}" if index is None else f"{path}: cases[{index}]"
+        super().__init__(f"{where}: {message}", code="policy.cases-invalid")
+        self.path = path
+        self.index = index
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of a case table: a request and the decision it must get."""
+
+    name: str
+    path: Path
+    index: int
+    request: AuthzRequest
+    expect: str
+    reasons: frozenset[str] | None = None
+    expect_errors: bool = False
+
+    @property
+    def where(self) -> str:
+        """``file: cases[i]``, for messages."""
+        return f"{self.path}: cases[{self.index}]"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What the bundle decided for a case, and whether that is what the case expects."""
+
+    case: Case
+    decision: Decision
+    problems: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when the decision matches every expectation of the case."""
+        return not self.problems
+
+    @property
+    def expected(self) -> str:
+        """The outcome the case expects."""
+        return self.case.expect
+
+    @property
+    def actual(self) -> str:
+        """The outcome the bundle decided."""
+        return self.decision.outcome
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The decision's reason codes."""
+        return self.decision.reasons
+
+    @property
+    def determining(self) -> tuple[str, ...]:
+        """Ids of the policies that determined the decision."""
+        return self.decision.determining
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """Evaluation errors Cedar reported."""
+        return self.decision.errors
+
+
+def load_cases(path: Path) -> list[Case]:
+    """Read and check a case table.
+
+    Args:
+        path: a YAML file shaped as this module's docstring describes.
+
+    Returns:
+        The cases, in file order.
+
+    Raises:
+        CaseError: the file cannot be read, is not YAML, or a case is malformed
+            (the error names the file and the case's index).
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CaseError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise CaseError(path, f"not valid YAML{at}: {problem}") from exc
+    if not isinstance(document, dict) or set(document) != {"cases"}:
+        raise CaseError(path, "expected a mapping with exactly one key, 'cases'")
+    rows = document["cases"]
+    if not isinstance(rows, list) or not rows:
+        raise CaseError(path, "'cases' must be a non-empty list")
+    cases: list[Case] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        case = _case(path, index, row)
+        if case.name in seen:
+            raise CaseError(path, f"duplicate case name {case.name!r}", index)
+        seen.add(case.name)
+        cases.append(case)
+    return cases
+
+
+def run_cases(bundle: PolicyBundle, cases: Sequence[Case]) -> list[CaseResult]:
+    """Evaluate every case against ``bundle``, in order.
+
+    Args:
+        bundle: the validated policies.
+        cases: from ``load_cases``.
+
+    Returns:
+        One result per case, passed or not; evaluation never raises for a case.
+    """
+    return [run_case(bundle, case) for case in cases]
+
+
+def run_case(bundle: PolicyBundle, case: Case) -> CaseResult:
+    """Evaluate one case and compare the decision with what it expects."""
+    decision = evaluate(bundle, case.request)
+    problems: list[str] = []
+    if decision.outcome != case.expect:
+        problems.append(f"expected {case.expect}, got {decision.outcome}")
+    if case.reasons is not None and set(decision.reasons) != case.reasons:
+        want = ", ".join(sorted(case.reasons)) or "none"
+        got = ", ".join(decision.reasons) or "none"
+        problems.append(f"expected reasons [{want}], got [{got}]")
+    if decision.errors and not case.expect_errors:
+        problems.append("evaluation errors (a missing or mistyped fact?)")
+    if case.expect_errors and not decision.errors:
+        problems.append("expected evaluation errors, got none")
+    return CaseResult(case, decision, tuple(problems))
+
+
+def _case(path: Path, index: int, row: object) -> Case:
+    def fail(message: str) -> CaseError:
+        return CaseError(path, message, index)
+
+    if not isinstance(row, dict):
+        raise fail("a case must be a mapping")
+    unknown = sorted(str(k) for k in set(row) - _CASE_KEYS)
+    if unknown:
+        raise fail(f"unknown keys {unknown}; known: {sorted(_CASE_KEYS)}")
+    missing = [k for k in _REQUIRED if k not in row]
+    if missing:
+        raise fail(f"missing keys {missing}")
+    name = _text(row["name"], "name", fail)
+    principal = _mapping(row["principal"], "principal", {"tenant", "actor"}, fail)
+    resource = _mapping(row["resource"], "resource", {"type", "id", "facts"}, fail)
+    facts = resource["facts"]
+    if not isinstance(facts, dict):
+        raise fail("resource.facts must be a mapping")
+    _check_value(facts, "resource.facts", fail)
+    context: dict[str, Any] = dict(DEFAULT_CONTEXT)
+    if row.get("context") is not None:
+        given = row["context"]
+        if not isinstance(given, dict):
+            raise fail("context must be a mapping")
+        _check_value(given, "context", fail)
+        context.update(given)
+    expect = row["expect"]
+    if expect not in OUTCOMES:
+        raise fail(f"expect must be one of {list(OUTCOMES)}, got {expect!r}")
+    reasons: frozenset[str] | None = None
+    if row.get("reasons") is not None:
+        listed = row["reasons"]
+        if not isinstance(listed, list) or not all(isinstance(r, str) for r in listed):
+            raise fail("reasons must be a list of policy ids")
+        reasons = frozenset(listed)
+    expect_errors = row.get("expect_errors", False)
+    if not isinstance(expect_errors, bool):
+        raise fail("expect_errors must be true or false")
+    kind = _text(resource["type"], "resource.type", fail)
+    request = AuthzRequest(
+        tenant=_text(principal["tenant"], "principal.tenant", fail),
+        actor=_text(principal["actor"], "principal.actor", fail),
+        capability=_text(row["capability"], "capability", fail),
+        # As lockgate.authz.intents does for an intent's resource type.
+        resource_type=kind[:1].upper() + kind[1:],
+        resource_id=_text(resource["id"], "resource.id", fail),
+        resource_facts=dict(facts),
+        context=context,
+    )
+    return Case(name=name, path=path, index=index, request=request, expect=expect,
+                reasons=reasons, expect_errors=expect_errors)
+
+
+def _text(value: object, field: str, fail: _Fail) -> str:
+    if not isinstance(value, str) or not value:
+        raise fail(f"{field} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _mapping(value: object, field: str, keys: set[str], fail: _Fail) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise fail(f"{field} must be a mapping with keys {sorted(keys)}")
+    if set(value) != keys:
+        raise fail(f"{field} must have exactly the keys {sorted(keys)}, got {sorted(map(str, value))}")
+    return value
+
+
+def _check_value(value: object, field: str, fail: _Fail) -> None:
+    """Only what Cedar's JSON entity format takes: YAML floats, dates and nulls are refused."""
+    if isinstance(value, bool | str | int):
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_value(item, f"{field}[{i}]", fail)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise fail(f"{field}: keys must be strings, got {key!r}")
+            _check_value(item, f"{field}.{key}", fail)
+        return
+    raise fail(f"{field}: {type(value).__name__} {value!r} is not a Cedar value "
+               "(use a string, boolean, integer, list or mapping)")
