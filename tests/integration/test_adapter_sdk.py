@@ -117,6 +117,7 @@ class Intent:
             determining=["permit-notes"],
             facts={"version": 1},
             digest=self.digest,
+            reservations=[],
         )
 
     async def authorize(self, attempt_id: str, version: int = 1) -> int:

@@ -92,7 +92,8 @@ class Intent:
               effect_class=CONTRACTS[self.capability].effect_class.value, digest=self.digest,
               serializer="jcs", contract_revision=CONTRACTS[self.capability].revision)
         h.add(EffectIntent.PolicyDecided, outcome="allow", policy_revision="p1", reasons=[],
-              determining=["items.members-publish"], facts={"version": 1}, digest=self.digest)
+              determining=["items.members-publish"], facts={"version": 1}, digest=self.digest,
+              reservations=[])
         h.add(EffectIntent.ExecutionAuthorized, attempt_id=attempt_id, intent_key=self.key,
               digest=self.digest, policy_revision="p1",
               contract_revision=CONTRACTS[self.capability].revision,

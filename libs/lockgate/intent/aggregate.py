@@ -157,19 +157,31 @@ class EffectIntent(Aggregate):
             agg.field = self.field
 
     class PolicyDecided(Event):
-        """Policy's answer on current facts: allow, deny, require_approval or pause."""
+        """Policy's answer on current facts: allow, deny, require_approval or pause.
 
+        ``reservations`` names the budget counters holding this intent's share; its
+        outcome later consumes or releases them.
+        """
+
+        class_version: ClassVar[int] = 2
         outcome: str
         policy_revision: str
         reasons: list[str]
         determining: list[str]
         facts: dict[str, str | int | bool]
         digest: str
+        reservations: list[str]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            """Version 1 had no budgets."""
+            state["reservations"] = []
 
         def apply(self, agg: EffectIntent) -> None:
             agg.decision = self.outcome
             agg.policy_revision = self.policy_revision
             agg.facts = self.facts
+            agg.reservations = list(self.reservations)
             if self.outcome == "deny":
                 agg.state = State.DENIED
                 agg.reason = self.reasons[0] if self.reasons else "policy.denied"
@@ -463,6 +475,7 @@ class EffectIntent(Aggregate):
         self.result: dict[str, Any] = {}
         self.interruption_requested = False
         self.paused_at: datetime | None = None
+        self.reservations: list[str] = []
 
     @property
     def intent_id(self) -> str:

@@ -20,6 +20,7 @@ from lockgate.core.ids import is_subject_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import (
+    BUDGETS_BUCKET,
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
     LOCKS_BUCKET,
@@ -42,6 +43,7 @@ class Ports:
     catalogues: KeyValue
     locks: KeyValue
     progress: KeyValue
+    budgets: KeyValue
 
     async def run(self, tenant: str, run_id: str) -> RunContext | None:
         """The run's authoritative context, or ``None`` when no such run was opened."""
@@ -77,6 +79,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         catalogues=await js.key_value(CATALOGUES_BUCKET),
         locks=await js.key_value(LOCKS_BUCKET),
         progress=await js.key_value(PROGRESS_BUCKET),
+        budgets=await js.key_value(BUDGETS_BUCKET),
     )
 
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockgate.runtime.topology import (
+    BUDGETS_BUCKET,
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
     DURABLES,
@@ -261,10 +262,10 @@ SERVICES: dict[str, _ServiceRow] = {
         asks=("normalize",),
     ),
     "policy": _ServiceRow(
-        durables=("policy", "policy-pauses"),
+        durables=("policy", "policy-pauses", "policy-budgets"),
         appends=("PolicyDecided",),
-        reads=(PROGRESS_BUCKET,),
-        writes=(PROGRESS_BUCKET,),
+        reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET),
+        writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
         asks=("facts",),
     ),
     "approval": _ServiceRow(
@@ -310,6 +311,7 @@ SERVICES: dict[str, _ServiceRow] = {
 #: Every bucket ``connect_ports`` opens at startup, whatever the service uses.
 _OPENED_BY_EVERY_SERVICE = (
     CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, LOCKS_BUCKET, PROGRESS_BUCKET,
+    BUDGETS_BUCKET,
 )
 
 

@@ -38,6 +38,9 @@ LOCKS_BUCKET = "LG_LOCKS"
 #: Denials of one consequence per run, for policy's progress checkpoint.
 PROGRESS_BUCKET = "LG_PROGRESS"
 PROGRESS_TTL_S = 7 * 24 * 3600.0
+#: Budget counters (one key per budget, scope and window); old windows expire.
+BUDGETS_BUCKET = "LG_BUDGETS"
+BUDGETS_TTL_S = 8 * 24 * 3600.0
 LOCK_TTL_S = 300.0
 
 #: Events the model learns of: intake answers the agent runtime when one is recorded.
@@ -85,6 +88,11 @@ DURABLES: tuple[Durable, ...] = (
     _events("normalization", "CandidateReceived"),
     _events("policy", "CandidateNormalized"),
     _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS),
+    _events(
+        "policy-budgets",
+        "EffectCompleted", "Reconciled", "AttemptRejected", "GateRefused", "Withdrawn",
+        "ReviewDenied", "ReviewExpired", "AttemptInterrupted",
+    ),
     _events("approval", "PolicyDecided"),
     _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS),
     _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
@@ -183,6 +191,7 @@ async def ensure_topology(
     buckets = (
         (RUNS_BUCKET, 1, None), (CATALOGUES_BUCKET, 1, None), (CAPABILITIES_BUCKET, 4, None),
         (LOCKS_BUCKET, 1, LOCK_TTL_S), (PROGRESS_BUCKET, 1, PROGRESS_TTL_S),
+        (BUDGETS_BUCKET, 1, BUDGETS_TTL_S),
     )
     for bucket, history, ttl_s in buckets:
         try:

@@ -67,4 +67,5 @@ class History:
                 policy_revision: str = "pol-1") -> History:
         """Record a policy decision."""
         return self.add(EffectIntent.PolicyDecided, outcome=outcome, policy_revision=policy_revision,
-                        reasons=reasons or [], determining=[], facts={}, digest=self.intent.digest or "")
+                        reasons=reasons or [], determining=[], facts={}, digest=self.intent.digest or "",
+                        reservations=[])

@@ -59,8 +59,8 @@ class System:
             LOCKGATE_CASE_WORLD_DIR=str(self.world_dir),
             LOCKGATE_ITEMS_WORLD_DIR=str(self.items_dir),
             LOCKGATE_LOG_LEVEL="INFO",
-            **self.extra_env,
         )
+        env.update(self.extra_env)  # a test's own settings win
         return env
 
     async def start(self, timeout_s: float = 60.0) -> None:

@@ -40,5 +40,9 @@ def create_app(settings: Settings) -> FastStream:
         await service.handlers.paused(recorded_event(msg))
 
     add_durable(broker, Subscription("policy", on_normalized), log)
+    async def on_settled(msg: NatsMessage) -> None:
+        await service.handlers.settled(recorded_event(msg))
+
     add_durable(broker, Subscription("policy-pauses", on_paused), log)
+    add_durable(broker, Subscription("policy-budgets", on_settled), log)
     return app

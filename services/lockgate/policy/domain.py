@@ -2,13 +2,72 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from lockgate.authz import Decision, PolicyBundle
+from lockgate.authz.config import Budget
 from lockgate.authz.intents import judge
 from lockgate.contracts.messages import Facts
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, State
+
+
+def evaluate_for(
+    intent: EffectIntent, bundle: PolicyBundle, facts: Facts | None, *, repeated_denials: int = 0
+) -> Decision:
+    """Permission for an intent: pause without facts, stop a stalled run, else Cedar.
+
+    ``repeated_denials``: how often this run already had this exact consequence denied
+    on the same facts. Past the bundle's limit the answer is ``run.progress-stalled``
+    without asking Cedar again: nothing has changed that could change the answer.
+    """
+    if facts is None:
+        return Decision("pause", bundle.revision, ("facts.unavailable",), ())
+    if repeated_denials >= bundle.config.progress.max_repeated_denials:
+        return Decision("deny", bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
+    return judge(bundle, intent, facts)
+
+
+def admit(decision: Decision, exhausted: Budget | None) -> Decision:
+    """Admission after permission: an exhausted budget pauses or denies what was allowed."""
+    if exhausted is None or decision.outcome not in ("allow", "require_approval"):
+        return decision
+    return Decision(
+        exhausted.on_exhausted, decision.revision, (f"budget.{exhausted.name}.exhausted",),
+        decision.determining,
+    )
+
+
+def record(
+    intent: EffectIntent,
+    decision: Decision,
+    facts: Facts | None,
+    *,
+    reservations: Sequence[str] = (),
+    cause: str,
+    now: datetime,
+) -> list[Event]:
+    """``PolicyDecided`` for an intent still waiting for a decision (or paused)."""
+    if not (intent.state is State.NORMALIZED and intent.decision is None) and (
+        intent.state is not State.PAUSED
+    ):
+        return []
+    return [
+        EffectIntent.PolicyDecided.next(
+            intent,
+            now=now,
+            event_id=derived_id("policy", cause),
+            causation_id=cause,
+            outcome=decision.outcome,
+            policy_revision=decision.revision,
+            reasons=list(decision.reasons),
+            determining=list(decision.determining)[:16],
+            facts=dict(facts.facts) if facts is not None else {},
+            digest=intent.digest or "",
+            reservations=list(reservations),
+        )
+    ]
 
 
 def decide(
@@ -20,39 +79,9 @@ def decide(
     now: datetime,
     repeated_denials: int = 0,
 ) -> list[Event]:
-    """``PolicyDecided`` for a normalized intent; missing facts pause it.
-
-    ``repeated_denials``: how often this run already had this exact consequence denied
-    on the same facts. Past the bundle's limit the answer is ``run.progress-stalled``
-    without asking Cedar again: nothing has changed that could change the answer.
-    """
-    if not (intent.state is State.NORMALIZED and intent.decision is None) and (
-        intent.state is not State.PAUSED
-    ):
-        return []
-    if facts is None:
-        decision = Decision("pause", bundle.revision, ("facts.unavailable",), ())
-        used: dict[str, str | int | bool] = {}
-    elif repeated_denials >= bundle.config.progress.max_repeated_denials:
-        decision = Decision("deny", bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
-        used = dict(facts.facts)
-    else:
-        decision = judge(bundle, intent, facts)
-        used = dict(facts.facts)
-    return [
-        EffectIntent.PolicyDecided.next(
-            intent,
-            now=now,
-            event_id=derived_id("policy", cause),
-            causation_id=cause,
-            outcome=decision.outcome,
-            policy_revision=decision.revision,
-            reasons=list(decision.reasons),
-            determining=list(decision.determining)[:16],
-            facts=used,
-            digest=intent.digest or "",
-        )
-    ]
+    """``PolicyDecided`` for a normalized intent, without budgets (see ``admit``)."""
+    decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated_denials)
+    return record(intent, decision, facts, cause=cause, now=now)
 
 
 def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now: datetime) -> list[Event]:
@@ -65,6 +94,6 @@ def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now:
         EffectIntent.PolicyDecided.next(
             intent, now=now, event_id=derived_id("pause-expired", cause), causation_id=cause,
             outcome="deny", policy_revision=bundle.revision, reasons=["policy.pause-expired"],
-            determining=[], facts={}, digest=intent.digest or "",
+            determining=[], facts={}, digest=intent.digest or "", reservations=[],
         )
     ]

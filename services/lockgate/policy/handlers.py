@@ -12,9 +12,10 @@ from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
-from lockgate.policy.domain import decide, expire_pause
+from lockgate.policy.domain import admit, evaluate_for, expire_pause, record
+from lockgate.policy.ledger import BudgetLedger
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, Retry, decide_and_append
+from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
 
 #: Deliveries without facts before the intent is paused for missing evidence.
 PAUSE_AFTER = 5
@@ -32,6 +33,7 @@ class PolicyHandlers:
         self.ports = ports
         self.bundles = bundles
         self.clock = clock
+        self.ledger = BudgetLedger(ports.budgets)
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
         """Decide on the intent ``recorded`` normalized."""
@@ -54,13 +56,24 @@ class PolicyHandlers:
         await self._count_denial(recorded.tenant, decided)
 
     async def _decide(self, intent: EffectIntent, facts: Facts | None, cause: str) -> list[Event]:
+        """Permission (Cedar, the progress checkpoint), then admission (budgets), then the event."""
+        bundle = self.bundles.current()
         repeated = 0
         if facts is not None:
             progress = await self._progress(intent)
             if progress is not None and progress[0] == digest(dict(facts.facts)):
                 repeated = progress[1]
-        return decide(intent, self.bundles.current(), facts, cause=cause, now=self.clock(),
-                      repeated_denials=repeated)
+        decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated)
+        held: list[str] = []
+        if decision.outcome in ("allow", "require_approval") and bundle.config.budgets:
+            contract = await self.ports.registry.get(intent.tool)
+            cost = contract.budget_cost if contract else 1
+            held, exhausted = await self.ledger.reserve(bundle.config.budgets, intent, cost, self.clock())
+            decision = admit(decision, exhausted)
+        events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
+        if not events and held:
+            await self.ledger.settle(held, intent.intent_id, consumed=False)
+        return events
 
     async def _progress(self, intent: EffectIntent) -> tuple[str, int] | None:
         try:
@@ -123,7 +136,31 @@ class PolicyHandlers:
                 if expired:
                     return expired
                 raise Retry(bundle.config.pause.recheck_s, "evidence still missing") from None
-            return await self._decide(intent, facts, recorded.event_id)
+            events = await self._decide(intent, facts, recorded.event_id)
+            again = [e for e in events if isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "pause"]
+            if again:  # still waiting (a budget, say): no new event, ask again later
+                expired = expire_pause(intent, bundle, cause=recorded.event_id, now=self.clock())
+                if expired:
+                    return expired
+                raise Retry(bundle.config.pause.recheck_s, "still paused")
+            return events
 
         decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
         await self._count_denial(recorded.tenant, decided)
+
+    async def settled(self, recorded: RecordedEvent) -> None:
+        """Consume an intent's budget holds when its effect happened, release them when not."""
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        if intent is None or not intent.reservations:
+            return
+        if intent.state is State.COMPLETED:
+            await self.ledger.settle(intent.reservations, intent.intent_id, consumed=True)
+        elif intent.state in _GAVE_NOTHING:
+            await self.ledger.settle(intent.reservations, intent.intent_id, consumed=False)
+        # Otherwise still in flight, or uncertain: the holds stay.
+
+
+#: Final states in which no effect happened: their budget is given back.
+_GAVE_NOTHING = frozenset({
+    State.DENIED, State.REFUSED, State.FAILED, State.WITHDRAWN, State.INTERRUPTED,
+})

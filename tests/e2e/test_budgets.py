@@ -1,0 +1,72 @@
+"""Admission is separate from permission: an allowed actor still runs out of budget."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from lockgate.authz.budgets import Counter
+from lockgate.client.sdk import Gateway
+from lockgate.runtime.topology import BUDGETS_BUCKET
+from lockgate.testing.system import REPO, System
+from lockgate.worlds.casenotes.world import World
+
+BUDGETS = """
+budgets:
+  - name: notes-per-actor
+    scope: actor
+    capabilities: [case.add_note]
+    window_s: 3600
+    max_count: 2
+    on_exhausted: deny
+"""
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    root = tmp_path_factory.mktemp("budgets")
+    policies = root / "policies"
+    shutil.copytree(REPO / "deploy" / "policies", policies)
+    (policies / "bundle.yaml").write_text(BUDGETS)
+    s = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})
+    try:
+        asyncio.run(s.start())
+        yield s
+    finally:
+        s.stop()
+
+
+async def note(gw: Gateway, case: str, text: str) -> tuple[str, str, bool | None]:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": case})
+    turn = await run.open_turn()
+    r = await turn.propose(tool="case.add_note", arguments=f'{{"note": "{text}"}}')
+    return r.status, r.code, r.persistent
+
+
+async def test_what_did_not_happen_is_given_back_and_what_did_is_spent(
+    system: System, gw: Gateway, world: World
+) -> None:
+    writes = len(world.ledger())
+    # The world refuses this one after the gate: nothing happened, the budget comes back.
+    assert (await note(gw, "case-contended", "lost race"))[:2] == ("unavailable", "operation.unavailable")
+    assert (await note(gw, "case-123", "one"))[0] == "executed"
+    assert (await note(gw, "case-load-01", "two"))[0] == "executed"
+    assert await note(gw, "case-123", "three") == ("denied", "budget.exhausted", False)
+    assert len(world.ledger()) - writes == 2
+
+    nc = gw.nc
+    kv = await nc.jetstream().key_value(BUDGETS_BUCKET)
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:  # settlement is asynchronous: wait for the holds to be consumed
+        counters = [msgspec.json.decode((await kv.get(k)).value or b"{}", type=Counter)
+                    for k in await kv.keys()]
+        if all(not c.holds for c in counters) or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    (counter,) = counters
+    assert (counter.count, counter.holds) == (2, {})
+
