@@ -143,3 +143,18 @@ async def test_a_run_that_keeps_proposing_a_denied_note_is_told_to_stop(
     # Another consequence in the same run is judged on its own.
     other = await turn.propose(tool="case.add_note", arguments='{"note": "something else"}')
     assert other.code == "operation.unavailable"
+
+
+async def test_the_run_the_host_opened_decides_not_the_model(system: System, gw: Gateway) -> None:
+    # The stage and the roles come from the trusted host's run; the model cannot name them.
+    lead = await gw.open_run(tenant="tenant-a", actor="user-42", roles=("case-lead",),
+                             context={"case_id": "case-sensitive"})
+    done = await (await lead.open_turn()).propose(tool="case.add_note", arguments='{"note": "lead"}')
+    assert done.status == "executed"  # a case lead needs no reviewer on a sensitive case
+    read_only = await gw.open_run(tenant="tenant-a", actor="user-42", stage="read-only",
+                                  context={"case_id": "case-123"})
+    turn = await read_only.open_turn()
+    refused = await turn.propose(
+        tool="case.add_note", arguments='{"note": "stage: default, roles: [case-lead]"}')
+    assert refused.status == "unavailable"
+    assert "run.read-only-stage" in await reasons_recorded(system, "tenant-a", refused.candidate_id)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.authz import AuthzRequest, BundleError, PolicyBundle, evaluate
+from lockgate.authz.cases import DEFAULT_CONTEXT
 from lockgate.authz.source import BundleSource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,14 +18,15 @@ CASE = {"exists": True, "tenant": "tenant-a", "status": "open", "writes_suspende
 
 def ask(bundle: PolicyBundle, **facts: object) -> str:
     request = AuthzRequest("tenant-a", "user-42", "case.add_note", "Case", "case-123",
-                           {**CASE, **facts}, {"effect_class": "write", "digest": "sha256:x"})
+                           {**CASE, **facts}, dict(DEFAULT_CONTEXT))
     return evaluate(bundle, request).outcome
 
 
 @pytest.fixture
 def bundle_dir(tmp_path: Path) -> Path:
     target = tmp_path / "policies"
-    shutil.copytree(REPO / "deploy" / "policies" / "case-notes", target)
+    shutil.copytree(REPO / "deploy" / "policies", target)
+    (target / "bundle.yaml").unlink()
     return target
 
 
@@ -40,7 +42,7 @@ def test_default_deny_and_errors_never_allow(bundle_dir: Path) -> None:
     other = AuthzRequest("tenant-a", "user-42", "case.export_all_notes", "Case", "c", CASE, {})
     assert evaluate(bundle, other).outcome == "deny"  # no permit names it
     missing = AuthzRequest("tenant-a", "user-42", "case.add_note", "Case", "c",
-                           {"exists": True}, {"effect_class": "write", "digest": "x"})
+                           {"exists": True}, dict(DEFAULT_CONTEXT))
     decision = evaluate(bundle, missing)
     assert decision.outcome == "deny"  # forbids that cannot be evaluated do not let it through
 
@@ -62,7 +64,7 @@ def test_a_bundle_is_replaced_while_running_and_a_broken_edit_is_not(bundle_dir:
     now = [0.0]
     source = BundleSource(bundle_dir, check_every_s=2.0, clock=lambda: now[0])
     first = source.current()
-    policies = bundle_dir / "case-notes.cedar"
+    policies = bundle_dir / "case-notes" / "case-notes.cedar"
     policies.write_text(policies.read_text().replace('resource.status == "closed"', 'resource.status == "archived"'))
     assert source.current() is first  # not checked again yet
     now[0] = 3.0

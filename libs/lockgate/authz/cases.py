@@ -24,7 +24,8 @@ Each case becomes the ``AuthzRequest`` the policy service would build for an int
   missing one is an evaluation error at decision time. Values are strings, booleans,
   integers, lists and mappings (Cedar has no floats, dates or nulls).
 - ``resource.type`` gets its first letter upper-cased, as the policy service does.
-- ``context`` is merged over the default ``{effect_class: write, digest: ""}``.
+- ``context`` is merged over the services' defaults (``DEFAULT_CONTEXT``: effect class
+  write, stage default, no prior effects); ``principal`` may add ``roles`` and ``delegation``.
 - ``reasons``, when given, must equal the decision's reasons as a set: the ids of the
   forbids that determined a denial, ``policy.no-permit`` when nothing permitted,
   ``policy.evaluation-error`` when an error decided, ``policy.approval-required`` for
@@ -48,7 +49,11 @@ from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
 from lockgate.core.errors import LockgateError
 
 OUTCOMES = ("allow", "require_approval", "deny")
-DEFAULT_CONTEXT: Mapping[str, str] = {"effect_class": "write", "digest": ""}
+#: What the services give Cedar when a case does not say (see lockgate.authz.intents).
+DEFAULT_CONTEXT: Mapping[str, Any] = {
+    "effect_class": "write", "digest": "", "destination": "", "data_classes": [],
+    "stage": "default", "prior_effects": 0,
+}
 
 _CASE_KEYS = {"name", "principal", "capability", "resource", "context", "expect", "reasons",
               "expect_errors"}
@@ -212,7 +217,14 @@ def _case(path: Path, index: int, row: object) -> Case:
     if missing:
         raise fail(f"missing keys {missing}")
     name = _text(row["name"], "name", fail)
-    principal = _mapping(row["principal"], "principal", {"tenant", "actor"}, fail)
+    principal = _mapping(row["principal"], "principal", {"tenant", "actor"}, fail,
+                         optional=frozenset({"roles", "delegation"}))
+    roles = principal.get("roles", [])
+    if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+        raise fail("principal.roles must be a list of strings")
+    delegation = principal.get("delegation", "")
+    if not isinstance(delegation, str):
+        raise fail("principal.delegation must be text")
     resource = _mapping(row["resource"], "resource", {"type", "id", "facts"}, fail)
     facts = resource["facts"]
     if not isinstance(facts, dict):
@@ -247,6 +259,8 @@ def _case(path: Path, index: int, row: object) -> Case:
         resource_id=_text(resource["id"], "resource.id", fail),
         resource_facts=dict(facts),
         context=context,
+        roles=tuple(roles),
+        delegation=delegation,
     )
     return Case(name=name, path=path, index=index, request=request, expect=expect,
                 reasons=reasons, expect_errors=expect_errors)
@@ -258,11 +272,14 @@ def _text(value: object, field: str, fail: _Fail) -> str:
     return value
 
 
-def _mapping(value: object, field: str, keys: set[str], fail: _Fail) -> dict[str, Any]:
+def _mapping(
+    value: object, field: str, keys: set[str], fail: _Fail, optional: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise fail(f"{field} must be a mapping with keys {sorted(keys)}")
-    if set(value) != keys:
-        raise fail(f"{field} must have exactly the keys {sorted(keys)}, got {sorted(map(str, value))}")
+    if not keys <= set(value) <= keys | optional:
+        raise fail(f"{field} must have the keys {sorted(keys)} (optional: {sorted(optional)}), "
+                   f"got {sorted(map(str, value))}")
     return value
 
 

@@ -37,6 +37,8 @@ class AuthzRequest:
     resource_id: str
     resource_facts: dict[str, Any]
     context: dict[str, Any] = field(default_factory=dict)
+    roles: tuple[str, ...] = ()
+    delegation: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,12 @@ def _entities(request: AuthzRequest) -> list[dict[str, Any]]:
     return [
         {
             "uid": {"type": f"{NAMESPACE}::Actor", "id": f"{request.tenant}/{request.actor}"},
-            "attrs": {"tenant": request.tenant, "name": request.actor},
+            "attrs": {
+                "tenant": request.tenant,
+                "name": request.actor,
+                "roles": sorted(request.roles),
+                "delegation": request.delegation,
+            },
             "parents": [],
         },
         {

@@ -1,15 +1,38 @@
-"""Cedar requests for effect intents: facts come from the adapter, never from the model."""
+"""Cedar requests for effect intents: facts come from the adapter, never from the model.
+
+Nothing of the candidate's text reaches a decision except through the typed,
+normalized request: the actor and its roles come from the run the trusted host
+opened, the resource's attributes from the adapter's fresh facts, the context from
+the contract and the record.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
-from lockgate.contracts.messages import Facts
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import Facts, RunContext
 from lockgate.intent.aggregate import EffectIntent
 
 
-def authz_request(intent: EffectIntent, facts: Facts) -> AuthzRequest:
-    """The Cedar request for an intent: facts come from the adapter, never from the model."""
+@dataclass(frozen=True)
+class Evidence:
+    """What a decision may use besides the intent and the resource's facts."""
+
+    run: RunContext | None = None
+    contract: CapabilityContract | None = None
+    prior_effects: int = 0
+
+
+#: No run, no contract, no prior effects: what a bare evaluation knows.
+NO_EVIDENCE = Evidence()
+
+
+def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EVIDENCE) -> AuthzRequest:
+    """The Cedar request for an intent."""
     kind = intent.resource.get("type", "resource")
+    run = evidence.run
     return AuthzRequest(
         tenant=intent.tenant,
         actor=intent.actor,
@@ -17,10 +40,21 @@ def authz_request(intent: EffectIntent, facts: Facts) -> AuthzRequest:
         resource_type=kind[:1].upper() + kind[1:],
         resource_id=intent.resource.get("id", ""),
         resource_facts=dict(facts.facts),
-        context={"effect_class": intent.effect_class, "digest": intent.digest or ""},
+        context={
+            "effect_class": intent.effect_class,
+            "digest": intent.digest or "",
+            "destination": intent.destination,
+            "data_classes": sorted(evidence.contract.data_classes) if evidence.contract else [],
+            "stage": run.stage if run else "",
+            "prior_effects": evidence.prior_effects,
+        },
+        roles=tuple(run.roles) if run else (),
+        delegation=(run.delegation or "") if run else "",
     )
 
 
-def judge(bundle: PolicyBundle, intent: EffectIntent, facts: Facts) -> Decision:
-    """Evaluate the bundle for an intent on the given facts."""
-    return evaluate(bundle, authz_request(intent, facts))
+def judge(
+    bundle: PolicyBundle, intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EVIDENCE
+) -> Decision:
+    """Evaluate the bundle for an intent on the given facts and evidence."""
+    return evaluate(bundle, authz_request(intent, facts, evidence))

@@ -164,6 +164,7 @@ class Gateway:
     async def open_run(
         self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
         delegation: str | None = None, stage: str = "default", run_id: str | None = None,
+        roles: tuple[str, ...] = (),
     ) -> Run:
         """Open a run (the trusted host's call: it sets who acts and on what).
 
@@ -173,7 +174,7 @@ class Gateway:
         opened = await _request(
             self.nc, f"lg.run.{tenant}.open",
             OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
-                    delegation=delegation, stage=stage, run_id=run_id),
+                    delegation=delegation, stage=stage, run_id=run_id, roles=tuple(roles)),
             RunOpened, self.timeout_s,
         )
         return Run(self, opened.run_id, opened.tenant, opened.actor)

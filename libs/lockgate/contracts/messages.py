@@ -18,6 +18,7 @@ class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
     context: dict[str, str] = msgspec.field(default_factory=dict)
     delegation: str | None = None
     stage: str = "default"
+    roles: tuple[str, ...] = ()
     run_id: str | None = None
 
 
@@ -39,6 +40,7 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     delegation: str | None
     stage: str
     opened_at: datetime
+    roles: tuple[str, ...] = ()
 
 
 class OpenTurn(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,6 +34,7 @@ REASONS: dict[str, str] = {
     "case.closed": "the case is closed",
     "case.writes-suspended": "writes to the case are suspended",
     "case.note.not-authorized": "the actor may not add notes to the case",
+    "run.read-only-stage": "the run's stage allows reading only",
     "policy.no-permit": "no policy permits the action (default deny)",
     "policy.evaluation-error": "a policy could not be evaluated; errors never allow",
     "policy.approval-required": "policy permits the action only with a reviewer's approval",

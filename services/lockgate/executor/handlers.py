@@ -20,6 +20,7 @@ from lockgate.executor.domain import gate, on_deadline, on_report, order_for, wi
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
+from lockgate.runtime.evidence import gather
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
 
 log = logging.getLogger("lockgate.executor")
@@ -71,7 +72,7 @@ class ExecutorHandlers:
                 )
             except AdapterUnavailable as exc:
                 raise Retry(1.0, "no fresh facts for the final gate") from exc
-            decision = judge(self.bundles.current(), intent, facts)
+            decision = judge(self.bundles.current(), intent, facts, await gather(self.ports, intent))
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock())
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)

@@ -70,6 +70,7 @@ class IntakeHandlers:
             delegation=req.delegation,
             stage=req.stage,
             opened_at=self.clock(),
+            roles=tuple(req.roles),
         )
         await self.ports.runs.put(run_key(tenant, run_id), msgspec.json.encode(run))
         return msgspec.json.encode(RunOpened(run_id=run_id, tenant=tenant, actor=req.actor))

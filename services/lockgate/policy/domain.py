@@ -7,14 +7,15 @@ from datetime import datetime
 
 from lockgate.authz import Decision, PolicyBundle
 from lockgate.authz.config import Budget
-from lockgate.authz.intents import judge
+from lockgate.authz.intents import NO_EVIDENCE, Evidence, judge
 from lockgate.contracts.messages import Facts
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, State
 
 
 def evaluate_for(
-    intent: EffectIntent, bundle: PolicyBundle, facts: Facts | None, *, repeated_denials: int = 0
+    intent: EffectIntent, bundle: PolicyBundle, facts: Facts | None, *, repeated_denials: int = 0,
+    evidence: Evidence = NO_EVIDENCE,
 ) -> Decision:
     """Permission for an intent: pause without facts, stop a stalled run, else Cedar.
 
@@ -26,7 +27,7 @@ def evaluate_for(
         return Decision("pause", bundle.revision, ("facts.unavailable",), ())
     if repeated_denials >= bundle.config.progress.max_repeated_denials:
         return Decision("deny", bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
-    return judge(bundle, intent, facts)
+    return judge(bundle, intent, facts, evidence)
 
 
 def admit(decision: Decision, exhausted: Budget | None) -> Decision:

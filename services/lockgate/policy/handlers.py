@@ -15,6 +15,7 @@ from lockgate.intent.codec import decode_event
 from lockgate.policy.domain import admit, evaluate_for, expire_pause, record
 from lockgate.policy.ledger import BudgetLedger
 from lockgate.runtime.context import Ports
+from lockgate.runtime.evidence import count_effect, gather
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
 
 #: Deliveries without facts before the intent is paused for missing evidence.
@@ -63,11 +64,11 @@ class PolicyHandlers:
             progress = await self._progress(intent)
             if progress is not None and progress[0] == digest(dict(facts.facts)):
                 repeated = progress[1]
-        decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated)
+        evidence = await gather(self.ports, intent)
+        decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated, evidence=evidence)
         held: list[str] = []
         if decision.outcome in ("allow", "require_approval") and bundle.config.budgets:
-            contract = await self.ports.registry.get(intent.tool)
-            cost = contract.budget_cost if contract else 1
+            cost = evidence.contract.budget_cost if evidence.contract else 1
             held, exhausted = await self.ledger.reserve(bundle.config.budgets, intent, cost, self.clock())
             decision = admit(decision, exhausted)
         events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
@@ -151,9 +152,10 @@ class PolicyHandlers:
     async def settled(self, recorded: RecordedEvent) -> None:
         """Consume an intent's budget holds when its effect happened, release them when not."""
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
-        if intent is None or not intent.reservations:
+        if intent is None:
             return
         if intent.state is State.COMPLETED:
+            await count_effect(self.ports.progress, intent)  # prior effects, for later decisions
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=True)
         elif intent.state in _GAVE_NOTHING:
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=False)
