@@ -32,25 +32,23 @@ appears in the ledger or in anything returned.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
+from lockgate.worlds.storage import WorldStore, credential_hash
 
 DEMO_CREDENTIAL = "case-world-demo-secret-7f3a"
 #: Open cases ``case-load-00`` .. for load tests, one per concurrent writer.
 LOAD_CASES = 64
 
-DB_FILE = "world.db"
 
 Clock = Callable[[], datetime]
 
@@ -153,9 +151,6 @@ def _demo_cases() -> list[tuple[str, str, str, int, int, int]]:
 _DEMO_ACTORS = [("user-42", "tenant-a", 1), ("user-13", "tenant-a", 0), ("user-77", "tenant-b", 1)]
 
 
-def _hash(credential: str) -> str:
-    return hashlib.sha256(credential.encode()).hexdigest()
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -166,6 +161,7 @@ class World:
 
     def __init__(self, directory: Path | str, *, clock: Clock = _now) -> None:
         self.directory = Path(directory)
+        self._store = WorldStore(self.directory, _SCHEMA, what="case world")
         self._clock = clock
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -183,7 +179,7 @@ class World:
                 "DELETE FROM sqlite_sequence WHERE name = 'notes';"
             )
             db.executemany("INSERT INTO meta VALUES (?, ?)",
-                           [("credential_sha256", _hash(credential)), ("invocations", "0")])
+                           [("credential_sha256", credential_hash(credential)), ("invocations", "0")])
             db.executemany("INSERT INTO cases VALUES (?, ?, ?, ?, ?, ?, 1)", _demo_cases())
             db.executemany("INSERT INTO actors VALUES (?, ?, ?)", _DEMO_ACTORS)
         return world
@@ -352,49 +348,15 @@ class World:
 
     # -- storage -----------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        path = self.directory / DB_FILE
-        db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode = WAL")
-        # WAL with NORMAL survives a process crash; only a power loss may lose the last
-        # writes, which a simulated world can afford.
-        db.execute("PRAGMA synchronous = NORMAL")
-        db.executescript(_SCHEMA)
-        return db
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._store.write()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
-            if db.in_transaction:
-                db.commit()
-        finally:
-            db.close()
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        if not (self.directory / DB_FILE).exists():
-            raise FileNotFoundError(f"no case world in {self.directory} (seed it first)")
-        db = self._connect()
-        try:
-            yield db
-        finally:
-            db.close()
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._store.read()
 
     @staticmethod
     def _authenticate(db: sqlite3.Connection, credential: str) -> None:
-        row = db.execute("SELECT value FROM meta WHERE key = 'credential_sha256'").fetchone()
-        if row is None or not hmac.compare_digest(_hash(credential), row[0]):
-            raise InvalidCredential("the case world refused the credential")
-
+        WorldStore.authenticate(db, credential, InvalidCredential)
 
 def _case(db: sqlite3.Connection, case_id: str) -> sqlite3.Row | None:
     row: sqlite3.Row | None = db.execute("SELECT * FROM cases WHERE case_id = ?", (case_id,)).fetchone()

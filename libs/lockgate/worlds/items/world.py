@@ -50,22 +50,20 @@ ledger or in anything returned.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
+from lockgate.worlds.storage import WorldStore, credential_hash
 
 DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
-DB_FILE = "world.db"
 
 #: The two servers: P prepares private drafts, Q publishes.
 SERVERS: tuple[str, ...] = ("P", "Q")
@@ -188,9 +186,6 @@ _DEMO_SUBSCRIBERS = [
 ]
 
 
-def _hash(credential: str) -> str:
-    return hashlib.sha256(credential.encode()).hexdigest()
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -206,6 +201,7 @@ class World:
 
     def __init__(self, directory: Path | str, *, clock: Clock = _now) -> None:
         self.directory = Path(directory)
+        self._store = WorldStore(self.directory, _SCHEMA, what="items world")
         self._clock = clock
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -223,7 +219,7 @@ class World:
             db.execute(
                 "DELETE FROM sqlite_sequence WHERE name IN ('drafts', 'publications', 'notifications')"
             )
-            db.execute("INSERT INTO meta VALUES ('credential_sha256', ?)", (_hash(credential),))
+            db.execute("INSERT INTO meta VALUES ('credential_sha256', ?)", (credential_hash(credential),))
             db.executemany("INSERT INTO spaces VALUES (?, ?, ?, 1)", _DEMO_SPACES)
             db.executemany("INSERT INTO actors VALUES (?, ?, ?)", _DEMO_ACTORS)
             db.executemany("INSERT INTO subscribers VALUES (?, ?)", _DEMO_SUBSCRIBERS)
@@ -529,49 +525,15 @@ class World:
         with self._read() as db:
             return [dict(row) for row in db.execute(query).fetchall()]
 
-    def _connect(self) -> sqlite3.Connection:
-        path = self.directory / DB_FILE
-        db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode = WAL")
-        # WAL with NORMAL survives a process crash (the fault this world simulates);
-        # only a power loss may lose the last writes.
-        db.execute("PRAGMA synchronous = NORMAL")
-        db.executescript(_SCHEMA)
-        return db
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._store.write()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
-            if db.in_transaction:
-                db.commit()
-        finally:
-            db.close()
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        if not (self.directory / DB_FILE).exists():
-            raise FileNotFoundError(f"no items world in {self.directory} (seed it first)")
-        db = self._connect()
-        try:
-            yield db
-        finally:
-            db.close()
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._store.read()
 
     @staticmethod
     def _authenticate(db: sqlite3.Connection, credential: str) -> None:
-        row = db.execute("SELECT value FROM meta WHERE key = 'credential_sha256'").fetchone()
-        if row is None or not hmac.compare_digest(_hash(credential), row[0]):
-            raise InvalidCredential("the items world refused the credential")
-
+        WorldStore.authenticate(db, credential, InvalidCredential)
 
 def _take(db: sqlite3.Connection, server: str, fault: str) -> bool:
     """Consume one armed fault inside the caller's write transaction."""
