@@ -54,7 +54,7 @@ def test_reason_codes_are_pinned() -> None:
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
         "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",
         "attempt.interrupted", "policy.pause-expired", "run.progress-stalled",
-        "run.read-only-stage",
+        "run.read-only-stage", "gate.budget-missing",
         "argument.title.empty", "argument.title.too-long", "argument.title.invalid",
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",

@@ -297,3 +297,8 @@ def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
     assert h.intent.state is State.INTERRUPTED
     view = model_view(h.intent, CONTRACT)
     assert view is not None and (view.status, view.code) == ("withdrawn", "operation.interrupted")
+
+
+def test_the_gate_refuses_when_a_budget_hold_is_gone() -> None:
+    (event,) = gate(allowed().intent, CONTRACT, FACTS, ALLOW, cause="c", now=T0, budget_held=False)
+    assert isinstance(event, EffectIntent.GateRefused) and event.reason == "gate.budget-missing"

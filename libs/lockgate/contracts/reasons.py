@@ -52,6 +52,7 @@ REASONS: dict[str, str] = {
     "gate.prior-attempt": "an earlier attempt may already have produced the effect",
     "gate.attempts-exhausted": "attempts that failed before sending reached the limit",
     "gate.policy-changed": "current policy no longer permits the action",
+    "gate.budget-missing": "a budget hold the decision took is no longer in place",
     # executor: attempts, as adapters report them
     "case.version-conflict": "the case changed between the final gate and the write",
     "case.credential-invalid": "the adapter's credential was refused by the world",

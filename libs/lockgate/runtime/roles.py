@@ -264,7 +264,7 @@ SERVICES: dict[str, _ServiceRow] = {
     "policy": _ServiceRow(
         durables=("policy", "policy-pauses", "policy-budgets"),
         appends=("PolicyDecided",),
-        reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET),
+        reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
         writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
         asks=("facts",),
     ),
@@ -294,7 +294,7 @@ SERVICES: dict[str, _ServiceRow] = {
             "AttemptInterrupted",
         ),
         answers=("lg.withdraw.*.*",),
-        reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET),
+        reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
         writes=(LOCKS_BUCKET,),
         asks=("facts",),
         publishes=("lg.exec.>",),

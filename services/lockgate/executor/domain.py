@@ -39,8 +39,12 @@ def gate(
     *,
     cause: str,
     now: datetime,
+    budget_held: bool = True,
 ) -> list[Event]:
     """The final gate, immediately before dispatch.
+
+    ``budget_held``: every budget hold the decision took is still in place (a hold can
+    expire with its window's counter, or be given back by an operator).
 
     Passes only when the mapping revision is unchanged, the approval (if any) is bound
     to this digest and unexpired, no earlier attempt may have produced the effect, and
@@ -64,6 +68,8 @@ def gate(
         return _refuse(intent, "gate.prior-attempt", used, ids)
     if len(intent.attempts) >= MAX_ATTEMPTS:
         return _refuse(intent, "gate.attempts-exhausted", used, ids)
+    if not budget_held:
+        return _refuse(intent, "gate.budget-missing", used, ids)
     acceptable = ("allow", "require_approval") if reviewed else ("allow",)
     if decision.outcome not in acceptable:
         reason = decision.reasons[0] if decision.reasons else "gate.policy-changed"

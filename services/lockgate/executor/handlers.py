@@ -73,9 +73,21 @@ class ExecutorHandlers:
             except AdapterUnavailable as exc:
                 raise Retry(1.0, "no fresh facts for the final gate") from exc
             decision = judge(self.bundles.current(), intent, facts, await gather(self.ports, intent))
-            return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock())
+            return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
+                        budget_held=await self._budget_held(intent))
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+
+    async def _budget_held(self, intent: EffectIntent) -> bool:
+        """True when every budget hold of the intent's decision is still in place."""
+        for key in intent.reservations:
+            try:
+                entry = await self.ports.budgets.get(key)
+            except KeyNotFoundError:
+                return False
+            if intent.intent_id.encode() not in (entry.value or b""):
+                return False
+        return True
 
     async def _hold(self, intent: EffectIntent) -> None:
         """Take the intent's resource lock, or ask to be tried again while another holds it.
