@@ -74,3 +74,19 @@ def test_a_bundle_is_replaced_while_running_and_a_broken_edit_is_not(bundle_dir:
     policies.write_text("this is not cedar")
     now[0] = 6.0
     assert source.current() is second  # a broken edit keeps the running bundle
+
+
+def test_prior_effects_are_read_only_by_bundles_that_ask(bundle_dir: Path) -> None:
+    assert not PolicyBundle.load(bundle_dir).uses_prior_effects
+    (bundle_dir / "case-notes" / "limit.cedar").write_text(
+        '@id("case-notes.three-notes-a-run")\n'
+        "forbid (principal, action, resource is Lockgate::Case)\n"
+        "when { context.prior_effects >= 3 };\n"
+    )
+    bundle = PolicyBundle.load(bundle_dir)
+    assert bundle.uses_prior_effects
+    request = AuthzRequest("tenant-a", "user-42", "case.add_note", "Case", "case-123", CASE,
+                           {**DEFAULT_CONTEXT, "prior_effects": 3})
+    decision = evaluate(bundle, request)
+    assert (decision.outcome, decision.reasons) == ("deny", ("case-notes.three-notes-a-run",))
+    assert ask(bundle) == "allow"  # no prior effects in this run yet

@@ -61,6 +61,8 @@ class PolicyBundle:
     order: dict[str, int]
     effects: dict[str, str]
     config: BundleConfig = BundleConfig()
+    uses_prior_effects: bool = False
+    """Whether any policy reads ``context.prior_effects`` (else nobody needs it counted)."""
 
     @classmethod
     def load(cls, directory: Path) -> PolicyBundle:
@@ -119,7 +121,10 @@ class PolicyBundle:
         est["staticPolicies"] = keyed
         policies = cedarpy.PolicySet.from_json_str(json.dumps(est))
         revision = digest_bytes((text + "\x00" + schema_text + "\x00" + config_text).encode())
-        return cls(revision=revision, policies=policies, order=order, effects=effects, config=config)
+        return cls(
+            revision=revision, policies=policies, order=order, effects=effects, config=config,
+            uses_prior_effects="prior_effects" in _COMMENT.sub("", text),
+        )
 
 
 _COMMENT = re.compile(r"//[^\n]*")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import msgspec
@@ -45,15 +46,32 @@ class Ports:
     progress: KeyValue
     budgets: KeyValue
 
+    _runs: OrderedDict[tuple[str, str], RunContext] = field(default_factory=OrderedDict)
+
     async def run(self, tenant: str, run_id: str) -> RunContext | None:
-        """The run's authoritative context, or ``None`` when no such run was opened."""
+        """The run's authoritative context, or ``None`` when no such run was opened.
+
+        A run never changes once opened, so recent ones are kept in memory.
+        """
         if not (is_subject_token(tenant) and is_subject_token(run_id)):
             return None
+        cached = self._runs.get((tenant, run_id))
+        if cached is not None:
+            self._runs.move_to_end((tenant, run_id))
+            return cached
         try:
             entry = await self.runs.get(run_key(tenant, run_id))
         except KeyNotFoundError:
             return None
-        return msgspec.json.decode(entry.value or b"", type=RunContext)
+        run = msgspec.json.decode(entry.value or b"", type=RunContext)
+        self._runs[(tenant, run_id)] = run
+        if len(self._runs) > _RUNS_CACHED:
+            self._runs.popitem(last=False)
+        return run
+
+
+#: Runs kept in memory per process.
+_RUNS_CACHED = 4096
 
 
 def run_key(tenant: str, run_id: str) -> str:

@@ -60,10 +60,16 @@ async def count_effect(kv: KeyValue, intent: EffectIntent) -> None:
             continue
 
 
-async def gather(ports: Ports, intent: EffectIntent) -> Evidence:
-    """The run the trusted host opened, the capability's contract, the run's prior effects."""
+async def gather(ports: Ports, intent: EffectIntent, *, with_prior_effects: bool) -> Evidence:
+    """The run the trusted host opened, the capability's contract, the run's prior effects.
+
+    Prior effects are read only when a policy of the bundle asks for them.
+    """
+    prior = 0
+    if with_prior_effects:
+        prior = await prior_effects(ports.progress, intent.tenant, intent.run_id, intent.tool)
     return Evidence(
         run=await ports.run(intent.tenant, intent.run_id),
         contract=await ports.registry.get(intent.tool),
-        prior_effects=await prior_effects(ports.progress, intent.tenant, intent.run_id, intent.tool),
+        prior_effects=prior,
     )

@@ -98,10 +98,9 @@ DURABLES: tuple[Durable, ...] = (
     _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
     _events("executor-dispatch", "ExecutionAuthorized"),
     _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
+    # Completions, rejections and interruptions are released by the report handler.
     _events(
-        "executor-locks",
-        "EffectCompleted", "AttemptRejected", "AttemptFailedBeforeSend", "GateRefused",
-        "Withdrawn", "Reconciled", "AttemptInterrupted",
+        "executor-locks", "AttemptFailedBeforeSend", "GateRefused", "Withdrawn", "Reconciled",
     ),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),
     _events("reconciler", "OutcomeUnknown"),

@@ -41,6 +41,10 @@ _NOT_KEY = re.compile(r"[^-/_=.a-zA-Z0-9]")
 #: States in which an intent still holds its resource: about to be sent, in flight,
 #: or in flight with an unknown outcome (the resource's state is uncertain).
 _HOLDING = frozenset({State.ALLOWED, State.AUTHORIZED, State.SENT, State.UNKNOWN})
+#: Reports that end an attempt for good; the report handler releases the lock itself.
+_ENDS_ATTEMPT = (
+    EffectIntent.EffectCompleted, EffectIntent.AttemptRejected, EffectIntent.AttemptInterrupted,
+)
 
 
 class ExecutorHandlers:
@@ -72,7 +76,9 @@ class ExecutorHandlers:
                 )
             except AdapterUnavailable as exc:
                 raise Retry(1.0, "no fresh facts for the final gate") from exc
-            decision = judge(self.bundles.current(), intent, facts, await gather(self.ports, intent))
+            bundle = self.bundles.current()
+            evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
+            decision = judge(bundle, intent, facts, evidence)
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
                         budget_held=await self._budget_held(intent))
 
@@ -112,7 +118,13 @@ class ExecutorHandlers:
     async def settled(self, recorded: RecordedEvent) -> None:
         """Release the resource lock of an intent that no longer needs it."""
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
-        if intent is None or intent.state in _HOLDING or not intent.resource:
+        if intent is None or intent.state in _HOLDING:
+            return
+        await self._release(intent)
+
+    async def _release(self, intent: EffectIntent) -> None:
+        """Free the intent's resource lock, if it holds it."""
+        if not intent.resource:
             return
         key = lock_key(intent)
         try:
@@ -171,14 +183,20 @@ class ExecutorHandlers:
             return
         cause = derived_id("report", report.attempt_id, report.stage)
 
+        seen: list[EffectIntent] = []
+
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:
                 log.warning("report for unknown intent %s", report.intent_id)
                 return []
+            seen[:] = [intent]
             contract = await self.ports.registry.get(intent.tool)
             return on_report(intent, report, contract, cause=cause, now=self.clock())
 
-        await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
+        events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
+        if seen and any(isinstance(e, _ENDS_ATTEMPT) for e in events):
+            # The attempt is over: free its resource here rather than by another load.
+            await self._release(seen[0])
 
     async def deadline(self, recorded: RecordedEvent) -> None:
         """At an attempt's deadline, turn silence into ``OutcomeUnknown``."""

@@ -64,7 +64,7 @@ class PolicyHandlers:
             progress = await self._progress(intent)
             if progress is not None and progress[0] == digest(dict(facts.facts)):
                 repeated = progress[1]
-        evidence = await gather(self.ports, intent)
+        evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
         decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated, evidence=evidence)
         held: list[str] = []
         if decision.outcome in ("allow", "require_approval") and bundle.config.budgets:
@@ -151,11 +151,15 @@ class PolicyHandlers:
 
     async def settled(self, recorded: RecordedEvent) -> None:
         """Consume an intent's budget holds when its effect happened, release them when not."""
+        bundle = self.bundles.current()
+        if not bundle.config.budgets and not bundle.uses_prior_effects:
+            return  # nothing is counted: no load needed
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
         if intent is None:
             return
         if intent.state is State.COMPLETED:
-            await count_effect(self.ports.progress, intent)  # prior effects, for later decisions
+            if bundle.uses_prior_effects:
+                await count_effect(self.ports.progress, intent)  # for later decisions
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=True)
         elif intent.state in _GAVE_NOTHING:
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=False)
