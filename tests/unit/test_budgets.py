@@ -56,3 +56,17 @@ def test_a_budget_must_limit_something() -> None:
         Budget(name="nothing", scope="actor")
     with pytest.raises(ValidationError):
         Budget(name="no-window", scope="actor", max_count=3)
+
+
+def test_remaining_is_what_the_budget_still_admits_not_counting_ones_own_hold() -> None:
+    from lockgate.authz.budgets import NO_LIMIT, remaining
+
+    c = reserve(Counter(), COUNT, "k", "i1", 1)
+    assert c is not None
+    assert remaining(c, COUNT, "k") == 1
+    assert remaining(c, COUNT, "k", exclude="i1") == 2  # the gate sees what policy saw
+    assert remaining(Counter(), CAP, "x.inflight") == 1
+    uncapped = Budget(name="cost-only", scope="tenant", window_s=60, max_cost=10)
+    assert remaining(Counter(), uncapped, "k") == 10
+    assert remaining(Counter(count=5), Budget(name="n", scope="run", max_in_flight=2), "k.inflight") == 2
+    assert NO_LIMIT > 10**12

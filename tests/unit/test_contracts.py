@@ -32,7 +32,7 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "reconcile.bad-finding", "reconcile.who-and-why-required",
     "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
     "item.publish",  # a capability name, not a reason
-    "policy.cases-invalid",  # a malformed case table (policy authors' tooling)
+    "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)
     "items.error", "items.response-lost",  # error classes of the items world, never recorded
     "case.error",  # the root class of the world's errors; only its subclasses are raised
 }
@@ -54,7 +54,7 @@ def test_reason_codes_are_pinned() -> None:
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
         "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",
         "attempt.interrupted", "policy.pause-expired", "run.progress-stalled",
-        "run.read-only-stage", "gate.budget-missing",
+        "run.read-only-stage", "gate.budget-missing", "budgets.unavailable",
         "argument.title.empty", "argument.title.too-long", "argument.title.invalid",
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",

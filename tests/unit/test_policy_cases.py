@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.authz import PolicyBundle
-from lockgate.authz.cases import CaseError, load_cases, run_cases
+from lockgate.authz.cases import DEFAULT_CONTEXT, CaseError, load_cases, run_cases
 from lockgate.authz.cli import policy_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,8 +119,8 @@ def test_an_evaluation_error_fails_a_case_unless_expected(
 
 def test_context_defaults_are_filled(tmp_path: Path) -> None:
     [case] = load_cases(one_case(tmp_path, OPEN_CASE, "allow"))
-    assert case.request.context == {"effect_class": "write", "digest": "", "destination": "",
-                                    "data_classes": [], "stage": "default", "prior_effects": 0}
+    assert case.request.context == dict(DEFAULT_CONTEXT)
+    assert case.request.context["stage"] == "default" and case.request.context["prior_effects"] == 0
     [case] = load_cases(one_case(tmp_path, OPEN_CASE, "allow", "context: {digest: 'sha256:x'}\n"))
     assert case.request.context["digest"] == "sha256:x"
     assert case.request.context["stage"] == "default"

@@ -17,6 +17,8 @@ import msgspec
 from lockgate.authz.config import Budget
 
 _NOT_KEY = re.compile(r"[^-_=a-zA-Z0-9]")
+#: What ``remaining`` says when no budget counts an intent (Cedar's Long is 64-bit).
+NO_LIMIT = 2**62
 
 
 class Counter(msgspec.Struct, frozen=True):
@@ -72,3 +74,19 @@ def settle(counter: Counter, intent_id: str, *, consumed: bool) -> Counter:
     if consumed:
         return Counter(counter.count, counter.cost, holds)
     return Counter(max(0, counter.count - 1), max(0, counter.cost - cost), holds)
+
+
+def remaining(counter: Counter, budget: Budget, key: str, *, exclude: str = "") -> int:
+    """How many more intents this counter admits, not counting ``exclude``'s own hold."""
+    own = counter.holds.get(exclude)
+    count = counter.count - (1 if own is not None else 0)
+    cost = counter.cost - (own or 0)
+    if key.endswith(".inflight"):
+        held = len(counter.holds) - (1 if own is not None else 0)
+        return max(0, (budget.max_in_flight or NO_LIMIT) - held)
+    left = [NO_LIMIT]
+    if budget.max_count is not None:
+        left.append(budget.max_count - count)
+    if budget.max_cost is not None:
+        left.append(budget.max_cost - cost)
+    return max(0, min(left))

@@ -45,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from lockgate.authz.budgets import NO_LIMIT
 from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
 from lockgate.core.errors import LockgateError
 
@@ -52,7 +53,7 @@ OUTCOMES = ("allow", "require_approval", "deny")
 #: What the services give Cedar when a case does not say (see lockgate.authz.intents).
 DEFAULT_CONTEXT: Mapping[str, Any] = {
     "effect_class": "write", "digest": "", "destination": "", "data_classes": [],
-    "stage": "default", "prior_effects": 0,
+    "stage": "default", "prior_effects": 0, "budget_remaining": NO_LIMIT,
 }
 
 _CASE_KEYS = {"name", "principal", "capability", "resource", "context", "expect", "reasons",

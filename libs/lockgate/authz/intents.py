@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lockgate.authz.budgets import NO_LIMIT
 from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Facts, RunContext
@@ -23,6 +24,7 @@ class Evidence:
     run: RunContext | None = None
     contract: CapabilityContract | None = None
     prior_effects: int = 0
+    budget_remaining: int = NO_LIMIT
 
 
 #: No run, no contract, no prior effects: what a bare evaluation knows.
@@ -47,6 +49,7 @@ def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EV
             "data_classes": sorted(evidence.contract.data_classes) if evidence.contract else [],
             "stage": run.stage if run else "",
             "prior_effects": evidence.prior_effects,
+            "budget_remaining": evidence.budget_remaining,
         },
         roles=tuple(run.roles) if run else (),
         delegation=(run.delegation or "") if run else "",

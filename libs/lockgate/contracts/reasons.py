@@ -39,6 +39,7 @@ REASONS: dict[str, str] = {
     "policy.evaluation-error": "a policy could not be evaluated; errors never allow",
     "policy.approval-required": "policy permits the action only with a reviewer's approval",
     "facts.unavailable": "the adapter gave no facts; the decision is paused",
+    "budgets.unavailable": "the budget counters could not be read; the decision is paused",
     "policy.pause-expired": "the evidence a paused decision needed never came",
     "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts",
     # approval

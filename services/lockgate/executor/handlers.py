@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from dataclasses import replace
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz.intents import judge
+from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
@@ -78,6 +80,10 @@ class ExecutorHandlers:
                 raise Retry(1.0, "no fresh facts for the final gate") from exc
             bundle = self.bundles.current()
             evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
+            if bundle.config.budgets:
+                left = await BudgetLedger(self.ports.budgets).remaining(
+                    bundle.config.budgets, intent, self.clock())
+                evidence = replace(evidence, budget_remaining=left)
             decision = judge(bundle, intent, facts, evidence)
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
                         budget_held=await self._budget_held(intent))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgspec
+from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
+from lockgate.authz import Decision
+from lockgate.authz.ledger import BudgetContention, BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.core.canonical import digest
@@ -13,7 +18,6 @@ from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.policy.domain import admit, evaluate_for, expire_pause, record
-from lockgate.policy.ledger import BudgetLedger
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import count_effect, gather
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
@@ -65,12 +69,20 @@ class PolicyHandlers:
             if progress is not None and progress[0] == digest(dict(facts.facts)):
                 repeated = progress[1]
         evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
-        decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated, evidence=evidence)
         held: list[str] = []
-        if decision.outcome in ("allow", "require_approval") and bundle.config.budgets:
-            cost = evidence.contract.budget_cost if evidence.contract else 1
-            held, exhausted = await self.ledger.reserve(bundle.config.budgets, intent, cost, self.clock())
-            decision = admit(decision, exhausted)
+        try:
+            if bundle.config.budgets:
+                left = await self.ledger.remaining(bundle.config.budgets, intent, self.clock())
+                evidence = replace(evidence, budget_remaining=left)
+            decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated, evidence=evidence)
+            if decision.outcome in ("allow", "require_approval") and bundle.config.budgets:
+                cost = evidence.contract.budget_cost if evidence.contract else 1
+                held, exhausted = await self.ledger.reserve(
+                    bundle.config.budgets, intent, cost, self.clock())
+                decision = admit(decision, exhausted)
+        except (BudgetContention, NatsError, TimeoutError):
+            # Budgets are evidence too: without them nothing is admitted, and nothing denied.
+            decision = Decision("pause", bundle.revision, ("budgets.unavailable",), ())
         events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
         if not events and held:
             await self.ledger.settle(held, intent.intent_id, consumed=False)

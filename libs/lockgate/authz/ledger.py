@@ -9,7 +9,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from lockgate.authz.budgets import Counter, keys, reserve, scope_value, settle
+from lockgate.authz.budgets import NO_LIMIT, Counter, keys, remaining, reserve, scope_value, settle
 from lockgate.authz.config import Budget
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
@@ -58,18 +58,34 @@ class BudgetLedger:
     ) -> tuple[list[str], Budget | None]:
         """Hold this intent's share everywhere, or nowhere: the keys held, or the budget exhausted."""
         held: list[str] = []
-        for budget in budgets:
-            if not budget.applies_to(intent.tool):
+        for budget, key in self._keys(budgets, intent, now):
+            if await self._change(key, _reserving(budget, key, intent.intent_id, cost)):
+                held.append(key)
                 continue
-            scope = scope_value(budget, tenant=intent.tenant, actor=intent.actor,
-                                run_id=intent.run_id, capability=intent.tool)
-            for key in keys(budget, scope, now):
-                if await self._change(key, _reserving(budget, key, intent.intent_id, cost)):
-                    held.append(key)
-                    continue
-                await self.settle(held, intent.intent_id, consumed=False)
-                return [], budget
+            await self.settle(held, intent.intent_id, consumed=False)
+            return [], budget
         return held, None
+
+    async def remaining(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> int:
+        """The least any budget counting this intent still admits (its own hold not counted)."""
+        least = NO_LIMIT
+        for budget, key in self._keys(budgets, intent, now):
+            try:
+                entry = await self._kv.get(key)
+                counter = _counter.decode(entry.value or b"{}")
+            except KeyNotFoundError:
+                counter = Counter()
+            least = min(least, remaining(counter, budget, key, exclude=intent.intent_id))
+        return least
+
+    def _keys(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> list[tuple[Budget, str]]:
+        out = []
+        for budget in budgets:
+            if budget.applies_to(intent.tool):
+                scope = scope_value(budget, tenant=intent.tenant, actor=intent.actor,
+                                    run_id=intent.run_id, capability=intent.tool)
+                out += [(budget, key) for key in keys(budget, scope, now)]
+        return out
 
     async def settle(self, held: Sequence[str], intent_id: str, *, consumed: bool) -> None:
         """Consume (the effect happened) or release (it did not) this intent's holds."""
