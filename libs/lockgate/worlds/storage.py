@@ -22,6 +22,15 @@ from lockgate.core.errors import LockgateError
 DB_FILE = "world.db"
 
 
+class WorldError(LockgateError):
+    """Root of a simulated world's refusals; each subclass names its stable ``reason``."""
+
+    reason = "world.error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=self.reason)
+
+
 def credential_hash(credential: str) -> str:
     """What a world stores of its credential: never the credential itself."""
     return hashlib.sha256(credential.encode()).hexdigest()

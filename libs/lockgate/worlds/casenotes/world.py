@@ -42,8 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lockgate.core.canonical import digest_bytes
-from lockgate.core.errors import LockgateError
-from lockgate.worlds.storage import WorldStore, credential_hash
+from lockgate.worlds.storage import WorldError, WorldStore, credential_hash
 
 DEMO_CREDENTIAL = "case-world-demo-secret-7f3a"
 #: Open cases ``case-load-00`` .. for load tests, one per concurrent writer.
@@ -53,13 +52,10 @@ LOAD_CASES = 64
 Clock = Callable[[], datetime]
 
 
-class CaseWorldError(LockgateError):
+class CaseWorldError(WorldError):
     """Root of the case world's refusals; ``reason`` is the stable code."""
 
     reason = "case.error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code=self.reason)
 
 
 class InvalidCredential(CaseWorldError):

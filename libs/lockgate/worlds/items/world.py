@@ -61,7 +61,7 @@ from typing import Any, TextIO
 
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
-from lockgate.worlds.storage import WorldStore, credential_hash
+from lockgate.worlds.storage import WorldError, WorldStore, credential_hash
 
 DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
 
@@ -78,13 +78,10 @@ FAULTS: tuple[str, ...] = (
 Clock = Callable[[], datetime]
 
 
-class ItemsWorldError(LockgateError):
+class ItemsWorldError(WorldError):
     """Root of the items world's refusals; ``reason`` is the stable code."""
 
     reason = "items.error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code=self.reason)
 
 
 class InvalidCredential(ItemsWorldError):
