@@ -257,7 +257,8 @@ async def test_describe_is_published_and_answered(served: Env) -> None:
     kv = await served.js.key_value(CAPABILITIES_BUCKET)
     entry = await kv.get(CAPABILITY)
     stored = msgspec.json.decode(entry.value or b"", type=Describe)
-    assert stored == Describe(CONTRACT, adapter="test-adapter")
+    assert (stored.contract, stored.adapter) == (CONTRACT, "test-adapter")
+    assert stored.alive_at is not None  # the registration is also the adapter's heartbeat
     answered = msgspec.json.decode(await served.request("describe", b"{}"), type=Describe)
     assert answered.contract.revision == CONTRACT.revision
 

@@ -19,8 +19,9 @@ from nats.js.errors import NotFoundError
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.messages import Describe, QueryResult
+from lockgate.contracts.messages import Describe, OpenRun, QueryResult, RunOpened, TurnOpened
 from lockgate.eventstore.base import RecordedEvent
+from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import encode_event
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
@@ -32,6 +33,7 @@ from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
+from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
 
 SETTINGS = Settings(adapter_timeout_s=0.3)
 BUNDLES = BundleSource(SETTINGS.policy_dir)
@@ -181,3 +183,18 @@ async def test_a_pause_without_evidence_times_out_into_a_denial(ports: Ports) ->
     await late.paused(paused)
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.DENIED and intent.reason == "policy.pause-expired"
+
+
+async def test_a_turn_offers_only_capabilities_whose_adapter_is_alive(ports: Ports) -> None:
+    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
+    for key in await kv.keys():
+        await kv.delete(key)
+    stale = T0 - timedelta(seconds=60)
+    await kv.put("case.add_note", msgspec.json.encode(Describe(CONTRACT, "casenotes", alive_at=T0)))
+    await kv.put("item.publish", msgspec.json.encode(Describe(PUBLISH_CONTRACT, "items", alive_at=stale)))
+    intake = IntakeHandlers(ports, SETTINGS, lambda: T0 + timedelta(seconds=2))
+    opened = msgspec.json.decode(
+        await intake.open_run("tenant-a", msgspec.json.encode(OpenRun(tenant="tenant-a", actor="user-42"))),
+        type=RunOpened)
+    turn = msgspec.json.decode(await intake.open_turn("tenant-a", opened.run_id, b"{}"), type=TurnOpened)
+    assert [t.name for t in turn.tools] == ["case.add_note"]  # the items adapter went quiet

@@ -43,6 +43,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue
 from prometheus_client import Counter, start_http_server
 
 from lockgate.contracts.capability import CapabilityContract
@@ -75,6 +76,8 @@ DETAIL_MAX_CHARS = 300
 #: often before they are refused as not matching the record.
 UNSEEN_AUTHORIZATION_RETRIES = 5
 #: Redelivery delay after a transient failure (event store, broker).
+#: How often an adapter renews its registration (its heartbeat).
+HEARTBEAT_S = 5.0
 RETRY_DELAY_S = 1.0
 
 _CAPABILITY = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$")
@@ -342,6 +345,8 @@ class CapabilityWorker:
         self._store = store or JetStreamEventStore(nc)
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._beat: asyncio.Task[None] | None = None
+        self._kv: KeyValue | None = None
         self._handlers: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
             "describe": self._describe,
             "normalize": self._normalize,
@@ -360,7 +365,9 @@ class CapabilityWorker:
                 f"bucket {CAPABILITIES_BUCKET} is missing: create the topology first",
                 code="adapter.topology-missing",
             ) from exc
-        await kv.put(self.capability, msgspec.json.encode(self._description()))
+        self._kv = kv
+        await self._register()
+        self._beat = asyncio.create_task(self._heartbeat())
         await self._js.add_consumer(
             EXEC,
             ConsumerConfig(
@@ -423,8 +430,25 @@ class CapabilityWorker:
             with contextlib.suppress(NatsError):
                 await sub.unsubscribe()
 
+    async def _register(self) -> None:
+        if self._kv is None:
+            raise LockgateError("adapter not started", code="adapter.not-started")
+        described = Describe(self.contract, adapter=self._name, alive_at=datetime.now(UTC))
+        await self._kv.put(self.capability, msgspec.json.encode(described))
+
+    async def _heartbeat(self) -> None:
+        """Renew the registration so catalogues keep offering this capability."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self._register()
+            except (NatsError, TimeoutError) as exc:  # the broker is away: next beat
+                log.warning("heartbeat of %s not written: %r", self.capability, exc)
+
     async def close(self) -> None:
         """Stop answering requests and wait for the answers in flight."""
+        if self._beat is not None:
+            self._beat.cancel()
         for sub in self._subs:
             with contextlib.suppress(NatsError):
                 await sub.unsubscribe()

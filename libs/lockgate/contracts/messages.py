@@ -98,10 +98,16 @@ class Refusal(msgspec.Struct, frozen=True):
 
 
 class Describe(msgspec.Struct, frozen=True):
-    """Reply of an adapter's ``describe``: the contract it serves."""
+    """Reply of an adapter's ``describe``: the contract it serves.
+
+    Also its registration in ``LG_CAPABILITIES``, renewed every few seconds:
+    ``alive_at`` is the adapter's last heartbeat, so a turn's catalogue offers only
+    capabilities whose adapter is alive without asking each one.
+    """
 
     contract: CapabilityContract
     adapter: str
+    alive_at: datetime | None = None
 
 
 class NormalizeRequest(msgspec.Struct, frozen=True, kw_only=True):

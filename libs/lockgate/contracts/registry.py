@@ -18,21 +18,26 @@ class CapabilityRegistry:
     def __init__(self, kv: KeyValue, *, ttl_s: float = 2.0) -> None:
         self._kv = kv
         self._ttl_s = ttl_s
-        self._cache: dict[str, tuple[float, CapabilityContract | None]] = {}
+        self._cache: dict[str, tuple[float, Describe | None]] = {}
 
-    async def get(self, capability: str) -> CapabilityContract | None:
-        """Return the registered contract of ``capability`` (``None`` when unknown)."""
+    async def registration(self, capability: str) -> Describe | None:
+        """The adapter's registration of ``capability``: contract and last heartbeat."""
         now = time.monotonic()
         cached = self._cache.get(capability)
         if cached and now - cached[0] < self._ttl_s:
             return cached[1]
         try:
             entry = await self._kv.get(capability)
-            contract = msgspec.json.decode(entry.value or b"", type=Describe).contract
+            described: Describe | None = msgspec.json.decode(entry.value or b"", type=Describe)
         except (KeyNotFoundError, msgspec.ValidationError, msgspec.DecodeError):
-            contract = None
-        self._cache[capability] = (now, contract)
-        return contract
+            described = None
+        self._cache[capability] = (now, described)
+        return described
+
+    async def get(self, capability: str) -> CapabilityContract | None:
+        """Return the registered contract of ``capability`` (``None`` when unknown)."""
+        described = await self.registration(capability)
+        return described.contract if described else None
 
     async def names(self) -> list[str]:
         """Every registered capability name."""

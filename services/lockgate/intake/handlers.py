@@ -8,6 +8,7 @@ import logging
 import msgspec
 from nats.js.errors import KeyNotFoundError
 
+from lockgate.adapters.sdk import HEARTBEAT_S
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
     Candidate,
@@ -31,6 +32,11 @@ from lockgate.runtime.service import Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
 
 log = logging.getLogger("lockgate.intake")
+
+
+#: A capability is offered while its adapter's last heartbeat is this recent (three
+#: beats: a busy or restarting adapter is not dropped from the catalogue at once).
+ALIVE_WITHIN_S = 3 * HEARTBEAT_S
 
 
 def turn_key(tenant: str, run_id: str, turn_id: str) -> str:
@@ -97,20 +103,15 @@ class IntakeHandlers:
         )
 
     async def _catalogue(self) -> Catalogue:
-        """Every registered capability whose adapter answers now, as registered."""
+        """Every registered capability whose adapter's heartbeat is recent."""
         names = await self.ports.registry.names()
-        contracts = await asyncio.gather(*(self.ports.registry.get(n) for n in names))
-
-        async def healthy(name: str) -> bool:
-            try:
-                described = await self.ports.adapters.describe(name)
-            except Exception:  # noqa: BLE001 - an unhealthy adapter is simply not offered
-                return False
-            registered = await self.ports.registry.get(name)
-            return registered is not None and described.contract.revision == registered.revision
-
-        health = await asyncio.gather(*(healthy(n) for n in names))
-        offered = [c for c, ok in zip(contracts, health, strict=True) if c is not None and ok]
+        registrations = await asyncio.gather(*(self.ports.registry.registration(n) for n in names))
+        now = self.clock()
+        offered = [
+            r.contract for r in registrations
+            if r is not None and r.alive_at is not None
+            and abs((now - r.alive_at).total_seconds()) < ALIVE_WITHIN_S
+        ]
         return Catalogue(
             tools=tuple(Tool(c.name, c.description, c.argument_schema) for c in offered),
             revisions={c.name: c.revision for c in offered},
