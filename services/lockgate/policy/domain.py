@@ -71,20 +71,6 @@ def record(
     ]
 
 
-def decide(
-    intent: EffectIntent,
-    bundle: PolicyBundle,
-    facts: Facts | None,
-    *,
-    cause: str,
-    now: datetime,
-    repeated_denials: int = 0,
-) -> list[Event]:
-    """``PolicyDecided`` for a normalized intent, without budgets (see ``admit``)."""
-    decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated_denials)
-    return record(intent, decision, facts, cause=cause, now=now)
-
-
 def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now: datetime) -> list[Event]:
     """A pause whose evidence never came becomes a denial once the bundle's timeout passed."""
     if intent.state is not State.PAUSED or intent.paused_at is None:
