@@ -123,7 +123,3 @@ class NatsServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-def env_url(default: str | None = None) -> str | None:
-    """Return ``LOCKGATE_NATS_URL`` when set, else ``default``."""
-    return os.environ.get("LOCKGATE_NATS_URL") or default
