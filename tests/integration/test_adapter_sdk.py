@@ -572,3 +572,47 @@ async def test_adapter_error_in_a_request_is_a_refusal(env: Env) -> None:
         await env.request("normalize", msgspec.json.encode(body)), type=Refusal
     )
     assert refusal == Refusal("adapter.error", "RuntimeError: normalize broke")
+
+
+class Stoppable(CaseNotesAdapter):
+    """An interruptible export-like capability: runs until asked to stop."""
+
+    contract = msgspec.structs.replace(CONTRACT, interruptible=True)
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world, DEMO_CREDENTIAL)
+        self.stop = asyncio.Event()
+        self.asked: list[str] = []
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        await boundary.cross()
+        try:
+            await asyncio.wait_for(self.stop.wait(), 10)
+        except TimeoutError:
+            return Completed(receipt={"done": "yes"})
+        raise sdk.Interrupted("export.stopped", "stopped at the runtime's request")
+
+    async def interrupt(self, order: ExecutionOrder) -> None:
+        self.asked.append(order.attempt_id)
+        self.stop.set()
+
+
+async def test_an_interruption_reaches_the_worker_running_the_attempt(env: Env) -> None:
+    adapter = Stoppable(env.world)
+    await env.start(adapter)
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    await env.wait_for_stages(intent.intent_id, "sent")
+
+    await env.nc.publish(sdk.interrupt_subject(CAPABILITY),
+                         msgspec.json.encode({"attempt_id": "not-running-here"}))
+    await env.nc.publish(sdk.interrupt_subject(CAPABILITY),
+                         msgspec.json.encode({"intent_id": intent.intent_id, "attempt_id": intent.att(1)}))
+    reports = await env.wait_for_stages(intent.intent_id, "interrupted")
+
+    assert [r.stage for r in reports] == ["sent", "interrupted"]
+    assert adapter.asked == [intent.att(1)]
+    assert env.world.invocations == 0  # stopped before anything was written
+    await env.settled()

@@ -19,8 +19,17 @@ from nats.js.errors import NotFoundError
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.messages import Describe, OpenRun, QueryResult, RunOpened, TurnOpened
+from lockgate.contracts.messages import (
+    Describe,
+    OpenRun,
+    QueryResult,
+    RunOpened,
+    TurnOpened,
+    Withdraw,
+)
+from lockgate.contracts.responses import ModelResponse
 from lockgate.eventstore.base import RecordedEvent
+from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import encode_event
@@ -198,3 +207,19 @@ async def test_a_turn_offers_only_capabilities_whose_adapter_is_alive(ports: Por
         type=RunOpened)
     turn = msgspec.json.decode(await intake.open_turn("tenant-a", opened.run_id, b"{}"), type=TurnOpened)
     assert [t.name for t in turn.tools] == ["case.add_note"]  # the items adapter went quiet
+
+
+async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports, nc: Client) -> None:
+    h = History().normalized().decided("allow")
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    await store_history(ports, h)
+    heard = await nc.subscribe("lg.interrupt.case.add_note")
+    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    reply = await executor.withdraw("tenant-a", h.intent_id, msgspec.json.encode(Withdraw(by="runtime")))
+    view = msgspec.json.decode(reply, type=ModelResponse)
+    assert view.status == "interruption_requested"
+    msg = await heard.next_msg(timeout=2)
+    assert msgspec.json.decode(msg.data) == {"intent_id": h.intent_id, "attempt_id": "a1"}
+    await heard.unsubscribe()

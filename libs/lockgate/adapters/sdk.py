@@ -203,6 +203,15 @@ class Adapter:
         """Say whether the effect with this intent key happened."""
         raise NotImplementedError
 
+    async def interrupt(self, order: ExecutionOrder) -> None:
+        """Asked to stop ``order``'s attempt while ``execute`` runs (interruptible contracts).
+
+        Make the running ``execute`` stop and raise ``Interrupted`` if the remote system
+        can still stop the effect; otherwise do nothing and let it finish: the record
+        then says it completed. The default does nothing.
+        """
+        return None
+
 
 # -- subjects and names -------------------------------------------------------------------
 
@@ -215,6 +224,11 @@ def request_subject(capability: str, operation: str) -> str:
 def exec_subject(capability: str) -> str:
     """Return the subject execution orders for ``capability`` are published on."""
     return f"lg.exec.{capability}"
+
+
+def interrupt_subject(capability: str) -> str:
+    """Where the executor asks a capability's workers to stop an attempt."""
+    return f"lg.interrupt.{capability}"
 
 
 def report_subject(capability: str, intent_id: str) -> str:
@@ -346,6 +360,8 @@ class CapabilityWorker:
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._beat: asyncio.Task[None] | None = None
+        #: Orders executing in this process, by attempt id (for interruptions).
+        self._running: dict[str, ExecutionOrder] = {}
         self._kv: KeyValue | None = None
         self._handlers: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
             "describe": self._describe,
@@ -387,12 +403,27 @@ class CapabilityWorker:
                 cb=self._on_request,
             )
             self._subs.append(sub)
+        if self.contract.interruptible:
+            # Every worker hears it; only the one running the attempt acts.
+            self._subs.append(await self._nc.subscribe(
+                interrupt_subject(self.capability), cb=self._on_interrupt))
         status = await self._nc.subscribe(
             f"lg.status.adapter.{self.capability}",
             queue=f"status.adapter.{self.capability}",
             cb=self._on_status,
         )
         self._subs.append(status)
+
+    async def _on_interrupt(self, msg: Msg) -> None:
+        """Pass an interruption on to the adapter if its attempt runs here."""
+        try:
+            attempt_id = str(json.loads(msg.data)["attempt_id"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable interruption on %s", msg.subject)
+            return
+        order = self._running.get(attempt_id)
+        if order is not None:
+            await self.adapter.interrupt(order)
 
     async def _on_status(self, msg: Msg) -> None:
         """Answer ``lockgate status`` and the supervisor: this worker serves its capability."""
@@ -554,6 +585,7 @@ class CapabilityWorker:
         invocations[self.capability] += 1
         INVOCATIONS.labels(self.capability).inc()
         heartbeat = asyncio.create_task(self._keep_alive(msg))
+        self._running[order.attempt_id] = order
         try:
             async with asyncio.timeout(self.contract.outcome_deadline_s):
                 completed = await self.adapter.execute(order, boundary)
@@ -585,6 +617,7 @@ class CapabilityWorker:
             return "ack"
         finally:
             heartbeat.cancel()
+            self._running.pop(order.attempt_id, None)
         if not boundary.crossed:
             await boundary.cross()  # an adapter that forgot to: the record stays in order
         await self._report(

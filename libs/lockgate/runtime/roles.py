@@ -297,7 +297,7 @@ SERVICES: dict[str, _ServiceRow] = {
         reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
         writes=(LOCKS_BUCKET,),
         asks=("facts",),
-        publishes=("lg.exec.>",),
+        publishes=("lg.exec.>", "lg.interrupt.>"),
     ),
     "reconciler": _ServiceRow(
         durables=("reconciler",),
@@ -363,7 +363,7 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
             *js_pull(EXEC, consumer),
             f"lg.report.{cap}.*",
         ]
-        subscribe += [f"lg.adapter.{cap}.*", f"lg.status.adapter.{cap}"]
+        subscribe += [f"lg.adapter.{cap}.*", f"lg.status.adapter.{cap}", f"lg.interrupt.{cap}"]
     # The worker process answers for itself under the name it runs as (casenotes, items…).
     subscribe += ["lg.status.adapter.*", _inbox(prefix)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True, inbox_prefix=prefix)

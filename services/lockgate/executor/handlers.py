@@ -11,6 +11,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
+from lockgate.adapters.sdk import interrupt_subject
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
@@ -156,10 +157,18 @@ class ExecutorHandlers:
                 return []
             return withdraw(intent, by=cmd.by[:64], why=cmd.why, cause=cause, now=self.clock())
 
-        await decide_and_append(self.ports.store, tenant, intent_id, step)
+        events = await decide_and_append(self.ports.store, tenant, intent_id, step)
         intent = await load_intent(self.ports.store, tenant, intent_id)
         if intent is None:
             return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
+        for event in events:
+            if isinstance(event, EffectIntent.InterruptionRequested):
+                # Best effort and on the record already: an adapter that cannot stop
+                # lets the attempt finish, and its report says how it ended.
+                await self.ports.nc.publish(
+                    interrupt_subject(intent.tool),
+                    msgspec.json.encode({"intent_id": intent_id, "attempt_id": event.attempt_id}),
+                )
         view = model_view(intent, await self.ports.registry.get(intent.tool))
         if view is None:
             return msgspec.json.encode(Refusal("withdraw.in-progress", intent.state.value))
