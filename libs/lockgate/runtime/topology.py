@@ -124,31 +124,10 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     two_minutes = 120.0
     return [
         events_stream_config(EVENTS, replicas=replicas, duplicate_window_s=two_minutes),
-        StreamConfig(
-            name=CANDIDATES,
-            subjects=["lg.propose.>"],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            num_replicas=replicas,
-            duplicate_window=two_minutes,
-            max_msg_size=2 * 1024 * 1024,
-        ),
-        StreamConfig(
-            name=EXEC,
-            subjects=["lg.exec.>"],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            num_replicas=replicas,
-            duplicate_window=two_minutes,
-        ),
-        StreamConfig(
-            name=REPORTS,
-            subjects=["lg.report.>"],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            num_replicas=replicas,
-            duplicate_window=two_minutes,
-        ),
+        # Work queues: a message is gone once its consumer acknowledged it.
+        _work_queue(CANDIDATES, "lg.propose.>", replicas, max_msg_size=2 * 1024 * 1024),
+        _work_queue(EXEC, "lg.exec.>", replicas),
+        _work_queue(REPORTS, "lg.report.>", replicas),
         StreamConfig(
             name=RESPONSES,
             subjects=["lg.response.>"],
@@ -160,6 +139,18 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
             max_age=7 * 24 * 3600.0,
         ),
     ]
+
+
+def _work_queue(name: str, subject: str, replicas: int, **extra: int) -> StreamConfig:
+    return StreamConfig(
+        name=name,
+        subjects=[subject],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        duplicate_window=120.0,
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 def consumer_config(d: Durable, ack_wait_s: float) -> ConsumerConfig:
