@@ -34,8 +34,6 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import nats
-
 from bench import load, machine
 from bench import policy as policy_bench
 from bench.cpu import CpuMeter
@@ -145,15 +143,17 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str]]:
     try:
         progress(f"starting nats-server, six services and the case-notes adapter under {root}")
         await system.start(timeout_s=60)
-        nc = await nats.connect(system.url, max_reconnect_attempts=3)
+        nc = await system.connect()  # the raw chain runs as the topology owner
         await ensure_consumers(nc.jetstream(), spec)
-        workers.url = system.url
+        admin = system.credentials("admin")
+        workers.url = system.url.replace("://", f"://{admin.user}:{admin.password}@", 1)
         await workers.start()
         progress(f"raw chain: durables {spec.durable(1)}..{spec.durable(spec.stages)} "
                  f"on tenant {spec.tenant}, one worker process")
         driver = ChainDriver(nc, spec, nonce)
         await driver.start()
-        proposer = Proposer(system.url, nonce)
+        proposer = Proposer(system.url, nonce, credentials=system.credentials("agent-tenant-a"),
+                            host=system.credentials("host"))
         await proposer.start()
 
         warm = plan.warmup

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import lockgate.client
 from bench.load import Fire
 from lockgate.client.sdk import Gateway, ResponseTimeout, Turn
+from lockgate.runtime.deployment import Credentials
 
 TENANT = "tenant-a"
 ACTOR = "user-42"
@@ -32,6 +33,9 @@ class Proposer:
     nonce: str
     runs: int = LOAD_CASES
     gw: Gateway | None = None
+    #: The agent runtime's user and the trusted host's (None on a broker without users).
+    credentials: Credentials | None = None
+    host: Credentials | None = None
     _pool: asyncio.Queue[Turn] = field(default_factory=asyncio.Queue)
 
     async def start(self, timeout_s: float = 30.0) -> None:
@@ -44,7 +48,8 @@ class Proposer:
         Raises:
             RuntimeError: the tool was not offered in time.
         """
-        self.gw = await lockgate.client.connect(self.url, timeout_s=10.0)
+        self.gw = await lockgate.client.connect(
+            self.url, credentials=self.credentials, host=self.host, timeout_s=10.0)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         for n in range(min(self.runs, LOAD_CASES)):

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-import lockgate.client
 from lockgate.client.sdk import Gateway
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
@@ -26,8 +25,28 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
 
 @pytest.fixture
 async def gw(system: System) -> AsyncIterator[Gateway]:
-    """An agent runtime's (and trusted host's) connection."""
-    gateway = await lockgate.client.connect(system.url)
+    """Tenant A's agent runtime, and the trusted host that opens its runs: two users."""
+    gateway = await system.gateway("tenant-a")
+    try:
+        yield gateway
+    finally:
+        await gateway.close()
+
+
+@pytest.fixture
+async def reviewer(system: System) -> AsyncIterator[Gateway]:
+    """Alice, a reviewer of every tenant."""
+    gateway = await system.person("reviewer-alice")
+    try:
+        yield gateway
+    finally:
+        await gateway.close()
+
+
+@pytest.fixture
+async def operator(system: System) -> AsyncIterator[Gateway]:
+    """Ops, an operator of every tenant."""
+    gateway = await system.person("operator-ops")
     try:
         yield gateway
     finally:

@@ -66,7 +66,7 @@ async def test_what_did_not_happen_is_given_back_and_what_did_is_spent(
     assert await note(gw, "case-123", "four") == ("denied", "budget.exhausted", False)
     assert len(world.ledger()) - writes == 2
 
-    nc = gw.nc
+    nc = await system.connect()  # the counters are the services' bucket
     kv = await nc.jetstream().key_value(BUDGETS_BUCKET)
     deadline = asyncio.get_running_loop().time() + 10
     while True:  # settlement is asynchronous: wait for the holds to be consumed
@@ -75,6 +75,7 @@ async def test_what_did_not_happen_is_given_back_and_what_did_is_spent(
         if all(len(c.holds) <= 1 for c in counters) or asyncio.get_running_loop().time() > deadline:
             break
         await asyncio.sleep(0.1)
+    await nc.close()
     (counter,) = counters
     # Two spent, one held by the note waiting for its reviewer.
     assert counter.count == 3 and len(counter.holds) == 1

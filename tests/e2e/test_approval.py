@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import nats
 import pytest
 
 from lockgate.client.sdk import Gateway, Refused
@@ -14,7 +13,7 @@ from lockgate.worlds.casenotes.world import World
 
 
 async def review_of(system: System, tenant: str, candidate_id: str) -> EffectIntent.ReviewRequested:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         history = await JetStreamEventStore(nc).load(tenant, candidate_id)
     finally:
@@ -27,7 +26,7 @@ async def review_of(system: System, tenant: str, candidate_id: str) -> EffectInt
 
 
 async def test_sensitive_note_waits_then_executes_once_approved(
-    system: System, gw: Gateway, world: World
+    system: System, gw: Gateway, reviewer: Gateway, world: World
 ) -> None:
     run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
     turn = await run.open_turn()
@@ -39,42 +38,40 @@ async def test_sensitive_note_waits_then_executes_once_approved(
     review = await review_of(system, "tenant-a", pending.candidate_id)
     assert "Escalated to legal." in review.summary and "case-sensitive" in review.summary
     with pytest.raises(Refused) as wrong:
-        await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
-                               review_id=review.review_id, digest="sha256:" + "0" * 64,
-                               reviewer="rev-1", approve=True)
+        await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                               review_id=review.review_id, digest="sha256:" + "0" * 64, approve=True)
     assert wrong.value.code == "review.digest-mismatch"
 
-    recorded = await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
-                                      review_id=review.review_id, digest=review.digest,
-                                      reviewer="rev-1", approve=True)
+    recorded = await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                                      review_id=review.review_id, digest=review.digest, approve=True)
     assert recorded == "ReviewApproved"
     done = await run.wait(pending.candidate_id)
     assert (done.status, done.code) == ("executed", "operation.executed")
     assert (world.invocations, len(world.ledger())) == (before[0] + 1, before[1] + 1)
 
     with pytest.raises(Refused) as again:
-        await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
-                               review_id=review.review_id, digest=review.digest,
-                               reviewer="rev-2", approve=True)
+        await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                               review_id=review.review_id, digest=review.digest, approve=True)
     assert again.value.code == "review.closed"
 
 
-async def test_denied_review_never_reaches_the_world(system: System, gw: Gateway, world: World) -> None:
+async def test_denied_review_never_reaches_the_world(
+    system: System, gw: Gateway, reviewer: Gateway, world: World
+) -> None:
     run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
     turn = await run.open_turn()
     before = (world.invocations, len(world.ledger()))
     pending = await turn.propose(tool="case.add_note", arguments='{"note": "Close it all."}')
     review = await review_of(system, "tenant-a", pending.candidate_id)
-    await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
-                           review_id=review.review_id, digest=review.digest,
-                           reviewer="rev-1", approve=False, reason="not this one")
+    await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                           review_id=review.review_id, digest=review.digest, approve=False, reason="not this one")
     done = await run.wait(pending.candidate_id)
     assert (done.status, done.code) == ("unavailable", "operation.unavailable")
     assert (world.invocations, len(world.ledger())) == before
 
 
 async def test_withdrawn_while_awaiting_approval_never_executes(
-    system: System, gw: Gateway, world: World
+    system: System, gw: Gateway, reviewer: Gateway, world: World
 ) -> None:
     run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
     turn = await run.open_turn()
@@ -86,9 +83,8 @@ async def test_withdrawn_while_awaiting_approval_never_executes(
     assert (stopped.status, stopped.code) == ("withdrawn", "proposal.withdrawn")
     assert (await run.wait(pending.candidate_id)).status == "withdrawn"
     with pytest.raises(Refused) as late:
-        await gw.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
-                               review_id=review.review_id, digest=review.digest,
-                               reviewer="rev-1", approve=True)
+        await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                               review_id=review.review_id, digest=review.digest, approve=True)
     assert late.value.code == "review.closed"
     again = await run.withdraw(pending.candidate_id)
     assert again.status == "withdrawn"  # idempotent: still exactly what happened

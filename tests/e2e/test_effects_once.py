@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Iterator
 
-import nats
 import pytest
 
 from lockgate.client.sdk import Gateway, Run
@@ -50,7 +50,7 @@ def items(system: System) -> ItemsWorld:
 
 
 async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Event]:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         history = await JetStreamEventStore(nc).load("tenant-a", candidate_id)
     finally:
@@ -150,7 +150,7 @@ async def test_q_absent_after_a_crash_is_retried_as_the_same_intent(
 
 
 async def test_invariants_hold_after_the_faults(system: System, items: ItemsWorld) -> None:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         recorded = [e async for e in JetStreamEventStore(nc).scan()]
     finally:
@@ -162,8 +162,9 @@ async def test_invariants_hold_after_the_faults(system: System, items: ItemsWorl
 
 async def lockgate_cli(system: System, *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lockgate.client.cli", "--url", system.url, *args,
+        sys.executable, "-m", "lockgate.client.cli", *args, "--url", system.url,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "LOCKGATE_VAR_DIR": str(system.root)},  # its users' credentials
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
@@ -189,20 +190,20 @@ async def test_an_operator_settles_what_no_query_can(
         assert candidate_id in {row["intent"] for row in listed}
         recorded = await lockgate_cli(
             system, "reconcile", candidate_id, "--tenant", "tenant-a", "--confirmed",
-            "--by", "ops-1", "--why", "the item is visible in space-1")
-        assert json.loads(recorded) == {"recorded": "Reconciled"}
+            "--why", "the item is visible in space-1", "--as", "ops")
+        assert json.loads(recorded) == {"recorded": "Reconciled", "by": "ops"}
         final = await run.wait(candidate_id, past="outcome_unknown", timeout_s=30)
         assert final.status == "executed"
     finally:
         await system.restart(ADAPTER)
     (reconciled,) = [e for e in await events_of(system, candidate_id) if isinstance(e, EffectIntent.Reconciled)]
     assert (reconciled.by, reconciled.why, reconciled.resolution) == (
-        "operator:ops-1", "the item is visible in space-1", "completed")
+        "operator:ops", "the item is visible in space-1", "completed")
     assert len(mine(items.publications(), candidate_id)) == 1
 
 
 async def test_no_credential_reaches_the_record_or_the_model(system: System) -> None:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     js = nc.jetstream()
     try:
         recorded = [e async for e in JetStreamEventStore(nc).scan()]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import nats
-
 from lockgate.client.sdk import Gateway
 from lockgate.contracts.responses import ModelResponse
 from lockgate.eventstore.jetstream import JetStreamEventStore
@@ -43,7 +41,7 @@ async def test_executor_killed_mid_flight(system: System, gw: Gateway, world: Wo
     written = [entry["intent_id"] for entry in ledger]
     assert sorted(written) == sorted(r.candidate_id for r in responses)  # each exactly once
 
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         store = JetStreamEventStore(nc)
         for r in responses:

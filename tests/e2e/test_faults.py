@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import nats
-
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, State
@@ -16,7 +14,7 @@ from lockgate.worlds.casenotes.world import World
 
 
 async def stored_intents(system: System) -> dict[str, list[EffectIntent.Event]]:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         return by_intent([e async for e in JetStreamEventStore(nc).scan()])
     finally:

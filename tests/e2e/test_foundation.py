@@ -7,7 +7,6 @@ ledger gained, and the precise reason kept in the event store.
 from __future__ import annotations
 
 import msgspec
-import nats
 import pytest
 
 from lockgate.client.demo import SCENARIOS, Scenario
@@ -25,7 +24,7 @@ REASON_FIELDS = ("reason",)
 
 
 async def reasons_recorded(system: System, tenant: str, intent_id: str) -> list[str]:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         history = await JetStreamEventStore(nc).load(tenant, intent_id)
     finally:
@@ -64,7 +63,7 @@ async def test_row(s: Scenario, system: System, gw: Gateway, world: World) -> No
 
 async def response_bytes(system: System) -> list[bytes]:
     """Every model-facing response published so far, as stored."""
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     js = nc.jetstream()
     try:
         info = await js.stream_info("LG_RESPONSES")
@@ -105,7 +104,7 @@ async def test_unknown_run_is_refused_on_the_record(system: System, gw: Gateway)
 
 
 async def test_invariants_hold_over_every_stored_event(system: System, world: World) -> None:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         recorded = [e async for e in JetStreamEventStore(nc).scan()]
     finally:
@@ -116,7 +115,7 @@ async def test_invariants_hold_over_every_stored_event(system: System, world: Wo
 
 
 async def test_credentials_never_reach_events_or_responses(system: System) -> None:
-    nc = await nats.connect(system.url)
+    nc = await system.connect()
     try:
         recorded = [e async for e in JetStreamEventStore(nc).scan()]
     finally:

@@ -297,14 +297,18 @@ async def drive(c: Candidate, slots: asyncio.Semaphore, started: list[int], unti
                                        timeout_s=max(1.0, until - time.monotonic()))
 
 
-async def drain_store(gw: Gateway, intent_ids: set[str], until: float) -> dict[str, list[Event]]:
+async def drain_store(system: System, intent_ids: set[str], until: float) -> dict[str, list[Event]]:
     """Every stored history, once each of ``intent_ids`` is terminal or ``until`` has passed."""
-    while True:
-        histories = by_intent([e async for e in JetStreamEventStore(gw.nc).scan()])
-        finals = (fold(histories.get(i, [])) for i in intent_ids)
-        if all(f is not None and f.state.terminal for f in finals) or time.monotonic() > until:
-            return histories
-        await asyncio.sleep(0.5)
+    nc = await system.connect()  # the record is read as the topology owner
+    try:
+        while True:
+            histories = by_intent([e async for e in JetStreamEventStore(nc).scan()])
+            finals = (fold(histories.get(i, [])) for i in intent_ids)
+            if all(f is not None and f.state.terminal for f in finals) or time.monotonic() > until:
+                return histories
+            await asyncio.sleep(0.5)
+    finally:
+        await nc.close()
 
 
 @dataclass
@@ -526,7 +530,7 @@ async def test_many_candidates_through_random_faults(
     for task in drivers:
         task.cancel()
     await asyncio.gather(*drivers, return_exceptions=True)
-    histories = await drain_store(gw, {c.intent_id for c in candidates}, drain_end)
+    histories = await drain_store(system, {c.intent_id for c in candidates}, drain_end)
     await supervisor.settle()
     await supervisor.stop()
     drain_s = time.monotonic() - t0 - chaos_s

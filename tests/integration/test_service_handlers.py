@@ -28,6 +28,7 @@ from lockgate.contracts.messages import (
     Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
+from lockgate.core import subjects
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
@@ -44,7 +45,7 @@ from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
 
-SETTINGS = Settings(adapter_timeout_s=0.3)
+SETTINGS = Settings(adapter_timeout_s=0.3, manage_topology=True)
 BUNDLES = BundleSource(SETTINGS.policy_dir)
 
 
@@ -217,7 +218,8 @@ async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports,
     await store_history(ports, h)
     heard = await nc.subscribe("lg.interrupt.case.add_note")
     executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
-    reply = await executor.withdraw("tenant-a", h.intent_id, msgspec.json.encode(Withdraw(by="runtime")))
+    subject = subjects.withdraw("tenant-a", h.intent.run_id, h.intent_id, "agent-tenant-a")
+    reply = await executor.withdraw(subject, msgspec.json.encode(Withdraw(why="the user stopped")))
     view = msgspec.json.decode(reply, type=ModelResponse)
     assert view.status == "interruption_requested"
     msg = await heard.next_msg(timeout=2)

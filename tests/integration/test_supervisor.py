@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -19,8 +20,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from lockgate.runtime.cli_ops import cmd_status
+from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.natsserver import NatsServer, free_port
-from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import check_status, status_names
 from lockgate.runtime.supervisor import READY_LINE
 
@@ -114,6 +115,14 @@ def live_processes() -> dict[int, str]:
     return live
 
 
+async def admin_connection(sup: Supervisor) -> Client:
+    """Connect to the supervisor's broker as the admin its deployment made."""
+    creds = load_credentials(credentials_path(sup.var_dir, "admin"))
+    return await nats.connect(f"nats://127.0.0.1:{sup.port}", user=creds.user,
+                              password=creds.password, max_reconnect_attempts=-1,
+                              reconnect_time_wait=0.2)
+
+
 async def wait_until(condition: Callable[[], object], timeout_s: float = 15.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not condition():
@@ -128,7 +137,10 @@ async def test_ready_restart_status_and_clean_shutdown(supervisor: Supervisor) -
 
     var_dir = supervisor.var_dir
     await wait_until(lambda: len(pids_in(var_dir / "flaky.pids")) == 2)
-    nc = await nats.connect(f"nats://127.0.0.1:{supervisor.port}")
+    info = read_run_info(var_dir)  # how every command finds the running system
+    assert info is not None and info.url == f"nats://127.0.0.1:{supervisor.port}"
+    assert info.pid == supervisor.proc.pid
+    nc = await admin_connection(supervisor)
     try:
         answers: dict[str, dict[str, object] | None] = {}
 
@@ -173,6 +185,74 @@ async def test_ready_restart_status_and_clean_shutdown(supervisor: Supervisor) -
     assert survivors == {}
     assert [args for args in live_processes().values() if str(var_dir) in args] == []
     assert supervisor.lines.count(READY_LINE) == 1
+    assert read_run_info(var_dir) is None  # gone with the system
+
+
+async def test_the_embedded_broker_refuses_anyone_without_credentials(supervisor: Supervisor) -> None:
+    await supervisor.wait_for_line(lambda line: line == READY_LINE)
+    errors: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(exc)
+
+    with pytest.raises(Exception):  # noqa: B017 - nats-py raises several types for "refused"
+        await nats.connect(f"nats://127.0.0.1:{supervisor.port}", max_reconnect_attempts=0,
+                           allow_reconnect=False, error_cb=on_error, connect_timeout=2)
+    assert any("authorization violation" in str(e).lower() for e in errors), errors
+    credentials = supervisor.var_dir / "credentials"
+    assert oct(credentials.stat().st_mode & 0o777) == "0o700"
+    files = sorted(credentials.glob("*.json"))
+    assert {f.stem for f in files} >= {"admin", "intake", "executor", "host", "agent-tenant-a",
+                                       "reviewer-alice", "operator-ops", "adapter-casenotes"}
+    assert all(oct(f.stat().st_mode & 0o777) == "0o600" for f in files)
+    conf = supervisor.var_dir / "nats" / "accounts.conf"
+    assert oct(conf.stat().st_mode & 0o777) == "0o600"
+    # No password reached a line the supervisor printed or a log it wrote.
+    passwords = [load_credentials(f).password for f in files]
+    logs = "\n".join(supervisor.lines) + "".join(
+        p.read_text(errors="replace") for p in (supervisor.var_dir / "log").glob("*.log"))
+    assert not [pw for pw in passwords if pw in logs]
+
+
+async def test_a_dead_broker_is_started_again_and_children_carry_on(supervisor: Supervisor) -> None:
+    await supervisor.wait_for_line(lambda line: line == READY_LINE)
+    pid = server_pid(supervisor)
+    os.kill(pid, signal.SIGKILL)
+    await supervisor.wait_for_line(lambda line: "nats-server exited" in line)
+    await wait_until(lambda: server_pid(supervisor) not in (None, pid), timeout_s=20)
+    nc = await admin_connection(supervisor)
+    try:
+        async def steady_answers() -> bool:
+            return (await check_status(nc, ["steady"], timeout_s=0.5))["steady"] is not None
+
+        deadline = asyncio.get_running_loop().time() + 20
+        while not await steady_answers():  # the child reconnected by itself
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+
+
+async def test_a_stopped_child_is_killed_and_started_again(supervisor: Supervisor) -> None:
+    await supervisor.wait_for_line(lambda line: line == READY_LINE)
+    (stopped,) = pids_in(supervisor.var_dir / "steady.pids")
+    os.kill(stopped, signal.SIGSTOP)  # alive, holding its connection, answering nothing
+    try:
+        await supervisor.wait_for_line(
+            lambda line: line.startswith("lockgate: steady is not well (no answer)"), timeout_s=40)
+        await wait_until(lambda: len(pids_in(supervisor.var_dir / "steady.pids")) == 2, 20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
+    await wait_until(lambda: stopped not in live_processes(), 10)
+
+
+def server_pid(sup: Supervisor) -> int | None:
+    """The pid of the nats-server whose store is under the supervisor's var dir."""
+    for pid, args in live_processes().items():
+        if "nats-server" in args and str(sup.var_dir) in args:
+            return pid
+    return None
 
 
 async def test_refuses_a_port_taken_by_something_else(tmp_path: Path) -> None:
@@ -188,16 +268,20 @@ async def test_refuses_a_port_taken_by_something_else(tmp_path: Path) -> None:
     assert not (tmp_path / "var" / "steady.pids").exists()
 
 
-async def test_uses_the_nats_server_already_on_the_port(tmp_path: Path) -> None:
+async def test_never_puts_its_streams_on_a_server_it_did_not_start(tmp_path: Path) -> None:
     with NatsServer(store_dir=tmp_path / "nats") as server:
         sup = await start_supervisor(tmp_path / "var", server.port, "steady")
+        assert await asyncio.wait_for(sup.proc.wait(), 15) == 2
+        assert sup.reader is not None
+        await sup.reader
+        assert any("already listens" in line and "LOCKGATE_NATS_URL" in line for line in sup.lines)
+        assert server.process is not None and server.process.poll() is None  # left alone
+        nc = await nats.connect(server.url)
         try:
-            await sup.wait_for_line(lambda line: line == READY_LINE)
-            assert any("already listens" in line for line in sup.lines)
+            assert await nc.jetstream().streams_info() == []  # nothing was created on it
         finally:
-            sup.proc.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(sup.proc.wait(), 15) == 0
-        assert server.process is not None and server.process.poll() is None
+            await nc.close()
+    assert not (tmp_path / "var" / "steady.pids").exists()
 
 
 async def answer_status(nc: Client, names: list[str]) -> None:
@@ -225,13 +309,12 @@ async def test_cmd_status_prints_a_line_per_service_and_fails_when_one_is_missin
 ) -> None:
     names = list(status_names())
     await answer_status(nc, names[:-1])
-    settings = Settings(nats_url=nats_server.url)
 
-    assert await cmd_status(settings) == 1
+    assert await cmd_status(nats_server.url) == 1
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["service"] for line in lines] == names
     assert [line["ok"] for line in lines] == [True] * (len(names) - 1) + [False]
     assert lines[0]["pid"] == 4242 and lines[-1]["pid"] is None
 
     await answer_status(nc, names[-1:])
-    assert await cmd_status(settings) == 0
+    assert await cmd_status(nats_server.url) == 0

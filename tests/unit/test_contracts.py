@@ -35,6 +35,7 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)
     "items.error", "items.response-lost",  # error classes of the items world, never recorded
     "case.error",  # the root class of the world's errors; only its subclasses are raised
+    "run.json",  # the file a running supervisor describes itself in
 }
 
 
@@ -58,7 +59,8 @@ def test_reason_codes_are_pinned() -> None:
         "argument.title.empty", "argument.title.too-long", "argument.title.invalid",
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",
-        "items.credential-invalid", "items.fault-injected",
+        "items.credential-invalid", "items.fault-injected", "review.self-approval",
+        "policy.unavailable",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from lockgate.runtime.roles import demo_users, env_name, render_authorization
+from lockgate.runtime.roles import demo_users, render_accounts
 from lockgate.runtime.status import SERVICES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,17 +46,19 @@ def test_every_service_runs_twice_on_the_cluster_with_r3_streams() -> None:
         spec = services[name]
         assert spec["deploy"]["replicas"] == 2, name
         assert spec["environment"]["LOCKGATE_REPLICAS"] == "3", name
-        assert "@n1:4222" in spec["environment"]["LOCKGATE_NATS_URL"], name
+        assert spec["environment"]["LOCKGATE_NATS_URL"] == "nats://n1:4222", name
+        assert spec["environment"]["LOCKGATE_CREDENTIALS_FILE"].endswith(f"/{name}.json"), name
     for node in ("n1", "n2", "n3"):
         assert services[node]["image"].startswith("nats:2.12")
         assert f"/etc/nats/{node}.conf" in services[node]["command"]
 
 
-def test_compose_passwords_are_the_rendered_users() -> None:
+def test_compose_credentials_are_the_rendered_users() -> None:
     text = (REPO / "docker-compose.yml").read_text()
-    wanted = set(re.findall(r"\$\{(LG_PASSWORD_[A-Z0-9_]+)", text))
-    rendered = {env_name(user) for user in demo_users(["tenant-a"])}
+    wanted = set(re.findall(r"LOCKGATE_CREDENTIALS_FILE: /run/lockgate/credentials/([\w-]+)\.json", text))
+    rendered = set(demo_users(["tenant-a"]))
     assert wanted and wanted <= rendered
+    assert "LG_PASSWORD" not in text  # no password in an environment variable
 
 
 def test_every_node_fsyncs_and_includes_the_authorization() -> None:
@@ -66,12 +68,12 @@ def test_every_node_fsyncs_and_includes_the_authorization() -> None:
         text = conf.read_text()
         assert re.search(r"^\s*sync_interval:\s*always\s*$", text, re.M), conf.name
         assert re.search(r"^\s*max_payload:\s*4MB\s*$", text, re.M), conf.name
-        assert "include ./authorization.conf" in text, conf.name
+        assert "include ./accounts.conf" in text, conf.name
         assert f'listen: "127.0.0.1:{4222 + i}"' in text, conf.name
         assert f'listen: "127.0.0.1:{6222 + i}"' in text, conf.name
 
 
-def test_the_example_authorization_is_what_roles_renders() -> None:
-    example = (CLUSTER / "authorization.conf.example").read_text()
+def test_the_example_accounts_are_what_roles_renders() -> None:
+    example = (CLUSTER / "accounts.conf.example").read_text()
     users = demo_users(["tenant-a", "tenant-b"], password=lambda user: f"CHANGE-ME-{user}")
-    assert example == render_authorization(users)
+    assert example == render_accounts(users)

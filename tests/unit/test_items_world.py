@@ -25,6 +25,7 @@ from lockgate.contracts.messages import (
     QueryResult,
 )
 from lockgate.core.canonical import digest_bytes
+from lockgate.runtime.settings import Settings
 from lockgate.worlds.items import adapter as items_adapter
 from lockgate.worlds.items.adapter import (
     DRAFT_CONTRACT,
@@ -94,7 +95,8 @@ def test_reason_codes_are_stable() -> None:
         "run.context.missing",
         "items.fault-injected",
     )
-    assert FAULTS == ("drop_response", "crash_after_send", "crash_after_commit", "fail_before_send")
+    assert FAULTS == ("drop_response", "crash_after_send", "crash_after_commit", "fail_before_send",
+                      "query_unavailable")
 
 
 # -- seed and facts ---------------------------------------------------------------------------
@@ -665,7 +667,8 @@ def test_settings_keep_the_credential_out_of_reprs(
 
 def test_settings_defaults() -> None:
     settings = ItemsWorldSettings()
-    assert str(settings.dir) == "var/worlds/items"
+    # Under the deployment's var directory, never relative to where a command runs.
+    assert settings.dir == Settings().var_dir / "worlds" / "items" and settings.dir.is_absolute()
     assert settings.credential.get_secret_value() == DEMO_CREDENTIAL
     assert settings.outcome_deadline_s == 30.0
 

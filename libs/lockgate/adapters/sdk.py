@@ -345,6 +345,7 @@ class CapabilityWorker:
         ack_wait_s: float = 30.0,
         batch: int = 16,
         store: JetStreamEventStore | None = None,
+        js_prefix: str = "$JS.API",
     ) -> None:
         self.adapter = adapter
         self.contract = adapter.contract
@@ -352,11 +353,13 @@ class CapabilityWorker:
         if not _CAPABILITY.fullmatch(self.capability):
             raise ValueError(f"capability name {self.capability!r} is not lower-case dotted")
         self._nc = nc
-        self._js: JetStreamContext = nc.jetstream()
+        # An adapter's account reaches the services' JetStream by import, under its own
+        # prefix (lockgate.runtime.roles).
+        self._js: JetStreamContext = nc.jetstream(prefix=js_prefix)
         self._name = name
         self._ack_wait_s = ack_wait_s
         self._batch = batch
-        self._store = store or JetStreamEventStore(nc)
+        self._store = store or JetStreamEventStore(nc, api_prefix=js_prefix)
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._beat: asyncio.Task[None] | None = None
@@ -675,6 +678,7 @@ async def serve(
     stop: asyncio.Event,
     ack_wait_s: float = 30.0,
     ready: asyncio.Event | None = None,
+    js_prefix: str = "$JS.API",
 ) -> None:
     """Serve ``adapters`` on ``nc`` until ``stop`` is set.
 
@@ -685,6 +689,7 @@ async def serve(
         stop: set it to shut down after the orders in hand are settled.
         ack_wait_s: how long an order may stay unacknowledged before redelivery.
         ready: set once every capability is described, subscribed and consuming.
+        js_prefix: the JetStream API prefix of ``nc``'s account (its credentials say).
 
     Raises:
         ValueError: duplicate or malformed capability names.
@@ -693,7 +698,10 @@ async def serve(
     names = [a.contract.name for a in adapters]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate capabilities: {names}")
-    workers = [CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s) for a in adapters]
+    workers = [
+        CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s, js_prefix=js_prefix)
+        for a in adapters
+    ]
     consumers: list[asyncio.Task[None]] = []
 
     async def status(msg: Msg) -> None:
@@ -739,6 +747,7 @@ async def run_adapter(
             name=name or f"{socket.gethostname()}-{os.getpid()}",
             stop=stop,
             ack_wait_s=settings.ack_wait_s,
+            js_prefix=settings.js_prefix,
         )
     finally:
         await nc.drain()

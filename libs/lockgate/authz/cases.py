@@ -16,6 +16,15 @@ A case table is a YAML file with one top-level key, ``cases``, a list of cases::
         reasons: [case.closed]       # optional
         expect_errors: false         # optional
 
+      - name: a reviewer may not approve their own note
+        action: approve              # the reviewer's question (<capability>::approve)
+        principal: {tenant: tenant-a, actor: user-42}    # the reviewer
+        proposer: user-42            # the run's actor; `proposer_delegation` optional
+        capability: case.add_note
+        resource: {type: Case, id: case-123, facts: {...}}
+        expect: deny                 # allow | deny
+        reasons: [review.self-approval]
+
 Each case becomes the ``AuthzRequest`` the policy service would build for an intent
 (``lockgate.authz.intents``) and is evaluated with ``lockgate.authz.evaluate``:
 
@@ -32,6 +41,10 @@ Each case becomes the ``AuthzRequest`` the policy service would build for an int
   ``require_approval``, nothing for ``allow``.
 - A case fails when evaluation reported errors, unless it says ``expect_errors: true``:
   an outcome reached through an error (a mistyped fact, say) is right by accident.
+- ``action: approve`` asks the reviewer's question instead (``evaluate_approval``): the
+  principal is the reviewer, ``proposer`` (required) the actor whose request it is,
+  and the context gets ``proposer`` and ``self_approval`` as the approval service
+  computes them. Its outcomes are ``allow`` and ``deny``.
 
 Unknown keys are refused, so a misspelt ``reason:`` cannot silently check nothing.
 """
@@ -46,7 +59,8 @@ from typing import Any
 import yaml
 
 from lockgate.authz.budgets import NO_LIMIT
-from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
+from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate, evaluate_approval
+from lockgate.authz.intents import review_context
 from lockgate.core.errors import LockgateError
 
 OUTCOMES = ("allow", "require_approval", "deny")
@@ -57,7 +71,8 @@ DEFAULT_CONTEXT: Mapping[str, Any] = {
 }
 
 _CASE_KEYS = {"name", "principal", "capability", "resource", "context", "expect", "reasons",
-              "expect_errors"}
+              "expect_errors", "action", "proposer", "proposer_delegation"}
+ACTIONS = ("propose", "approve")
 _REQUIRED = ("name", "principal", "capability", "resource", "expect")
 
 _Fail = Callable[[str], "CaseError"]
@@ -89,6 +104,7 @@ class Case:
     expect: str
     reasons: frozenset[str] | None = None
     expect_errors: bool = False
+    action: str = "propose"
 
     @property
     def where(self) -> str:
@@ -190,7 +206,8 @@ def run_cases(bundle: PolicyBundle, cases: Sequence[Case]) -> list[CaseResult]:
 
 def run_case(bundle: PolicyBundle, case: Case) -> CaseResult:
     """Evaluate one case and compare the decision with what it expects."""
-    decision = evaluate(bundle, case.request)
+    ask = evaluate_approval if case.action == "approve" else evaluate
+    decision = ask(bundle, case.request)
     problems: list[str] = []
     if decision.outcome != case.expect:
         problems.append(f"expected {case.expect}, got {decision.outcome}")
@@ -238,9 +255,21 @@ def _case(path: Path, index: int, row: object) -> Case:
             raise fail("context must be a mapping")
         _check_value(given, "context", fail)
         context.update(given)
+    action = row.get("action", "propose")
+    if action not in ACTIONS:
+        raise fail(f"action must be one of {list(ACTIONS)}, got {action!r}")
     expect = row["expect"]
-    if expect not in OUTCOMES:
-        raise fail(f"expect must be one of {list(OUTCOMES)}, got {expect!r}")
+    outcomes = ("allow", "deny") if action == "approve" else OUTCOMES
+    if expect not in outcomes:
+        raise fail(f"expect must be one of {list(outcomes)}, got {expect!r}")
+    if action == "approve":
+        proposer = _text(row.get("proposer"), "proposer", fail)
+        delegation_of = row.get("proposer_delegation", "")
+        if not isinstance(delegation_of, str):
+            raise fail("proposer_delegation must be text")
+        context = review_context(context, str(principal.get("actor", "")), proposer, delegation_of)
+    elif "proposer" in row or "proposer_delegation" in row:
+        raise fail("proposer is only for action: approve")
     reasons: frozenset[str] | None = None
     if row.get("reasons") is not None:
         listed = row["reasons"]
@@ -264,7 +293,7 @@ def _case(path: Path, index: int, row: object) -> Case:
         delegation=delegation,
     )
     return Case(name=name, path=path, index=index, request=request, expect=expect,
-                reasons=reasons, expect_errors=expect_errors)
+                reasons=reasons, expect_errors=expect_errors, action=action)
 
 
 def _text(value: object, field: str, fail: _Fail) -> str:

@@ -165,6 +165,21 @@ def _entities(request: AuthzRequest) -> list[dict[str, Any]]:
     ]
 
 
+#: The suffix of the action a reviewer's approval asks about (``case.add_note::approve``).
+APPROVE = "::approve"
+
+
+def _action_entities(action: str) -> list[dict[str, Any]]:
+    """The action and its groups: Cedar evaluates ``action in ...`` on entity data, not the schema."""
+    if not action.endswith(APPROVE):
+        return []
+    group = {"type": f"{NAMESPACE}::Action", "id": APPROVE.removeprefix("::")}
+    return [
+        {"uid": {"type": f"{NAMESPACE}::Action", "id": action}, "attrs": {}, "parents": [group]},
+        {"uid": group, "attrs": {}, "parents": []},
+    ]
+
+
 def _ask(bundle: PolicyBundle, request: AuthzRequest, action: str) -> Any:
     return cedarpy.is_authorized(
         {
@@ -174,8 +189,30 @@ def _ask(bundle: PolicyBundle, request: AuthzRequest, action: str) -> Any:
             "context": request.context,
         },
         bundle.policies,
-        _entities(request),
+        _entities(request) + _action_entities(action),
     )
+
+
+def _denial(bundle: PolicyBundle, determining: tuple[str, ...], errors: tuple[str, ...]) -> Decision:
+    forbids = sorted(
+        (r for r in determining if bundle.effects.get(r) == "forbid"), key=lambda r: bundle.order.get(r, 0)
+    )
+    reasons = tuple(forbids) or (("policy.evaluation-error",) if errors else ("policy.no-permit",))
+    return Decision("deny", bundle.revision, reasons, determining, errors)
+
+
+def evaluate_approval(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
+    """May the reviewer (``request.actor``) approve this request? Allow or deny, never more.
+
+    One question, ``<capability>::approve``; default deny, forbid overrides permit, and
+    an evaluation error is a denial.
+    """
+    answer = _ask(bundle, request, request.capability + APPROVE)
+    errors = tuple(str(e) for e in answer.diagnostics.errors)
+    determining = tuple(answer.diagnostics.reasons)
+    if errors or not answer.allowed:
+        return _denial(bundle, determining, errors)
+    return Decision("allow", bundle.revision, (), determining)
 
 
 def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
@@ -184,11 +221,7 @@ def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     errors = tuple(str(e) for e in at_all.diagnostics.errors)
     determining = tuple(at_all.diagnostics.reasons)
     if errors or not at_all.allowed:
-        forbids = sorted(
-            (r for r in determining if bundle.effects.get(r) == "forbid"), key=lambda r: bundle.order.get(r, 0)
-        )
-        reasons = tuple(forbids) or (("policy.evaluation-error",) if errors else ("policy.no-permit",))
-        return Decision("deny", bundle.revision, reasons, determining, errors)
+        return _denial(bundle, determining, errors)
     unattended = _ask(bundle, request, f"{request.capability}::unattended")
     more = tuple(str(e) for e in unattended.diagnostics.errors)
     if unattended.allowed and not more:

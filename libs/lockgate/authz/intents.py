@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lockgate.authz.budgets import NO_LIMIT
-from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate
+from lockgate.authz.engine import (
+    AuthzRequest,
+    Decision,
+    PolicyBundle,
+    evaluate,
+    evaluate_approval,
+)
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Facts, RunContext
 from lockgate.intent.aggregate import EffectIntent
@@ -61,3 +67,41 @@ def judge(
 ) -> Decision:
     """Evaluate the bundle for an intent on the given facts and evidence."""
     return evaluate(bundle, authz_request(intent, facts, evidence))
+
+
+def approval_request(intent: EffectIntent, reviewer: str, evidence: Evidence = NO_EVIDENCE) -> AuthzRequest:
+    """The Cedar request for ``reviewer`` approving ``intent``.
+
+    The principal is the reviewer as an actor of the intent's tenant; the resource
+    carries the facts the policy decision recorded; the context is the decision's,
+    plus who proposed it and whether the reviewer is that person (or whom it acts for).
+    """
+    base = authz_request(intent, Facts(facts=dict(intent.facts)), evidence)
+    delegation = (evidence.run.delegation or "") if evidence.run else ""
+    return AuthzRequest(
+        tenant=base.tenant,
+        actor=reviewer,
+        capability=base.capability,
+        resource_type=base.resource_type,
+        resource_id=base.resource_id,
+        resource_facts=base.resource_facts,
+        context=review_context(base.context, reviewer, intent.actor, delegation),
+    )
+
+
+def review_context(
+    context: dict[str, object], reviewer: str, proposer: str, delegation: str = ""
+) -> dict[str, object]:
+    """``context`` with what a review decision adds: the proposer, and whether it is the reviewer."""
+    return {
+        **context,
+        "proposer": proposer,
+        "self_approval": reviewer in {proposer, delegation} - {""},
+    }
+
+
+def judge_approval(
+    bundle: PolicyBundle, intent: EffectIntent, reviewer: str, evidence: Evidence = NO_EVIDENCE
+) -> Decision:
+    """May ``reviewer`` approve ``intent`` under ``bundle``?"""
+    return evaluate_approval(bundle, approval_request(intent, reviewer, evidence))

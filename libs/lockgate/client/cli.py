@@ -1,19 +1,120 @@
-"""``lockgate``: run the system, check it, propose from the shell, walk the demo, read worlds."""
+"""``lockgate``: run the system, check it, propose from the shell, review, operate, read worlds.
+
+Every command finds the running system by itself: the URL and the credentials
+``lockgate run`` made are under its ``var`` directory (``run.json``, ``credentials/``),
+and each command connects as the role it needs: ``propose`` as the tenant's agent
+runtime (and the trusted host to open the run), ``review …`` as a reviewer,
+``reconcile``, ``withdraw``, ``events``, ``intents`` and ``status`` as an operator.
+Global options (``--url``, ``--var-dir``) go before or after the command.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
+from pydantic import ValidationError
 
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import ClientError, Gateway, connect
-from lockgate.core.ids import random_id
+from lockgate.core.errors import LockgateError
+from lockgate.core.ids import is_subject_token, random_id
+from lockgate.runtime.deployment import (
+    Credentials,
+    Deployment,
+    read_deployment,
+    read_run_info,
+)
 from lockgate.runtime.settings import Settings
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+class UsageError(LockgateError):
+    """A command that cannot run as asked (one line says why)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="cli.usage")
+
+
+# -- where the system is, and as whom to connect ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Where:
+    """The running system as this command sees it."""
+
+    url: str
+    var_dir: Path
+    deployment: Deployment | None
+    settings: Settings
+
+    def credentials(self, user: str) -> Credentials | None:
+        """``user``'s credentials, or ``None`` on a broker without users.
+
+        Raises:
+            UsageError: the deployment has users but not this one.
+        """
+        if self.deployment is None:
+            return None
+        found = self.deployment.credentials.get(user)
+        if found is None:
+            known = ", ".join(sorted(self.deployment.credentials)) or "none"
+            raise UsageError(f"no credentials for {user!r} under {self.var_dir} (known: {known})")
+        return found
+
+    def person(self, kind: str, chosen: str | None) -> str:
+        """The reviewer or operator to act as: ``--as``, else the only or first one configured."""
+        if chosen:
+            return chosen
+        people = self.settings.reviewers if kind == "reviewer" else self.settings.operators
+        if self.deployment is not None:
+            prefix = f"{kind}-"
+            have = sorted(u[len(prefix):] for u in self.deployment.credentials if u.startswith(prefix))
+            ordered = [p for p in people if p in have] or have
+            if ordered:
+                return ordered[0]
+        if people:
+            return next(iter(people))
+        raise UsageError(f"no {kind} configured: pass --as NAME")
+
+    async def gateway(self, user: str, *, host: bool = False, principal: str = "") -> Gateway:
+        """A connection as ``user`` (and as the trusted host when ``host``)."""
+        creds = self.credentials(user)
+        host_creds = self.credentials("host") if host else None
+        try:
+            gw = await connect(self.url, credentials=creds, host=host_creds)
+        except ClientError as exc:
+            raise ClientError(
+                f"cannot reach Lockgate at {self.url} (is `lockgate run` running?): "
+                f"{exc.__cause__ or exc}", code=exc.code,
+            ) from None
+        if creds is None:
+            gw.user, gw.principal = user, principal or user
+        return gw
+
+
+def locate(args: argparse.Namespace) -> Where:
+    """Find the system: ``--url`` or ``LOCKGATE_NATS_URL``, else what ``lockgate run`` wrote."""
+    settings = Settings()
+    var_dir = settings.var_dir
+    info = read_run_info(var_dir)
+    url = getattr(args, "url", None) or os.environ.get("LOCKGATE_NATS_URL") or (
+        info.url if info else DEFAULT_URL)
+    deployment = read_deployment(var_dir)
+    if info is not None and not info.credentials_dir:
+        deployment = None  # it runs against a broker without Lockgate's users
+    return Where(url, var_dir, deployment, settings)
+
+
+# -- commands -------------------------------------------------------------------------------
 
 
 def _context(pairs: Sequence[str]) -> dict[str, str]:
@@ -21,19 +122,29 @@ def _context(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--context expects KEY=VALUE, got {pair!r}")
+            raise UsageError(f"--context expects KEY=VALUE, got {pair!r}")
         out[key] = value
     return out
 
 
-async def _propose(args: argparse.Namespace, settings: Settings) -> int:
-    gw = await connect(args.url or settings.nats_url)
+def _print(value: object) -> None:
+    print(value if isinstance(value, str) else json.dumps(value, default=str), flush=True)
+
+
+def _token(value: str, what: str) -> str:
+    if not is_subject_token(value):
+        raise UsageError(f"{what} {value!r} is not an id ([A-Za-z0-9_-], at most 64)")
+    return value
+
+
+async def _propose(args: argparse.Namespace, where: Where) -> int:
+    gw = await where.gateway(f"agent-{_token(args.tenant, 'tenant')}", host=True)
     try:
         run = await gw.open_run(tenant=args.tenant, actor=args.actor, context=_context(args.context))
         turn = await run.open_turn()
         resp = await turn.propose(tool=args.tool, arguments=args.arguments,
                                   call_id=args.call_id, timeout_s=args.timeout)
-        print(msgspec.json.encode(resp).decode())
+        _print(msgspec.json.encode(resp).decode())
         return 0
     finally:
         await gw.close()
@@ -51,138 +162,230 @@ async def _play(gw: Gateway, s: Scenario) -> tuple[str, str, str | None]:
     return resp.status, resp.code, resp.field
 
 
-async def _demo(args: argparse.Namespace, settings: Settings) -> int:
+async def _demo(args: argparse.Namespace, where: Where) -> int:
     from lockgate.worlds.casenotes.adapter import CaseWorldSettings
     from lockgate.worlds.casenotes.world import World
 
-    world = World(CaseWorldSettings().dir)
-    gw = await connect(args.url or settings.nats_url)
+    world = World(_world_dir(CaseWorldSettings().dir, "case"))
+    gateways: dict[str, Gateway] = {}
     failures = 0
     try:
         for s in SCENARIOS:
+            if s.tenant not in gateways:
+                gateways[s.tenant] = await where.gateway(f"agent-{s.tenant}", host=True)
             before = (world.invocations, len(world.ledger()))
-            status, code, field = await _play(gw, s)
+            status, code, field = await _play(gateways[s.tenant], s)
             after = (world.invocations, len(world.ledger()))
             ok = (status, code, field) == (s.status, s.code, s.field) and (
                 after[0] - before[0], after[1] - before[1]) == (s.invocations, s.ledger)
             failures += not ok
-            print(json.dumps({
+            _print({
                 "scenario": s.name, "status": status, "code": code, "field": field,
                 "adapter_invocations": after[0] - before[0], "ledger_writes": after[1] - before[1],
-                "ledger_total": after[1],
-                "as_expected": ok,
-            }))
+                "ledger_total": after[1], "as_expected": ok,
+            })
     finally:
-        await gw.close()
-    print(f"{len(SCENARIOS) - failures} as expected, {failures} not")
+        for gw in gateways.values():
+            await gw.close()
+    _print(f"{len(SCENARIOS) - failures} as expected, {failures} not")
     return 1 if failures else 0
 
 
-def _ledger(args: argparse.Namespace) -> int:
+def _world_dir(directory: Path, name: str) -> Path:
+    if not directory.is_dir():
+        raise UsageError(
+            f"no {name} world in {directory}: `lockgate run` creates it on first start "
+            "(or set LOCKGATE_VAR_DIR to where it runs)")
+    return directory
+
+
+def _world(args: argparse.Namespace) -> int:
+    if args.world not in ("case", "items"):
+        raise UsageError(f"unknown world {args.world!r}; known: case, items")
+    if args.world_command == "fault":
+        return _arm(args)
     if args.world == "case":
         from lockgate.worlds.casenotes.adapter import CaseWorldSettings
         from lockgate.worlds.casenotes.world import print_ledger
 
-        print_ledger(CaseWorldSettings().dir)
+        print_ledger(_world_dir(CaseWorldSettings().dir, "case"))
         return 0
-    if args.world == "items":
-        from lockgate.worlds.items.adapter import ItemsWorldSettings
-        from lockgate.worlds.items.world import print_ledger as print_items
+    from lockgate.worlds.items.adapter import ItemsWorldSettings
+    from lockgate.worlds.items.world import print_ledger as print_items
 
-        print_items(ItemsWorldSettings().dir)
-        return 0
-    print(f"unknown world {args.world!r}; known: case, items", file=sys.stderr)
-    return 2
+    print_items(_world_dir(ItemsWorldSettings().dir, "items"))
+    return 0
 
 
-async def _events(args: argparse.Namespace, settings: Settings) -> int:
-    import nats
+def _arm(args: argparse.Namespace) -> int:
+    if args.world != "items":
+        raise UsageError("faults can be armed in the items world: lockgate world fault items …")
+    from lockgate.worlds.items.adapter import ItemsWorldSettings
+    from lockgate.worlds.items.world import World
 
+    world = World(_world_dir(ItemsWorldSettings().dir, "items"))
+    try:
+        world.inject(args.server, args.fault, args.times)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _print({"armed": args.fault, "server": args.server, "times": args.times,
+            "faults": world.faults()})
+    return 0
+
+
+async def _operator(where: Where, args: argparse.Namespace) -> Gateway:
+    person = where.person("operator", getattr(args, "as_", None))
+    return await where.gateway(f"operator-{person}", principal=person)
+
+
+async def _events(args: argparse.Namespace, where: Where) -> int:
     from lockgate.eventstore.jetstream import JetStreamEventStore
     from lockgate.intent.codec import decode_event
 
-    nc = await nats.connect(args.url or settings.nats_url, max_reconnect_attempts=2)
+    tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
+    gw = await _operator(where, args)
     try:
-        history = await JetStreamEventStore(nc).load(args.tenant, args.intent)
-        for recorded in history.events:
-            event = decode_event(recorded)
-            body = msgspec.to_builtins(event)
-            print(json.dumps({"version": recorded.version, "type": recorded.event_type,
-                              "sequence": recorded.sequence, "event": body}, default=str))
+        creds = where.credentials(gw.user)
+        store = JetStreamEventStore(gw.nc, api_prefix=creds.js_prefix if creds else "$JS.API")
+        history = await store.load(tenant, intent)
     finally:
-        await nc.close()
-    return 0 if history.events else 1
+        await gw.close()
+    if not history.events:
+        raise UsageError(f"no events for intent {intent} in tenant {tenant}")
+    for recorded in history.events:
+        body = msgspec.to_builtins(decode_event(recorded))
+        _print({"version": recorded.version, "type": recorded.event_type,
+                "sequence": recorded.sequence, "event": body})
+    return 0
 
 
-async def _intents(args: argparse.Namespace, settings: Settings) -> int:
-    import nats
-
+async def _intents(args: argparse.Namespace, where: Where) -> int:
     from lockgate.eventstore.jetstream import JetStreamEventStore
     from lockgate.intent.codec import fold
     from lockgate.testing.invariants import by_intent
 
-    nc = await nats.connect(args.url or settings.nats_url, max_reconnect_attempts=2)
+    gw = await _operator(where, args)
     try:
+        creds = where.credentials(gw.user)
+        store = JetStreamEventStore(gw.nc, api_prefix=creds.js_prefix if creds else "$JS.API")
         # A scan of the hot store: every live and recent intent (the projector's views
         # will answer this without reading the stream).
-        histories = by_intent([e async for e in JetStreamEventStore(nc).scan()])
+        histories = by_intent([e async for e in store.scan()])
     finally:
-        await nc.close()
-    shown = 0
+        await gw.close()
     for intent_id, events in histories.items():
         intent = fold(events)
         if intent is None or (args.tenant and intent.tenant != args.tenant):
             continue
         if args.state and intent.state.value != args.state:
             continue
-        shown += 1
         current = intent.current_attempt
-        print(json.dumps({
+        _print({
             "intent": intent_id, "tenant": intent.tenant, "run": intent.run_id,
             "tool": intent.tool, "state": intent.state.value, "reason": intent.reason,
             "attempts": len(intent.attempts),
             "attempt": current.attempt_id if current else None,
             "attempt_stage": current.stage if current else None,
             "updated_at": intent.modified_on.isoformat(),
-        }))
+        })
     return 0
 
 
-async def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    gw = await connect(args.url or settings.nats_url)
+async def _reconcile(args: argparse.Namespace, where: Where) -> int:
+    gw = await _operator(where, args)
     try:
         event = await gw.resolve_outcome(
-            tenant=args.tenant, candidate_id=args.intent,
-            finding="confirmed" if args.confirmed else "absent", by=args.by, why=args.why,
+            tenant=_token(args.tenant, "tenant"), candidate_id=_token(args.intent, "intent"),
+            finding="confirmed" if args.confirmed else "absent", why=args.why,
         )
     finally:
         await gw.close()
-    print(json.dumps({"recorded": event}))
+    _print({"recorded": event, "by": gw.principal})
     return 0
 
 
-async def _withdraw(args: argparse.Namespace, settings: Settings) -> int:
-    from lockgate.client.sdk import Run
-
-    gw = await connect(args.url or settings.nats_url)
+async def _withdraw(args: argparse.Namespace, where: Where) -> int:
+    gw = await _operator(where, args)
     try:
-        run = Run(gw, id="", tenant=args.tenant, actor="")
-        resp = await run.withdraw(args.intent, why=args.why, by=args.by)
+        resp = await gw.withdraw(_token(args.tenant, "tenant"), _token(args.intent, "intent"),
+                                 why=args.why)
     finally:
         await gw.close()
-    print(msgspec.json.encode(resp).decode())
+    _print(msgspec.json.encode(resp).decode())
     return 0
+
+
+async def _review(args: argparse.Namespace, where: Where) -> int:
+    person = where.person("reviewer", args.as_)
+    tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
+    gw = await where.gateway(f"reviewer-{person}", principal=person)
+    try:
+        review = await gw.show_review(tenant=tenant, candidate_id=intent)
+        shown = msgspec.to_builtins(review)
+        if args.review_command == "show":
+            _print(shown)
+            return 0
+        if args.digest and args.digest != review.digest:
+            raise UsageError(f"the review is of {review.digest}, not {args.digest}")
+        event = await gw.decide_review(
+            tenant=tenant, candidate_id=intent, review_id=review.review_id,
+            digest=review.digest, approve=args.review_command == "approve", reason=args.why,
+        )
+    finally:
+        await gw.close()
+    _print({"recorded": event, "reviewer": person, "review": shown})
+    return 0
+
+
+def _status(args: argparse.Namespace, where: Where) -> int:
+    from lockgate.runtime.cli_ops import cmd_status
+
+    person = where.person("operator", getattr(args, "as_", None))
+    return asyncio.run(cmd_status(where.url, where.credentials(f"operator-{person}")))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lockgate.runtime.cli_ops import cmd_run
+
+    settings = Settings() if args.url is None else Settings(nats_url=args.url)
+    embedded = args.url is None and "LOCKGATE_NATS_URL" not in os.environ
+    return cmd_run(argparse.Namespace(settings=settings, port=args.port, embedded=embedded))
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+
+def _globals(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--url`` and ``--var-dir``, accepted before the command and after it."""
+    default = None if top else argparse.SUPPRESS
+    p.add_argument("--url", default=default,
+                   help="NATS URL (default: LOCKGATE_NATS_URL, else the one `lockgate run` chose)")
+    p.add_argument("--var-dir", type=Path, default=default,
+                   help="the deployment's var directory (default: LOCKGATE_VAR_DIR, else the checkout's var/)")
+
+
+def _as(p: argparse.ArgumentParser, kind: str) -> None:
+    p.add_argument("--as", dest="as_", metavar="NAME", default=None,
+                   help=f"the {kind} to act as (default: the first one configured)")
 
 
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="lockgate", description=__doc__)
-    p.add_argument("--url", help="NATS URL (default: LOCKGATE_NATS_URL or nats://127.0.0.1:4222)")
+    p = argparse.ArgumentParser(prog="lockgate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    _globals(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start the whole system on this machine (what `make run` does)")
+
+    def command(name: str, help_: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help_)
+        _globals(c)
+        return c
+
+    run = command("run", "start the whole system on this machine (what `make run` does)")
     run.add_argument("--port", type=int, default=None, help="port of the embedded nats-server")
-    sub.add_parser("status", help="exit 0 only when every service and adapter answers")
-    pr = sub.add_parser("propose", help="propose one tool call and print the model-facing response")
+    _as(command("status", "exit 0 only when every service and adapter answers and makes progress"),
+        "operator")
+    pr = command("propose", "propose one tool call and print the model-facing response")
     pr.add_argument("--tenant", required=True)
     pr.add_argument("--actor", required=True)
     pr.add_argument("--context", action="append", default=[], metavar="KEY=VALUE")
@@ -190,37 +393,82 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--arguments", required=True, help="raw argument text, exactly as the model wrote it")
     pr.add_argument("--call-id", default=None)
     pr.add_argument("--timeout", type=float, default=30.0)
-    sub.add_parser("demo", help="walk the foundation's behaviour table against a running system")
-    world = sub.add_parser("world", help="read a simulated world")
+    command("demo", "walk the foundation's behaviour table against a running system")
+    world = command("world", "read a simulated world, or arm a fault in it")
     world_sub = world.add_subparsers(dest="world_command", required=True)
     ledger = world_sub.add_parser("ledger", help="print every write as JSON lines")
+    _globals(ledger)
     ledger.add_argument("world", help="which world (case, items)")
-    it = sub.add_parser("intents", help="list intents (as JSON lines), e.g. --state unknown")
+    fault = world_sub.add_parser("fault", help="arm a fault for the next calls (items world)")
+    _globals(fault)
+    fault.add_argument("world", help="which world (items)")
+    fault.add_argument("fault", help="drop_response, crash_after_send, crash_after_commit, "
+                                     "fail_before_send, query_unavailable")
+    fault.add_argument("--server", required=True, choices=("P", "Q"),
+                       help="P (draft.prepare_private) or Q (item.publish)")
+    fault.add_argument("--times", type=int, default=1)
+    it = command("intents", "list intents (as JSON lines), e.g. --state unknown")
     it.add_argument("--state", default=None, help="only intents in this state (unknown, needs_operator, …)")
     it.add_argument("--tenant", default=None)
-    rc = sub.add_parser("reconcile", help="settle an unknown outcome as an operator")
+    _as(it, "operator")
+    rc = command("reconcile", "settle an unknown outcome as an operator")
     rc.add_argument("intent")
     rc.add_argument("--tenant", required=True)
     found = rc.add_mutually_exclusive_group(required=True)
     found.add_argument("--confirmed", action="store_true", help="the effect happened")
     found.add_argument("--absent", action="store_true", help="the effect did not happen")
-    rc.add_argument("--by", required=True, help="who decides (recorded)")
-    rc.add_argument("--why", required=True, help="the evidence (recorded)")
-    wd = sub.add_parser("withdraw", help="stop a candidate by its state")
+    rc.add_argument("--why", required=True, help="the evidence (recorded with who decided)")
+    _as(rc, "operator")
+    wd = command("withdraw", "stop a candidate by its state, as an operator")
     wd.add_argument("intent")
     wd.add_argument("--tenant", required=True)
-    wd.add_argument("--by", default="operator")
     wd.add_argument("--why", default="")
-    sub.add_parser("policy", help="validate a policy bundle or run its case tables",
-                   add_help=False)
-    ev = sub.add_parser("events", help="print an intent's stored events")
+    _as(wd, "operator")
+    rv = command("review", "show, approve or deny a review, as a reviewer")
+    rv_sub = rv.add_subparsers(dest="review_command", required=True)
+    for verb, text in (("show", "print the open review of a candidate"),
+                       ("approve", "approve the consequence under review"),
+                       ("deny", "refuse it")):
+        r = rv_sub.add_parser(verb, help=text)
+        _globals(r)
+        r.add_argument("intent")
+        r.add_argument("--tenant", required=True)
+        r.add_argument("--why", default="", help="recorded with the decision")
+        r.add_argument("--digest", default=None, help="approve only if the review is of this digest")
+        _as(r, "reviewer")
+    sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
+    ev = command("events", "print an intent's stored events")
     ev.add_argument("intent")
     ev.add_argument("--tenant", required=True)
+    _as(ev, "operator")
     return p
 
 
+_ASYNC: dict[str, Callable[[argparse.Namespace, Where], object]] = {
+    "propose": _propose, "demo": _demo, "events": _events, "intents": _intents,
+    "reconcile": _reconcile, "withdraw": _withdraw, "review": _review,
+}
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return _run(args)
+    if args.command == "world":
+        return _world(args)
+    where = locate(args)
+    if args.command == "status":
+        return _status(args, where)
+    handler = _ASYNC[args.command]
+    return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
+
+
+def _fail(message: str) -> int:
+    print(f"lockgate: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``lockgate`` command."""
+    """Entry point of the ``lockgate`` command: every error ends in one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "policy" in argv[:3]:
         # Policy authoring works on files only: no broker, its own arguments.
@@ -228,34 +476,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return policy_main(argv[argv.index("policy") + 1:])
     args = parser().parse_args(argv)
-    settings = Settings() if args.url is None else Settings(nats_url=args.url)
+    if args.var_dir is not None:
+        # Every default under var/ (credentials, worlds, run.json) follows it.
+        os.environ["LOCKGATE_VAR_DIR"] = str(args.var_dir.resolve())
     try:
-        if args.command == "run":
-            from lockgate.runtime.cli_ops import cmd_run
-
-            return cmd_run(argparse.Namespace(settings=settings, port=args.port))
-        if args.command == "status":
-            from lockgate.runtime.cli_ops import cmd_status
-
-            return asyncio.run(cmd_status(settings))
-        if args.command == "propose":
-            return asyncio.run(_propose(args, settings))
-        if args.command == "demo":
-            return asyncio.run(_demo(args, settings))
-        if args.command == "world":
-            return _ledger(args)
-        if args.command == "events":
-            return asyncio.run(_events(args, settings))
-        if args.command == "intents":
-            return asyncio.run(_intents(args, settings))
-        if args.command == "reconcile":
-            return asyncio.run(_reconcile(args, settings))
-        if args.command == "withdraw":
-            return asyncio.run(_withdraw(args, settings))
+        return _dispatch(args)
+    except BrokenPipeError:
+        # `lockgate intents | head`: the reader left; so do we, quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
     except ClientError as exc:
-        print(json.dumps({"error": exc.code, "detail": str(exc)}), file=sys.stderr)
-        return 1
-    return 2
+        return _fail(f"{exc.code}: {exc}" if exc.code not in str(exc) else str(exc))
+    except LockgateError as exc:
+        return _fail(str(exc))
+    except ValidationError as exc:
+        errors = exc.errors()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
+        what = errors[0]["msg"] if errors else str(exc)
+        return _fail(f"invalid setting {where}: {what} (check the LOCKGATE_* variables)")
+    except (OSError, TimeoutError) as exc:
+        return _fail(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the last line of defence: one line, not a traceback
+        if os.environ.get("LOCKGATE_DEBUG"):
+            raise
+        return _fail(f"unexpected {type(exc).__name__}: {exc} (LOCKGATE_DEBUG=1 shows the traceback)")
 
 
 if __name__ == "__main__":

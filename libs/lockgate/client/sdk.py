@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -24,14 +26,18 @@ from lockgate.contracts.messages import (
     Recorded,
     Refusal,
     ResolveOutcome,
+    ReviewView,
     RunOpened,
     Tool,
     TurnOpened,
     Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
+from lockgate.core import subjects
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import intent_id_for, is_subject_token, random_id
+from lockgate.runtime.deployment import Credentials, CredentialsError, load_credentials
+from lockgate.runtime.roles import JS_API
 from lockgate.runtime.topology import RESPONSES
 
 T = TypeVar("T")
@@ -111,7 +117,7 @@ class Run:
     async def open_turn(self, turn_id: str | None = None) -> Turn:
         """Open a turn and get the catalogue the model may use in it."""
         opened = await _request(
-            self.gateway.nc, f"lg.turn.{self.tenant}.{self.id}", OpenTurn(turn_id=turn_id),
+            self.gateway.nc, subjects.turn(self.tenant, self.id), OpenTurn(turn_id=turn_id),
             TurnOpened, self.gateway.timeout_s,
         )
         return Turn(self, opened.turn_id, opened.catalogue_digest, opened.tools)
@@ -120,20 +126,18 @@ class Run:
         """The latest model-facing response to a candidate, if any."""
         return await self.gateway._latest(self.tenant, self.id, candidate_id)
 
-    async def withdraw(self, candidate_id: str, *, why: str = "", by: str = "agent-runtime") -> ModelResponse:
-        """Stop a candidate by its state; returns what the model now sees.
+    async def withdraw(self, candidate_id: str, *, why: str = "") -> ModelResponse:
+        """Stop a candidate of this run by its state; returns what the model now sees.
 
         ``withdrawn`` when it was stopped before execution, ``interruption_requested``
         when it had already been sent, ``outcome_unknown`` when nobody knows yet, and
-        the final status (``executed``, ``rejected``, …) when it was too late.
+        the final status (``executed``, ``rejected``, …) when it was too late. Who
+        asked is recorded as this connection's user.
 
         Raises:
-            Refused: no such candidate, or it is between two steps (ask again).
+            Refused: no such candidate in this run, or it is between two steps (ask again).
         """
-        return await _request(
-            self.gateway.nc, f"lg.withdraw.{self.tenant}.{candidate_id}", Withdraw(by=by, why=why),
-            ModelResponse, self.gateway.timeout_s,
-        )
+        return await self.gateway.withdraw(self.tenant, candidate_id, run_id=self.id, why=why)
 
     async def wait(
         self, candidate_id: str, *, past: str = "pending_approval", timeout_s: float = 30.0
@@ -154,12 +158,24 @@ class Run:
 
 
 class Gateway:
-    """A connection to Lockgate."""
+    """A connection to Lockgate as one NATS user (and, for a trusted host, a second one).
 
-    def __init__(self, nc: Client, *, timeout_s: float = 5.0) -> None:
+    ``nc`` is the agent runtime's (or reviewer's, or operator's) connection; ``host_nc``,
+    when given, is the trusted host's, used only to open runs. ``user`` is the NATS user
+    of ``nc``, under which withdrawals are recorded; ``principal`` the person behind it
+    (``reviewer-alice`` is ``alice``), under which reviews and resolutions are.
+    """
+
+    def __init__(
+        self, nc: Client, *, timeout_s: float = 5.0, host_nc: Client | None = None,
+        js_prefix: str = JS_API, user: str = "anonymous", principal: str = "",
+    ) -> None:
         self.nc = nc
+        self.host_nc = host_nc
         self.timeout_s = timeout_s
-        self._js = nc.jetstream()
+        self.user = user
+        self.principal = principal or user
+        self._js = nc.jetstream(prefix=js_prefix)
 
     async def open_run(
         self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
@@ -171,46 +187,85 @@ class Gateway:
         Raises:
             Refused: malformed ids or a tenant mismatch.
         """
+        if not is_subject_token(tenant):
+            raise Refused("run.malformed", "tenants must be [A-Za-z0-9_-]{1,64}")
         opened = await _request(
-            self.nc, f"lg.run.{tenant}.open",
+            self.host_nc or self.nc, subjects.run_open(tenant),
             OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
                     delegation=delegation, stage=stage, run_id=run_id, roles=tuple(roles)),
             RunOpened, self.timeout_s,
         )
         return Run(self, opened.run_id, opened.tenant, opened.actor)
 
+    def run(self, *, tenant: str, run_id: str, actor: str = "") -> Run:
+        """A run someone else opened (the host), to propose in it from this connection."""
+        return Run(self, run_id, tenant, actor)
+
+    async def withdraw(
+        self, tenant: str, candidate_id: str, *, run_id: str = "_", why: str = ""
+    ) -> ModelResponse:
+        """Stop a candidate by its state (``run_id``: its run; ``_`` for an operator, who may stop any).
+
+        Raises:
+            Refused: no such candidate (in that run), or it is between two steps.
+        """
+        return await _request(
+            self.nc, subjects.withdraw(tenant, run_id, candidate_id, self.user), Withdraw(why=why),
+            ModelResponse, self.timeout_s,
+        )
+
+    async def show_review(self, *, tenant: str, candidate_id: str) -> ReviewView:
+        """The open review of a candidate, as this reviewer may see it.
+
+        Raises:
+            Refused: no open review, or not this reviewer's to see.
+        """
+        return await _request(
+            self.nc, subjects.review(tenant, candidate_id, "show", self.principal),
+            {}, ReviewView, self.timeout_s,
+        )
+
     async def decide_review(
-        self, *, tenant: str, candidate_id: str, review_id: str, digest: str, reviewer: str,
-        approve: bool, reason: str = "",
+        self, *, tenant: str, candidate_id: str, review_id: str, digest: str, approve: bool,
+        reason: str = "",
     ) -> str:
-        """Approve or deny a review (a reviewer's call); returns the event recorded."""
+        """Approve or deny a review as this reviewer; returns the event recorded.
+
+        Raises:
+            Refused: unknown or closed review, another digest, or policy does not let
+                this reviewer approve it (``review.self-approval``, ...).
+        """
         recorded = await _request(
-            self.nc, f"lg.review.{tenant}.{candidate_id}.decide",
-            DecideReview(review_id=review_id, digest=digest, reviewer=reviewer,
-                         approve=approve, reason=reason),
+            self.nc, subjects.review(tenant, candidate_id, "decide", self.principal),
+            DecideReview(review_id=review_id, digest=digest, approve=approve, reason=reason),
             Recorded, self.timeout_s,
         )
         return recorded.event
 
     async def resolve_outcome(
-        self, *, tenant: str, candidate_id: str, finding: str, by: str, why: str,
+        self, *, tenant: str, candidate_id: str, finding: str, why: str,
         receipt: Mapping[str, str] | None = None,
     ) -> str:
-        """Settle an unknown outcome as an operator (``confirmed`` or ``absent``); returns the event recorded."""
+        """Settle an unknown outcome as this operator (``confirmed`` or ``absent``); returns the event recorded."""
         recorded = await _request(
-            self.nc, f"lg.reconcile.{tenant}.{candidate_id}.resolve",
-            ResolveOutcome(finding=finding, by=by, why=why, receipt=dict(receipt or {})),
+            self.nc, subjects.resolve(tenant, candidate_id, self.principal),
+            ResolveOutcome(finding=finding, why=why, receipt=dict(receipt or {})),
             Recorded, self.timeout_s,
         )
         return recorded.event
 
     async def _latest(self, tenant: str, run_id: str, candidate_id: str) -> ModelResponse | None:
-        subject = f"lg.response.{tenant}.{run_id}.{candidate_id}"
+        """The stored response: only intake writes the responses stream, so this is authoritative."""
         try:
-            msg = await self._js.get_last_msg(RESPONSES, subject, direct=True)
+            msg = await self._js.get_last_msg(
+                RESPONSES, subjects.response(tenant, run_id, candidate_id), direct=True)
         except NotFoundError:
             return None
-        return _response.decode(msg.data or b"")
+        try:
+            response = _response.decode(msg.data or b"")
+        except msgspec.MsgspecError:
+            return None
+        return response if response.candidate_id == candidate_id else None
 
     async def _propose(
         self, turn: Turn, tool: str, arguments: str, call_id: str, timeout_s: float,
@@ -229,13 +284,14 @@ class Gateway:
                 f"{len(body)} bytes exceed the broker's {self.nc.max_payload}",
                 code="candidate.too-large",
             )
-        subject = f"lg.response.{run.tenant}.{run.id}.{candidate_id}"
-        sub = await self.nc.subscribe(subject, max_msgs=1)
+        # A message on the response subject is only a wake-up: anybody at the edge can
+        # have a reply delivered there, so what the model sees is read from the stream.
+        sub = await self.nc.subscribe(subjects.response(run.tenant, run.id, candidate_id))
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
             await self._publish_candidate(
-                f"lg.propose.{run.tenant}.{run.id}", body, f"{run.id}.{call_id}", deadline
+                subjects.propose(run.tenant, run.id), body, f"{run.id}.{call_id}", deadline
             )
             # A repeated call id was deduplicated: its response may already exist. And a
             # response published while this connection was reconnecting is only in the
@@ -252,11 +308,8 @@ class Gateway:
                     raise ResponseTimeout(
                         f"no response to {call_id} within {timeout_s}s", code="response.timeout"
                     )
-                try:
-                    msg = await sub.next_msg(timeout=min(remaining, 1.0))
-                except NatsTimeout:
-                    continue
-                return _response.decode(msg.data)
+                with contextlib.suppress(NatsTimeout):
+                    await sub.next_msg(timeout=min(remaining, 1.0))
         finally:
             await sub.unsubscribe()
 
@@ -274,8 +327,10 @@ class Gateway:
                 await asyncio.sleep(0.5)
 
     async def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (and the host's)."""
         await self.nc.close()
+        if self.host_nc is not None:
+            await self.host_nc.close()
 
     async def __aenter__(self) -> Gateway:
         return self
@@ -286,15 +341,61 @@ class Gateway:
         await self.close()
 
 
-async def connect(url: str = "nats://127.0.0.1:4222", *, timeout_s: float = 5.0, **options: Any) -> Gateway:
-    """Connect to Lockgate's broker.
+CredentialsLike = Credentials | Path | str
 
-    Raises:
-        ClientError: the broker cannot be reached.
-    """
+
+def _as_credentials(value: CredentialsLike) -> Credentials:
+    if isinstance(value, Credentials):
+        return value
     try:
-        nc = await nats.connect(url, max_reconnect_attempts=options.pop("max_reconnect_attempts", 3),
-                                connect_timeout=options.pop("connect_timeout", 2), **options)
+        return load_credentials(Path(value))
+    except CredentialsError as exc:
+        raise ClientError(str(exc), code=exc.code) from None
+
+
+async def _open(url: str, credentials: Credentials | None, options: dict[str, Any]) -> Client:
+    extra = dict(options)
+    if credentials is not None:
+        extra.update(user=credentials.user, password=credentials.password,
+                     inbox_prefix=credentials.inbox_prefix)
+    try:
+        return await nats.connect(
+            url, max_reconnect_attempts=extra.pop("max_reconnect_attempts", 3),
+            connect_timeout=extra.pop("connect_timeout", 2), **extra)
     except Exception as exc:  # nats raises several unrelated types for "cannot connect"
         raise ClientError(f"cannot connect to {url}: {exc}", code="lockgate.unavailable") from exc
-    return Gateway(nc, timeout_s=timeout_s)
+
+
+async def connect(
+    url: str = "nats://127.0.0.1:4222", *, credentials: CredentialsLike | None = None,
+    host: CredentialsLike | None = None, timeout_s: float = 5.0, **options: Any,
+) -> Gateway:
+    """Connect to Lockgate's broker as one user (and, to open runs, as the trusted host).
+
+    Args:
+        url: the broker.
+        credentials: the user to connect as (a ``Credentials`` or the path of a
+            credentials file, e.g. ``var/credentials/agent-tenant-a.json``); none on a
+            broker without users.
+        host: the trusted host's credentials, for ``open_run`` (a second connection).
+        timeout_s: how long each request waits for its answer.
+        options: passed to ``nats.connect``.
+
+    Raises:
+        ClientError: the broker cannot be reached, or a credentials file is unusable.
+    """
+    creds = _as_credentials(credentials) if credentials is not None else None
+    host_creds = _as_credentials(host) if host is not None else None
+    nc = await _open(url, creds, options)
+    host_nc = None
+    if host_creds is not None:
+        try:
+            host_nc = await _open(url, host_creds, options)
+        except ClientError:
+            await nc.close()
+            raise
+    return Gateway(
+        nc, timeout_s=timeout_s, host_nc=host_nc,
+        js_prefix=creds.js_prefix if creds else JS_API, user=creds.user if creds else "anonymous",
+        principal=creds.principal if creds else "",
+    )

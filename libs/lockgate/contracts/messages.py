@@ -202,13 +202,32 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DecideReview(msgspec.Struct, frozen=True, kw_only=True):
-    """A reviewer's decision on one review; ``digest`` is what the reviewer saw."""
+    """A reviewer's decision on one review; ``digest`` is what the reviewer saw.
+
+    Who decides is not in the payload: it is the authenticated user the request's
+    subject names (``lg.review.<tenant>.<intent>.decide.<reviewer>``).
+    """
 
     review_id: str
     digest: str
-    reviewer: str
     approve: bool
     reason: str = ""
+
+
+class ReviewView(msgspec.Struct, frozen=True, kw_only=True):
+    """What a reviewer is shown of an open review (reply to ``show``)."""
+
+    review_id: str
+    candidate_id: str
+    tenant: str
+    actor: str
+    tool: str
+    summary: str
+    digest: str
+    resource: dict[str, str]
+    destination: str
+    expires_at: datetime
+    state: str
 
 
 class Recorded(msgspec.Struct, frozen=True):
@@ -221,16 +240,17 @@ class Recorded(msgspec.Struct, frozen=True):
 
 
 class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """An operator settles an unknown outcome: ``confirmed`` or ``absent``, who and why."""
+    """An operator settles an unknown outcome: ``confirmed`` or ``absent``, and why.
+
+    Who is the authenticated operator the subject names, never the payload.
+    """
 
     finding: str
-    by: str
     why: str
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
-    """Stop a candidate by its state (the agent runtime or an operator asks)."""
+    """Stop a candidate by its state; who asks is the user the subject names."""
 
-    by: str
     why: str = ""

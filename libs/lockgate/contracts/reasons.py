@@ -76,6 +76,9 @@ REASONS: dict[str, str] = {
     "item.not-authorized": "the actor may not create items in the space",
     "items.credential-invalid": "the adapter's credential was refused by the world",
     "items.fault-injected": "a fault armed in the simulated world failed the attempt before sending",
+    # reviewers (Action "<capability>::approve")
+    "review.self-approval": "a reviewer asked to approve their own request (or one made for them)",
+    "policy.unavailable": "no policy bundle could answer whether the reviewer may approve",
     # withdrawal and reconciliation
     "proposal.withdrawn": "stopped by its state before anything was sent",
     "reconciled.not-executed": "an operator established that the effect never happened",

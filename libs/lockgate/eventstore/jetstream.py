@@ -100,11 +100,15 @@ def recorded_event(
 class JetStreamEventStore:
     """An ``EventStore`` on one JetStream stream."""
 
-    def __init__(self, nc: Client, *, stream: str = STREAM, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, nc: Client, *, stream: str = STREAM, timeout_s: float = 5.0, api_prefix: str = "$JS.API"
+    ) -> None:
+        """``api_prefix``: the JetStream API as this connection's account reaches it
+        (``lg.jsapi`` in an account that imports it; see ``lockgate.runtime.roles``)."""
         self._nc = nc
         self._stream = stream
         self._timeout_s = timeout_s
-        self._api = f"$JS.API.DIRECT.GET.{stream}"
+        self._api = f"{api_prefix}.DIRECT.GET.{stream}"
 
     async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
         """Return every event of the aggregate, in version order."""

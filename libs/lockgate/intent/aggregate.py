@@ -234,6 +234,21 @@ class EffectIntent(Aggregate):
             agg.state = State.DENIED
             agg.reason = "review.denied"
 
+    class ApprovalRefused(Event):
+        """A reviewer asked to approve and policy said no (their own request, say).
+
+        On the record for the audit; the review stays open for another reviewer.
+        """
+
+        review_id: str
+        reviewer: str
+        reason: str
+        policy_revision: str
+        determining: list[str]
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.refused_approvals[self.reviewer] = self.reason
+
     class ReviewExpired(Event):
         """Nobody decided before the review expired."""
 
@@ -476,6 +491,8 @@ class EffectIntent(Aggregate):
         self.interruption_requested = False
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
+        #: Reviewers whose approval policy refused, with the reason (this review).
+        self.refused_approvals: dict[str, str] = {}
 
     @property
     def intent_id(self) -> str:

@@ -117,6 +117,8 @@ class Service(Generic[H]):
     def __init__(self, build: Callable[[Ports], H]) -> None:
         self._build = build
         self._handlers: H | None = None
+        #: The ports, once connected (``None`` before).
+        self.ports: Ports | None = None
 
     @property
     def handlers(self) -> H:
@@ -131,4 +133,5 @@ class Service(Generic[H]):
 
     async def start(self, broker: NatsBroker, settings: Settings) -> None:
         """Connect and build the handlers."""
-        self._handlers = self._build(await connect_ports(broker, settings))
+        self.ports = await connect_ports(broker, settings)
+        self._handlers = self._build(self.ports)

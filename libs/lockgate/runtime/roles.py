@@ -1,46 +1,57 @@
-"""Who may touch which subject: DESIGN.md's role table as NATS users with exact permissions.
+"""Who may touch which subject: DESIGN.md's role table as NATS accounts and users.
 
-Each role connects as its own NATS user whose publish and subscribe allow-lists are
+Every process connects as its own NATS user whose publish and subscribe allow-lists are
 exactly its row of the table, plus the JetStream API subjects its client library
 calls. An agent runtime cannot publish an approval or an execution order because the
 broker refuses it, not because a service remembered to check.
 
+Accounts. In one NATS account a request's reply subject is not permission-checked, and
+JetStream (and ``allow_responses``) answer to it: a user allowed to publish one subject
+could name ``lg.exec.<capability>`` or another tenant's ``lg.evt...`` as the reply and
+make the server store its acknowledgement there. So the users live in accounts:
+
+- ``LOCKGATE`` has JetStream and the trusted processes: the topology ``admin`` and the
+  six services.
+- ``EDGE`` holds the people and programs at the edge: the trusted ``host``, one
+  ``agent-<tenant>`` per tenant, one ``reviewer-<name>`` and ``operator-<name>`` per
+  person. It has no JetStream of its own; it *imports* exactly the request subjects
+  they may use from ``LOCKGATE`` (and the model-facing responses as a stream). A reply
+  subject named in ``EDGE`` is delivered in ``EDGE``, where no stream or bucket exists.
+- ``ADAPTER_<name>``, one per adapter process, imports its capabilities' orders,
+  reports and registration, and *exports* its ``lg.adapter.<capability>.*`` requests
+  to ``LOCKGATE``.
+
+An account without JetStream answers ``$JS.API.>`` itself ("JetStream not enabled"), so
+the imported JetStream API subjects are renamed ``lg.jsapi.…`` there; clients in those
+accounts use ``nc.jetstream(prefix=role.js_prefix)``.
+
 Roles:
 
 - ``admin`` creates the topology (``ensure_topology``: streams, buckets, durables) and
-  may do anything. Nothing else creates or changes streams or consumers. Services
-  should only *bind* to their durables; today they still call ``ensure_topology`` at
-  startup (``lockgate.runtime.context.connect_ports``), which these roles refuse.
+  may do anything in ``LOCKGATE``. Services only *bind* to their durables.
 - ``host`` (the trusted host) opens runs: ``lg.run.<tenant>.open``.
-- ``agent`` (an agent runtime, one per tenant) opens turns, proposes candidates and
-  reads the model-facing responses of its own tenant only.
-- ``reviewer`` decides reviews: ``lg.review.<tenant>.<intent>.decide``.
+- ``agent-<tenant>`` opens turns, proposes candidates, withdraws them and reads the
+  model-facing responses of its own tenant only.
+- ``reviewer-<name>`` shows and decides reviews of the tenants it reviews; the subject
+  ends in its name, so approval records the authenticated reviewer.
+- ``operator-<name>`` settles unknown outcomes, withdraws candidates, reads the record
+  and asks every process for its status, in its tenants.
 - the six services, each with its own durables, its own event types (an append is a
   publish on ``lg.evt.<tenant>.<intent>.<version>.<EventType>``), the buckets and
   adapter verbs it uses, and ``allow_responses`` for the requests it answers.
-- ``adapter`` (per set of capabilities): answers ``lg.adapter.<capability>.*``, consumes
-  ``lg.exec.<capability>`` and reports on ``lg.report.<capability>.*``; it never
-  writes the event store.
+- ``adapter-<name>`` answers ``lg.adapter.<capability>.*``, consumes
+  ``lg.exec.<capability>`` and reports on ``lg.report.<capability>.*`` for its own
+  capabilities only; it never writes the event store.
 
 Replies: a role that answers requests gets ``allow_responses`` (one reply to the reply
-subject of each request it received), never a broad ``_INBOX.>`` publish. Roles at the
-edge (host, agent, reviewer) and adapters get a private inbox prefix, so no other user
-can subscribe to their replies and they cannot read anybody else's; their client must
-connect with ``inbox_prefix=role.inbox_prefix``. Services keep ``_INBOX``: FastStream
-pulls on ``_INBOX.<nuid>`` whatever the connection's prefix.
+subject of each request it received), never a broad ``_INBOX.>`` publish. Edge roles and
+adapters get a private inbox prefix, so no other user can read their replies; their
+client must connect with ``inbox_prefix=role.inbox_prefix``. Services keep ``_INBOX``:
+FastStream pulls on ``_INBOX.<nuid>`` whatever the connection's prefix.
 
-Known gap (single account): the reply subject of a request is not checked against any
-permission, and JetStream and ``allow_responses`` answer to it. A user allowed to
-publish ``lg.propose.<tenant>.<run>`` can therefore name ``lg.exec.<capability>`` or
-another tenant's ``lg.evt...`` as the reply subject and make the server store its
-publish acknowledgement there (a forged entry in the record). Closing that needs the
-edge roles in an account of their own that imports only the subjects they may use
-(replies then cross accounts as ``_R_`` subjects). A strict xfail in
-``tests/integration/test_permissions.py`` keeps the gap visible.
+Render a server's ``accounts`` block with::
 
-Render a server's ``authorization`` block with::
-
-    python -m lockgate.runtime.roles render --tenants tenant-a,tenant-b > authorization.conf
+    python -m lockgate.runtime.roles render --tenants tenant-a,tenant-b > accounts.conf
 """
 
 from __future__ import annotations
@@ -51,9 +62,10 @@ import re
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Literal
 
+from lockgate.core import subjects
 from lockgate.runtime.topology import (
     BUDGETS_BUCKET,
     CAPABILITIES_BUCKET,
@@ -69,11 +81,56 @@ from lockgate.runtime.topology import (
 
 #: The inbox prefix of trusted processes (nats-py's and FastStream's default).
 SERVICE_INBOX = "_INBOX"
+#: The account of the trusted processes; the only one with JetStream.
+SERVICES_ACCOUNT = "LOCKGATE"
+#: The account of hosts, agent runtimes, reviewers and operators.
+EDGE_ACCOUNT = "EDGE"
+#: The JetStream API as the services' account serves it.
+JS_API = "$JS.API"
+#: The same API in an account that imports it (its own ``$JS.API`` would answer instead).
+IMPORTED_JS_API = "lg.jsapi"
+
+
+def adapter_account(name: str) -> str:
+    """The account of the adapter process called ``name``."""
+    return f"ADAPTER_{_token(name, 'adapter name')}"
+
+
+@dataclass(frozen=True)
+class Import:
+    """A subject an account outside ``LOCKGATE`` takes from another account.
+
+    ``subject`` is the name in the exporting account, ``local`` the name the importer's
+    users publish (or subscribe) to. A ``service`` import forwards requests; ``stream``
+    delivers the exporter's messages. ``responses="stream"`` lets one request have many
+    replies (a batched direct get, a pull consumer's fetch).
+    """
+
+    subject: str
+    local: str
+    kind: Literal["service", "stream"] = "service"
+    responses: Literal["single", "stream"] = "single"
+    source: str = SERVICES_ACCOUNT
+
+
+def _service(subject: str, responses: Literal["single", "stream"] = "single") -> Import:
+    return Import(subject, subject, "service", responses)
+
+
+def _stream(subject: str) -> Import:
+    return Import(subject, subject, "stream")
+
+
+def _js(api_subject: str, responses: Literal["single", "stream"] = "single") -> Import:
+    """A JetStream API subject of the services' account, renamed for the importer."""
+    if not api_subject.startswith(JS_API + "."):
+        raise ValueError(f"{api_subject!r} is not a JetStream API subject")
+    return Import(api_subject, IMPORTED_JS_API + api_subject[len(JS_API):], "service", responses)
 
 
 @dataclass(frozen=True)
 class Role:
-    """One row of the role table: the exact subjects a NATS user may publish and subscribe."""
+    """One row of the role table: a NATS user's account and the exact subjects it may use."""
 
     name: str
     publish: tuple[str, ...]
@@ -82,6 +139,18 @@ class Role:
     allow_responses: bool = False
     #: The ``inbox_prefix`` its client must connect with (replies arrive under it).
     inbox_prefix: str = SERVICE_INBOX
+    account: str = SERVICES_ACCOUNT
+    #: What its account must import for it (``publish``/``subscribe`` name the local side).
+    imports: tuple[Import, ...] = ()
+    #: Request subjects its account offers the services' account (adapters).
+    exports: tuple[str, ...] = ()
+    #: The JetStream API prefix its client must use (``nc.jetstream(prefix=...)``).
+    js_prefix: str = JS_API
+    #: The person or program the user is (a reviewer's name, an operator's); the
+    #: principal token its command subjects end in.
+    principal: str = ""
+    #: Tenants it acts in (empty: every tenant); informative, the grants enforce it.
+    tenants: tuple[str, ...] = field(default=())
 
 
 # -- JetStream API subjects -----------------------------------------------------------------
@@ -145,7 +214,7 @@ def adapter_ask(verb: str) -> tuple[str, ...]:
 
 
 #: Load an aggregate or verify an order: direct get (``multi_last``) on the events stream.
-EVENT_LOAD = f"$JS.API.DIRECT.GET.{EVENTS}"
+EVENT_LOAD = f"{JS_API}.DIRECT.GET.{EVENTS}"
 
 
 def event_append(*event_types: str) -> tuple[str, ...]:
@@ -172,62 +241,89 @@ def _inbox(prefix: str) -> str:
     return f"{prefix}.>"
 
 
+def _scopes(tenants: Sequence[str] | None) -> list[str]:
+    return [_token(t, "tenant") for t in tenants] if tenants else ["*"]
+
+
 def admin_role() -> Role:
     """Owns the topology: creates streams, buckets and durables; may do anything."""
     return Role("admin", (">",), (">",), allow_responses=False)
 
 
+def _edge(
+    name: str, publish: Iterable[str], imports: Iterable[Import], *,
+    subscribe: Iterable[str] = (), principal: str = "", tenants: Sequence[str] | None = None,
+) -> Role:
+    prefix = f"_INBOX_{name.replace('-', '_')}"
+    return Role(
+        name, tuple(publish), (*subscribe, _inbox(prefix)), inbox_prefix=prefix,
+        account=EDGE_ACCOUNT, imports=tuple(imports), js_prefix=IMPORTED_JS_API,
+        principal=principal, tenants=tuple(tenants or ()),
+    )
+
+
 def host_role(tenants: Sequence[str] | None = None) -> Role:
     """The trusted host: opens runs (for ``tenants``, or for every tenant)."""
-    scopes = [_token(t, "tenant") for t in tenants] if tenants else ["*"]
-    prefix = "_INBOX_host"
-    return Role(
-        "host",
-        tuple(f"lg.run.{t}.open" for t in scopes),
-        (_inbox(prefix),),
-        inbox_prefix=prefix,
+    return _edge(
+        "host", (subjects.run_open(t) if t != "*" else subjects.RUN_OPEN_ALL
+                 for t in _scopes(tenants)),
+        [_service(subjects.RUN_OPEN_ALL)], tenants=tenants,
     )
+
+
+_RESPONSES_GET = _js(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSE_ALL}")
 
 
 def agent_role(tenant: str) -> Role:
-    """An agent runtime of ``tenant``: turns, candidates and responses of that tenant only."""
+    """An agent runtime of ``tenant``: turns, candidates, withdrawals and responses of that tenant only."""
     t = _token(tenant, "tenant")
-    prefix = f"_INBOX_agent_{t}"
-    return Role(
-        f"agent-{t}",
+    name = f"agent-{t}"
+    return _edge(
+        name,
         (
             f"lg.turn.{t}.*",
             f"lg.propose.{t}.*",
-            f"lg.withdraw.{t}.*",
-            f"$JS.API.DIRECT.GET.{RESPONSES}.lg.response.{t}.>",
+            f"lg.withdraw.{t}.*.*.{name}",
+            _RESPONSES_GET.local.replace(subjects.RESPONSE_ALL, subjects.responses_of(t)),
         ),
-        (f"lg.response.{t}.>", _inbox(prefix)),
-        inbox_prefix=prefix,
+        [_service(subjects.TURN_ALL), _service(subjects.PROPOSE_ALL),
+         _service(subjects.WITHDRAW_ALL), _RESPONSES_GET, _stream(subjects.RESPONSE_ALL)],
+        subscribe=(subjects.responses_of(t),), principal=name, tenants=(t,),
     )
 
 
-def reviewer_role(tenants: Sequence[str] | None = None) -> Role:
-    """Authenticated reviewers (dashboard, CLI): decide reviews of ``tenants`` (or all)."""
-    scopes = [_token(t, "tenant") for t in tenants] if tenants else ["*"]
-    prefix = "_INBOX_reviewer"
-    return Role(
-        "reviewer",
-        tuple(f"lg.review.{t}.*.decide" for t in scopes),
-        (_inbox(prefix),),
-        inbox_prefix=prefix,
+def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
+    """A reviewer (one person): shows and decides the reviews of ``tenants`` (or all)."""
+    who = _token(person, "reviewer")
+    name = f"reviewer-{who}"
+    return _edge(
+        name,
+        (f"lg.review.{t}.*.{verb}.{who}" for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS),
+        [_service("lg.review.>")], principal=who, tenants=tenants,
     )
 
 
-def operator_role(tenants: Sequence[str] | None = None) -> Role:
-    """Operators: settle unknown outcomes and withdraw candidates of ``tenants`` (or all)."""
-    scopes = [_token(t, "tenant") for t in tenants] if tenants else ["*"]
-    prefix = "_INBOX_operator"
-    return Role(
-        "operator",
-        tuple(f"lg.reconcile.{t}.*.resolve" for t in scopes)
-        + tuple(f"lg.withdraw.{t}.*" for t in scopes),
-        (_inbox(prefix),),
-        inbox_prefix=prefix,
+def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
+    """An operator (one person): settles outcomes, withdraws, reads the record and every status.
+
+    The record is read by batched direct gets, whose filter is in the request body, so a
+    tenant-scoped operator still reads every tenant's events: give scoped operators
+    the projection's views instead (the request subjects themselves are scoped).
+    """
+    who = _token(person, "operator")
+    name = f"operator-{who}"
+    load = _js(EVENT_LOAD, "stream")
+    return _edge(
+        name,
+        (
+            *(f"lg.reconcile.{t}.*.resolve.{who}" for t in _scopes(tenants)),
+            *(f"lg.withdraw.{t}.*.*.{name}" for t in _scopes(tenants)),
+            subjects.STATUS_ALL,
+            load.local,
+        ),
+        [_service("lg.reconcile.>"), _service(subjects.WITHDRAW_ALL),
+         _service(subjects.STATUS_ALL), load],
+        principal=who, tenants=tenants,
     )
 
 
@@ -248,7 +344,7 @@ SERVICES: dict[str, _ServiceRow] = {
     "intake": _ServiceRow(
         durables=("intake", "intake-responses"),
         appends=("CandidateReceived", "CandidateRejected"),
-        answers=("lg.run.*.open", "lg.turn.*.*"),
+        answers=(subjects.RUN_OPEN_ALL, subjects.TURN_ALL),
         reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET),
         lists=(CAPABILITIES_BUCKET,),
         writes=(RUNS_BUCKET, CATALOGUES_BUCKET),
@@ -270,8 +366,11 @@ SERVICES: dict[str, _ServiceRow] = {
     ),
     "approval": _ServiceRow(
         durables=("approval", "approval-expiry"),
-        appends=("ReviewRequested", "ReviewApproved", "ReviewDenied", "ReviewExpired"),
-        answers=("lg.review.*.*.decide",),
+        appends=(
+            "ReviewRequested", "ReviewApproved", "ReviewDenied", "ReviewExpired", "ApprovalRefused",
+        ),
+        reads=(RUNS_BUCKET,),
+        answers=tuple(subjects.review_all(verb) for verb in subjects.REVIEW_VERBS),
     ),
     "executor": _ServiceRow(
         durables=(
@@ -293,7 +392,7 @@ SERVICES: dict[str, _ServiceRow] = {
             "ResultObserved",
             "AttemptInterrupted",
         ),
-        answers=("lg.withdraw.*.*",),
+        answers=(subjects.WITHDRAW_ALL,),
         reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
         writes=(LOCKS_BUCKET,),
         asks=("facts",),
@@ -302,7 +401,7 @@ SERVICES: dict[str, _ServiceRow] = {
     "reconciler": _ServiceRow(
         durables=("reconciler",),
         appends=("Reconciled",),
-        answers=("lg.reconcile.*.*.resolve",),
+        answers=(subjects.RESOLVE_ALL,),
         reads=(CAPABILITIES_BUCKET,),
         asks=("query",),
     ),
@@ -344,42 +443,75 @@ def service_role(name: str) -> Role:
 
 
 def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
-    """An adapter process serving ``capabilities``.
+    """The adapter process ``name`` serving ``capabilities``, in an account of its own.
 
     The adapter SDK registers each capability in ``LG_CAPABILITIES`` and creates its own
     durable on ``LG_EXEC``; the create subject names the consumer and its filter, so the
-    grant covers exactly that consumer on that capability's orders.
+    grant covers exactly that consumer on that capability's orders. It reads the event
+    store (an order is checked against its ``ExecutionAuthorized`` event) but cannot
+    write it: there is no JetStream in its account, and only its own reports are imported.
     """
     if not capabilities:
         raise ValueError("an adapter serves at least one capability")
-    prefix = f"_INBOX_{_token(name, 'adapter name')}"
-    publish: list[str] = [*kv_open(CAPABILITIES_BUCKET), EVENT_LOAD]
+    who = _token(name, "adapter name")
+    user = f"adapter-{who}"
+    prefix = f"_INBOX_adapter_{who.replace('-', '_')}"
+    imports: list[Import] = [_js(f"{JS_API}.STREAM.INFO.KV_{CAPABILITIES_BUCKET}"), _js(EVENT_LOAD, "stream")]
     subscribe: list[str] = []
+    exports: list[str] = [subjects.status(f"adapter.{who}")]
     for cap in map(_capability, capabilities):
         consumer = "adapter-" + cap.replace(".", "_")
-        publish += [
-            *kv_write(CAPABILITIES_BUCKET, cap),
-            f"$JS.API.CONSUMER.CREATE.{EXEC}.{consumer}.lg.exec.{cap}",
-            *js_pull(EXEC, consumer),
-            f"lg.report.{cap}.*",
+        imports += [
+            _service(kv_write(CAPABILITIES_BUCKET, cap)[0]),
+            _js(f"{JS_API}.CONSUMER.CREATE.{EXEC}.{consumer}.lg.exec.{cap}"),
+            _js(f"{JS_API}.CONSUMER.INFO.{EXEC}.{consumer}"),
+            _js(f"{JS_API}.CONSUMER.MSG.NEXT.{EXEC}.{consumer}", "stream"),
+            _service(f"$JS.ACK.{EXEC}.{consumer}.>"),
+            _service(f"lg.report.{cap}.*"),
+            _stream(f"lg.interrupt.{cap}"),
         ]
-        subscribe += [f"lg.adapter.{cap}.*", f"lg.status.adapter.{cap}", f"lg.interrupt.{cap}"]
-    # The worker process answers for itself under the name it runs as (casenotes, items…).
-    subscribe += ["lg.status.adapter.*", _inbox(prefix)]
-    return Role(name, tuple(publish), tuple(subscribe), allow_responses=True, inbox_prefix=prefix)
+        subscribe += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}"), f"lg.interrupt.{cap}"]
+        exports += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}")]
+    publish = [i.local for i in imports if i.kind == "service"]
+    subscribe += [subjects.status(f"adapter.{who}"), _inbox(prefix)]
+    return Role(
+        user, tuple(publish), tuple(subscribe), allow_responses=True, inbox_prefix=prefix,
+        account=adapter_account(who), imports=tuple(imports), exports=tuple(exports),
+        js_prefix=IMPORTED_JS_API, principal=who,
+    )
 
 
-def roles(tenants: Sequence[str], capabilities: Sequence[str] = ("case.add_note",)) -> list[Role]:
-    """Every role of a deployment serving ``tenants`` and one adapter for ``capabilities``."""
+#: The demo deployment's adapter processes and the capabilities each serves.
+DEMO_ADAPTERS: dict[str, tuple[str, ...]] = {
+    "casenotes": ("case.add_note",),
+    "items": ("draft.prepare_private", "item.publish"),
+}
+#: The demo's people: reviewers and operators, each with the tenants they act in
+#: (empty: every tenant). ``user-42`` is also an actor of the case world, so the demo
+#: shows a person refused approval of their own request.
+DEMO_REVIEWERS: dict[str, tuple[str, ...]] = {"alice": (), "user-42": ("tenant-a",)}
+DEMO_OPERATORS: dict[str, tuple[str, ...]] = {"ops": ()}
+
+
+def roles(
+    tenants: Sequence[str],
+    adapters: Mapping[str, Sequence[str]] | None = None,
+    *,
+    reviewers: Mapping[str, Sequence[str]] | None = None,
+    operators: Mapping[str, Sequence[str]] | None = None,
+) -> list[Role]:
+    """Every role of a deployment serving ``tenants`` with these adapters and people."""
+    adapters = DEMO_ADAPTERS if adapters is None else adapters
+    reviewers = DEMO_REVIEWERS if reviewers is None else reviewers
+    operators = DEMO_OPERATORS if operators is None else operators
     return [
         admin_role(),
-        host_role(),
-        reviewer_role(),
-        operator_role(),
-        *(agent_role(t) for t in tenants),
         *(service_role(s) for s in SERVICES),
-        adapter_role(capabilities),
-        adapter_role(("draft.prepare_private", "item.publish"), name="adapter-items"),
+        host_role(),
+        *(agent_role(t) for t in tenants),
+        *(reviewer_role(p, scope) for p, scope in reviewers.items()),
+        *(operator_role(p, scope) for p, scope in operators.items()),
+        *(adapter_role(caps, name) for name, caps in adapters.items()),
     ]
 
 
@@ -395,79 +527,134 @@ def _quote(value: str) -> str:
 
 
 def _allow(kind: str, items: Iterable[str]) -> list[str]:
-    return [f"        {kind}: {{ allow: [", *(f"          {_quote(i)}" for i in items), "        ] }"]
+    return [f"            {kind}: {{ allow: [", *(f"              {_quote(i)}" for i in items),
+            "            ] }"]
 
 
-def render_authorization(users: Mapping[str, tuple[Role, str]]) -> str:
-    """A nats-server ``authorization { users = [...] }`` block for ``users``.
+@dataclass
+class _Account:
+    users: list[tuple[str, Role, str]] = field(default_factory=list)
+    imports: dict[tuple[str, str, str, str], Import] = field(default_factory=dict)
+    #: (kind, subject) → (response type, importing accounts)
+    exports: dict[tuple[str, str], tuple[str, set[str]]] = field(default_factory=dict)
+
+
+def _accounts(users: Mapping[str, tuple[Role, str]]) -> dict[str, _Account]:
+    """Group users by account and derive every import and the matching export."""
+    accounts: dict[str, _Account] = {SERVICES_ACCOUNT: _Account()}
+    for user, (role, password) in users.items():
+        accounts.setdefault(role.account, _Account()).users.append((user, role, password))
+    for name, account in list(accounts.items()):
+        for _, role, _ in account.users:
+            for imp in role.imports:
+                account.imports[(imp.kind, imp.subject, imp.local, imp.source)] = imp
+                source = accounts.setdefault(imp.source, _Account())
+                responses, importers = source.exports.setdefault(
+                    (imp.kind, imp.subject), (imp.responses, set()))
+                if responses != imp.responses:
+                    raise ValueError(f"{imp.subject}: imported with two response types")
+                importers.add(name)
+            for subject in role.exports:
+                # An adapter's requests and status, for the services (and, by their
+                # export of lg.status.>, for operators).
+                _, importers = account.exports.setdefault(("service", subject), ("single", set()))
+                importers.add(SERVICES_ACCOUNT)
+                back = Import(subject, subject, "service", "single", source=name)
+                accounts[SERVICES_ACCOUNT].imports[("service", subject, subject, name)] = back
+    return accounts
+
+
+def render_accounts(users: Mapping[str, tuple[Role, str]]) -> str:
+    """A nats-server ``accounts { ... }`` block for ``users``, one account per trust boundary.
+
+    Every import an account's roles need is matched by an export of its source that
+    names exactly the importing accounts.
 
     Args:
         users: user name → (its role, its password).
     """
     lines = [
-        "# Rendered from lockgate.runtime.roles: one user per role, permissions exactly its row.",
-        "authorization {",
-        "  users = [",
+        "# Rendered from lockgate.runtime.roles: accounts per trust boundary, one user per",
+        "# role, permissions exactly its row. Holds passwords: keep it private (mode 0600).",
+        "accounts {",
     ]
-    for user, (role, password) in users.items():
-        lines += [
-            "    {",
-            f"      # role: {role.name}; connect with inbox_prefix {role.inbox_prefix}",
-            f"      user: {_quote(user)}",
-            f"      password: {_quote(password)}",
-            "      permissions: {",
-            *_allow("publish", role.publish),
-            *_allow("subscribe", role.subscribe),
-        ]
-        if role.allow_responses:
-            lines.append("        allow_responses: true")
-        lines += ["      }", "    }"]
-    lines += ["  ]", "}"]
+    for name, account in _accounts(users).items():
+        lines.append(f"  {name}: {{")
+        if name == SERVICES_ACCOUNT:
+            lines.append("    jetstream: enabled")
+        lines.append("    users: [")
+        for user, role, password in account.users:
+            lines += [
+                "      {",
+                f"        # role: {role.name}; connect with inbox_prefix {role.inbox_prefix}"
+                + (f", JetStream prefix {role.js_prefix}" if role.js_prefix != JS_API else ""),
+                f"        user: {_quote(user)}",
+                f"        password: {_quote(password)}",
+                "        permissions: {",
+                *_allow("publish", role.publish),
+                *_allow("subscribe", role.subscribe),
+            ]
+            if role.allow_responses:
+                lines.append("            allow_responses: true")
+            lines += ["        }", "      }"]
+        lines.append("    ]")
+        if account.exports:
+            lines.append("    exports: [")
+            for (kind, subject), (responses, importers) in account.exports.items():
+                extra = ", response_type: \"stream\"" if responses == "stream" else ""
+                targets = ", ".join(_quote(a) for a in sorted(importers))
+                lines.append(f"      {{{kind}: {_quote(subject)}, accounts: [{targets}]{extra}}}")
+            lines.append("    ]")
+        if account.imports:
+            lines.append("    imports: [")
+            for imp in account.imports.values():
+                to = f", to: {_quote(imp.local)}" if imp.local != imp.subject else ""
+                lines.append(
+                    f"      {{{imp.kind}: {{account: {_quote(imp.source)}, "
+                    f"subject: {_quote(imp.subject)}}}{to}}}"
+                )
+            lines.append("    ]")
+        lines.append("  }")
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def demo_users(
-    tenants: Sequence[str],
-    capabilities: Sequence[str] = ("case.add_note",),
-    *,
-    password: Callable[[str], str] | None = None,
+def deployment_users(
+    roles_: Iterable[Role], *, password: Callable[[str], str] | None = None
 ) -> dict[str, tuple[Role, str]]:
     """One user per role, named after it, with a generated password (or ``password(user)``)."""
     make = password or (lambda _user: secrets.token_urlsafe(24))
-    return {role.name: (role, make(role.name)) for role in roles(tenants, capabilities)}
+    return {role.name: (role, make(role.name)) for role in roles_}
 
 
-def env_name(user: str) -> str:
-    """The variable that carries ``user``'s password in a compose ``.env`` file."""
-    return "LG_PASSWORD_" + re.sub(r"[^A-Za-z0-9]", "_", user).upper()
+def demo_users(
+    tenants: Sequence[str], *, password: Callable[[str], str] | None = None
+) -> dict[str, tuple[Role, str]]:
+    """The demo deployment's users (``roles(tenants)``)."""
+    return deployment_users(roles(tenants), password=password)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lockgate.runtime.roles render --tenants a,b [--env-file F]``."""
+    """``python -m lockgate.runtime.roles render --tenants a,b [--placeholder-passwords]``.
+
+    Prints the accounts block (for reading, or as the example beside a cluster's
+    configuration). To make a deployment's users with their credentials files, use
+    ``python -m lockgate.runtime.deployment``.
+    """
     parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.roles")
     commands = parser.add_subparsers(dest="command", required=True)
-    render = commands.add_parser("render", help="print a nats-server authorization block")
+    render = commands.add_parser("render", help="print a nats-server accounts block")
     render.add_argument("--tenants", required=True, help="comma-separated tenant ids")
-    render.add_argument("--capabilities", default="case.add_note",
-                        help="comma-separated capabilities of the adapter user")
     render.add_argument("--placeholder-passwords", action="store_true",
                         help="write CHANGE-ME-<user> instead of generated passwords")
-    render.add_argument("--env-file", type=Path,
-                        help="also write LG_PASSWORD_<USER>=... lines here (for docker compose)")
     args = parser.parse_args(argv)
     tenants = [t for t in args.tenants.split(",") if t]
-    capabilities = [c for c in args.capabilities.split(",") if c]
     placeholder = (lambda user: f"CHANGE-ME-{user}") if args.placeholder_passwords else None
     try:
-        users = demo_users(tenants, capabilities, password=placeholder)
+        users = demo_users(tenants, password=placeholder)
     except ValueError as exc:
         parser.error(str(exc))
-    sys.stdout.write(render_authorization(users))
-    if args.env_file:
-        args.env_file.write_text(
-            "".join(f"{env_name(u)}={pw}\n" for u, (_, pw) in users.items())
-        )
-        args.env_file.chmod(0o600)
+    sys.stdout.write(render_accounts(users))
     return 0
 
 

@@ -9,18 +9,25 @@ code cannot read (it is logged with its subject and counted as ``poison``).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import os
 import socket
+import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
+from nats.errors import Error as NatsError
 from prometheus_client import Counter, Histogram, start_http_server
 
+from lockgate.contracts.messages import Refusal
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.base import ConcurrencyConflict, EventStore, RecordedEvent
 from lockgate.eventstore.jetstream import recorded_event as stored
@@ -29,6 +36,7 @@ from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime.topology import consumer_config, durable
 
 Clock = Callable[[], datetime]
@@ -109,6 +117,22 @@ async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) 
     return "ack"
 
 
+async def answer(work: Awaitable[bytes], log: logging.Logger, what: str) -> bytes:
+    """Run a request/reply handler: an unexpected failure is answered, never left to time out.
+
+    The reply says only that the service could not answer now (``service.unavailable``):
+    the caller may ask again; the traceback goes to the service's log.
+    """
+    try:
+        return await work
+    except Exception:
+        log.exception("%s failed", what)
+        return _UNAVAILABLE
+
+
+_UNAVAILABLE = msgspec.json.encode(Refusal("service.unavailable", "the service could not answer; ask again"))
+
+
 def recorded_event(msg: NatsMessage) -> RecordedEvent:
     """The stored event a consumer of the events stream was handed."""
     raw = msg.raw_message
@@ -172,13 +196,59 @@ def make_broker(settings: Settings, service: str) -> NatsBroker:
     )
 
 
-def add_status(broker: NatsBroker, service: str) -> None:
-    """Answer ``lg.status.<service>`` so the supervisor and ``lockgate status`` see us."""
+@dataclass
+class Progress:
+    """What one durable of this process has done lately: the evidence that it makes progress."""
+
+    stream: str
+    last_settled: float = field(default_factory=time.monotonic)
+    running: dict[int, float] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def started(self) -> int:
+        """A handler started; returns its token for ``finished``."""
+        token = next(self._ids)
+        self.running[token] = time.monotonic()
+        return token
+
+    def finished(self, token: int) -> None:
+        """The handler of ``token`` settled its message."""
+        self.running.pop(token, None)
+        self.last_settled = time.monotonic()
+
+
+def add_status(
+    broker: NatsBroker, service: str, progress: dict[str, Progress],
+    ports: Callable[[], Ports | None],
+) -> None:
+    """Answer ``lg.status.<service>``: alive, and whether each durable makes progress.
+
+    The answer carries, per durable, what the server holds for it (``pending``: not yet
+    delivered) and what this process did (seconds since it last settled a message,
+    age of its oldest running handler), so ``lockgate status`` and the supervisor can
+    tell a stuck process from an idle one.
+    """
     me = instance_id(service)
 
     @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}")
     async def status() -> dict[str, Any]:
-        return {"service": service, "pid": os.getpid(), "instance": me}
+        now = time.monotonic()
+        connected = ports()
+        consumers: dict[str, ConsumerProgress] = {}
+        for name, p in progress.items():
+            pending = -1
+            if connected is not None:
+                with contextlib.suppress(NatsError, TimeoutError):
+                    info = await connected.js.consumer_info(p.stream, name, timeout=0.5)
+                    pending = int(info.num_pending or 0)
+            consumers[name] = ConsumerProgress(
+                pending=pending,
+                idle_s=round(now - p.last_settled, 1),
+                busy_s=round(now - min(p.running.values()), 1) if p.running else 0.0,
+            )
+        answer = ProcessStatus(service=service, pid=os.getpid(), instance=me,
+                               ready=connected is not None, consumers=consumers)
+        return answer.to_dict()
 
 
 @dataclass(frozen=True)
@@ -190,14 +260,28 @@ class Subscription:
     batch: int = 16
 
 
+#: Each broker's durables and what they did lately (``lg.status.<service>`` reports it).
+_PROGRESS: weakref.WeakKeyDictionary[NatsBroker, dict[str, Progress]] = weakref.WeakKeyDictionary()
+
+
+def progress_of(broker: NatsBroker) -> dict[str, Progress]:
+    """The progress of every durable bound on ``broker``."""
+    return _PROGRESS.setdefault(broker, {})
+
+
 def add_durable(
     broker: NatsBroker, sub: Subscription, log: logging.Logger, *, ack_wait_s: float = 5.0
 ) -> None:
     """Bind ``sub.handler`` to its durable pull consumer (created by the topology)."""
     d = durable(sub.durable)
+    progress = progress_of(broker).setdefault(d.name, Progress(d.stream))
 
     async def entry(msg: NatsMessage) -> None:
-        await settle(msg, sub.handler(msg), log, d.name)
+        token = progress.started()
+        try:
+            await settle(msg, sub.handler(msg), log, d.name)
+        finally:
+            progress.finished(token)
 
     broker.subscriber(
         stream=JStream(d.stream, declare=False),
@@ -222,5 +306,5 @@ def service_app(
             start_http_server(settings.metrics_port, addr=settings.metrics_addr)
         await service.start(broker, settings)
 
-    add_status(broker, name)
+    add_status(broker, name, progress_of(broker), lambda: service.ports)
     return app, broker, service

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from urllib.parse import quote
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockgate.runtime.deployment import Credentials, load_credentials
+from lockgate.runtime.roles import DEMO_OPERATORS, DEMO_REVIEWERS, JS_API, Role, roles
+
 #: The checkout this package runs from (the demo policies live there).
 _REPO = Path(__file__).resolve().parents[3]
+
+
+def default_var_dir() -> Path:
+    """``var/`` of the checkout this package runs from, else a per-user state directory.
+
+    Never relative to the current directory: every command finds the same system
+    wherever it is run from.
+    """
+    if (_REPO / "pyproject.toml").is_file():
+        return _REPO / "var"
+    return Path.home() / ".local" / "state" / "lockgate"
 
 
 class Settings(BaseSettings):
@@ -20,13 +35,23 @@ class Settings(BaseSettings):
     nats_url: str = "nats://127.0.0.1:4222"
     nats_user: str | None = None
     nats_password: str | None = None
+    #: This process's NATS user as a credentials file (``lockgate run`` hands each child
+    #: its own); it sets the user, password, inbox prefix and JetStream prefix.
+    credentials_file: Path | None = None
     #: Where replies to this process's requests go; a role with its own prefix cannot
     #: read other clients' replies (see ``lockgate.runtime.roles``).
     inbox_prefix: str = "_INBOX"
-    #: Create or update streams, buckets and durables at start. The embedded default
-    #: does; in a cluster an administrator's job does it once and services only bind.
-    manage_topology: bool = True
-    var_dir: Path = Path("var")
+    #: Create or update streams, buckets and durables at start. Off: an administrator
+    #: (``lockgate run``'s supervisor, a cluster's topology job) creates them once and
+    #: services only bind, as their broker permissions require.
+    manage_topology: bool = False
+    var_dir: Path = Field(default_factory=default_var_dir)
+    #: The tenants ``lockgate run`` makes agent users for.
+    tenants: tuple[str, ...] = ("tenant-a", "tenant-b")
+    #: The people who review, with the tenants each reviews (empty: every tenant).
+    reviewers: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_REVIEWERS))
+    #: The people who operate, with their tenants (empty: every tenant).
+    operators: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_OPERATORS))
     #: Cedar policies and schema fragments, read recursively.
     policy_dir: Path = _REPO / "deploy" / "policies"
     #: Replicas of every stream: 1 embedded, 3 in a cluster.
@@ -48,21 +73,42 @@ class Settings(BaseSettings):
     #: When set, each service writes a cProfile of its whole run here when it stops.
     profile_dir: Path | None = None
 
+    def roles(self) -> list[Role]:
+        """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""
+        return roles(self.tenants, reviewers=self.reviewers, operators=self.operators)
+
+    @cached_property
+    def credentials(self) -> Credentials | None:
+        """This process's credentials, when a credentials file is set.
+
+        Raises:
+            CredentialsError: the file is missing or not a credentials file.
+        """
+        return load_credentials(self.credentials_file) if self.credentials_file else None
+
+    @property
+    def js_prefix(self) -> str:
+        """The JetStream API prefix this process's account reaches JetStream under."""
+        return self.credentials.js_prefix if self.credentials else JS_API
+
     def connect_options(self) -> dict[str, object]:
         """Keyword arguments for ``nats.connect`` / ``NatsBroker``."""
+        creds = self.credentials
         return {
             "servers": self.servers(),
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": 0.5,
             "connect_timeout": 2,
-            "inbox_prefix": self.inbox_prefix,
+            "inbox_prefix": creds.inbox_prefix if creds else self.inbox_prefix,
         }
 
     def servers(self) -> list[str]:
         """The server URLs (``nats_url`` may list several, comma-separated), with credentials."""
         urls = [u.strip() for u in self.nats_url.split(",") if u.strip()]
-        if not self.nats_user:
+        creds = self.credentials
+        user, password = (creds.user, creds.password) if creds else (self.nats_user, self.nats_password)
+        if not user:
             return urls
         # Credentials in the URL work the same for nats-py and FastStream.
-        auth = f"{quote(self.nats_user, safe='')}:{quote(self.nats_password or '', safe='')}@"
+        auth = f"{quote(user, safe='')}:{quote(password or '', safe='')}@"
         return [u.replace("://", "://" + auth, 1) if "@" not in u else u for u in urls]

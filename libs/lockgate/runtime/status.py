@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from typing import Any
 
+import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
@@ -30,8 +32,67 @@ CHILDREN: tuple[tuple[str, str], ...] = (
     tuple((name, f"lockgate.{name}") for name in SERVICES) + ADAPTERS
 )
 
-#: What a status answer looks like: ``{"service": name, "pid": int, "instance": str}``.
+#: What a status answer looks like: ``{"service": name, "pid": int, "instance": str, ...}``.
 Status = dict[str, object]
+
+#: A durable with undelivered work and nothing settled for this long, or a handler
+#: running this long, is stuck: ``lockgate status`` says so and the supervisor restarts it.
+STALL_S = 30.0
+
+
+class ConsumerProgress(msgspec.Struct, frozen=True):
+    """One durable as its service sees it: work waiting on the server, and what it did lately."""
+
+    #: Messages the server has not delivered yet (-1: the server did not say).
+    pending: int
+    #: Seconds since this process last settled one of its messages.
+    idle_s: float
+    #: Age of the oldest handler still running (0 when none runs).
+    busy_s: float
+
+
+class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A service's answer on ``lg.status.<name>``."""
+
+    service: str
+    pid: int
+    instance: str = ""
+    #: Connected and serving (its ports are built).
+    ready: bool = True
+    consumers: dict[str, ConsumerProgress] = msgspec.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The answer as JSON-ready builtins."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+def problem(answer: Status | None, stall_s: float = STALL_S) -> str | None:
+    """Why a process is not OK, or ``None`` when it is: no answer, not ready, or stuck.
+
+    A durable is stuck when one of its handlers has run for ``stall_s``, or when the
+    server holds undelivered messages for it and the process has settled none for
+    ``stall_s``. Timers (messages waiting out a delay) are not undelivered work.
+    """
+    if answer is None:
+        return "no answer"
+    try:
+        status = msgspec.convert(answer, type=ProcessStatus)
+    except msgspec.ValidationError:
+        return None  # an adapter or an older process: it answered, that is all it says
+    if not status.ready:
+        return "not connected"
+    for name, c in sorted(status.consumers.items()):
+        if c.busy_s >= stall_s:
+            return f"{name}: a handler has run for {c.busy_s:g}s"
+        if c.pending > 0 and c.idle_s >= stall_s:
+            return f"{name}: {c.pending} waiting, nothing settled for {c.idle_s:g}s"
+    return None
+
+
+def child_user(name: str) -> str:
+    """The NATS user a supervised child connects as (``adapter.casenotes`` → ``adapter-casenotes``)."""
+    return name.replace("adapter.", "adapter-", 1) if name.startswith("adapter.") else name
 
 
 def status_subject(name: str) -> str:

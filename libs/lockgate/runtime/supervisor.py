@@ -1,5 +1,14 @@
 """``make run``: the embedded NATS server and every service as supervised child processes.
 
+On the embedded default every process connects as its own NATS user: before the
+broker starts, the supervisor makes the deployment's users and credentials under
+``var/`` (``lockgate.runtime.deployment``), starts ``nats-server`` with their accounts,
+creates the topology as ``admin`` and hands each child its own credentials file.
+
+It keeps everything running: a child that exits is started again (with backoff); a
+child that stops answering ``lg.status.<name>``, or answers that it is stuck, is killed
+and started again; a broker that dies or hangs is started again on the same store.
+
 Each child runs in a process group of its own, so the supervisor can stop it together
 with anything it started (and a Ctrl-C on the terminal reaches the supervisor only,
 which then stops the children in order instead of racing them).
@@ -25,9 +34,19 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from lockgate.core.errors import LockgateError
+from lockgate.runtime.deployment import (
+    Credentials,
+    Deployment,
+    RunInfo,
+    clear_run_info,
+    credentials_dir,
+    credentials_path,
+    ensure_deployment,
+    write_run_info,
+)
 from lockgate.runtime.natsserver import NatsServer, NatsServerError
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import CHILDREN, check_status
+from lockgate.runtime.status import CHILDREN, STALL_S, check_status, child_user, problem
 from lockgate.runtime.topology import ensure_topology
 
 #: Where the embedded server listens unless told otherwise (the NATS default port).
@@ -43,6 +62,13 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 #: How long the first connection to the server may take.
 CONNECT_TIMEOUT_S = 10.0
+#: How often the supervisor asks every child (and the broker) whether it is well.
+WATCH_EVERY_S = 2.0
+#: A child that answered once and then stays silent this long (while the broker
+#: answers the supervisor) is hung or stopped: it is killed and started again.
+UNRESPONSIVE_S = 15.0
+#: The broker not answering the supervisor for this long is hung: killed and restarted.
+BROKER_UNRESPONSIVE_S = 20.0
 
 READY_LINE = "Lockgate ready"
 
@@ -100,6 +126,13 @@ class _Child:
     restarts: int = 0
     #: Process groups that may still hold a process of this child's (leader pid = pgid).
     groups: set[int] = field(default_factory=set)
+    #: Its own credentials file (None: it inherits the environment's connection settings).
+    credentials: Path | None = None
+    #: When the current process started, and when it last answered that it is well.
+    started_at: float = 0.0
+    well_at: float | None = None
+    #: Why it was last found unwell (said once per episode).
+    unwell: str | None = None
 
 
 async def run_supervisor(
@@ -142,13 +175,23 @@ async def run_supervisor(
     tasks: list[asyncio.Task[None]] = []
     server: NatsServer | None = None
     nc: Client | None = None
+    admin: Credentials | None = None
     try:
         if embedded:
+            deployment = _deployment(settings, var_dir)
+            admin = deployment.of("admin")
+            for kid in kids:
+                path = credentials_path(var_dir, child_user(kid.name))
+                if child_user(kid.name) in deployment.credentials:
+                    kid.credentials = path
+                else:
+                    _say(f"lockgate: {kid.name} has no user of its own in the role table; "
+                         "it connects with whatever its environment says", error=True)
             url, server = await _embedded_server(var_dir, port)
         else:
             url = settings.nats_url
             _say(f"lockgate: using the NATS server at {url}")
-        nc = await _connect(settings, url, stopping)
+        nc = await _connect(settings, url, stopping, admin)
         try:
             await ensure_topology(
                 nc.jetstream(), replicas=settings.replicas, ack_wait_s=settings.ack_wait_s
@@ -159,14 +202,21 @@ async def run_supervisor(
             ) from exc
         if stopping.is_set():
             return 0
+        write_run_info(var_dir, RunInfo(
+            url=url, pid=os.getpid(), embedded=embedded,
+            credentials_dir=str(credentials_dir(var_dir)) if embedded else "",
+        ))
         env = _child_env(url, var_dir)
         _say(f"lockgate: starting {', '.join(k.name for k in kids)}; logs in {log_dir}")
+        health = _Health(loop.time())
         tasks = [asyncio.create_task(_keep_running(kid, env, log_dir)) for kid in kids]
-        tasks.append(
+        tasks += [
             asyncio.create_task(
-                _announce_ready(nc, [k.name for k in kids], ready_timeout_s, log_dir)
-            )
-        )
+                _announce_ready(nc, kids, ready_timeout_s, log_dir)),
+            asyncio.create_task(_watch_children(nc, kids, health, ready_timeout_s)),
+        ]
+        if server is not None:
+            tasks.append(asyncio.create_task(_watch_broker(server, nc, health)))
         await stopping.wait()
         _say("lockgate: stopping")
         return 0
@@ -180,8 +230,20 @@ async def run_supervisor(
                 await nc.close()
         if server is not None:
             await asyncio.to_thread(server.stop)
+        clear_run_info(var_dir, os.getpid())
         for sig in handled:
             loop.remove_signal_handler(sig)
+
+
+def _deployment(settings: Settings, var_dir: Path) -> Deployment:
+    """Every role's user and credentials under ``var_dir`` (made on the first start)."""
+    try:
+        deployment = ensure_deployment(var_dir, settings.roles())
+    except (OSError, ValueError) as exc:
+        raise SupervisorError(f"could not make the deployment's users: {exc}") from exc
+    _say(f"lockgate: {len(deployment.credentials)} NATS users, one per process and person; "
+         f"credentials in {credentials_dir(var_dir)} (mode 0600)")
+    return deployment
 
 
 def _handle_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
@@ -196,20 +258,26 @@ def _handle_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -
     return handled
 
 
-async def _embedded_server(var_dir: Path, port: int) -> tuple[str, NatsServer | None]:
+async def _embedded_server(var_dir: Path, port: int) -> tuple[str, NatsServer]:
     host = "127.0.0.1"
     state: PortState = "free" if port == 0 else await probe_port(host, port)
     if state == "other":
         raise SupervisorError(
             f"port {port} on {host} is taken by something that is not a NATS server; "
-            "stop it, choose another port, or set LOCKGATE_NATS_URL to a running NATS server"
+            "stop it, choose another port (--port N), or set LOCKGATE_NATS_URL to a running NATS server"
         )
     if state == "nats":
-        url = f"nats://{host}:{port}"
-        _say(f"lockgate: a NATS server already listens on {host}:{port}; using it (left running)")
-        return url, None
+        # Never put the streams on a server this did not start (and whose users it
+        # does not know): that takes an explicit LOCKGATE_NATS_URL.
+        raise SupervisorError(
+            f"a NATS server already listens on {host}:{port} (another lockgate run?); stop it, "
+            f"choose another port (--port N), or set LOCKGATE_NATS_URL=nats://{host}:{port} "
+            "to use that server"
+        )
     server = NatsServer(
-        store_dir=var_dir / "nats", port=port, log_file=var_dir / "log" / "nats-server.log"
+        store_dir=var_dir / "nats", port=port, log_file=var_dir / "log" / "nats-server.log",
+        # The accounts block holds passwords: it stays in its own 0600 file.
+        config_text="include ./accounts.conf",
     )
     try:
         await asyncio.to_thread(server.start)
@@ -221,7 +289,9 @@ async def _embedded_server(var_dir: Path, port: int) -> tuple[str, NatsServer | 
     return server.url, server
 
 
-async def _connect(settings: Settings, url: str, stopping: asyncio.Event) -> Client:
+async def _connect(
+    settings: Settings, url: str, stopping: asyncio.Event, admin: Credentials | None
+) -> Client:
     async def on_error(exc: Exception) -> None:
         # nats-py logs a traceback per failed reconnect attempt by default.
         return None
@@ -237,6 +307,8 @@ async def _connect(settings: Settings, url: str, stopping: asyncio.Event) -> Cli
         _say("lockgate: reconnected to NATS")
 
     options = settings.connect_options()
+    if admin is not None:
+        options.update(user=admin.user, password=admin.password)
     options.update(
         servers=[url],
         name="lockgate-supervisor",
@@ -267,7 +339,7 @@ def _child_env(url: str, var_dir: Path) -> dict[str, str]:
 
 
 @functools.cache
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the kernel SIGTERM the child if the supervisor dies.
 
     Covers the case no signal handler can: the supervisor itself being SIGKILLed.
@@ -297,6 +369,8 @@ def _open_log(path: Path, module: str) -> BinaryIO:
 
 
 async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.subprocess.Process:
+    if kid.credentials is not None:
+        env = {**env, "LOCKGATE_CREDENTIALS_FILE": str(kid.credentials)}
     log = await asyncio.to_thread(_open_log, log_dir / f"{kid.name}.log", kid.module)
     with log:
         return await asyncio.create_subprocess_exec(
@@ -308,7 +382,7 @@ async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.sub
             stderr=log,
             env=env,
             process_group=0,
-            preexec_fn=_parent_death_signal(),
+            preexec_fn=parent_death_signal(),
         )
 
 
@@ -324,6 +398,7 @@ async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None
             outcome = f"could not start ({exc})"
         else:
             kid.proc = proc
+            kid.started_at, kid.well_at, kid.unwell = loop.time(), None, None
             kid.groups.add(proc.pid)
             code = await proc.wait()
             # Whatever the dead child started would otherwise outlive it, orphaned.
@@ -339,16 +414,20 @@ async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None
 
 
 async def _announce_ready(
-    nc: Client, names: Sequence[str], timeout_s: float, log_dir: Path
+    nc: Client, kids: Sequence[_Child], timeout_s: float, log_dir: Path
 ) -> None:
     """Print the ready line once every child answers; say who is missing after ``timeout_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     warned = False
+    names = [k.name for k in kids]
     while True:
         answers = await check_status(nc, names, timeout_s=1.0)
         missing = [name for name in names if answers[name] is None]
         if not missing:
+            now = loop.time()
+            for kid in kids:  # each answered: from here, silence counts against it
+                kid.well_at = kid.well_at or now
             _say(READY_LINE)
             return
         if not warned and loop.time() >= deadline:
@@ -358,6 +437,85 @@ async def _announce_ready(
             )
             warned = True
         await asyncio.sleep(2.0 if warned else 0.2)
+
+
+@dataclass
+class _Health:
+    """When the broker last answered the supervisor (children are judged only while it does)."""
+
+    broker_ok_at: float
+
+    def broker_ok(self, now: float) -> bool:
+        return now - self.broker_ok_at < 2 * WATCH_EVERY_S + 1.0
+
+
+async def _watch_children(
+    nc: Client, kids: Sequence[_Child], health: _Health, ready_timeout_s: float
+) -> None:
+    """Kill (so the restart loop starts again) any child that is hung, stopped or stuck.
+
+    A child is unwell when it does not answer its status, or answers that it is not
+    connected or that a durable is stuck (``status.problem``). While the broker itself
+    does not answer, nobody is judged: every child would look silent.
+    """
+    loop = asyncio.get_running_loop()
+    unwell_since: dict[str, float] = {}
+    while True:
+        await asyncio.sleep(WATCH_EVERY_S)
+        live = [(k, k.proc) for k in kids if k.proc is not None and k.proc.returncode is None]
+        try:
+            answers = await check_status(nc, [k.name for k, _ in live], timeout_s=1.0)
+        except NatsError:
+            continue
+        now = loop.time()
+        for kid, proc in live:
+            why = problem(answers.get(kid.name), STALL_S)
+            if why is None:
+                kid.well_at, kid.unwell = now, None
+                unwell_since.pop(kid.name, None)
+                continue
+            if not health.broker_ok(now):
+                unwell_since.pop(kid.name, None)
+                continue
+            since = unwell_since.setdefault(kid.name, now)
+            # Never yet answered since it started: it gets the ready timeout to come up.
+            grace = ready_timeout_s if kid.well_at is None else UNRESPONSIVE_S
+            if now - max(since, kid.started_at) < grace:
+                continue
+            _say(f"lockgate: {kid.name} is not well ({why}) for {now - since:.0f}s; "
+                 "killing it, it will be started again")
+            _signal_group(proc.pid, signal.SIGKILL)
+            unwell_since.pop(kid.name, None)
+
+
+async def _watch_broker(server: NatsServer, nc: Client, health: _Health) -> None:
+    """Start the embedded server again when it died, or kill and start it when it hangs."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(WATCH_EVERY_S)
+        now = loop.time()
+        process = server.process
+        dead = process is None or process.poll() is not None
+        if not dead:
+            try:
+                await nc.flush(timeout=int(WATCH_EVERY_S))
+            except (NatsError, TimeoutError):
+                if now - health.broker_ok_at < BROKER_UNRESPONSIVE_S:
+                    continue
+                _say(f"lockgate: nats-server has not answered for {now - health.broker_ok_at:.0f}s "
+                     "(hung or stopped); killing it and starting it again")
+                await asyncio.to_thread(server.kill)
+            else:
+                health.broker_ok_at = loop.time()
+                continue
+        else:
+            code = process.returncode if process is not None else None
+            _say(f"lockgate: nats-server exited with {code}; starting it again on the same store")
+        try:
+            await asyncio.to_thread(server.start)
+        except NatsServerError as exc:
+            _say(f"lockgate: nats-server did not start again: {exc} (see {server.log_file}); "
+                 "trying again", error=True)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

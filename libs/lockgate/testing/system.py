@@ -1,4 +1,9 @@
-"""The whole system as real processes on a private broker, for end-to-end tests and benchmarks."""
+"""The whole system as real processes on a private broker, for end-to-end tests and benchmarks.
+
+It runs as ``make run`` does: every process connects as its own NATS user, in the
+accounts ``lockgate.runtime.roles`` renders, with credentials made under the system's
+root; tests connect as whichever role they play (``connect(user)``, ``gateway()``).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,18 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client
 
+from lockgate.client.sdk import Gateway
+from lockgate.client.sdk import connect as connect_gateway
+from lockgate.runtime.deployment import (
+    Credentials,
+    Deployment,
+    credentials_path,
+    ensure_deployment,
+)
 from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.status import CHILDREN, check_status
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.status import CHILDREN, check_status, child_user
+from lockgate.runtime.supervisor import parent_death_signal
 from lockgate.runtime.topology import ensure_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,6 +46,7 @@ class System:
     extra_env: dict[str, str] = field(default_factory=dict)
     server: NatsServer | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    deployment: Deployment | None = None
 
     @property
     def url(self) -> str:
@@ -64,9 +80,14 @@ class System:
         return env
 
     async def start(self, timeout_s: float = 60.0) -> None:
-        """Start the broker, create the topology, start every child and wait until all answer."""
+        """Make the users, start the broker, create the topology, start every child, wait for all."""
         (self.root / "log").mkdir(parents=True, exist_ok=True)
-        self.server = NatsServer(store_dir=self.root / "nats", log_file=self.root / "log" / "nats.log")
+        # The users and accounts `lockgate run` makes, from the same settings.
+        self.deployment = ensure_deployment(self.root, Settings(var_dir=self.root).roles())
+        self.server = NatsServer(
+            store_dir=self.root / "nats", log_file=self.root / "log" / "nats.log",
+            config_text="include ./accounts.conf",
+        )
         self.server.start()
         nc = await self.connect()
         try:
@@ -78,15 +99,41 @@ class System:
         await self.wait_ready([name for name, _ in self.children], timeout_s)
 
     def spawn(self, name: str, module: str) -> None:
-        """Start one child process."""
+        """Start one child process, as its own user."""
+        env = self.env()
+        env["LOCKGATE_CREDENTIALS_FILE"] = str(credentials_path(self.root, child_user(name)))
         with open(self.log(name), "ab") as log:  # the child keeps its own copy
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", module], env=self.env(), stdout=log, stderr=log, cwd=REPO
+                [sys.executable, "-m", module], env=env, stdout=log, stderr=log, cwd=REPO,
+                # A test process that dies takes its children along: none lingers,
+                # reconnecting to whatever server later takes the port.
+                preexec_fn=parent_death_signal(),
             )
 
-    async def connect(self) -> Client:
-        """A client connection to the broker."""
-        return await nats.connect(self.url, max_reconnect_attempts=3)
+    def credentials(self, user: str) -> Credentials:
+        """The credentials of ``user`` (``admin``, ``agent-tenant-a``, ``reviewer-alice``…)."""
+        if self.deployment is None:
+            raise RuntimeError("system not started")
+        return self.deployment.of(user)
+
+    async def connect(self, user: str = "admin", **options: object) -> Client:
+        """A client connection to the broker as ``user`` (the topology owner by default)."""
+        creds = self.credentials(user)
+        return await nats.connect(
+            self.url, user=creds.user, password=creds.password, inbox_prefix=creds.inbox_prefix,
+            max_reconnect_attempts=3, **options,
+        )
+
+    async def gateway(self, tenant: str = "tenant-a", *, timeout_s: float = 5.0) -> Gateway:
+        """An agent runtime of ``tenant`` that is also its trusted host (opens its runs)."""
+        return await connect_gateway(
+            self.url, credentials=self.credentials(f"agent-{tenant}"),
+            host=self.credentials("host"), timeout_s=timeout_s,
+        )
+
+    async def person(self, user: str, *, timeout_s: float = 5.0) -> Gateway:
+        """A reviewer's or operator's connection (``reviewer-alice``, ``operator-ops``)."""
+        return await connect_gateway(self.url, credentials=self.credentials(user), timeout_s=timeout_s)
 
     async def wait_ready(self, names: Sequence[str], timeout_s: float = 60.0) -> None:
         """Poll ``lg.status.<name>`` until every one answers.

@@ -8,9 +8,12 @@ from faststream import FastStream
 from faststream.nats import NatsMessage
 
 from lockgate.approval.handlers import ApprovalHandlers
+from lockgate.authz.source import BundleSource
+from lockgate.core import subjects
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
+    answer,
     recorded_event,
     service_app,
     utc_now,
@@ -25,13 +28,19 @@ def create_app(settings: Settings) -> FastStream:
     app, broker, service = service_app(
         settings,
         "approval",
-        lambda ports: ApprovalHandlers(ports, utc_now, review_ttl_s=settings.review_ttl_s),
+        lambda ports: ApprovalHandlers(
+            ports, utc_now, review_ttl_s=settings.review_ttl_s,
+            bundles=BundleSource(settings.policy_dir),
+        ),
     )
 
-    @broker.subscriber("lg.review.*.*.decide", queue="approval")
+    @broker.subscriber(subjects.review_all("decide"), queue="approval")
     async def decide(msg: NatsMessage) -> bytes:
-        _, _, tenant, intent_id, _ = msg.raw_message.subject.split(".")
-        return await service.handlers.decide(tenant, intent_id, msg.body)
+        return await answer(service.handlers.decide(msg.raw_message.subject, msg.body), log, "decide")
+
+    @broker.subscriber(subjects.review_all("show"), queue="approval")
+    async def show(msg: NatsMessage) -> bytes:
+        return await answer(service.handlers.show(msg.raw_message.subject), log, "show")
 
     async def on_decided(msg: NatsMessage) -> None:
         await service.handlers.decided(recorded_event(msg))

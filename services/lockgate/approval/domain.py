@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockgate.contracts.messages import DecideReview
+from lockgate.authz import Decision
+from lockgate.contracts.messages import DecideReview, ReviewView
 from lockgate.core.canonical import canonical_json
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -70,8 +71,44 @@ def expire(intent: EffectIntent, review_id: str, *, cause: str, now: datetime) -
     ]
 
 
-def decide_review(intent: EffectIntent | None, cmd: DecideReview, *, cause: str, now: datetime) -> list[Event]:
+def show(intent: EffectIntent | None) -> ReviewView:
+    """The open review of ``intent``, as a reviewer is shown it.
+
+    Raises:
+        ReviewProblem: ``review.unknown`` when nothing awaits a reviewer.
+    """
+    if intent is None or intent.state is not State.AWAITING_APPROVAL or intent.review_id is None:
+        raise ReviewProblem("review.unknown")
+    return ReviewView(
+        review_id=intent.review_id,
+        candidate_id=intent.intent_id,
+        tenant=intent.tenant,
+        actor=intent.actor,
+        tool=intent.tool,
+        summary=summary(intent),
+        digest=intent.digest or "",
+        resource=dict(intent.resource),
+        destination=intent.destination,
+        expires_at=intent.review_expires_at or intent.modified_on,
+        state=intent.state.value,
+    )
+
+
+def decide_review(
+    intent: EffectIntent | None,
+    cmd: DecideReview,
+    *,
+    reviewer: str,
+    permission: Decision | None,
+    cause: str,
+    now: datetime,
+) -> list[Event]:
     """Record a reviewer's decision, bound to the digest and revisions they saw.
+
+    ``reviewer`` is the authenticated user (from the request's subject, never the
+    payload). ``permission`` is policy's answer to "may this reviewer approve it"; an
+    approval it does not allow is recorded as ``ApprovalRefused`` and the review stays
+    open. A denial needs no permission: any reviewer of the tenant may refuse.
 
     Raises:
         ReviewProblem: unknown review, already decided, expired, or a digest that is
@@ -87,11 +124,26 @@ def decide_review(intent: EffectIntent | None, cmd: DecideReview, *, cause: str,
         raise ReviewProblem("review.digest-mismatch")
     ids: dict[str, Any] = dict(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
     if cmd.approve:
+        if permission is None or permission.outcome != "allow":
+            reasons = permission.reasons if permission is not None else ("policy.unavailable",)
+            reason = (reasons or ("policy.no-permit",))[0]
+            if intent.refused_approvals.get(reviewer) == reason:
+                raise ReviewProblem(reason)  # the same refusal is on the record already
+            return [
+                EffectIntent.ApprovalRefused.next(
+                    intent, review_id=cmd.review_id, reviewer=reviewer,
+                    reason=reason,
+                    policy_revision=permission.revision if permission else "",
+                    determining=list(permission.determining if permission else ()),
+                    now=now, event_id=derived_id("approval-refused", cause, reason),
+                    causation_id=cause,
+                )
+            ]
         return [
             EffectIntent.ReviewApproved.next(
                 intent,
                 review_id=cmd.review_id,
-                reviewer=cmd.reviewer,
+                reviewer=reviewer,
                 digest=intent.digest,
                 policy_revision=intent.policy_revision or "",
                 contract_revision=intent.contract_revision,
@@ -100,7 +152,7 @@ def decide_review(intent: EffectIntent | None, cmd: DecideReview, *, cause: str,
         ]
     return [
         EffectIntent.ReviewDenied.next(
-            intent, review_id=cmd.review_id, reviewer=cmd.reviewer, reason=cmd.reason[:300],
+            intent, review_id=cmd.review_id, reviewer=reviewer, reason=cmd.reason[:300],
             **ids,
         )
     ]

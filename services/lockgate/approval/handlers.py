@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import msgspec
 
-from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review
+from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review, show
+from lockgate.authz.intents import Evidence, judge_approval
+from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import DecideReview, Recorded, Refusal
-from lockgate.core.ids import derived_id, is_subject_token
+from lockgate.core.ids import derived_id
+from lockgate.core.subjects import NotACommandSubject, parse_review
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, Retry, decide_and_append
+from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
 
 
 class ApprovalHandlers:
-    """Opens reviews, expires them, records reviewers' decisions."""
+    """Opens reviews, expires them, shows them and records reviewers' decisions."""
 
-    def __init__(self, ports: Ports, clock: Clock, *, review_ttl_s: float) -> None:
+    def __init__(
+        self, ports: Ports, clock: Clock, *, review_ttl_s: float, bundles: BundleSource | None = None
+    ) -> None:
         self.ports = ports
         self.clock = clock
         self.review_ttl_s = review_ttl_s
+        self.bundles = bundles
 
     async def decided(self, recorded: RecordedEvent) -> None:
         """Open a review when policy required one."""
@@ -53,21 +59,51 @@ class ApprovalHandlers:
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
 
-    async def decide(self, tenant: str, intent_id: str, body: bytes) -> bytes:
-        """A reviewer's decision (request/reply); the reply says what was recorded."""
+    async def show(self, subject: str) -> bytes:
+        """A reviewer asks to see an open review (request/reply)."""
         try:
-            cmd = msgspec.json.decode(body, type=DecideReview)
-        except msgspec.MsgspecError as exc:
-            return msgspec.json.encode(Refusal("review.malformed", str(exc)[:200]))
-        if not (is_subject_token(tenant) and is_subject_token(intent_id)):
+            command = parse_review(subject)
+            view = show(await load_intent(self.ports.store, command.tenant, command.intent_id))
+        except NotACommandSubject:
             return msgspec.json.encode(Refusal("review.unknown"))
-        cause = derived_id("decide", tenant, intent_id, cmd.review_id, cmd.reviewer, str(cmd.approve))
-
-        async def step(intent: EffectIntent | None) -> list[Event]:
-            return decide_review(intent, cmd, cause=cause, now=self.clock())
-
-        try:
-            events = await decide_and_append(self.ports.store, tenant, intent_id, step)
         except ReviewProblem as problem:
             return msgspec.json.encode(Refusal(problem.code))
+        return msgspec.json.encode(view)
+
+    async def decide(self, subject: str, body: bytes) -> bytes:
+        """A reviewer's decision (request/reply); the reply says what was recorded.
+
+        The reviewer is the subject's last token: the broker lets each reviewer publish
+        only subjects that end in its own name.
+        """
+        try:
+            command = parse_review(subject)
+            cmd = msgspec.json.decode(body, type=DecideReview)
+        except NotACommandSubject:
+            return msgspec.json.encode(Refusal("review.unknown"))
+        except msgspec.MsgspecError as exc:
+            return msgspec.json.encode(Refusal("review.malformed", str(exc)[:200]))
+        reviewer = command.principal
+        cause = derived_id("decide", command.tenant, command.intent_id, cmd.review_id, reviewer,
+                           str(cmd.approve))
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            permission = None
+            if intent is not None and cmd.approve and self.bundles is not None:
+                run = await self.ports.run(intent.tenant, intent.run_id)
+                permission = judge_approval(self.bundles.current(), intent, reviewer, Evidence(run=run))
+            return decide_review(intent, cmd, reviewer=reviewer, permission=permission,
+                                 cause=cause, now=self.clock())
+
+        try:
+            events = await decide_and_append(self.ports.store, command.tenant, command.intent_id, step)
+        except ReviewProblem as problem:
+            return msgspec.json.encode(Refusal(problem.code))
+        if not events:
+            # The same decision again, already recorded: what it became is on the record.
+            intent = await load_intent(self.ports.store, command.tenant, command.intent_id)
+            state = intent.state.value if intent else "unknown"
+            return msgspec.json.encode(Refusal("review.closed", state))
+        if isinstance(events[0], EffectIntent.ApprovalRefused):
+            return msgspec.json.encode(Refusal(events[0].reason, "approval not permitted"))
         return msgspec.json.encode(Recorded(type(events[0]).__name__))

@@ -8,11 +8,13 @@ from faststream import FastStream
 from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
+from lockgate.core import subjects
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
+    answer,
     recorded_event,
     service_app,
     utc_now,
@@ -30,10 +32,10 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, "executor", build)
 
-    @broker.subscriber("lg.withdraw.*.*", queue="executor")
+    @broker.subscriber(subjects.WITHDRAW_ALL, queue="executor")
     async def withdraw(msg: NatsMessage) -> bytes:
-        _, _, tenant, intent_id = msg.raw_message.subject.split(".")
-        return await service.handlers.withdraw(tenant, intent_id, msg.body)
+        return await answer(
+            service.handlers.withdraw(msg.raw_message.subject, msg.body), log, "withdraw")
 
     async def on_ready(msg: NatsMessage) -> None:
         await service.handlers.ready(recorded_event(msg))

@@ -17,7 +17,8 @@ from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
-from lockgate.core.ids import derived_id, is_subject_token
+from lockgate.core.ids import derived_id
+from lockgate.core.subjects import NotACommandSubject, parse_withdraw
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -41,6 +42,10 @@ def lock_key(intent: EffectIntent) -> str:
 
 
 _NOT_KEY = re.compile(r"[^-/_=.a-zA-Z0-9]")
+#: The run an operator names to withdraw any candidate of its tenants.
+ANY_RUN = "_"
+#: Agent runtimes' users (``agent-<tenant>``) may withdraw only within a run they name.
+AGENT_USER_PREFIX = "agent-"
 #: States in which an intent still holds its resource: about to be sent, in flight,
 #: or in flight with an unknown outcome (the resource's state is uncertain).
 _HOLDING = frozenset({State.ALLOWED, State.AUTHORIZED, State.SENT, State.UNKNOWN})
@@ -142,24 +147,36 @@ class ExecutorHandlers:
             with contextlib.suppress(KeyWrongLastSequenceError):
                 await self.ports.locks.delete(key, last=entry.revision)
 
-    async def withdraw(self, tenant: str, intent_id: str, body: bytes) -> bytes:
-        """Stop a candidate by its state (request/reply); the reply is what the model now sees."""
+    async def withdraw(self, subject: str, body: bytes) -> bytes:
+        """Stop a candidate by its state (request/reply); the reply is what the model now sees.
+
+        Who asks is the subject's last token (the broker lets each user publish only its
+        own). An agent runtime may stop only candidates of the run it names; an operator
+        names the run ``_`` and may stop any candidate of the tenants it operates.
+        """
         try:
+            command = parse_withdraw(subject)
             cmd = msgspec.json.decode(body, type=Withdraw)
+        except NotACommandSubject:
+            return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
         except msgspec.MsgspecError as exc:
             return msgspec.json.encode(Refusal("withdraw.malformed", str(exc)[:200]))
-        if not (is_subject_token(tenant) and is_subject_token(intent_id)):
-            return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
-        cause = derived_id("withdraw", tenant, intent_id, cmd.by)
+        tenant, intent_id, by = command.tenant, command.intent_id, command.principal
+        cause = derived_id("withdraw", tenant, intent_id, by)
+
+        def in_scope(intent: EffectIntent) -> bool:
+            if command.run_id == intent.run_id:
+                return True
+            return command.run_id == ANY_RUN and not by.startswith(AGENT_USER_PREFIX)
 
         async def step(intent: EffectIntent | None) -> list[Event]:
-            if intent is None:
+            if intent is None or not in_scope(intent):
                 return []
-            return withdraw(intent, by=cmd.by[:64], why=cmd.why, cause=cause, now=self.clock())
+            return withdraw(intent, by=by, why=cmd.why, cause=cause, now=self.clock())
 
         events = await decide_and_append(self.ports.store, tenant, intent_id, step)
         intent = await load_intent(self.ports.store, tenant, intent_id)
-        if intent is None:
+        if intent is None or not in_scope(intent):
             return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
         for event in events:
             if isinstance(event, EffectIntent.InterruptionRequested):

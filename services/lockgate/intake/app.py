@@ -11,6 +11,7 @@ from lockgate.intake.handlers import IntakeHandlers
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
+    answer,
     recorded_event,
     service_app,
     utc_now,
@@ -29,12 +30,12 @@ def create_app(settings: Settings) -> FastStream:
     @broker.subscriber("lg.run.*.open", queue="intake")
     async def open_run(msg: NatsMessage) -> bytes:
         tenant = msg.raw_message.subject.split(".")[2]
-        return await service.handlers.open_run(tenant, msg.body)
+        return await answer(service.handlers.open_run(tenant, msg.body), log, "open run")
 
     @broker.subscriber("lg.turn.*.*", queue="intake")
     async def open_turn(msg: NatsMessage) -> bytes:
         _, _, tenant, run_id = msg.raw_message.subject.split(".")
-        return await service.handlers.open_turn(tenant, run_id, msg.body)
+        return await answer(service.handlers.open_turn(tenant, run_id, msg.body), log, "open turn")
 
     async def on_candidate(msg: NatsMessage) -> None:
         raw = msg.raw_message

@@ -7,10 +7,12 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
+from lockgate.core import subjects
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
+    answer,
     deliveries,
     recorded_event,
     service_app,
@@ -27,10 +29,10 @@ def create_app(settings: Settings) -> FastStream:
         settings, "reconciler", lambda ports: ReconcilerHandlers(ports, utc_now)
     )
 
-    @broker.subscriber("lg.reconcile.*.*.resolve", queue="reconciler")
+    @broker.subscriber(subjects.RESOLVE_ALL, queue="reconciler")
     async def resolve(msg: NatsMessage) -> bytes:
-        _, _, tenant, intent_id, _ = msg.raw_message.subject.split(".")
-        return await service.handlers.resolve(tenant, intent_id, msg.body)
+        return await answer(
+            service.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
 
     async def on_unknown(msg: NatsMessage) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))

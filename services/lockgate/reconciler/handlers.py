@@ -6,7 +6,8 @@ import msgspec
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.contracts.messages import QueryRequest, Recorded, Refusal, ResolveOutcome
-from lockgate.core.ids import derived_id, is_subject_token
+from lockgate.core.ids import derived_id
+from lockgate.core.subjects import NotACommandSubject, parse_resolve
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
@@ -51,19 +52,25 @@ class ReconcilerHandlers:
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
 
-    async def resolve(self, tenant: str, intent_id: str, body: bytes) -> bytes:
-        """An operator's resolution (request/reply); the reply says what was recorded."""
+    async def resolve(self, subject: str, body: bytes) -> bytes:
+        """An operator's resolution (request/reply); the reply says what was recorded.
+
+        The operator is the subject's last token: the broker lets each operator publish
+        only subjects that end in its own name.
+        """
         try:
+            command = parse_resolve(subject)
             cmd = msgspec.json.decode(body, type=ResolveOutcome)
+        except NotACommandSubject:
+            return msgspec.json.encode(Refusal("reconcile.unknown-intent"))
         except msgspec.MsgspecError as exc:
             return msgspec.json.encode(Refusal("reconcile.malformed", str(exc)[:200]))
-        if not (is_subject_token(tenant) and is_subject_token(intent_id)):
-            return msgspec.json.encode(Refusal("reconcile.unknown-intent"))
-        cause = derived_id("resolve", tenant, intent_id, cmd.finding, cmd.by, cmd.why)
+        tenant, intent_id, by = command.tenant, command.intent_id, command.principal
+        cause = derived_id("resolve", tenant, intent_id, cmd.finding, by, cmd.why)
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             contract = await self.ports.registry.get(intent.tool) if intent else None
-            return resolve(intent, finding=cmd.finding, by=cmd.by, why=cmd.why,
+            return resolve(intent, finding=cmd.finding, by=by, why=cmd.why,
                            receipt=cmd.receipt, contract=contract, cause=cause, now=self.clock())
 
         try:

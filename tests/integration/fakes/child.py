@@ -33,11 +33,13 @@ def run(name: str, *, crash_once_after_s: float | None = None, grandchild: bool 
     if crash_once_after_s is not None and not marker.exists():
         marker.touch()
         crash_after_s = crash_once_after_s
-    return asyncio.run(_serve(name, os.environ["LOCKGATE_NATS_URL"], crash_after_s))
+    return asyncio.run(_serve(name, os.environ["LOCKGATE_NATS_URL"], var_dir, crash_after_s))
 
 
-async def _serve(name: str, url: str, crash_after_s: float | None) -> int:
-    nc = await nats.connect(url)
+async def _serve(name: str, url: str, var_dir: Path, crash_after_s: float | None) -> int:
+    # A fake has no row in the role table: it answers as the topology owner.
+    creds = json.loads((var_dir / "credentials" / "admin.json").read_text())
+    nc = await nats.connect(url, user=creds["user"], password=creds["password"])
     answer = json.dumps({"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}"})
 
     async def status(msg: Msg) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.adapters.sdk import Adapter, Completed, NotSent, Rejected, SendBoundary
@@ -28,6 +28,7 @@ from lockgate.contracts.messages import (
     QueryRequest,
     QueryResult,
 )
+from lockgate.runtime.settings import Settings
 from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL, CaseWorldError, World
 
 #: Longest note the capability accepts, in UTF-8 bytes.
@@ -48,7 +49,9 @@ class CaseWorldSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LOCKGATE_CASE_WORLD_", frozen=True)
 
-    dir: Path = Path("var/worlds/case")
+    #: Default: ``worlds/case`` under the deployment's ``var`` directory (``LOCKGATE_VAR_DIR``),
+    #: whatever the current directory.
+    dir: Path = Field(default_factory=lambda: Settings().var_dir / "worlds" / "case")
     credential: SecretStr = SecretStr(DEMO_CREDENTIAL)
 
 

@@ -41,6 +41,7 @@ from lockgate.contracts.messages import (
     QueryRequest,
     QueryResult,
 )
+from lockgate.runtime.settings import Settings
 from lockgate.worlds.items.world import DEMO_CREDENTIAL, ItemsWorldError, ResponseLost, World
 
 #: Longest title, in characters after trimming.
@@ -76,7 +77,9 @@ class ItemsWorldSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LOCKGATE_ITEMS_WORLD_", frozen=True)
 
-    dir: Path = Path("var/worlds/items")
+    #: Default: ``worlds/items`` under the deployment's ``var`` directory (``LOCKGATE_VAR_DIR``),
+    #: whatever the current directory.
+    dir: Path = Field(default_factory=lambda: Settings().var_dir / "worlds" / "items")
     credential: SecretStr = SecretStr(DEMO_CREDENTIAL)
     outcome_deadline_s: float = Field(default=DEFAULT_OUTCOME_DEADLINE_S, gt=0)
 
@@ -274,6 +277,8 @@ class _ItemsAdapter(Adapter):
 
     async def query(self, req: QueryRequest) -> QueryResult:
         """Look the item up by the intent key it was created with."""
+        if await self._take("query_unavailable"):
+            return QueryResult(finding="unknown")  # the server did not answer the lookup
         receipt = await asyncio.to_thread(self._find, req.tenant, req.intent_key)
         if receipt is None:
             return QueryResult(finding="absent")

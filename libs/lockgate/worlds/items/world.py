@@ -27,10 +27,12 @@ fault                    what happens
                          before calling the world
 ``crash_after_commit``   the world commits, then the adapter dies before reporting
 ``fail_before_send``     the adapter gives up before its send boundary
+``query_unavailable``    a query by identity gets no answer (``finding: unknown``): an
+                         unknown outcome stays unknown, for an operator to settle
 =======================  ===================================================================
 
-Only ``drop_response`` is consumed by the world itself; the adapter takes the other
-three with ``take_fault``.
+Only ``drop_response`` is consumed by the world itself; the adapter takes the others
+with ``take_fault``. ``lockgate world fault items <fault> --server P|Q`` arms one.
 
 Demo seed (``World.seed``):
 
@@ -67,12 +69,14 @@ DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
 
 #: The two servers: P prepares private drafts, Q publishes.
 SERVERS: tuple[str, ...] = ("P", "Q")
-#: Faults ``World.inject`` can arm.
+#: Faults ``World.inject`` can arm. ``query_unavailable`` makes the next queries by
+#: identity inconclusive, so an unknown outcome stays unknown until an operator settles it.
 FAULTS: tuple[str, ...] = (
     "drop_response",
     "crash_after_send",
     "crash_after_commit",
     "fail_before_send",
+    "query_unavailable",
 )
 
 Clock = Callable[[], datetime]
