@@ -10,7 +10,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.runtime.deployment import Credentials, load_credentials
-from lockgate.runtime.roles import DEMO_OPERATORS, DEMO_REVIEWERS, JS_API, Role, roles
+from lockgate.runtime.roles import (
+    DEMO_ADAPTERS,
+    DEMO_OPERATORS,
+    DEMO_REVIEWERS,
+    JS_API,
+    Role,
+    roles,
+)
 
 #: The checkout this package runs from (the demo policies live there).
 _REPO = Path(__file__).resolve().parents[3]
@@ -52,6 +59,8 @@ class Settings(BaseSettings):
     reviewers: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_REVIEWERS))
     #: The people who operate, with their tenants (empty: every tenant).
     operators: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_OPERATORS))
+    #: The adapter processes, each with the capabilities it serves (a user and an account each).
+    adapters: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_ADAPTERS))
     #: Cedar policies and schema fragments, read recursively.
     policy_dir: Path = _REPO / "deploy" / "policies"
     #: Replicas of every stream: 1 embedded, 3 in a cluster.
@@ -75,7 +84,7 @@ class Settings(BaseSettings):
 
     def roles(self) -> list[Role]:
         """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""
-        return roles(self.tenants, reviewers=self.reviewers, operators=self.operators)
+        return roles(self.tenants, self.adapters, reviewers=self.reviewers, operators=self.operators)
 
     @cached_property
     def credentials(self) -> Credentials | None:
