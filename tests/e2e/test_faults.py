@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, State
@@ -66,3 +68,30 @@ async def test_broker_restart_mid_flight_loses_and_repeats_nothing(
         assert intent is not None and intent.state is State.COMPLETED
     assert violations(histories, world.ledger()) == []
     await system.wait_ready([name for name, _ in system.children])
+
+
+async def test_status_reports_each_durables_progress_and_a_stopped_service(system: System) -> None:
+    import signal
+
+    from lockgate.runtime.status import ProcessStatus, check_status, problem
+
+    nc = await system.connect()
+    try:
+        answers = await check_status(nc, ["policy", "executor"], timeout_s=2.0)
+        policy = msgspec.convert(answers["policy"], type=ProcessStatus)
+        assert set(policy.consumers) == {"policy", "policy-pauses", "policy-budgets"}
+        assert all(c.pending >= 0 and c.busy_s < 5 for c in policy.consumers.values())
+        assert problem(answers["executor"]) is None
+        proc = system.processes["policy"]
+        proc.send_signal(signal.SIGSTOP)  # alive, connected, doing nothing
+        try:
+            stopped = await check_status(nc, ["policy"], timeout_s=1.0)
+            assert problem(stopped["policy"]) == "no answer"
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        deadline = asyncio.get_running_loop().time() + 10
+        while problem((await check_status(nc, ["policy"], timeout_s=1.0))["policy"]) is not None:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()

@@ -247,6 +247,20 @@ async def test_a_stopped_child_is_killed_and_started_again(supervisor: Superviso
     await wait_until(lambda: stopped not in live_processes(), 10)
 
 
+async def test_a_stuck_child_is_reported_and_started_again(tmp_path: Path) -> None:
+    sup = await start_supervisor(tmp_path / "var", free_port(), "stuck")
+    try:
+        await sup.wait_for_line(lambda line: line == READY_LINE)
+        line = await sup.wait_for_line(lambda line: line.startswith("lockgate: stuck is not well"),
+                                       timeout_s=40)
+        assert "work: a handler has run for 999s" in line
+        await wait_until(lambda: len(pids_in(sup.var_dir / "stuck.pids")) == 2, 20)
+    finally:
+        await stop(sup)
+        if sup.reader is not None:
+            await sup.reader
+
+
 def server_pid(sup: Supervisor) -> int | None:
     """The pid of the nats-server whose store is under the supervisor's var dir."""
     for pid, args in live_processes().items():

@@ -120,3 +120,26 @@ async def test_decide_and_append_gives_up_after_repeated_conflicts() -> None:
     with pytest.raises(ConcurrencyConflict):
         await decide_and_append(store, "tenant-a", h.intent_id, step, conflicts=3)
     assert tries == 3
+
+
+# -- liveness: what makes a process "not OK" ------------------------------------------------
+
+
+def test_status_problem_tells_idle_from_stuck() -> None:
+    from lockgate.runtime.status import STALL_S, ConsumerProgress, ProcessStatus, problem
+
+    def answer(**consumers: ConsumerProgress) -> dict[str, object]:
+        return ProcessStatus(service="policy", pid=1, consumers=consumers).to_dict()
+
+    idle = ConsumerProgress(pending=0, idle_s=STALL_S * 10, busy_s=0.0)
+    waiting_on_timers = ConsumerProgress(pending=0, idle_s=STALL_S * 2, busy_s=0.0)
+    backlog_but_moving = ConsumerProgress(pending=50, idle_s=0.2, busy_s=1.0)
+    assert problem(answer(policy=idle, pauses=waiting_on_timers, work=backlog_but_moving)) is None
+    assert problem(None) == "no answer"
+    assert problem(ProcessStatus(service="policy", pid=1, ready=False).to_dict()) == "not connected"
+    hung = ConsumerProgress(pending=0, idle_s=1.0, busy_s=STALL_S + 1)
+    assert problem(answer(policy=hung)) == f"policy: a handler has run for {STALL_S + 1:g}s"
+    starved = ConsumerProgress(pending=7, idle_s=STALL_S, busy_s=0.0)
+    assert problem(answer(policy=starved)) == f"policy: 7 waiting, nothing settled for {STALL_S:g}s"
+    # An adapter's (or an older process's) answer says less: answering is all it proves.
+    assert problem({"service": "adapter.x", "pid": 3, "capabilities": ["a"]}) is None

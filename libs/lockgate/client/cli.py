@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -476,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return policy_main(argv[argv.index("policy") + 1:])
     args = parser().parse_args(argv)
+    # The SDK's connection warnings would add lines to the one an error gets here.
+    logging.getLogger("lockgate.client").setLevel(logging.ERROR)
     if args.var_dir is not None:
         # Every default under var/ (credentials, worlds, run.json) follows it.
         os.environ["LOCKGATE_VAR_DIR"] = str(args.var_dir.resolve())

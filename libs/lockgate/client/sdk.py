@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -353,8 +354,17 @@ def _as_credentials(value: CredentialsLike) -> Credentials:
         raise ClientError(str(exc), code=exc.code) from None
 
 
+log = logging.getLogger("lockgate.client")
+
+
+async def _log_error(exc: Exception) -> None:
+    # nats-py's default prints a traceback for every failed (re)connect attempt.
+    log.warning("broker connection: %s", exc)
+
+
 async def _open(url: str, credentials: Credentials | None, options: dict[str, Any]) -> Client:
     extra = dict(options)
+    extra.setdefault("error_cb", _log_error)
     if credentials is not None:
         extra.update(user=credentials.user, password=credentials.password,
                      inbox_prefix=credentials.inbox_prefix)

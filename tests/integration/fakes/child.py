@@ -13,7 +13,10 @@ import nats
 from nats.aio.msg import Msg
 
 
-def run(name: str, *, crash_once_after_s: float | None = None, grandchild: bool = False) -> int:
+def run(
+    name: str, *, crash_once_after_s: float | None = None, grandchild: bool = False,
+    stuck: bool = False,
+) -> int:
     """Answer status requests until killed; optionally exit with 3 once, or start a grandchild.
 
     The supervisor hands every child ``LOCKGATE_NATS_URL`` and ``LOCKGATE_VAR_DIR``;
@@ -33,14 +36,19 @@ def run(name: str, *, crash_once_after_s: float | None = None, grandchild: bool 
     if crash_once_after_s is not None and not marker.exists():
         marker.touch()
         crash_after_s = crash_once_after_s
-    return asyncio.run(_serve(name, os.environ["LOCKGATE_NATS_URL"], var_dir, crash_after_s))
+    return asyncio.run(_serve(name, os.environ["LOCKGATE_NATS_URL"], var_dir, crash_after_s, stuck))
 
 
-async def _serve(name: str, url: str, var_dir: Path, crash_after_s: float | None) -> int:
+async def _serve(
+    name: str, url: str, var_dir: Path, crash_after_s: float | None, stuck: bool
+) -> int:
     # A fake has no row in the role table: it answers as the topology owner.
     creds = json.loads((var_dir / "credentials" / "admin.json").read_text())
     nc = await nats.connect(url, user=creds["user"], password=creds["password"])
-    answer = json.dumps({"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}"})
+    body: dict[str, object] = {"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}"}
+    if stuck:  # alive and answering, but one handler never returns
+        body["consumers"] = {"work": {"pending": 3, "idle_s": 0.5, "busy_s": 999.0}}
+    answer = json.dumps(body)
 
     async def status(msg: Msg) -> None:
         await msg.respond(answer.encode())
