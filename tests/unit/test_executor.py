@@ -255,13 +255,42 @@ def test_withdrawal_by_state() -> None:
     assert withdraw(h.intent, by="runtime", why="", cause="w2", now=T0) == []
 
 
-def test_evidence_wins_over_a_withdrawal_that_came_too_late() -> None:
+@pytest.mark.parametrize(
+    "stage", ["failed_before_send", "refused_order", "withdrawn", "sent", "completed", "rejected"])
+def test_no_report_takes_a_withdrawn_intent_out_of_its_terminal_state(stage: str) -> None:
+    """Invariant 6: a stale-order refusal after ``Withdrawn`` once made the gate dispatch again."""
     h = authorized()
-    h.extend(withdraw(h.intent, by="runtime", why="", cause="w", now=T0))
-    assert h.intent.state is State.WITHDRAWN
-    h.extend(report(h, "sent"))
-    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
-    assert h.intent.state is State.COMPLETED
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.add(EffectIntent.Withdrawn, by="runtime", why="")  # as an older executor recorded it
+    late = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
+                         stage=stage, receipt={"note_id": "n1"})
+    assert on_report(h.intent, late, CONTRACT, cause="late", now=T0) == []
+    assert run_gate(h) == []
+
+
+@pytest.mark.parametrize("ending", ["completed", "rejected", "refused", "denied"])
+def test_no_report_revives_any_terminal_intent(ending: str) -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    if ending == "completed":
+        h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    elif ending == "rejected":
+        h.extend(report(h, "rejected", reason="case.closed"))
+    elif ending == "refused":
+        h = allowed()
+        h.extend(run_gate(h, DENY))
+    else:
+        h = History().normalized().decided("deny", ["case.closed"])
+    assert h.intent.state.terminal
+    for stage in ("failed_before_send", "refused_order", "sent", "completed", "rejected"):
+        r = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
+                          stage=stage)
+        assert on_report(h.intent, r, CONTRACT, cause=f"again-{stage}", now=T0) == []
+    assert on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)) == []
+    assert withdraw(h.intent, by="runtime", why="", cause="w", now=T0) == []
+    assert run_gate(h) == []
 
 
 def test_late_completion_report_settles_an_unknown_outcome() -> None:

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
 from eventsourcing.utils import get_topic
 
 E = TypeVar("E", bound="Event")
@@ -57,9 +57,31 @@ class Event(Aggregate.Event):
     """Base of every ``EffectIntent`` event: the envelope Lockgate adds to the library's."""
 
     class_version: ClassVar[int] = 1
+    #: True for an event that records something beside the intent's state (it may
+    #: follow a terminal state); any other event after a terminal state moves nothing.
+    neutral: ClassVar[bool] = False
     event_id: str
     correlation_id: str
     causation_id: str
+
+    def mutate(self, aggregate: Any) -> Any:
+        """Fold this event into ``aggregate``.
+
+        Invariant 6, enforced where state changes: no event takes an intent out of a
+        terminal state. The deciding functions never emit one; should a stored history
+        hold one all the same (an older writer, a race), it keeps its place in the
+        sequence and changes nothing but the version.
+        """
+        if isinstance(aggregate, EffectIntent) and aggregate.state.terminal and not self.neutral:
+            if self.originator_id != aggregate.id:
+                raise OriginatorIDError(self.originator_id, aggregate.id)
+            if self.originator_version != aggregate.version + 1:
+                raise OriginatorVersionError(self.originator_version, aggregate.version + 1)
+            aggregate.version = self.originator_version
+            aggregate.modified_on = self.timestamp
+            aggregate.ignored.append(type(self).__name__)
+            return aggregate
+        return super().mutate(aggregate)
 
     @classmethod
     def next(
@@ -476,6 +498,8 @@ class EffectIntent(Aggregate):
         self.interruption_requested = False
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
+        #: Events stored after the intent became terminal, which changed nothing.
+        self.ignored: list[str] = []
 
     @property
     def intent_id(self) -> str:

@@ -6,6 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from eventsourcing.domain import EventSourcingError
+
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
@@ -38,7 +40,17 @@ def violations(
         completed = 0
         terminal_refusal = False
         intent_keys: set[str] = set()
+        folded: EffectIntent | None = None
+        foldable = True
         for e in events:
+            if folded is not None and folded.state.terminal and not e.neutral:
+                problems.append(f"{intent_id}: {type(e).__name__} after the terminal state "
+                                f"{folded.state.value} (invariant 6)")
+            if foldable:
+                try:
+                    folded = e.mutate(folded)
+                except (EventSourcingError, AssertionError):
+                    foldable = False  # out of sequence: reported above as not gap-free
             if isinstance(e, EffectIntent.CandidateNormalized):
                 normalized = e
             elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow" or isinstance(e, EffectIntent.ReviewApproved):

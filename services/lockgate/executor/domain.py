@@ -139,9 +139,11 @@ def on_report(
 ) -> list[Event]:
     """Record what an adapter reported about an attempt, if it still matters.
 
-    Evidence wins over intention: a withdrawal that raced an adapter already past its
-    send boundary does not hide the effect; the report is recorded all the same.
+    Nothing is recorded for an intent in a terminal state (invariant 6): a late or
+    repeated report cannot revive it.
     """
+    if intent.state.terminal:
+        return []
     try:
         attempt = intent.attempt(report.attempt_id)
     except KeyError:
