@@ -20,6 +20,7 @@ from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import (
+    AttemptReport,
     Describe,
     OpenRun,
     QueryResult,
@@ -223,3 +224,65 @@ async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports,
     msg = await heard.next_msg(timeout=2)
     assert msgspec.json.decode(msg.data) == {"intent_id": h.intent_id, "attempt_id": "a1"}
     await heard.unsubscribe()
+
+
+def authorized_history() -> History:
+    h = History().normalized().decided("allow")
+    return h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1",
+                 digest="sha256:d1", policy_revision="p", contract_revision="rev-1",
+                 gate_facts={}, deadline_at=T0 + timedelta(seconds=30))
+
+
+async def test_withdrawing_a_dispatched_attempt_is_a_request_until_the_adapter_refuses(
+    ports: Ports,
+) -> None:
+    h = authorized_history()
+    await store_history(ports, h)
+    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    withdraw = msgspec.json.encode(Withdraw(by="runtime", why="changed my mind"))
+
+    first = msgspec.json.decode(await executor.withdraw("tenant-a", h.intent_id, withdraw),
+                                type=ModelResponse)
+    assert (first.status, first.code) == ("withdrawal_requested", "operation.withdrawal-requested")
+    again = msgspec.json.decode(await executor.withdraw("tenant-a", h.intent_id, withdraw),
+                                type=ModelResponse)
+    assert again.status == "withdrawal_requested"  # recorded once
+
+    refused = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1",
+                            stage="withdrawn", reason="order.withdrawn")
+    await executor.report(msgspec.json.encode(refused), 1)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.WITHDRAWN
+    final = msgspec.json.decode(await executor.withdraw("tenant-a", h.intent_id, withdraw),
+                                type=ModelResponse)
+    assert (final.status, final.code) == ("withdrawn", "proposal.withdrawn")
+    stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
+    assert stored[-2:] == ["WithdrawalRequested", "Withdrawn"]
+
+
+async def test_a_sent_claim_after_a_withdrawal_request_asks_the_adapter_to_stop(
+    ports: Ports, nc: Client
+) -> None:
+    h = authorized_history().add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
+    await store_history(ports, h)
+    heard = await nc.subscribe("lg.interrupt.case.add_note")
+    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    sent = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1", stage="sent")
+    await executor.report(msgspec.json.encode(sent), 1)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.SENT and intent.interruption_requested
+    msg = await heard.next_msg(timeout=2)
+    assert msgspec.json.decode(msg.data) == {"intent_id": h.intent_id, "attempt_id": "a1"}
+    await heard.unsubscribe()
+
+
+async def test_dispatch_publishes_no_order_once_a_withdrawal_was_requested(ports: Ports) -> None:
+    h = authorized_history()
+    authorization = await store_history(ports, h)
+    stored = await ports.store.load("tenant-a", h.intent_id)
+    await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
+        h.intent, now=T0, event_id="w1", causation_id="w", attempt_id="a1", by="runtime", why=""))])
+    await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
+    await ExecutorHandlers(ports, BUNDLES, lambda: T0).dispatch(authorization)
+    with pytest.raises(NotFoundError):
+        await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")

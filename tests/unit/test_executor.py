@@ -235,17 +235,127 @@ def test_operator_resolution_needs_who_and_why() -> None:
                 cause="c2", now=T0)
 
 
-def test_withdrawal_by_state() -> None:
+def view(h: History) -> tuple[str, str] | None:
+    v = model_view(h.intent, CONTRACT)
+    return None if v is None else (v.status, v.code)
+
+
+def test_withdrawal_before_any_order_is_withdrawn() -> None:
     h = allowed()
     (stopped,) = withdraw(h.intent, by="runtime", why="user changed their mind", cause="w", now=T0)
     assert isinstance(stopped, EffectIntent.Withdrawn)
     assert run_gate(h.extend([stopped])) == []
+    assert view(h) == ("withdrawn", "proposal.withdrawn")
 
+
+def test_withdrawal_of_an_authorized_attempt_is_only_requested() -> None:
+    """Its order may be with an adapter: ``withdrawn`` would not be known to be true."""
     h = authorized()
-    h.extend(withdraw(h.intent, by="runtime", why="", cause="w", now=T0))
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    (requested,) = withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0)
+    assert isinstance(requested, EffectIntent.WithdrawalRequested)
+    assert requested.attempt_id == attempt.attempt_id
+    h.extend([requested])
+    assert h.intent.state is State.AUTHORIZED and h.intent.withdrawal_requested
+    assert view(h) == ("withdrawal_requested", "operation.withdrawal-requested")
+    assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
     authorization = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
-    assert order_for(h.intent, authorization) is None  # nothing is dispatched any more
+    assert order_for(h.intent, authorization) is None  # an order not yet published stays so
 
+
+@pytest.mark.parametrize("stage", ["withdrawn", "refused_order", "failed_before_send"])
+def test_a_not_sent_claim_after_a_withdrawal_request_is_withdrawn(stage: str) -> None:
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    (done,) = report(h, stage, reason="order.withdrawn")
+    assert isinstance(done, EffectIntent.Withdrawn) and (done.by, done.why) == ("runtime", "stop")
+    h.extend([done])
+    assert view(h) == ("withdrawn", "proposal.withdrawn")
+    assert run_gate(h) == []  # and no second attempt
+
+
+def test_a_not_sent_claim_without_a_withdrawal_is_a_failure_before_send() -> None:
+    h = authorized()
+    assert report(h, "withdrawn") == []  # nobody asked: not evidence of anything
+    (failed,) = report(h, "refused_order", reason="order.stale")
+    assert isinstance(failed, EffectIntent.AttemptFailedBeforeSend)
+
+
+@pytest.mark.parametrize("stage", ["sent", "acknowledged", "observed"])
+def test_a_sent_claim_after_a_withdrawal_request_becomes_an_interruption(stage: str) -> None:
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    crossed, interruption = report(h, stage)
+    assert isinstance(interruption, EffectIntent.InterruptionRequested)
+    assert interruption.originator_version == crossed.originator_version + 1
+    assert interruption.event_id != crossed.event_id
+    h.extend([crossed, interruption])
+    assert h.intent.state is State.SENT and h.intent.interruption_requested
+    assert view(h) == ("interruption_requested", "operation.interruption-requested")
+    assert report(h, "withdrawn") == []  # too late: the boundary was crossed
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    assert view(h) == ("executed", "operation.executed")  # evidence wins over intention
+
+
+def test_a_withdrawal_request_then_silence_is_unknown_never_withdrawn() -> None:
+    """The adapter never said anything: the order may have been executed."""
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1))
+    assert isinstance(unknown, EffectIntent.OutcomeUnknown) and "withdrawal" in unknown.evidence
+    h.extend([unknown])
+    assert view(h) == ("outcome_unknown", "operation.outcome-unknown")
+
+
+def test_reconciliation_of_a_withdrawal_request_finds_or_withdraws_never_retries() -> None:
+    for finding, state, status in (("found", State.COMPLETED, "executed"),
+                                   ("absent", State.WITHDRAWN, "withdrawn")):
+        h = authorized()
+        attempt = h.intent.current_attempt
+        assert attempt is not None
+        h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+        h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+        found = QueryResult(finding=finding, receipt={"note_id": "n1"} if finding == "found" else {})
+        (settled,) = reconcile(h.intent, attempt.attempt_id, found, RETRYABLE, cause="q", now=T0)
+        h.extend([settled])
+        assert h.intent.state is state and view(h) is not None and view(h)[0] == status  # type: ignore[index]
+        assert run_gate(h) == []
+
+
+def test_an_operator_resolving_a_withdrawal_request_as_absent_withdraws_it() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    (done,) = resolve(h.intent, finding="absent", by="ops-1", why="not in the CRM", receipt={},
+                      contract=RETRYABLE, cause="c", now=T0)
+    assert isinstance(done, EffectIntent.Reconciled) and done.resolution == "withdrawn"
+    assert h.extend([done]).intent.state is State.WITHDRAWN
+
+
+def test_a_not_sent_claim_after_the_deadline_settles_a_withdrawal_request() -> None:
+    """The adapter came back after the deadline and refused the order: that is the proof."""
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    (done,) = report(h, "withdrawn", reason="order.withdrawn")
+    assert isinstance(done, EffectIntent.Withdrawn)
+    # ... but not when an adapter had crossed before the deadline
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(report(h, "sent"))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    assert h.intent.state is State.UNKNOWN
+    assert report(h, "withdrawn") == []
+
+
+def test_withdrawal_after_the_send_boundary_asks_for_an_interruption() -> None:
     h = authorized()
     h.extend(report(h, "sent"))
     (interrupt,) = withdraw(h.intent, by="runtime", why="", cause="w", now=T0)

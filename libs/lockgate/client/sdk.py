@@ -123,9 +123,13 @@ class Run:
     async def withdraw(self, candidate_id: str, *, why: str = "", by: str = "agent-runtime") -> ModelResponse:
         """Stop a candidate by its state; returns what the model now sees.
 
-        ``withdrawn`` when it was stopped before execution, ``interruption_requested``
-        when it had already been sent, ``outcome_unknown`` when nobody knows yet, and
-        the final status (``executed``, ``rejected``, …) when it was too late.
+        ``withdrawn`` when it was stopped before any order existed (or an adapter has
+        already refused the order), ``withdrawal_requested`` when an order may be with an
+        adapter (``wait(candidate_id, past="withdrawal_requested")`` then says how it
+        ended: ``withdrawn``, ``interruption_requested``, ``executed``, …),
+        ``interruption_requested`` when it had already been sent, ``outcome_unknown``
+        when nobody knows yet, and the final status (``executed``, ``rejected``, …) when
+        it was too late. Only ``withdrawn`` means no adapter can still execute it.
 
         Raises:
             Refused: no such candidate, or it is between two steps (ask again).

@@ -180,9 +180,11 @@ class ExecutionOrder(msgspec.Struct, frozen=True, kw_only=True):
 class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     """An adapter's report of one attempt transition.
 
-    ``stage``: ``sent`` (crossed the send boundary), ``completed`` (with receipt and
-    result), ``rejected`` (the remote system refused; nothing happened), ``failed_before_send``,
-    ``refused_order`` (the order did not match the record).
+    ``stage``: ``sent`` (crossed the send boundary), ``acknowledged`` and ``observed``
+    (how far the remote system got), ``completed`` (with receipt and result), ``rejected``
+    (the remote system refused; nothing happened), ``interrupted``, ``failed_before_send``,
+    ``refused_order`` (the order did not match the record, or its attempt is over),
+    ``withdrawn`` (refused because a withdrawal was requested before the send boundary).
     """
 
     tenant: str

@@ -103,11 +103,25 @@ class Event(Aggregate.Event):
 class Attempt:
     """One try to execute the intent, as far as the record knows."""
 
-    def __init__(self, attempt_id: str, authorized_version: int) -> None:
+    def __init__(
+        self, attempt_id: str, authorized_version: int, deadline_at: datetime | None = None
+    ) -> None:
         self.attempt_id = attempt_id
         self.authorized_version = authorized_version
+        self.deadline_at = deadline_at
         self.stage = "authorized"
         self.reason: str | None = None
+        #: An adapter reported crossing the send boundary (the effect may exist).
+        self.crossed = False
+
+
+class Withdrawal:
+    """A withdrawal asked for while an attempt's order may be out: who asked, and why."""
+
+    def __init__(self, attempt_id: str, by: str, why: str) -> None:
+        self.attempt_id = attempt_id
+        self.by = by
+        self.why = why
 
 
 class EffectIntent(Aggregate):
@@ -279,7 +293,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.AUTHORIZED
             agg.intent_key = self.intent_key
-            agg.attempts.append(Attempt(self.attempt_id, self.originator_version))
+            agg.attempts.append(Attempt(self.attempt_id, self.originator_version, self.deadline_at))
 
     class GateRefused(Event):
         """The final gate found something no longer true; nothing was dispatched."""
@@ -298,7 +312,8 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.SENT
-            agg.attempt(self.attempt_id).stage = "sent"
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "sent", True
 
     class AttemptAcknowledged(Event):
         """The remote system accepted the request (it may still be working on it)."""
@@ -307,7 +322,10 @@ class EffectIntent(Aggregate):
         remote_ref: str
 
         def apply(self, agg: EffectIntent) -> None:
-            agg.attempt(self.attempt_id).stage = "acknowledged"
+            if agg.state is State.AUTHORIZED:  # its ``sent`` report is still on its way
+                agg.state = State.SENT
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "acknowledged", True
 
     class ResultObserved(Event):
         """The adapter saw the remote system's result; the receipt is being checked."""
@@ -315,7 +333,10 @@ class EffectIntent(Aggregate):
         attempt_id: str
 
         def apply(self, agg: EffectIntent) -> None:
-            agg.attempt(self.attempt_id).stage = "observed"
+            if agg.state is State.AUTHORIZED:
+                agg.state = State.SENT
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "observed", True
 
     class AttemptInterrupted(Event):
         """An interruptible attempt was stopped before its effect completed."""
@@ -351,7 +372,8 @@ class EffectIntent(Aggregate):
             agg.state = State.COMPLETED
             agg.receipt = self.receipt
             agg.result = self.result
-            agg.attempt(self.attempt_id).stage = "completed"
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "completed", True
 
     class AttemptRejected(Event):
         """The remote system refused the request: the effect did not happen."""
@@ -393,8 +415,9 @@ class EffectIntent(Aggregate):
 
         ``resolution`` is what follows: ``completed`` (the effect is there),
         ``retry`` (proven absent and the contract allows the same intent again, with
-        the same key), ``operator`` (absent, but only a person may decide), or
-        ``not_executed`` (an operator established that it never happened).
+        the same key), ``operator`` (absent, but only a person may decide),
+        ``not_executed`` (an operator established that it never happened), or
+        ``withdrawn`` (proven absent while a withdrawal was requested: it stays undone).
         """
 
         class_version: ClassVar[int] = 2
@@ -420,11 +443,29 @@ class EffectIntent(Aggregate):
             attempt.stage = "absent"
             if self.resolution == "retry":
                 agg.state = State.ALLOWED
+            elif self.resolution == "withdrawn":
+                agg.state = State.WITHDRAWN
+                agg.reason = "proposal.withdrawn"
             elif self.resolution == "not_executed":
                 agg.state = State.FAILED
                 agg.reason = "reconciled.not-executed"
             else:
                 agg.state = State.NEEDS_OPERATOR
+
+    class WithdrawalRequested(Event):
+        """Asked to stop while the attempt's order may already be with an adapter.
+
+        Not yet a withdrawal: the intent stays authorized until the adapter side shows
+        the order was not and will not be sent (``Withdrawn``), or that it crossed the
+        send boundary first (then ``InterruptionRequested``).
+        """
+
+        attempt_id: str
+        by: str
+        why: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.withdrawal = Withdrawal(self.attempt_id, self.by, self.why)
 
     class Withdrawn(Event):
         """Stopped before execution: nothing was or will be sent."""
@@ -496,6 +537,7 @@ class EffectIntent(Aggregate):
         self.receipt: dict[str, str] = {}
         self.result: dict[str, Any] = {}
         self.interruption_requested = False
+        self.withdrawal: Withdrawal | None = None
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
         #: Events stored after the intent became terminal, which changed nothing.
@@ -516,6 +558,11 @@ class EffectIntent(Aggregate):
             if attempt.attempt_id == attempt_id:
                 return attempt
         raise KeyError(attempt_id)
+
+    @property
+    def withdrawal_requested(self) -> bool:
+        """True once a withdrawal was asked for while an order may have been out."""
+        return self.withdrawal is not None
 
     @property
     def current_attempt(self) -> Attempt | None:

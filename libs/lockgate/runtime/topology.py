@@ -57,6 +57,7 @@ MODEL_VISIBLE = (
     "OutcomeUnknown",
     "Reconciled",
     "Withdrawn",
+    "WithdrawalRequested",
     "InterruptionRequested",
     "AttemptInterrupted",
 )

@@ -161,18 +161,25 @@ class ExecutorHandlers:
         intent = await load_intent(self.ports.store, tenant, intent_id)
         if intent is None:
             return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
-        for event in events:
-            if isinstance(event, EffectIntent.InterruptionRequested):
-                # Best effort and on the record already: an adapter that cannot stop
-                # lets the attempt finish, and its report says how it ended.
-                await self.ports.nc.publish(
-                    interrupt_subject(intent.tool),
-                    msgspec.json.encode({"intent_id": intent_id, "attempt_id": event.attempt_id}),
-                )
+        await self._ask_to_stop(intent, events)
         view = model_view(intent, await self.ports.registry.get(intent.tool))
         if view is None:
             return msgspec.json.encode(Refusal("withdraw.in-progress", intent.state.value))
         return msgspec.json.encode(view)
+
+    async def _ask_to_stop(self, intent: EffectIntent, events: list[Event]) -> None:
+        """Pass a recorded ``InterruptionRequested`` on to the workers of its capability.
+
+        Best effort and on the record already: an adapter that cannot stop lets the
+        attempt finish, and its report says how it ended.
+        """
+        for event in events:
+            if isinstance(event, EffectIntent.InterruptionRequested):
+                await self.ports.nc.publish(
+                    interrupt_subject(intent.tool),
+                    msgspec.json.encode(
+                        {"intent_id": intent.intent_id, "attempt_id": event.attempt_id}),
+                )
 
     async def dispatch(self, recorded: RecordedEvent) -> None:
         """Publish the order of an authorized attempt (deduplicated by attempt id)."""
@@ -209,6 +216,8 @@ class ExecutorHandlers:
             return on_report(intent, report, contract, cause=cause, now=self.clock())
 
         events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
+        if seen:
+            await self._ask_to_stop(seen[0], events)
         if seen and any(isinstance(e, _ENDS_ATTEMPT) for e in events):
             # The attempt is over: free its resource here rather than by another load.
             await self._release(seen[0])

@@ -33,8 +33,9 @@ def reconcile(
 ) -> list[Event]:
     """Record what a query by the intent's identity established.
 
-    Found → completed with the receipt. Absent → the same intent again (same key) when
-    the contract allows it, else an operator decides. A second approval never cures
+    Found → completed with the receipt. Absent → withdrawn when a withdrawal was
+    requested (the intent stays undone), else the same intent again (same key) when the
+    contract allows it, else an operator decides. A second approval never cures
     uncertainty; only evidence does.
     """
     if intent.state is not State.UNKNOWN:
@@ -52,14 +53,17 @@ def reconcile(
             )
         ]
     if found.finding == "absent":
-        retry = may_retry(contract)
+        if intent.withdrawal_requested:
+            why, resolution = "; a withdrawal was requested, so it stays undone", "withdrawn"
+        elif may_retry(contract):
+            why, resolution = "; the contract allows the same intent again", "retry"
+        else:
+            why, resolution = "", "operator"
         return [
             EffectIntent.Reconciled.next(
                 intent, attempt_id=attempt_id, finding="absent", receipt={},
-                by="reconciler",
-                why="a query by the intent's identity found no effect"
-                + ("; the contract allows the same intent again" if retry else ""),
-                resolution="retry" if retry else "operator", **ids,
+                by="reconciler", why="a query by the intent's identity found no effect" + why,
+                resolution=resolution, **ids,
             )
         ]
     return []
@@ -99,9 +103,12 @@ def resolve(
         raise ResolutionRefused("reconcile.bad-finding")
     if not by.strip() or not why.strip():
         raise ResolutionRefused("reconcile.who-and-why-required")
-    resolution = (
-        "completed" if finding == "confirmed" else "retry" if may_retry(contract) else "not_executed"
-    )
+    if finding == "confirmed":
+        resolution = "completed"
+    elif intent.withdrawal_requested:
+        resolution = "withdrawn"
+    else:
+        resolution = "retry" if may_retry(contract) else "not_executed"
     return [
         EffectIntent.Reconciled.next(
             intent, now=now, event_id=derived_id("resolve", cause), causation_id=cause,
