@@ -751,3 +751,24 @@ def test_claims_are_deduplicated_for_longer_than_a_worker_may_take_to_claim() ->
     [reports] = [c for c in stream_configs() if c.name == REPORTS]
     assert reports.duplicate_window is not None
     assert reports.duplicate_window > sdk.BOUNDARY_CLAIM_MAX_S
+
+
+async def test_a_claim_stored_after_the_attempt_ended_writes_nothing(
+    served: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker restart forgets the ids of consumed claims: a rival's claim, already acted on
+    by the executor, no longer makes this one a duplicate. The record still says it ended."""
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    claim = sdk.CapabilityWorker._claim_sent
+
+    async def after_a_forgotten_rival(worker: sdk.CapabilityWorker, order: ExecutionOrder) -> bool:
+        await intent.append(EffectIntent.Withdrawn, by="runtime", why="")  # the rival's consequence
+        return await claim(worker, order)
+
+    monkeypatch.setattr(sdk.CapabilityWorker, "_claim_sent", after_a_forgotten_rival)
+    await served.publish(intent.order(intent.att(1), version))
+    await served.wait_for_stages(intent.intent_id, "sent")
+    await served.settled()
+    assert served.world.invocations == 0 and served.world.ledger() == []

@@ -23,7 +23,8 @@ stream's duplicate window, and says so in the publish ack). A worker writes only
 its ``sent`` claim was stored as the first; so once a *not sent* claim is stored no
 delivery of that attempt, however delayed or concurrent, can cross, and the executor
 may record ``Withdrawn``. A worker that took longer than ``BOUNDARY_CLAIM_MAX_S`` from
-its check to its claim, or reached the attempt's deadline, does not write at all.
+its check to its claim, or reached the attempt's deadline, or finds the attempt over when
+it reads the record after its claim, does not write at all.
 
 After the send boundary the effect may have happened; from there an unexpected error
 reports nothing at all, and the executor's deadline records the silence as
@@ -729,6 +730,27 @@ class CapabilityWorker:
             log.error("%s attempt %s claimed its boundary too late; not written",
                       self.capability, order.attempt_id)
             raise BoundaryRefused("order.claimed-late", "claimed too late to write")
+        if not await self._still_current(order):
+            # A server restart forgets the ids of claims already consumed (it rebuilds its
+            # duplicate map from the messages still stored), so a rival claim may have been
+            # stored and acted on first without making this one a duplicate. The executor
+            # records what a claim meant before it consumes it: the record says so.
+            log.error("%s attempt %s ended before its claim was stored; not written",
+                      self.capability, order.attempt_id)
+            raise BoundaryRefused("order.claimed-late", "the attempt ended before the claim")
+
+    async def _still_current(self, order: ExecutionOrder) -> bool:
+        """True when the record still has ``order``'s attempt open (authorized or sent)."""
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+            agg = fold(decode_event(e) for e in history.events)
+        except EventStoreUnavailable as exc:
+            raise BoundaryRefused("order.unchecked", str(exc), settle="retry") from exc
+        current = agg.current_attempt if agg is not None else None
+        return (
+            agg is not None and current is not None and current.attempt_id == order.attempt_id
+            and agg.state in (State.AUTHORIZED, State.SENT)
+        )
 
     async def _claim_sent(self, order: ExecutionOrder) -> bool:
         """Claim the attempt's send boundary as crossed; True when this claim was the first."""
