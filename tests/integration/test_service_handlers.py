@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
@@ -40,7 +40,7 @@ from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Retry, load_intent
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.topology import CAPABILITIES_BUCKET
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, ENDS_HOLD
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
@@ -286,3 +286,93 @@ async def test_dispatch_publishes_no_order_once_a_withdrawal_was_requested(ports
     await ExecutorHandlers(ports, BUNDLES, lambda: T0).dispatch(authorization)
     with pytest.raises(NotFoundError):
         await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")
+
+
+# -- locks released from the record ---------------------------------------------------------
+
+
+LOCK = "tenant-a.case.case-123"
+
+
+def ended_by(name: str, call_id: str = "call-1") -> History:
+    """A history that took the resource lock and ended its hold with ``name``."""
+    h = authorized_history()
+    if name == "GateRefused":
+        return History(call_id=call_id).normalized().decided("allow").add(
+            EffectIntent.GateRefused, reason="gate.policy-changed", gate_facts={})
+    if name == "Withdrawn":
+        return History().normalized().decided("allow").add(EffectIntent.Withdrawn, by="r", why="")
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    if name == "EffectCompleted":
+        return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={},
+                     provenance={})
+    if name == "AttemptRejected":
+        return h.add(EffectIntent.AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
+    if name == "AttemptInterrupted":
+        h.add(EffectIntent.InterruptionRequested, attempt_id="a1", by="r", why="")
+        return h.add(EffectIntent.AttemptInterrupted, attempt_id="a1", detail="")
+    h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+    return h.add(EffectIntent.Reconciled, attempt_id="a1", finding="confirmed", receipt={},
+                 by="reconciler", why="found", resolution="completed")
+
+
+@pytest.mark.parametrize("name", ENDS_HOLD)
+async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_the_record(
+    ports: Ports, name: str
+) -> None:
+    """The executor died after appending ``name`` and before freeing the lock: a restarted
+    one (nothing in memory) releases it when its lock durable delivers the event."""
+    h = ended_by(name)
+    last = await store_history(ports, h)
+    assert last.event_type == name
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    await ExecutorHandlers(ports, BUNDLES, lambda: T0).settled(last)
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
+
+
+async def test_an_event_that_leaves_the_hold_in_place_keeps_the_lock(ports: Ports) -> None:
+    h = unknown_history().add(EffectIntent.Reconciled, attempt_id="a1", finding="absent",
+                              receipt={}, by="reconciler", why="absent", resolution="retry")
+    last = await store_history(ports, h)
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    other = await ports.locks.put("tenant-a.case.other", b"someone-else")
+    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    await executor.settled(last)  # allowed again: the same intent tries again under its lock
+    assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()
+    done = await store_history(ports, ended_by("GateRefused", call_id="call-2"))
+    await executor.settled(done)  # another intent's end never frees a lock it does not hold
+    assert (await ports.locks.get("tenant-a.case.other")).revision == other
+    await ports.locks.delete(LOCK)
+
+
+async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
+    ports: Ports, nc: Client
+) -> None:
+    """Taken, then the append lost to a Withdrawn: the lock durable may have seen that
+    Withdrawn before the lock existed, so the gate itself lets go."""
+    await register(ports)
+    with contextlib.suppress(KeyNotFoundError):
+        await ports.locks.delete(LOCK)
+    h = History(contract_revision=CONTRACT.revision).normalized(
+        contract_revision=CONTRACT.revision).decided("allow")
+    last = await store_history(ports, h)
+
+    async def facts(_: bytes) -> object:
+        assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()  # held, under the lock
+        stored = await ports.store.load("tenant-a", h.intent_id)
+        await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
+            h.intent, now=T0, event_id="w1", causation_id="w", by="runtime", why=""))])
+        return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
+                          "writes_suspended": False, "actor_may_add_note": True,
+                          "sensitive": False, "version": 4}, "revision": "4"}
+
+    sub = await answering(nc, "facts", facts)
+    try:
+        await ExecutorHandlers(ports, BUNDLES, lambda: T0).ready(last)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.WITHDRAWN
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)

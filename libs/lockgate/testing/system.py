@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,11 +77,12 @@ class System:
             self.spawn(name, module)
         await self.wait_ready([name for name, _ in self.children], timeout_s)
 
-    def spawn(self, name: str, module: str) -> None:
-        """Start one child process."""
+    def spawn(self, name: str, module: str, env: Mapping[str, str] | None = None) -> None:
+        """Start one child process (``env``: variables for this one only)."""
         with open(self.log(name), "ab") as log:  # the child keeps its own copy
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", module], env=self.env(), stdout=log, stderr=log, cwd=REPO
+                [sys.executable, "-m", module], env={**self.env(), **(env or {})},
+                stdout=log, stderr=log, cwd=REPO,
             )
 
     async def connect(self) -> Client:
