@@ -19,11 +19,15 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
+from lockgate.client.sdk import Gateway, OutcomeSettled
 from lockgate.contracts.messages import (
     AttemptReport,
     Describe,
+    NotResolved,
     OpenRun,
     QueryResult,
+    Recorded,
+    ResolveOutcome,
     RunOpened,
     TurnOpened,
     Withdraw,
@@ -376,3 +380,84 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
     assert intent is not None and intent.state is State.WITHDRAWN
     with pytest.raises(KeyNotFoundError):
         await ports.locks.get(LOCK)
+
+
+# -- an operator racing the automatic reconciler ---------------------------------------------
+
+
+async def test_an_operator_racing_the_reconciler_is_refused_with_the_finding_that_settled_it(
+    ports: Ports, nc: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reconciler records Reconciled(confirmed) between the operator's load and append:
+    the operator's command is decided again on the new history and refused, with the
+    reconciler's finding and receipt, never lost and never recorded on top."""
+    await register(ports)
+    last = await store_history(ports, unknown_history())
+
+    async def found(_: bytes) -> QueryResult:
+        return QueryResult(finding="found", receipt={"note_id": "n7"})
+
+    sub = await answering(nc, "query", found)
+    reconciler = ReconcilerHandlers(ports, lambda: T0)
+    lookup = ports.registry.get
+    raced: list[bool] = []
+
+    async def lookup_while_the_reconciler_runs(capability: str) -> object:
+        if not raced:  # the operator's step, after its load: the reconciler gets there first
+            raced.append(True)
+            await reconciler.unknown(last, deliveries=1)
+        return await lookup(capability)
+
+    monkeypatch.setattr(ports.registry, "get", lookup_while_the_reconciler_runs)
+    command = ResolveOutcome(finding="absent", by="ops-1", why="not in the CRM")
+    try:
+        reply = await reconciler.resolve("tenant-a", last.intent_id, msgspec.json.encode(command))
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    answer = msgspec.json.decode(reply, type=NotResolved)
+    assert (answer.error, answer.settled_by, answer.finding, answer.by) == (
+        "reconcile.already-settled", "Reconciled", "confirmed", "reconciler")
+    assert answer.receipt == {"note_id": "n7"} and answer.state == "completed"
+    stored = [e.event_type for e in (await ports.store.load("tenant-a", last.intent_id)).events]
+    assert stored.count("Reconciled") == 1
+
+
+async def test_an_operator_resolution_is_recorded_once_and_a_repeat_says_so(ports: Ports) -> None:
+    await register(ports)
+    last = await store_history(ports, unknown_history())
+    reconciler = ReconcilerHandlers(ports, lambda: T0)
+    command = msgspec.json.encode(ResolveOutcome(finding="absent", by="ops-1", why="checked"))
+    first = msgspec.json.decode(await reconciler.resolve("tenant-a", last.intent_id, command),
+                                type=Recorded)
+    again = msgspec.json.decode(await reconciler.resolve("tenant-a", last.intent_id, command),
+                                type=Recorded)  # its reply was lost: the same answer
+    assert first == again == Recorded("Reconciled")
+    other = ResolveOutcome(finding="confirmed", by="ops-2", why="saw it")
+    answer = msgspec.json.decode(
+        await reconciler.resolve("tenant-a", last.intent_id, msgspec.json.encode(other)),
+        type=NotResolved)
+    assert (answer.error, answer.by, answer.finding) == (
+        "reconcile.already-settled", "operator:ops-1", "absent")
+
+
+async def test_the_sdk_raises_what_settled_an_outcome(ports: Ports, nc: Client) -> None:
+    await register(ports)
+    last = await store_history(ports, unknown_history())
+    reconciler = ReconcilerHandlers(ports, lambda: T0)
+    await reconciler.resolve("tenant-a", last.intent_id, msgspec.json.encode(
+        ResolveOutcome(finding="confirmed", by="ops-1", why="saw it", receipt={"note_id": "n9"})))
+
+    async def answer(msg: Msg) -> None:
+        _, _, tenant, intent_id, _ = msg.subject.split(".")
+        await msg.respond(await reconciler.resolve(tenant, intent_id, msg.data))
+
+    sub = await nc.subscribe("lg.reconcile.*.*.resolve", cb=answer)
+    try:
+        with pytest.raises(OutcomeSettled) as settled:
+            await Gateway(nc).resolve_outcome(tenant="tenant-a", candidate_id=last.intent_id,
+                                              finding="absent", by="ops-2", why="not there")
+    finally:
+        await sub.unsubscribe()
+    assert settled.value.code == "reconcile.already-settled"
+    assert settled.value.answer.receipt == {"note_id": "n9"}
+    assert "operator:ops-1 recorded Reconciled(confirmed" in str(settled.value)

@@ -29,7 +29,8 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
     "policy.bundle-invalid", "policy.denied", "policy.paused", "argument.note.missing",
     "reconcile.malformed", "reconcile.unknown-intent", "reconcile.nothing-open",
-    "reconcile.bad-finding", "reconcile.who-and-why-required",
+    "reconcile.bad-finding", "reconcile.who-and-why-required", "reconcile.already-settled",
+    "reconcile.contended", "reconcile.unavailable",
     "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
     "item.publish",  # a capability name, not a reason
     "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)

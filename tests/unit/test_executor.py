@@ -12,7 +12,7 @@ from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, Facts, QueryResult
 from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
 from lockgate.intent.aggregate import EffectIntent, State
-from lockgate.reconciler.domain import ResolutionRefused, reconcile, resolve
+from lockgate.reconciler.domain import ResolutionRefused, not_resolved, reconcile, resolve
 from lockgate.testing.intents import T0, History
 
 CONTRACT = CapabilityContract(name="case.add_note", description="d",
@@ -441,3 +441,29 @@ def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
 def test_the_gate_refuses_when_a_budget_hold_is_gone() -> None:
     (event,) = gate(allowed().intent, CONTRACT, FACTS, ALLOW, cause="c", now=T0, budget_held=False)
     assert isinstance(event, EffectIntent.GateRefused) and event.reason == "gate.budget-missing"
+
+
+def test_an_operator_resolving_what_the_reconciler_settled_is_told_its_finding() -> None:
+    h = unknown()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(reconcile(h.intent, attempt.attempt_id, QueryResult(finding="found", receipt={"note_id": "n1"}),
+                       RETRYABLE, cause="q", now=T0))
+    with pytest.raises(ResolutionRefused) as refused:
+        resolve(h.intent, finding="absent", by="ops-1", why="not in the CRM", receipt={},
+                contract=RETRYABLE, cause="c", now=T0)
+    answer = not_resolved(refused.value)
+    assert (answer.error, answer.settled_by, answer.finding, answer.resolution, answer.by) == (
+        "reconcile.already-settled", "Reconciled", "confirmed", "completed", "reconciler")
+    assert answer.receipt == {"note_id": "n1"} and answer.state == "completed"
+    assert "reconciler recorded Reconciled(confirmed" in answer.detail
+
+
+def test_an_operator_resolving_an_attempt_still_in_flight_is_told_nothing_is_open() -> None:
+    h = authorized()
+    h.extend(report(h, "sent"))
+    with pytest.raises(ResolutionRefused) as refused:
+        resolve(h.intent, finding="absent", by="ops-1", why="w", receipt={}, contract=CONTRACT,
+                cause="c", now=T0)
+    answer = not_resolved(refused.value)
+    assert (answer.error, answer.state, answer.settled_by) == ("reconcile.nothing-open", "sent", "")

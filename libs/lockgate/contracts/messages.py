@@ -231,6 +231,26 @@ class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+class NotResolved(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to a ``ResolveOutcome`` that was not recorded: why, and what settled the intent.
+
+    ``error`` and ``detail`` make it readable as a ``Refusal``. For
+    ``reconcile.already-settled`` the other fields name the event that settled the
+    outcome first (the reconciler's query, a late adapter report, another operator).
+    """
+
+    error: str
+    detail: str = ""
+    state: str = ""
+    settled_by: str = ""
+    """``Reconciled`` or ``EffectCompleted``."""
+    finding: str = ""
+    resolution: str = ""
+    by: str = ""
+    receipt: dict[str, str] = msgspec.field(default_factory=dict)
+    settled_at: datetime | None = None
+
+
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     """Stop a candidate by its state (the agent runtime or an operator asks)."""
 

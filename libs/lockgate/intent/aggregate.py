@@ -115,6 +115,23 @@ class Attempt:
         self.crossed = False
 
 
+class Settlement:
+    """What last settled an attempt's outcome: a reconciliation, or the adapter's report."""
+
+    def __init__(
+        self, event: str, attempt_id: str, finding: str, resolution: str, by: str,
+        receipt: dict[str, str], at: datetime, event_id: str,
+    ) -> None:
+        self.event = event
+        self.attempt_id = attempt_id
+        self.finding = finding
+        self.resolution = resolution
+        self.by = by
+        self.receipt = receipt
+        self.at = at
+        self.event_id = event_id
+
+
 class Withdrawal:
     """A withdrawal asked for while an attempt's order may be out: who asked, and why."""
 
@@ -374,6 +391,9 @@ class EffectIntent(Aggregate):
             agg.result = self.result
             attempt = agg.attempt(self.attempt_id)
             attempt.stage, attempt.crossed = "completed", True
+            agg.settlement = Settlement(
+                "EffectCompleted", self.attempt_id, "confirmed", "completed",
+                self.provenance.get("adapter", ""), dict(self.receipt), self.timestamp, self.event_id)
 
     class AttemptRejected(Event):
         """The remote system refused the request: the effect did not happen."""
@@ -435,6 +455,9 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             attempt = agg.attempt(self.attempt_id)
+            agg.settlement = Settlement(
+                "Reconciled", self.attempt_id, self.finding, self.resolution, self.by,
+                dict(self.receipt), self.timestamp, self.event_id)
             if self.resolution == "completed":
                 agg.state = State.COMPLETED
                 agg.receipt = self.receipt
@@ -538,6 +561,8 @@ class EffectIntent(Aggregate):
         self.result: dict[str, Any] = {}
         self.interruption_requested = False
         self.withdrawal: Withdrawal | None = None
+        #: The last report or reconciliation that settled an attempt's outcome.
+        self.settlement: Settlement | None = None
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
         #: Events stored after the intent became terminal, which changed nothing.
