@@ -34,6 +34,7 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.responses import ModelResponse
 from lockgate.eventstore.base import RecordedEvent
+from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, State
@@ -51,6 +52,25 @@ from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
 
 SETTINGS = Settings(adapter_timeout_s=0.3)
 BUNDLES = BundleSource(SETTINGS.policy_dir)
+#: The executor's report-token key in these tests.
+KEY = b"k" * 32
+
+
+def executor_handlers(ports: Ports) -> ExecutorHandlers:
+    return ExecutorHandlers(ports, BUNDLES, lambda: T0, report_key=KEY)
+
+
+def signed(report: AttemptReport) -> AttemptReport:
+    """``report`` with the token its order carried (as the adapter SDK echoes it)."""
+    return msgspec.structs.replace(report, token=report_token(
+        KEY, report.tenant, report.intent_id, report.attempt_id, "case.add_note"))
+
+
+async def deliver(executor: ExecutorHandlers, report: AttemptReport,
+                  subject: str | None = None) -> None:
+    """Hand ``report`` to the executor as its report consumer would."""
+    await executor.report(msgspec.json.encode(report),
+                          subject or f"lg.report.case.add_note.{report.intent_id}", 1)
 
 
 @pytest.fixture
@@ -221,7 +241,7 @@ async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports,
     h.add(EffectIntent.AttemptSent, attempt_id="a1")
     await store_history(ports, h)
     heard = await nc.subscribe("lg.interrupt.case.add_note")
-    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    executor = executor_handlers(ports)
     reply = await executor.withdraw("tenant-a", h.intent_id, msgspec.json.encode(Withdraw(by="runtime")))
     view = msgspec.json.decode(reply, type=ModelResponse)
     assert view.status == "interruption_requested"
@@ -242,7 +262,7 @@ async def test_withdrawing_a_dispatched_attempt_is_a_request_until_the_adapter_r
 ) -> None:
     h = authorized_history()
     await store_history(ports, h)
-    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    executor = executor_handlers(ports)
     withdraw = msgspec.json.encode(Withdraw(by="runtime", why="changed my mind"))
 
     first = msgspec.json.decode(await executor.withdraw("tenant-a", h.intent_id, withdraw),
@@ -254,7 +274,7 @@ async def test_withdrawing_a_dispatched_attempt_is_a_request_until_the_adapter_r
 
     refused = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1",
                             stage="withdrawn", reason="order.withdrawn")
-    await executor.report(msgspec.json.encode(refused), 1)
+    await deliver(executor, signed(refused))
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.WITHDRAWN
     final = msgspec.json.decode(await executor.withdraw("tenant-a", h.intent_id, withdraw),
@@ -270,9 +290,9 @@ async def test_a_sent_claim_after_a_withdrawal_request_asks_the_adapter_to_stop(
     h = authorized_history().add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
     await store_history(ports, h)
     heard = await nc.subscribe("lg.interrupt.case.add_note")
-    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    executor = executor_handlers(ports)
     sent = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1", stage="sent")
-    await executor.report(msgspec.json.encode(sent), 1)
+    await deliver(executor, signed(sent))
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.SENT and intent.interruption_requested
     msg = await heard.next_msg(timeout=2)
@@ -287,7 +307,7 @@ async def test_dispatch_publishes_no_order_once_a_withdrawal_was_requested(ports
     await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
         h.intent, now=T0, event_id="w1", causation_id="w", attempt_id="a1", by="runtime", why=""))])
     await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
-    await ExecutorHandlers(ports, BUNDLES, lambda: T0).dispatch(authorization)
+    await executor_handlers(ports).dispatch(authorization)
     with pytest.raises(NotFoundError):
         await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")
 
@@ -330,7 +350,7 @@ async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_th
     last = await store_history(ports, h)
     assert last.event_type == name
     await ports.locks.put(LOCK, h.intent_id.encode())
-    await ExecutorHandlers(ports, BUNDLES, lambda: T0).settled(last)
+    await executor_handlers(ports).settled(last)
     with pytest.raises(KeyNotFoundError):
         await ports.locks.get(LOCK)
 
@@ -341,7 +361,7 @@ async def test_an_event_that_leaves_the_hold_in_place_keeps_the_lock(ports: Port
     last = await store_history(ports, h)
     await ports.locks.put(LOCK, h.intent_id.encode())
     other = await ports.locks.put("tenant-a.case.other", b"someone-else")
-    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    executor = executor_handlers(ports)
     await executor.settled(last)  # allowed again: the same intent tries again under its lock
     assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()
     done = await store_history(ports, ended_by("GateRefused", call_id="call-2"))
@@ -373,7 +393,7 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
 
     sub = await answering(nc, "facts", facts)
     try:
-        await ExecutorHandlers(ports, BUNDLES, lambda: T0).ready(last)
+        await executor_handlers(ports).ready(last)
     finally:
         await sub.unsubscribe()  # type: ignore[attr-defined]
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)

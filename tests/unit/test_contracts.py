@@ -62,6 +62,8 @@ def test_reason_codes_are_pinned() -> None:
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",
         "items.credential-invalid", "items.fault-injected", "order.withdrawn", "order.expired",
+        "report.token-missing", "report.token-mismatch", "report.capability-mismatch",
+        "report.intent-mismatch",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

@@ -4,22 +4,34 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, Facts, QueryResult
-from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
+from lockgate.executor.domain import (
+    check_report,
+    gate,
+    on_deadline,
+    on_report,
+    order_for,
+    refuse_report,
+    report_token,
+    withdraw,
+)
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.reconciler.domain import ResolutionRefused, not_resolved, reconcile, resolve
 from lockgate.testing.intents import T0, History
+from lockgate.testing.invariants import violations
 
 CONTRACT = CapabilityContract(name="case.add_note", description="d",
                               argument_schema={"type": "object"}, outcome_deadline_s=30)
 FACTS = Facts(facts={"exists": True, "version": 3})
 ALLOW = Decision("allow", "pol-2", (), ("permit",))
 DENY = Decision("deny", "pol-2", ("case.closed",), ("case.closed",))
+KEY = b"k" * 32
 
 
 def allowed() -> History:
@@ -80,7 +92,7 @@ def test_order_matches_the_authorization() -> None:
     h = authorized()
     authorization = h.events[-1]
     assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
-    order = order_for(h.intent, authorization)
+    order = order_for(h.intent, authorization, key=KEY)
     assert order is not None
     assert (order.attempt_id, order.intent_key, order.digest) == (
         authorization.attempt_id, authorization.intent_key, "sha256:d1")
@@ -261,7 +273,7 @@ def test_withdrawal_of_an_authorized_attempt_is_only_requested() -> None:
     assert view(h) == ("withdrawal_requested", "operation.withdrawal-requested")
     assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
     authorization = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
-    assert order_for(h.intent, authorization) is None  # an order not yet published stays so
+    assert order_for(h.intent, authorization, key=KEY) is None  # an order not yet published stays so
 
 
 @pytest.mark.parametrize("stage", ["withdrawn", "refused_order", "failed_before_send"])
@@ -467,3 +479,72 @@ def test_an_operator_resolving_an_attempt_still_in_flight_is_told_nothing_is_ope
                 cause="c", now=T0)
     answer = not_resolved(refused.value)
     assert (answer.error, answer.state, answer.settled_by) == ("reconcile.nothing-open", "sent", "")
+
+
+# -- reports carry proof tied to their order ------------------------------------------------
+
+
+def signed(h: History, stage: str, *, attempt_id: str | None = None, **kw: object) -> AttemptReport:
+    attempt = attempt_id or (h.intent.current_attempt.attempt_id if h.intent.current_attempt else "")
+    token = report_token(KEY, "tenant-a", h.intent_id, attempt, "case.add_note")
+    return AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt, stage=stage,
+                         token=token, **kw)  # type: ignore[arg-type]
+
+
+def test_each_order_carries_a_token_bound_to_its_tenant_intent_attempt_and_capability() -> None:
+    h = authorized()
+    authorization = h.events[-1]
+    assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
+    order = order_for(h.intent, authorization, key=KEY)
+    assert order is not None
+    parts = ("tenant-a", h.intent_id, authorization.attempt_id, "case.add_note")
+    assert order.report_token == report_token(KEY, *parts)
+    others = {report_token(KEY, *(parts[:i] + ("x",) + parts[i + 1:])) for i in range(4)}
+    others.add(report_token(b"o" * 32, *parts))
+    assert order.report_token not in others and len(others) == 5
+    assert order.report_token not in repr(h.events)  # the record never holds it
+
+
+def test_a_report_is_believed_only_with_its_order_token_on_its_own_subject() -> None:
+    h = authorized()
+    good = signed(h, "completed")
+
+    def check(r: AttemptReport, capability: str = "case.add_note", subject: str | None = None) -> str | None:
+        return check_report(h.intent, r, capability=capability,
+                            subject_intent_id=subject or r.intent_id, key=KEY)
+
+    assert check(good) is None
+    assert check(msgspec.structs.replace(good, token="")) == "report.token-missing"
+    assert check(msgspec.structs.replace(good, token="0" * 64)) == "report.token-mismatch"
+    assert check(msgspec.structs.replace(good, attempt_id="another")) == "report.token-mismatch"
+    assert check(good, capability="item.publish") == "report.capability-mismatch"
+    assert check(good, subject="f" * 32) == "report.intent-mismatch"
+
+
+def test_a_refused_report_is_recorded_once_per_attempt_stage_and_reason_and_changes_nothing() -> None:
+    h = authorized()
+    state, stages = h.intent.state, [a.stage for a in h.intent.attempts]
+    recorded = []
+    for n in range(200):  # a flood: random attempts, stages and tokens
+        forged = AttemptReport(tenant="tenant-a", intent_id=h.intent_id,
+                               attempt_id=f"att-{n}" if n % 2 else h.intent.attempts[0].attempt_id,
+                               stage=["completed", "sent", f"odd-{n}"][n % 3], token=f"t{n}",
+                               adapter="x" * 500)
+        events = refuse_report(h.intent, forged, "report.token-mismatch", cause=f"c{n}", now=T0)
+        h.extend(events)
+        recorded += events
+    assert len(recorded) == 6  # (its attempt, or none) x (completed, sent, other)
+    assert all(isinstance(e, EffectIntent.ReportRefused) and len(e.adapter) == 64 for e in recorded)
+    assert {(e.attempt_id, e.stage) for e in recorded} >= {("", "other")}  # type: ignore[attr-defined]
+    assert h.intent.state is state and [a.stage for a in h.intent.attempts] == stages
+    assert not any("t1" in repr(e) for e in recorded)  # what the forger sent is not kept
+
+
+def test_a_refused_report_may_be_recorded_on_a_terminal_intent() -> None:
+    h = authorized()
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    forged = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="x", stage="rejected")
+    (refused,) = refuse_report(h.intent, forged, "report.token-missing", cause="c", now=T0)
+    h.extend([refused])
+    assert h.intent.state is State.COMPLETED and h.intent.ignored == []
+    assert violations({h.intent_id: h.events}) == []  # neutral: not an event after the end

@@ -13,7 +13,8 @@ An adapter author subclasses ``Adapter`` (a contract and four coroutines) and ca
 - checks the record again right before the send boundary (``SendBoundary.cross``) and
   refuses from then on when a withdrawal was requested or the attempt is over;
 - reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
-  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice.
+  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice,
+  echoing the order's ``report_token`` (the executor's proof that it sent the order).
 
 The send boundary is *claimed*: ``sent`` and every report that says the attempt was not
 sent (``failed_before_send``, ``refused_order``, ``withdrawn``) share the message id
@@ -285,6 +286,14 @@ def interrupt_subject(capability: str) -> str:
 def report_subject(capability: str, intent_id: str) -> str:
     """Return the subject an adapter reports an intent's attempts on."""
     return f"lg.report.{capability}.{intent_id}"
+
+
+def parse_report_subject(subject: str) -> tuple[str, str] | None:
+    """Return (capability, intent id) of a report subject, or None when it is not one."""
+    parts = subject.split(".")
+    if len(parts) < 4 or parts[:2] != ["lg", "report"]:
+        return None
+    return ".".join(parts[2:-1]), parts[-1]
 
 
 def consumer_name(capability: str) -> str:
@@ -798,6 +807,7 @@ class CapabilityWorker:
             result=result or {},
             adapter=self._name,
             reported_at=datetime.now(UTC),
+            token=order.report_token,
         )
         msg_id = boundary_msg_id(order.attempt_id) if claim else f"{order.attempt_id}:{stage}"
         try:

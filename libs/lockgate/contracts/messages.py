@@ -175,6 +175,10 @@ class ExecutionOrder(msgspec.Struct, frozen=True, kw_only=True):
     preconditions: dict[str, str | int | bool]
     authorized_version: int
     """Aggregate version of the ``ExecutionAuthorized`` event the adapter checks."""
+    report_token: str = ""
+    """The executor's proof that it sent this order (an HMAC over tenant, intent, attempt
+    and capability, with a key only the executor has): every report about the attempt
+    echoes it. It is in no event and no log line."""
 
 
 class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -198,6 +202,8 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     adapter: str = ""
     """The adapter process that reported (provenance of the result)."""
     reported_at: datetime | None = None
+    token: str = ""
+    """The order's ``report_token``, echoed: proof the reporter received the order."""
 
 
 # --- reviews ----------------------------------------------------------------------

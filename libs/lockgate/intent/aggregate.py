@@ -510,6 +510,23 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.interruption_requested = True
 
+    class ReportRefused(Event):
+        """The executor refused a report that did not prove it answers an order it received.
+
+        Changes no state (it may follow a terminal one). ``attempt_id`` is empty and
+        ``stage`` ``other`` when the report named none the record knows, so at most one
+        is recorded per attempt, stage and reason however many forgeries arrive.
+        """
+
+        neutral: ClassVar[bool] = True
+        attempt_id: str
+        stage: str
+        reason: str
+        adapter: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.refused_reports.add((self.attempt_id, self.stage, self.reason))
+
     # -- state ----------------------------------------------------------------------
 
     def __init__(
@@ -563,6 +580,8 @@ class EffectIntent(Aggregate):
         self.withdrawal: Withdrawal | None = None
         #: The last report or reconciliation that settled an attempt's outcome.
         self.settlement: Settlement | None = None
+        #: (attempt id, stage, reason) of every refused report on record.
+        self.refused_reports: set[tuple[str, str, str]] = set()
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
         #: Events stored after the intent became terminal, which changed nothing.

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
     #: does; in a cluster an administrator's job does it once and services only bind.
     manage_topology: bool = True
     var_dir: Path = Path("var")
+    #: The executor's secret for the per-attempt report tokens (32 random bytes); None:
+    #: ``<var_dir>/secrets/report.key``, created on first use. Every executor replica
+    #: must read the same key.
+    report_key_file: Path | None = None
     #: Cedar policies and schema fragments, read recursively.
     policy_dir: Path = _REPO / "deploy" / "policies"
     #: Replicas of every stream: 1 embedded, 3 in a cluster.

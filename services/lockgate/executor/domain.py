@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -89,7 +91,65 @@ def gate(
     ]
 
 
-def order_for(intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized) -> ExecutionOrder | None:
+def report_token(key: bytes, tenant: str, intent_id: str, attempt_id: str, capability: str) -> str:
+    """The proof an order carries and every report about its attempt must echo.
+
+    HMAC-SHA256 with the executor's key over tenant, intent, attempt and capability: an
+    adapter can show it for the orders it received and forge it for no other. The same
+    inputs give the same token, so redelivered orders and restarted executors agree.
+    """
+    message = "\x1f".join(("lockgate.report-token.v1", tenant, intent_id, attempt_id, capability))
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def check_report(
+    intent: EffectIntent, report: AttemptReport, *, capability: str, subject_intent_id: str,
+    key: bytes,
+) -> str | None:
+    """Why ``report`` (published on ``lg.report.<capability>.<subject_intent_id>``) is not
+    to be believed, or None when it proves it answers an order the executor sent."""
+    if subject_intent_id != report.intent_id:
+        return "report.intent-mismatch"
+    if capability != intent.tool:
+        return "report.capability-mismatch"
+    if not report.token:
+        return "report.token-missing"
+    expected = report_token(key, intent.tenant, intent.intent_id, report.attempt_id, intent.tool)
+    if not hmac.compare_digest(report.token.encode(), expected.encode()):
+        return "report.token-mismatch"
+    return None
+
+
+#: Stages a report may name; any other is recorded as ``other``.
+REPORT_STAGES = frozenset({
+    "sent", "acknowledged", "observed", "completed", "rejected", "interrupted",
+    "failed_before_send", "refused_order", "withdrawn",
+})
+
+
+def refuse_report(
+    intent: EffectIntent, report: AttemptReport, reason: str, *, cause: str, now: datetime
+) -> list[Event]:
+    """Put a refused report on the record, once per attempt, stage and reason.
+
+    The attempt and stage are the record's own (empty, ``other``) when the report names
+    ones it does not know, so a flood of forgeries adds a bounded number of events.
+    """
+    attempts = {a.attempt_id for a in intent.attempts}
+    attempt_id = report.attempt_id if report.attempt_id in attempts else ""
+    stage = report.stage if report.stage in REPORT_STAGES else "other"
+    if (attempt_id, stage, reason) in intent.refused_reports:
+        return []
+    return [EffectIntent.ReportRefused.next(
+        intent, now=now, event_id=derived_id("report-refused", intent.intent_id, attempt_id, stage, reason),
+        causation_id=cause, attempt_id=attempt_id, stage=stage, reason=reason,
+        adapter=report.adapter[:64],
+    )]
+
+
+def order_for(
+    intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized, *, key: bytes
+) -> ExecutionOrder | None:
     """The execution order for an authorization, if it is still the current attempt.
 
     None once a withdrawal was requested: an order not yet published stays unpublished.
@@ -111,6 +171,8 @@ def order_for(intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
         actor=intent.actor,
         preconditions=authorized.gate_facts,
         authorized_version=current.authorized_version,
+        report_token=report_token(
+            key, intent.tenant, intent.intent_id, authorized.attempt_id, intent.tool),
     )
 
 

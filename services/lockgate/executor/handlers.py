@@ -12,7 +12,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.adapters.sdk import interrupt_subject
+from lockgate.adapters.sdk import interrupt_subject, parse_report_subject
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
@@ -20,7 +20,15 @@ from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
+from lockgate.executor.domain import (
+    check_report,
+    gate,
+    on_deadline,
+    on_report,
+    order_for,
+    refuse_report,
+    withdraw,
+)
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.intent.locks import lock_key, may_hold
@@ -43,10 +51,14 @@ _LOCKS_KNOWN = 65_536
 class ExecutorHandlers:
     """The last service before the world."""
 
-    def __init__(self, ports: Ports, bundles: BundleSource, clock: Clock) -> None:
+    def __init__(
+        self, ports: Ports, bundles: BundleSource, clock: Clock, *, report_key: bytes
+    ) -> None:
         self.ports = ports
         self.bundles = bundles
         self.clock = clock
+        #: Signs each order's report token; never logged, never in an event.
+        self._report_key = report_key
         #: intent id → the lock key it took in this process, or None once this process
         #: knows it holds none (released here, or its contract does not serialize). Lets
         #: the lock durable skip a load for most events; an unknown intent is loaded.
@@ -225,7 +237,7 @@ class ExecutorHandlers:
         if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
             return
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
-        order = order_for(intent, authorized) if intent else None
+        order = order_for(intent, authorized, key=self._report_key) if intent else None
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
         await self.ports.js.publish(
@@ -234,26 +246,47 @@ class ExecutorHandlers:
             headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
         )
 
-    async def report(self, data: bytes, sequence: int) -> None:
-        """Record an adapter's attempt report as an event."""
+    async def report(self, data: bytes, subject: str, sequence: int) -> None:
+        """Record an adapter's attempt report as an event, if it proves its order.
+
+        A report must echo the token of the order it answers and come on the subject of
+        the intent's own capability and id; one that does not is refused (nothing it says
+        is believed) and put on the record as ``ReportRefused``.
+        """
         try:
             report = msgspec.json.decode(data, type=AttemptReport)
         except msgspec.MsgspecError as exc:
             log.error("unreadable report at sequence %s dropped: %s", sequence, exc)
             return
+        address = parse_report_subject(subject)
+        if address is None or not (is_subject_token(report.tenant) and is_subject_token(report.intent_id)):
+            log.error("report at sequence %s names no intent; dropped", sequence)
+            return
+        capability, subject_intent_id = address
         cause = derived_id("report", report.attempt_id, report.stage)
 
         seen: list[EffectIntent] = []
+        refused: list[str] = []
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:
                 log.warning("report for unknown intent %s", report.intent_id)
                 return []
             seen[:] = [intent]
+            problem = check_report(intent, report, capability=capability,
+                                   subject_intent_id=subject_intent_id, key=self._report_key)
+            refused[:] = [problem] if problem else []
+            if problem is not None:
+                return refuse_report(intent, report, problem, cause=f"{cause}:{problem}",
+                                     now=self.clock())
             contract = await self.ports.registry.get(intent.tool)
             return on_report(intent, report, contract, cause=cause, now=self.clock())
 
         events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
+        if refused:
+            log.warning("refused a %r report for %s/%s: %s (adapter %r)", report.stage[:32],
+                        report.intent_id, report.attempt_id[:64], refused[0], report.adapter[:64])
+            return
         if seen:
             await self._release_if_done(seen[0], events)
             await self._ask_to_stop(seen[0], events)
