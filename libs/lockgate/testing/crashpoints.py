@@ -9,9 +9,12 @@ and not by the step after the append.
 ``python -m lockgate.testing.crashpoints`` runs the executor with these variables:
 
 - ``LOCKGATE_CRASH_LOG``: a file; each self-inflicted SIGKILL first appends a line to it
-  (``<pid> <event types>``), so a test can count them across restarts.
+  (``<pid> <capability> <intent id> <event types>``), so a test can count them across
+  restarts.
 - ``LOCKGATE_CRASH_EVENTS``: comma-separated event types that make the moment (default:
   ``EffectCompleted``).
+- ``LOCKGATE_CRASH_TOOLS``: comma-separated capabilities whose intents make it (default:
+  any).
 - ``LOCKGATE_CRASH_PROBABILITY``: chance of dying at each such moment (default 1).
 - ``LOCKGATE_CRASH_LIMIT``: at most this many deaths in all, as counted in the log
   (default 1): then it runs on as the plain executor.
@@ -42,6 +45,7 @@ class CrashPlan:
 
     log: Path
     events: frozenset[str] = frozenset({"EffectCompleted"})
+    tools: frozenset[str] = frozenset()
     probability: float = 1.0
     limit: int = 1
     seed: str = "0"
@@ -54,9 +58,11 @@ class CrashPlan:
         except FileNotFoundError:
             return 0
 
-    def due(self, events: Sequence[Event]) -> bool:
+    def due(self, intent: EffectIntent, events: Sequence[Event]) -> bool:
         """True when ``events`` make the moment and the plan says this is the time."""
         if not any(type(e).__name__ in self.events for e in events):
+            return False
+        if self.tools and intent.tool not in self.tools:
             return False
         deaths = self.deaths()
         if deaths >= self.limit:
@@ -65,10 +71,11 @@ class CrashPlan:
         draw = random.Random(f"{self.seed}:{deaths}:{os.getpid()}:{self._draws}").random()
         return draw < self.probability
 
-    def die(self, events: Sequence[Event]) -> NoReturn:
+    def die(self, intent: EffectIntent, events: Sequence[Event]) -> NoReturn:
         """Write the death down, then SIGKILL this process."""
         with open(self.log, "a") as log:
-            log.write(f"{os.getpid()} {','.join(type(e).__name__ for e in events)}\n")
+            names = ",".join(type(e).__name__ for e in events)
+            log.write(f"{os.getpid()} {intent.tool} {intent.intent_id} {names}\n")
             log.flush()
             os.fsync(log.fileno())
         os.kill(os.getpid(), signal.SIGKILL)
@@ -85,8 +92,8 @@ def install(plan: CrashPlan) -> None:
     async def release_unless_dead(
         self: ExecutorHandlers, intent: EffectIntent, events: Sequence[Event]
     ) -> None:
-        if plan.due(events):
-            plan.die(events)
+        if plan.due(intent, events):
+            plan.die(intent, events)
         await release(self, intent, events)
 
     ExecutorHandlers._release_if_done = release_unless_dead  # type: ignore[method-assign]
@@ -98,6 +105,7 @@ def plan_from_environment() -> CrashPlan:
     return CrashPlan(
         log=Path(env["LOCKGATE_CRASH_LOG"]),
         events=frozenset(t for t in env.get("LOCKGATE_CRASH_EVENTS", "EffectCompleted").split(",") if t),
+        tools=frozenset(t for t in env.get("LOCKGATE_CRASH_TOOLS", "").split(",") if t),
         probability=float(env.get("LOCKGATE_CRASH_PROBABILITY", "1")),
         limit=int(env.get("LOCKGATE_CRASH_LIMIT", "1")),
         seed=env.get("LOCKGATE_CRASH_SEED", "0"),
