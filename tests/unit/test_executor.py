@@ -548,3 +548,31 @@ def test_a_refused_report_may_be_recorded_on_a_terminal_intent() -> None:
     h.extend([refused])
     assert h.intent.state is State.COMPLETED and h.intent.ignored == []
     assert violations({h.intent_id: h.events}) == []  # neutral: not an event after the end
+
+
+def test_withdrawing_an_unknown_outcome_keeps_it_from_being_tried_again() -> None:
+    """Nobody knows whether it happened: only a request is recorded, and absence ends it."""
+    h = unknown()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    (requested,) = withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0)
+    assert isinstance(requested, EffectIntent.WithdrawalRequested)
+    h.extend([requested])
+    assert view(h) == ("outcome_unknown", "operation.outcome-unknown")
+    (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
+                           cause="q", now=T0)
+    assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"
+    assert h.extend([settled]).intent.state is State.WITHDRAWN and run_gate(h) == []
+
+
+def test_an_interrupted_attempt_proven_absent_is_not_tried_again() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(report(h, "sent"))
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
+    (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
+                           cause="q", now=T0)
+    assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"

@@ -755,6 +755,8 @@ class CapabilityWorker:
             agg = fold(decode_event(e) for e in history.events)
         except EventStoreUnavailable as exc:
             raise BoundaryRefused("order.unchecked", str(exc), settle="retry") from exc
+        except EventDecodeError:
+            return False  # a history this code cannot read is no leave to write
         current = agg.current_attempt if agg is not None else None
         return (
             agg is not None and current is not None and current.attempt_id == order.attempt_id

@@ -437,7 +437,7 @@ class EffectIntent(Aggregate):
         ``retry`` (proven absent and the contract allows the same intent again, with
         the same key), ``operator`` (absent, but only a person may decide),
         ``not_executed`` (an operator established that it never happened), or
-        ``withdrawn`` (proven absent while a withdrawal was requested: it stays undone).
+        ``withdrawn`` (proven absent after it was asked to stop: it stays undone).
         """
 
         class_version: ClassVar[int] = 2

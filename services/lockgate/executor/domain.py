@@ -333,7 +333,9 @@ def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: dateti
     ``Withdrawn``: nothing was or will be sent. Once an attempt is authorized its order
     may be with an adapter, so only ``WithdrawalRequested`` is true: the adapter SDK
     checks the record right before the send boundary and refuses from then on, and
-    its report makes it ``Withdrawn`` (or, if it crossed first, an interruption).
+    its report makes it ``Withdrawn`` (or, if it crossed first, an interruption). The
+    same request is recorded for an outcome nobody knows yet (unknown, or waiting for an
+    operator): reconciliation then ends an absent effect withdrawn, never tried again.
     After the send boundary only ``InterruptionRequested`` can be recorded; the outcome
     is then settled like any other: by report, or by the deadline and reconciliation.
     """
@@ -344,10 +346,12 @@ def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: dateti
     current = intent.current_attempt
     if current is None:
         return []
-    if intent.state is State.AUTHORIZED and not intent.withdrawal_requested:
+    if intent.withdrawal_requested or intent.interruption_requested:
+        return []
+    if intent.state in _ORDER_MAY_BE_OUT:
         return [EffectIntent.WithdrawalRequested.next(
             intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
-    if intent.state is State.SENT and not intent.interruption_requested:
+    if intent.state is State.SENT:
         return [EffectIntent.InterruptionRequested.next(
             intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
     return []
@@ -357,3 +361,5 @@ def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: dateti
 _WITHDRAWABLE = frozenset({
     State.PROPOSED, State.NORMALIZED, State.PAUSED, State.AWAITING_APPROVAL, State.ALLOWED,
 })
+#: States in which an order may be with an adapter, or its outcome is not known.
+_ORDER_MAY_BE_OUT = frozenset({State.AUTHORIZED, State.UNKNOWN, State.NEEDS_OPERATOR})

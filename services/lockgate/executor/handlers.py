@@ -284,7 +284,7 @@ class ExecutorHandlers:
 
         events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
         if refused:
-            log.warning("refused a %r report for %s/%s: %s (adapter %r)", report.stage[:32],
+            log.warning("refused a %r report for %s/%r: %s (adapter %r)", report.stage[:32],
                         report.intent_id, report.attempt_id[:64], refused[0], report.adapter[:64])
             return
         if seen:

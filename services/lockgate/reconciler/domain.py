@@ -33,8 +33,8 @@ def reconcile(
 ) -> list[Event]:
     """Record what a query by the intent's identity established.
 
-    Found → completed with the receipt. Absent → withdrawn when a withdrawal was
-    requested (the intent stays undone), else the same intent again (same key) when the
+    Found → completed with the receipt. Absent → withdrawn when it was asked to stop
+    (a withdrawal or an interruption requested: the intent stays undone), else the same intent again (same key) when the
     contract allows it, else an operator decides. A second approval never cures
     uncertainty; only evidence does.
     """
@@ -53,8 +53,8 @@ def reconcile(
             )
         ]
     if found.finding == "absent":
-        if intent.withdrawal_requested:
-            why, resolution = "; a withdrawal was requested, so it stays undone", "withdrawn"
+        if intent.withdrawal_requested or intent.interruption_requested:
+            why, resolution = "; it was asked to stop, so it stays undone", "withdrawn"
         elif may_retry(contract):
             why, resolution = "; the contract allows the same intent again", "retry"
         else:
@@ -136,7 +136,7 @@ def resolve(
         raise ResolutionRefused("reconcile.who-and-why-required")
     if finding == "confirmed":
         resolution = "completed"
-    elif intent.withdrawal_requested:
+    elif intent.withdrawal_requested or intent.interruption_requested:
         resolution = "withdrawn"
     else:
         resolution = "retry" if may_retry(contract) else "not_executed"
