@@ -19,6 +19,8 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     try:
         asyncio.run(s.start())
         yield s
+        # Every service did only what its row of the role table grants it.
+        assert s.violations() == []
     finally:
         s.stop()
 

@@ -43,6 +43,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     try:
         asyncio.run(s.start())
         yield s
+        assert s.violations() == []  # every service did only what its role grants
     finally:
         s.stop()
 

@@ -1,12 +1,18 @@
 """Proof over many runs: a few hundred candidates through seeded, random faults.
 
 Candidates go to both items servers (``draft.prepare_private`` on P, ``item.publish``
-on Q), about one in ten of them invalid, while a seeded plan arms faults in the world
-at random moments (lost responses, adapter crashes after send or after commit,
-failures before send) and SIGKILLs the executor. A supervisor task brings back every
-process that died, as ``make run``'s supervisor would. Once the faults stop and every
-intent has settled, the event store and the world must agree: nothing happened twice,
-nothing was lost, nothing is stuck, and DESIGN's invariants hold.
+on Q) and to a few cases of the case-notes world (``case.add_note``, C: effects on one
+case run one at a time under its resource lock), about one in ten of them invalid,
+while a seeded plan arms faults in the world at random moments (lost responses,
+adapter crashes after send or after commit, failures before send) and SIGKILLs the
+executor. The executor also kills itself now and then at the worst moment for a lock:
+right after it recorded the end of a C effect and before it freed the case's lock
+(``lockgate.testing.crashpoints``). Some candidates are withdrawn at random moments.
+A supervisor task brings back every process that died, as ``make run``'s supervisor
+would. Once the faults stop and every intent has settled, the event store, the worlds
+and the locks must agree: nothing happened twice, nothing was lost, nothing is stuck,
+nothing happened that the model was told was withdrawn, no lock outlives its holder's
+hold, and DESIGN's invariants hold.
 
 ``LOCKGATE_CHAOS_SEED`` picks the plan (which candidates, which faults, when) and
 ``LOCKGATE_CHAOS_CANDIDATES`` how many candidates (default 200). The plan is
@@ -25,9 +31,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import nats
 import pytest
 
-from lockgate.client.sdk import ClientError, Gateway, ResponseTimeout, Run, Turn
+from lockgate.client.sdk import ClientError, Gateway, Refused, ResponseTimeout, Run, Turn
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.responses import ModelResponse
@@ -35,8 +42,12 @@ from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
+from lockgate.runtime.status import CHILDREN
+from lockgate.runtime.topology import ENDS_HOLD, LOCKS_BUCKET
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System
+from lockgate.worlds.casenotes.adapter import CONTRACT as NOTE_CONTRACT
+from lockgate.worlds.casenotes.world import World as CaseWorld
 from lockgate.worlds.items.adapter import DRAFT, PUBLISH, draft_contract, publish_contract
 from lockgate.worlds.items.world import FAULTS, SERVERS
 from lockgate.worlds.items.world import World as ItemsWorld
@@ -53,6 +64,13 @@ INVALID_SHARE = 0.1
 #: (ack_wait 5 s) to land before it.
 DEADLINE_S = 8
 TENANT, ACTOR, SPACE = "tenant-a", "user-42", "space-1"
+#: The cases C candidates write to: runs share them, so their effects contend for locks.
+CASES = tuple(f"case-load-{n}" for n in range(40, 44))
+#: Share of valid candidates the agent runtime withdraws, at a random moment.
+WITHDRAW_SHARE = 0.15
+#: How often the executor kills itself between an append that ends a C effect's hold and
+#: the release that follows it, and at most how many times in a run.
+SELF_KILL_PROBABILITY, SELF_KILL_LIMIT = 0.15, 4
 #: Subscribers of space-1 in the items world's seed: one notification each per publication.
 SUBSCRIBERS = 3
 ADAPTER, EXECUTOR = "adapter.items", "executor"
@@ -67,10 +85,13 @@ CHAOS_BUDGET_S = 80.0
 DRAIN_BUDGET_S = 60.0
 #: How long the stored model-facing responses have to catch up with the final state.
 RESPONSES_BUDGET_S = 20.0
+#: How long locks left by a killed executor have to be released from the record.
+LOCKS_BUDGET_S = 20.0
 
-TOOLS = {"P": DRAFT, "Q": PUBLISH}
+NOTE = "case.add_note"
+TOOLS = {"P": DRAFT, "Q": PUBLISH, "C": NOTE}
 CONTRACTS: dict[str, CapabilityContract] = {
-    DRAFT: draft_contract(DEADLINE_S), PUBLISH: publish_contract(DEADLINE_S),
+    DRAFT: draft_contract(DEADLINE_S), PUBLISH: publish_contract(DEADLINE_S), NOTE: NOTE_CONTRACT,
 }
 WAITING = frozenset({State.UNKNOWN, State.NEEDS_OPERATOR})
 #: What the model was told, and the final states that are consistent with it.
@@ -79,14 +100,31 @@ CONSISTENT: dict[str, frozenset[State]] = {
     "rejected": frozenset({State.REJECTED}),
     "denied": frozenset({State.DENIED}),
     "unavailable": frozenset({State.FAILED, State.REFUSED, State.DENIED}),
-    "withdrawn": frozenset({State.WITHDRAWN}),
-    # Evidence decides later: found, proven absent and retried, or still open.
-    "outcome_unknown": frozenset({State.COMPLETED, State.FAILED, State.REFUSED} | WAITING),
+    # Withdrawn before any order, refused by the adapter, or stopped by it (interrupted).
+    "withdrawn": frozenset({State.WITHDRAWN, State.INTERRUPTED}),
+    # Evidence decides later: found, proven absent and retried (or withdrawn), or still open.
+    "outcome_unknown": frozenset({State.COMPLETED, State.FAILED, State.REFUSED, State.WITHDRAWN}
+                                 | WAITING),
+    # The order may be out: the adapter refuses it, or it had crossed and the outcome is settled.
+    "withdrawal_requested": frozenset({State.WITHDRAWN, State.COMPLETED, State.FAILED,
+                                       State.INTERRUPTED} | WAITING),
+    "interruption_requested": frozenset({State.COMPLETED, State.FAILED, State.INTERRUPTED,
+                                         State.WITHDRAWN, State.REFUSED} | WAITING),
+    # Policy waited for facts a crashed adapter could not give; decided again when it is back.
+    "paused": frozenset({State.COMPLETED, State.DENIED, State.FAILED, State.REFUSED,
+                         State.WITHDRAWN, State.INTERRUPTED} | WAITING),
 }
+#: Statuses after which the model waits for what follows.
+PENDING = frozenset({"outcome_unknown", "withdrawal_requested", "interruption_requested", "paused"})
 
 
-def invalid_arguments(rng: random.Random, n: int) -> str:
+def invalid_arguments(rng: random.Random, n: int, server: str) -> str:
     """Arguments the system must reject before any effect."""
+    if server == "C":
+        return rng.choice([
+            '{"note": "   "}', "{}", f'{{"Note": "n{n}"}}', '{"note": 7}',
+            f'{{"note": "n{n}", "case_id": "case-999"}}', f'{{"note": "{"é" * 251}"}}', "not json",
+        ])
     return rng.choice([
         f'{{"title": "", "body": "b{n}"}}',                        # empty after trimming
         f'{{"title": "   ", "body": "b{n}"}}',
@@ -108,6 +146,7 @@ class Planned:
     arguments: str
     valid: bool
     gap_s: float  # pause before it is proposed
+    withdraw_after_s: float | None = None  # the runtime withdraws it this long after proposing
 
     @property
     def tool(self) -> str:
@@ -123,9 +162,19 @@ def candidate_plan(seed: int, count: int) -> list[Planned]:
     plan = []
     for n in range(count):
         valid = rng.random() >= INVALID_SHARE
-        server = rng.choice(SERVERS)
-        arguments = f'{{"title": "t{n}", "body": "b{n}"}}' if valid else invalid_arguments(rng, n)
-        plan.append(Planned(n, server, arguments, valid, gap_s=rng.uniform(0.0, 0.25)))
+        server = rng.choice((*SERVERS, "C"))
+        if not valid:
+            arguments = invalid_arguments(rng, n, server)
+        elif server == "C":
+            arguments = f'{{"note": "chaos note {n}"}}'
+        else:
+            arguments = f'{{"title": "t{n}", "body": "b{n}"}}'
+        withdraw = None
+        if valid and rng.random() < WITHDRAW_SHARE:
+            # Half of them early, while the candidate is still on its way to the gate.
+            withdraw = rng.uniform(0.0, 0.05) if rng.random() < 0.5 else rng.uniform(0.05, 0.8)
+        plan.append(Planned(n, server, arguments, valid, gap_s=rng.uniform(0.0, 0.25),
+                            withdraw_after_s=withdraw))
     return plan
 
 
@@ -271,30 +320,66 @@ class Candidate:
     first: ModelResponse | None = None
     later: ModelResponse | None = None
     error: str | None = None
+    #: What each withdrawal answered, and what followed a pending one.
+    withdrawals: list[ModelResponse] = field(default_factory=list)
 
     @property
     def intent_id(self) -> str:
         return intent_id_for(TENANT, self.run.id, self.planned.call_id)
 
     def told(self) -> list[ModelResponse]:
-        return [r for r in (self.first, self.later) if r is not None]
+        return [r for r in (self.first, self.later, *self.withdrawals) if r is not None]
+
+
+async def follow(c: Candidate, latest: ModelResponse, until: float) -> ModelResponse | None:
+    """What an agent runtime does after a pending status: wait for what follows it."""
+    later = None
+    while latest.status in PENDING and time.monotonic() < until:
+        try:
+            latest = later = await c.run.wait(c.intent_id, past=latest.status,
+                                              timeout_s=max(1.0, until - time.monotonic()))
+        except ResponseTimeout:  # still open: judged against the store
+            break
+    return later
+
+
+async def withdraw(c: Candidate, after_s: float, until: float) -> None:
+    """Withdraw the candidate ``after_s`` after proposing it; ask again while nobody answers."""
+    await asyncio.sleep(after_s)
+    while time.monotonic() < until:
+        try:
+            reply = await c.run.withdraw(c.intent_id, why="the chaos test changed its mind")
+        except Refused:  # not on record yet, or between two steps
+            await asyncio.sleep(0.1)
+            continue
+        except ClientError:  # the executor is down: its supervisor brings it back
+            await asyncio.sleep(0.2)
+            continue
+        c.withdrawals.append(reply)
+        later = await follow(c, reply, until)
+        if later is not None:
+            c.withdrawals.append(later)
+        return
 
 
 async def drive(c: Candidate, slots: asyncio.Semaphore, started: list[int], until: float) -> None:
     """Propose one candidate (holding a slot until the first response), then follow it up."""
+    withdrawal = None
     async with slots:
         started[0] += 1
+        if c.planned.withdraw_after_s is not None:
+            withdrawal = asyncio.create_task(withdraw(c, c.planned.withdraw_after_s, until))
         try:
             c.first = await c.turn.propose(tool=c.planned.tool, arguments=c.planned.arguments,
                                            call_id=c.planned.call_id, timeout_s=PROPOSE_TIMEOUT_S)
         except ClientError as exc:
             c.error = f"propose: {type(exc).__name__}: {exc}"
-            return
-    if c.first.status == "outcome_unknown":
-        # What an agent runtime does: wait for the evidence to settle it.
-        with contextlib.suppress(ResponseTimeout):  # still open: judged against the store
-            c.later = await c.run.wait(c.intent_id, past="outcome_unknown",
-                                       timeout_s=max(1.0, until - time.monotonic()))
+    try:
+        if c.first is not None:
+            c.later = await follow(c, c.first, until)
+    finally:
+        if withdrawal is not None:
+            await withdrawal
 
 
 async def drain_store(system: System, intent_ids: set[str], until: float) -> dict[str, list[Event]]:
@@ -320,6 +405,7 @@ class Settled:
     drafts: list[dict[str, str]]
     publications: list[dict[str, str]]
     notifications: list[dict[str, str]]
+    notes: list[dict[str, str]]
 
     def __post_init__(self) -> None:
         self.finals = {i: fold(self.histories.get(i, [])) for i in self.candidates}
@@ -328,6 +414,9 @@ class Settled:
             self.effects[d["intent_id"]].append(("P", d))
         for p in self.publications:
             self.effects[p["intent_id"]].append(("Q", p))
+        for note in self.notes:
+            if note["case_id"] in CASES:
+                self.effects[note["intent_id"]].append(("C", note))
 
     def known(self) -> Iterator[tuple[str, Candidate, EffectIntent, str]]:
         """Each candidate whose intent is stored, its final state, and a label for messages."""
@@ -345,7 +434,9 @@ class Settled:
                     paths[f"Reconciled:{e.finding}/{e.resolution}"] += 1
                 elif isinstance(e, (EffectIntent.GateRefused, EffectIntent.AttemptFailedBeforeSend)):
                     paths[f"{type(e).__name__}:{e.reason}"] += 1
-                elif isinstance(e, (EffectIntent.OutcomeUnknown, EffectIntent.ExecutionAuthorized)):
+                elif isinstance(e, (EffectIntent.OutcomeUnknown, EffectIntent.ExecutionAuthorized,
+                                    EffectIntent.WithdrawalRequested, EffectIntent.Withdrawn,
+                                    EffectIntent.InterruptionRequested, EffectIntent.ReportRefused)):
                     paths[type(e).__name__] += 1
         return paths
 
@@ -395,7 +486,7 @@ def state_vs_world(s: Settled) -> list[str]:
             if servers != [c.planned.server]:
                 problems.append(f"{label}: completed with world effects {servers}")
             else:
-                key = "draft_id" if c.planned.server == "P" else "publication_id"
+                key = {"P": "draft_id", "Q": "publication_id", "C": "note_id"}[c.planned.server]
                 if f.receipt.get(key) != effects[0][1][key]:
                     problems.append(f"{label}: receipt {f.receipt} is not {effects[0][1][key]}")
         elif f.state in WAITING:
@@ -420,8 +511,9 @@ def told_vs_state(s: Settled) -> list[str]:
                 problems.append(f"{label}: response for {r.candidate_id}/{r.call_id}")
             elif f.state not in CONSISTENT.get(r.status, frozenset()):
                 problems.append(f"{label}: the client was told {r.status} ({r.code})")
-        if c.later is None and c.first.status == "outcome_unknown" and f.state.terminal:
-            problems.append(f"{label}: the client waited past outcome_unknown and heard nothing")
+        last = c.later or c.first
+        if last.status in PENDING and f.state.terminal:
+            problems.append(f"{label}: the client waited past {last.status} and heard nothing")
     return problems
 
 
@@ -440,14 +532,49 @@ async def stale_responses(s: Settled, timeout_s: float) -> list[str]:
             for i, (c, view, label) in pending.items()]
 
 
-def invariants(s: Settled) -> list[str]:
-    """DESIGN's invariants over the whole store and both ledgers."""
+def invariants(s: Settled, locks: dict[str, str]) -> list[str]:
+    """DESIGN's invariants over the whole store, the three ledgers and the locks."""
     ledger = [{**p, "idempotency_key": p["client_ref"]} for p in s.publications]
     ledger += [{**d, "idempotency_key": d["idempotency_key"]} for d in s.drafts]
-    return violations(s.histories, ledger)
+    ledger += [n for n in s.notes if n["case_id"] in CASES]
+    told = {i: [r.status for r in c.told()] for i, c in s.candidates.items()}
+    return violations(s.histories, ledger, locks=locks, told=told)
 
 
-def vacuous(chaos: Chaos, supervisor: Supervisor, paths: Counter[str]) -> list[str]:
+async def read_locks(system: System) -> dict[str, str]:
+    """The locks bucket (the services' own, read as the topology owner): resource key → holder."""
+    nc = await system.connect()
+    try:
+        kv = await nc.jetstream().key_value(LOCKS_BUCKET)
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return {}
+        held = {}
+        for key in keys:
+            with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+                held[key] = ((await kv.get(key)).value or b"").decode()
+        return held
+    finally:
+        await nc.close()
+
+
+async def released_locks(system: System, s: Settled, timeout_s: float) -> dict[str, str]:
+    """The locks once those behind their holder's state are gone, or ``timeout_s`` passed.
+
+    Release is asynchronous (a killed executor's lock durable delivers again after its ack
+    wait), so a lock is given that long before it counts as stranded.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        locks = await read_locks(system)
+        if not violations(s.histories, locks=locks) or time.monotonic() > deadline:
+            return locks
+        await asyncio.sleep(0.5)
+
+
+def vacuous(chaos: Chaos, supervisor: Supervisor, paths: Counter[str], s: Settled,
+            self_kills: list[str]) -> list[str]:
     """The faults really happened: a run without them proves nothing."""
     crashes = [code for name, code in supervisor.exits if name == ADAPTER]
     kills = [code for name, code in supervisor.exits if name == EXECUTOR]
@@ -463,9 +590,21 @@ def vacuous(chaos: Chaos, supervisor: Supervisor, paths: Counter[str]) -> list[s
         problems.append(f"{len(crashes)} adapter exits for {consumed_crashes} crash faults")
     if supervisor.restarts[ADAPTER] < 1:
         problems.append("the adapter was never restarted")
-    if supervisor.restarts[EXECUTOR] < 1 or len(kills) != chaos.kills:
-        problems.append(f"executor killed {chaos.kills} times, exits seen {len(kills)}, "
+    # A planned SIGKILL may land on a process that just killed itself: one exit for both.
+    if supervisor.restarts[EXECUTOR] < 1 or not (
+            chaos.kills <= len(kills) <= chaos.kills + len(self_kills)):
+        problems.append(f"executor killed {chaos.kills} times and killed itself "
+                        f"{len(self_kills)} times, exits seen {len(kills)}, "
                         f"restarted {supervisor.restarts[EXECUTOR]}")
+    if not self_kills:
+        problems.append("the executor never died between ending a hold and freeing its lock")
+    elif any(NOTE not in line.split() for line in self_kills):
+        problems.append(f"self-kills away from a lock: {self_kills}")
+    told = Counter(r.status for c in s.candidates.values() for r in c.withdrawals)
+    if not told:
+        problems.append("no withdrawal was answered")
+    if not any(f is not None and f.state is State.WITHDRAWN for f in s.finals.values()):
+        problems.append(f"no candidate ended withdrawn (withdrawals answered {dict(told)})")
     if chaos.consumed_of("drop_response") and not (
             paths["OutcomeUnknown"] and any(p.startswith("Reconciled:") for p in paths)):
         problems.append("responses were lost, yet no outcome was unknown and then reconciled")
@@ -474,11 +613,23 @@ def vacuous(chaos: Chaos, supervisor: Supervisor, paths: Counter[str]) -> list[s
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    s = System(tmp_path_factory.mktemp("chaos"),
-               extra_env={"LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S)})
+    root = tmp_path_factory.mktemp("chaos")
+    children = tuple((name, "lockgate.testing.crashpoints" if name == EXECUTOR else module)
+                     for name, module in CHILDREN)
+    s = System(root, children=children, extra_env={
+        "LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S),
+        # The moment that strands a lock unless release comes from the record.
+        "LOCKGATE_CRASH_LOG": str(root / "self-kills"),
+        "LOCKGATE_CRASH_EVENTS": ",".join(ENDS_HOLD),
+        "LOCKGATE_CRASH_TOOLS": NOTE,
+        "LOCKGATE_CRASH_PROBABILITY": str(SELF_KILL_PROBABILITY),
+        "LOCKGATE_CRASH_LIMIT": str(SELF_KILL_LIMIT),
+        "LOCKGATE_CRASH_SEED": str(SEED),
+    })
     try:
         asyncio.run(s.start())
         yield s
+        assert s.violations() == []  # every service did only what its role grants
     finally:
         s.stop()
 
@@ -495,8 +646,10 @@ async def test_many_candidates_through_random_faults(
     tag = (f"[seed={SEED} candidates={CANDIDATES}; rerun with LOCKGATE_CHAOS_SEED={SEED}; "
            f"logs in {system.root / 'log'}]")
     runs: list[tuple[Run, Turn]] = []
-    for _ in range(0, CANDIDATES, PER_RUN):
-        run = await gw.open_run(tenant=TENANT, actor=ACTOR, context={"space_id": SPACE})
+    for r in range(0, CANDIDATES, PER_RUN):
+        case = CASES[(r // PER_RUN) % len(CASES)]
+        run = await gw.open_run(tenant=TENANT, actor=ACTOR,
+                                context={"space_id": SPACE, "case_id": case})
         runs.append((run, await run.open_turn()))
     candidates = [Candidate(p, *runs[p.n // PER_RUN]) for p in candidate_plan(SEED, CANDIDATES)]
 
@@ -535,7 +688,11 @@ async def test_many_candidates_through_random_faults(
     await supervisor.stop()
     drain_s = time.monotonic() - t0 - chaos_s
     s = Settled({c.intent_id: c for c in candidates}, histories,
-                items.drafts(), items.publications(), items.notifications())
+                items.drafts(), items.publications(), items.notifications(),
+                CaseWorld(system.world_dir).ledger())
+    locks = await released_locks(system, s, LOCKS_BUDGET_S)
+    self_kills_log = system.root / "self-kills"
+    self_kills = self_kills_log.read_text().splitlines() if self_kills_log.exists() else []
 
     paths = s.recovery_paths()
     summary = (
@@ -543,9 +700,15 @@ async def test_many_candidates_through_random_faults(
         f"{dict(Counter(f.state.value if f else 'missing' for f in s.finals.values()))}\n"
         f"  faults injected {dict(chaos.injected)}, unconsumed {dict(chaos.unconsumed)}; "
         f"executor kills {chaos.kills} (skipped {chaos.skipped_kills}); "
-        f"exits {dict(Counter(supervisor.exits))}; restarts {dict(supervisor.restarts)}\n"
+        f"exits {dict(Counter(supervisor.exits))}; restarts {dict(supervisor.restarts)}; "
+        f"self-kills before a lock release {len(self_kills)}\n"
         f"  world: {len(s.drafts)} drafts, {len(s.publications)} publications, "
-        f"{len(s.notifications)} notifications\n  recovery events {dict(sorted(paths.items()))}"
+        f"{len(s.notifications)} notifications, "
+        f"{sum(1 for e in s.effects.values() for w, _ in e if w == 'C')} notes; "
+        f"locks held {len(locks)}\n"
+        f"  withdrawals answered "
+        f"{dict(Counter(r.status for c in s.candidates.values() for r in c.withdrawals))}\n"
+        f"  recovery events {dict(sorted(paths.items()))}"
     )
     print(summary)
 
@@ -561,7 +724,7 @@ async def test_many_candidates_through_random_faults(
         ("final states and the world disagree:", state_vs_world(s)),
         ("responses inconsistent with the final state:", told_vs_state(s)),
         ("stored responses behind the final state:", await stale_responses(s, RESPONSES_BUDGET_S)),
-        ("invariants violated:", invariants(s)),
-        ("the faults did not happen as planned:", vacuous(chaos, supervisor, paths)),
+        ("invariants violated:", invariants(s, locks)),
+        ("the faults did not happen as planned:", vacuous(chaos, supervisor, paths, s, self_kills)),
     ):
         assert not problems, report(title, problems)

@@ -120,7 +120,7 @@ class Intent:
             reservations=[],
         )
 
-    async def authorize(self, attempt_id: str, version: int = 1) -> int:
+    async def authorize(self, attempt_id: str, version: int = 1, deadline_s: float = 30) -> int:
         """Record ExecutionAuthorized for ``attempt_id``; returns its version."""
         return await self.append(
             EffectIntent.ExecutionAuthorized,
@@ -130,7 +130,8 @@ class Intent:
             policy_revision="p1",
             contract_revision=CONTRACT.revision,
             gate_facts={"version": version, "status": "open"},
-            deadline_at=NOW + timedelta(seconds=30),
+            # Real time: the SDK does not cross an attempt's boundary past its deadline.
+            deadline_at=datetime.now(UTC) + timedelta(seconds=deadline_s),
         )
 
     def att(self, n: int) -> str:
@@ -366,7 +367,7 @@ async def test_authorized_order_is_executed_once_and_reported(served: Env) -> No
     assert completed.receipt == {"note_id": "note-000001", "case_id": "case-123", "version": "2"}
     assert completed.result == {"note_id": "note-000001", "case_id": "case-123"}
     assert [msg_id for _, msg_id in await served.reports(intent.intent_id)] == [
-        f"{intent.att(1)}:sent",
+        f"{intent.att(1)}:boundary",  # the claim of the send boundary
         f"{intent.att(1)}:completed",
     ]
     assert sdk.invocations[CAPABILITY] == before + 1
@@ -616,3 +617,158 @@ async def test_an_interruption_reaches_the_worker_running_the_attempt(env: Env) 
     assert adapter.asked == [intent.att(1)]
     assert env.world.invocations == 0  # stopped before anything was written
     await env.settled()
+
+
+# -- withdrawal and the claim of the send boundary --------------------------------------------
+
+
+async def test_an_order_whose_withdrawal_was_requested_is_refused_as_withdrawn(served: Env) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
+    before = sdk.invocations[CAPABILITY]
+
+    await served.publish(intent.order(intent.att(1), version))
+    reports = await served.wait_for_stages(intent.intent_id, "withdrawn")
+
+    assert [(r.stage, r.reason) for r in reports] == [("withdrawn", "order.withdrawn")]
+    assert [m for _, m in await served.reports(intent.intent_id)] == [f"{intent.att(1)}:boundary"]
+    assert sdk.invocations[CAPABILITY] == before and served.world.invocations == 0
+    await served.settled()
+
+
+class Hesitant(CaseNotesAdapter):
+    """Waits, once in ``execute``, until the test lets it go on to the send boundary."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world, DEMO_CREDENTIAL)
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+        self.refused: list[str] = []
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        self.entered.set()
+        await self.go.wait()
+        try:
+            return await super().execute(order, boundary)
+        except sdk.BoundaryRefused as exc:
+            self.refused.append(exc.reason)
+            raise
+
+
+async def test_the_record_is_checked_again_right_before_the_send_boundary(env: Env) -> None:
+    """A withdrawal requested while the worker runs stops it at ``boundary.cross()``."""
+    adapter = Hesitant(env.world)
+    await env.start(adapter)
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    await asyncio.wait_for(adapter.entered.wait(), 5)  # verified against the record, executing
+
+    await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
+    adapter.go.set()
+    reports = await env.wait_for_stages(intent.intent_id, "withdrawn")
+
+    assert adapter.refused == ["order.withdrawn"]
+    assert [(r.stage, r.reason) for r in reports] == [("withdrawn", "order.withdrawn")]
+    assert env.world.invocations == 0 and env.world.ledger() == []
+    await env.settled()
+
+
+async def test_without_a_withdrawal_the_check_before_the_boundary_lets_it_cross(env: Env) -> None:
+    adapter = Hesitant(env.world)
+    adapter.go.set()
+    await env.start(adapter)
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    reports = await env.wait_for_stages(intent.intent_id, "completed")
+    assert [r.stage for r in reports] == ["sent", "completed"] and adapter.refused == []
+    assert len(env.world.ledger()) == 1
+
+
+async def test_a_rival_claim_of_the_boundary_keeps_a_worker_from_crossing(
+    served: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another delivery of the same attempt (stalled past its ack wait, say) claimed the
+    boundary as not sent first: this worker's ``sent`` claim is a duplicate, so it does not
+    write, and it keeps asking until the record says how the attempt ended."""
+    monkeypatch.setattr(sdk, "RETRY_DELAY_S", 0.05)
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    order = intent.order(intent.att(1), version)
+    rival = AttemptReport(tenant=order.tenant, intent_id=order.intent_id, attempt_id=order.attempt_id,
+                          stage="withdrawn", reason="order.withdrawn")
+    await served.js.publish(sdk.report_subject(CAPABILITY, intent.intent_id),
+                            msgspec.json.encode(rival),
+                            headers={"Nats-Msg-Id": sdk.boundary_msg_id(order.attempt_id)})
+
+    await served.publish(order)
+    deadline = time.monotonic() + 5
+    while sdk.invocations[CAPABILITY] < 3 and time.monotonic() < deadline:  # redelivered, refused
+        await asyncio.sleep(0.05)
+    assert served.world.invocations == 0
+    await intent.append(EffectIntent.Withdrawn, by="runtime", why="")  # what the executor records
+    await served.settled()
+
+    assert served.world.invocations == 0 and served.world.ledger() == []
+    assert [r.stage for r, _ in await served.reports(intent.intent_id)] == ["withdrawn"]
+
+
+async def test_no_worker_crosses_an_attempt_past_its_deadline(served: Env) -> None:
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1), deadline_s=sdk.DEADLINE_MARGIN_S / 2)
+    await served.publish(intent.order(intent.att(1), version))
+    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.expired")]
+    assert served.world.invocations == 0
+    await served.settled()
+
+
+async def test_a_worker_that_claims_the_boundary_too_late_writes_nothing(
+    served: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stalled between its check and its claim for longer than claims are deduplicated."""
+    monkeypatch.setattr(sdk, "BOUNDARY_CLAIM_MAX_S", 0.0)
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await served.publish(intent.order(intent.att(1), version))
+    await served.wait_for_stages(intent.intent_id, "sent")
+    await served.settled()  # acknowledged, not redelivered
+    assert [r.stage for r, _ in await served.reports(intent.intent_id)] == ["sent"]
+    assert served.world.invocations == 0  # the record says sent: the outcome is reconciled
+
+
+def test_claims_are_deduplicated_for_longer_than_a_worker_may_take_to_claim() -> None:
+    from lockgate.runtime.topology import REPORTS, stream_configs
+
+    [reports] = [c for c in stream_configs() if c.name == REPORTS]
+    assert reports.duplicate_window is not None
+    assert reports.duplicate_window > sdk.BOUNDARY_CLAIM_MAX_S
+
+
+async def test_a_claim_stored_after_the_attempt_ended_writes_nothing(
+    served: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker restart forgets the ids of consumed claims: a rival's claim, already acted on
+    by the executor, no longer makes this one a duplicate. The record still says it ended."""
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    claim = sdk.CapabilityWorker._claim_sent
+
+    async def after_a_forgotten_rival(worker: sdk.CapabilityWorker, order: ExecutionOrder) -> bool:
+        await intent.append(EffectIntent.Withdrawn, by="runtime", why="")  # the rival's consequence
+        return await claim(worker, order)
+
+    monkeypatch.setattr(sdk.CapabilityWorker, "_claim_sent", after_a_forgotten_rival)
+    await served.publish(intent.order(intent.att(1), version))
+    await served.wait_for_stages(intent.intent_id, "sent")
+    await served.settled()
+    assert served.world.invocations == 0 and served.world.ledger() == []

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from lockgate.contracts.messages import (
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent import EffectIntent, encode_event
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
-from lockgate.testing.intents import T0, History
+from lockgate.testing.intents import History
 from lockgate.worlds.items import (
     DEMO_CREDENTIAL,
     DraftAdapter,
@@ -98,7 +98,8 @@ class Intent:
               digest=self.digest, policy_revision="p1",
               contract_revision=CONTRACTS[self.capability].revision,
               gate_facts={"version": 1, "status": "open"},
-              deadline_at=T0 + timedelta(seconds=DEADLINE_S))
+              # Real time: the SDK does not cross an attempt's boundary past its deadline.
+              deadline_at=datetime.now(UTC) + timedelta(seconds=DEADLINE_S))
         return await self.save()
 
     async def sent(self, attempt_id: str) -> None:

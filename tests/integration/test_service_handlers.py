@@ -14,15 +14,20 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
+from lockgate.client.sdk import Gateway, OutcomeSettled
 from lockgate.contracts.messages import (
+    AttemptReport,
     Describe,
+    NotResolved,
     OpenRun,
     QueryResult,
+    Recorded,
+    ResolveOutcome,
     RunOpened,
     TurnOpened,
     Withdraw,
@@ -30,6 +35,7 @@ from lockgate.contracts.messages import (
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core import subjects
 from lockgate.eventstore.base import RecordedEvent
+from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, State
@@ -40,13 +46,32 @@ from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Retry, load_intent
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.topology import CAPABILITIES_BUCKET
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, ENDS_HOLD
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
 
 SETTINGS = Settings(adapter_timeout_s=0.3, manage_topology=True)
 BUNDLES = BundleSource(SETTINGS.policy_dir)
+#: The executor's report-token key in these tests.
+KEY = b"k" * 32
+
+
+def executor_handlers(ports: Ports) -> ExecutorHandlers:
+    return ExecutorHandlers(ports, BUNDLES, lambda: T0, report_key=KEY)
+
+
+def signed(report: AttemptReport) -> AttemptReport:
+    """``report`` with the token its order carried (as the adapter SDK echoes it)."""
+    return msgspec.structs.replace(report, token=report_token(
+        KEY, report.tenant, report.intent_id, report.attempt_id, "case.add_note"))
+
+
+async def deliver(executor: ExecutorHandlers, report: AttemptReport,
+                  subject: str | None = None) -> None:
+    """Hand ``report`` to the executor as its report consumer would."""
+    await executor.report(msgspec.json.encode(report),
+                          subject or f"lg.report.case.add_note.{report.intent_id}", 1)
 
 
 @pytest.fixture
@@ -217,7 +242,7 @@ async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports,
     h.add(EffectIntent.AttemptSent, attempt_id="a1")
     await store_history(ports, h)
     heard = await nc.subscribe("lg.interrupt.case.add_note")
-    executor = ExecutorHandlers(ports, BUNDLES, lambda: T0)
+    executor = executor_handlers(ports)
     subject = subjects.withdraw("tenant-a", h.intent.run_id, h.intent_id, "agent-tenant-a")
     reply = await executor.withdraw(subject, msgspec.json.encode(Withdraw(why="the user stopped")))
     view = msgspec.json.decode(reply, type=ModelResponse)
@@ -225,3 +250,238 @@ async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports,
     msg = await heard.next_msg(timeout=2)
     assert msgspec.json.decode(msg.data) == {"intent_id": h.intent_id, "attempt_id": "a1"}
     await heard.unsubscribe()
+
+
+def authorized_history() -> History:
+    h = History().normalized().decided("allow")
+    return h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1",
+                 digest="sha256:d1", policy_revision="p", contract_revision="rev-1",
+                 gate_facts={}, deadline_at=T0 + timedelta(seconds=30))
+
+
+async def test_withdrawing_a_dispatched_attempt_is_a_request_until_the_adapter_refuses(
+    ports: Ports,
+) -> None:
+    h = authorized_history()
+    await store_history(ports, h)
+    executor = executor_handlers(ports)
+    withdraw = msgspec.json.encode(Withdraw(why="changed my mind"))
+    subject = subjects.withdraw("tenant-a", h.intent.run_id, h.intent_id, "agent-tenant-a")
+
+    first = msgspec.json.decode(await executor.withdraw(subject, withdraw),
+                                type=ModelResponse)
+    assert (first.status, first.code) == ("withdrawal_requested", "operation.withdrawal-requested")
+    again = msgspec.json.decode(await executor.withdraw(subject, withdraw),
+                                type=ModelResponse)
+    assert again.status == "withdrawal_requested"  # recorded once
+
+    refused = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1",
+                            stage="withdrawn", reason="order.withdrawn")
+    await deliver(executor, signed(refused))
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.WITHDRAWN
+    final = msgspec.json.decode(await executor.withdraw(subject, withdraw),
+                                type=ModelResponse)
+    assert (final.status, final.code) == ("withdrawn", "proposal.withdrawn")
+    stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
+    assert stored[-2:] == ["WithdrawalRequested", "Withdrawn"]
+
+
+async def test_a_sent_claim_after_a_withdrawal_request_asks_the_adapter_to_stop(
+    ports: Ports, nc: Client
+) -> None:
+    h = authorized_history().add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
+    await store_history(ports, h)
+    heard = await nc.subscribe("lg.interrupt.case.add_note")
+    executor = executor_handlers(ports)
+    sent = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1", stage="sent")
+    await deliver(executor, signed(sent))
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.SENT and intent.interruption_requested
+    msg = await heard.next_msg(timeout=2)
+    assert msgspec.json.decode(msg.data) == {"intent_id": h.intent_id, "attempt_id": "a1"}
+    await heard.unsubscribe()
+
+
+async def test_dispatch_publishes_no_order_once_a_withdrawal_was_requested(ports: Ports) -> None:
+    h = authorized_history()
+    authorization = await store_history(ports, h)
+    stored = await ports.store.load("tenant-a", h.intent_id)
+    await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
+        h.intent, now=T0, event_id="w1", causation_id="w", attempt_id="a1", by="runtime", why=""))])
+    await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
+    await executor_handlers(ports).dispatch(authorization)
+    with pytest.raises(NotFoundError):
+        await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")
+
+
+# -- locks released from the record ---------------------------------------------------------
+
+
+LOCK = "tenant-a.case.case-123"
+
+
+def ended_by(name: str, call_id: str = "call-1") -> History:
+    """A history that took the resource lock and ended its hold with ``name``."""
+    h = authorized_history()
+    if name == "GateRefused":
+        return History(call_id=call_id).normalized().decided("allow").add(
+            EffectIntent.GateRefused, reason="gate.policy-changed", gate_facts={})
+    if name == "Withdrawn":
+        return History().normalized().decided("allow").add(EffectIntent.Withdrawn, by="r", why="")
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    if name == "EffectCompleted":
+        return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={},
+                     provenance={})
+    if name == "AttemptRejected":
+        return h.add(EffectIntent.AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
+    if name == "AttemptInterrupted":
+        h.add(EffectIntent.InterruptionRequested, attempt_id="a1", by="r", why="")
+        return h.add(EffectIntent.AttemptInterrupted, attempt_id="a1", detail="")
+    h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+    return h.add(EffectIntent.Reconciled, attempt_id="a1", finding="confirmed", receipt={},
+                 by="reconciler", why="found", resolution="completed")
+
+
+@pytest.mark.parametrize("name", ENDS_HOLD)
+async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_the_record(
+    ports: Ports, name: str
+) -> None:
+    """The executor died after appending ``name`` and before freeing the lock: a restarted
+    one (nothing in memory) releases it when its lock durable delivers the event."""
+    h = ended_by(name)
+    last = await store_history(ports, h)
+    assert last.event_type == name
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    await executor_handlers(ports).settled(last)
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
+
+
+async def test_an_event_that_leaves_the_hold_in_place_keeps_the_lock(ports: Ports) -> None:
+    h = unknown_history().add(EffectIntent.Reconciled, attempt_id="a1", finding="absent",
+                              receipt={}, by="reconciler", why="absent", resolution="retry")
+    last = await store_history(ports, h)
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    other = await ports.locks.put("tenant-a.case.other", b"someone-else")
+    executor = executor_handlers(ports)
+    await executor.settled(last)  # allowed again: the same intent tries again under its lock
+    assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()
+    done = await store_history(ports, ended_by("GateRefused", call_id="call-2"))
+    await executor.settled(done)  # another intent's end never frees a lock it does not hold
+    assert (await ports.locks.get("tenant-a.case.other")).revision == other
+    await ports.locks.delete(LOCK)
+
+
+async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
+    ports: Ports, nc: Client
+) -> None:
+    """Taken, then the append lost to a Withdrawn: the lock durable may have seen that
+    Withdrawn before the lock existed, so the gate itself lets go."""
+    await register(ports)
+    with contextlib.suppress(KeyNotFoundError):
+        await ports.locks.delete(LOCK)
+    h = History(contract_revision=CONTRACT.revision).normalized(
+        contract_revision=CONTRACT.revision).decided("allow")
+    last = await store_history(ports, h)
+
+    async def facts(_: bytes) -> object:
+        assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()  # held, under the lock
+        stored = await ports.store.load("tenant-a", h.intent_id)
+        await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
+            h.intent, now=T0, event_id="w1", causation_id="w", by="runtime", why=""))])
+        return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
+                          "writes_suspended": False, "actor_may_add_note": True,
+                          "sensitive": False, "version": 4}, "revision": "4"}
+
+    sub = await answering(nc, "facts", facts)
+    try:
+        await executor_handlers(ports).ready(last)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.WITHDRAWN
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
+
+
+# -- an operator racing the automatic reconciler ---------------------------------------------
+
+
+async def test_an_operator_racing_the_reconciler_is_refused_with_the_finding_that_settled_it(
+    ports: Ports, nc: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reconciler records Reconciled(confirmed) between the operator's load and append:
+    the operator's command is decided again on the new history and refused, with the
+    reconciler's finding and receipt, never lost and never recorded on top."""
+    await register(ports)
+    last = await store_history(ports, unknown_history())
+
+    async def found(_: bytes) -> QueryResult:
+        return QueryResult(finding="found", receipt={"note_id": "n7"})
+
+    sub = await answering(nc, "query", found)
+    reconciler = ReconcilerHandlers(ports, lambda: T0)
+    lookup = ports.registry.get
+    raced: list[bool] = []
+
+    async def lookup_while_the_reconciler_runs(capability: str) -> object:
+        if not raced:  # the operator's step, after its load: the reconciler gets there first
+            raced.append(True)
+            await reconciler.unknown(last, deliveries=1)
+        return await lookup(capability)
+
+    monkeypatch.setattr(ports.registry, "get", lookup_while_the_reconciler_runs)
+    command = ResolveOutcome(finding="absent", why="not in the CRM")
+    try:
+        reply = await reconciler.resolve(subjects.resolve("tenant-a", last.intent_id, "ops-1"),
+                                         msgspec.json.encode(command))
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    answer = msgspec.json.decode(reply, type=NotResolved)
+    assert (answer.error, answer.settled_by, answer.finding, answer.by) == (
+        "reconcile.already-settled", "Reconciled", "confirmed", "reconciler")
+    assert answer.receipt == {"note_id": "n7"} and answer.state == "completed"
+    stored = [e.event_type for e in (await ports.store.load("tenant-a", last.intent_id)).events]
+    assert stored.count("Reconciled") == 1
+
+
+async def test_an_operator_resolution_is_recorded_once_and_a_repeat_says_so(ports: Ports) -> None:
+    await register(ports)
+    last = await store_history(ports, unknown_history())
+    reconciler = ReconcilerHandlers(ports, lambda: T0)
+    command = msgspec.json.encode(ResolveOutcome(finding="absent", why="checked"))
+    as_ops1 = subjects.resolve("tenant-a", last.intent_id, "ops-1")
+    first = msgspec.json.decode(await reconciler.resolve(as_ops1, command), type=Recorded)
+    again = msgspec.json.decode(await reconciler.resolve(as_ops1, command),
+                                type=Recorded)  # its reply was lost: the same answer
+    assert first == again == Recorded("Reconciled")
+    other = ResolveOutcome(finding="confirmed", why="saw it")
+    answer = msgspec.json.decode(
+        await reconciler.resolve(subjects.resolve("tenant-a", last.intent_id, "ops-2"),
+                                 msgspec.json.encode(other)),
+        type=NotResolved)
+    assert (answer.error, answer.by, answer.finding) == (
+        "reconcile.already-settled", "operator:ops-1", "absent")
+
+
+async def test_the_sdk_raises_what_settled_an_outcome(ports: Ports, nc: Client) -> None:
+    await register(ports)
+    last = await store_history(ports, unknown_history())
+    reconciler = ReconcilerHandlers(ports, lambda: T0)
+    await reconciler.resolve(subjects.resolve("tenant-a", last.intent_id, "ops-1"), msgspec.json.encode(
+        ResolveOutcome(finding="confirmed", why="saw it", receipt={"note_id": "n9"})))
+
+    async def answer(msg: Msg) -> None:
+        await msg.respond(await reconciler.resolve(msg.subject, msg.data))
+
+    sub = await nc.subscribe(subjects.RESOLVE_ALL, cb=answer)
+    try:
+        with pytest.raises(OutcomeSettled) as settled:
+            await Gateway(nc, principal="ops-2").resolve_outcome(
+                tenant="tenant-a", candidate_id=last.intent_id, finding="absent", why="not there")
+    finally:
+        await sub.unsubscribe()
+    assert settled.value.code == "reconcile.already-settled"
+    assert settled.value.answer.receipt == {"note_id": "n9"}
+    assert "operator:ops-1 recorded Reconciled(confirmed" in str(settled.value)

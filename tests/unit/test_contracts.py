@@ -29,13 +29,16 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
     "policy.bundle-invalid", "policy.denied", "policy.paused", "argument.note.missing",
     "reconcile.malformed", "reconcile.unknown-intent", "reconcile.nothing-open",
-    "reconcile.bad-finding", "reconcile.who-and-why-required",
+    "reconcile.bad-finding", "reconcile.who-and-why-required", "reconcile.already-settled",
+    "reconcile.contended", "reconcile.unavailable",
     "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
     "item.publish",  # a capability name, not a reason
     "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)
     "items.error", "items.response-lost",  # error classes of the items world, never recorded
     "case.error",  # the root class of the world's errors; only its subclasses are raised
     "run.json",  # the file a running supervisor describes itself in
+    # why the adapter SDK stopped a worker at the send boundary without a report of its own
+    "order.unchecked", "order.boundary-claimed", "order.claimed-late",
 }
 
 
@@ -60,7 +63,9 @@ def test_reason_codes_are_pinned() -> None:
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",
         "items.credential-invalid", "items.fault-injected", "review.self-approval",
-        "policy.unavailable",
+        "policy.unavailable", "order.withdrawn", "order.expired",
+        "report.token-missing", "report.token-mismatch", "report.capability-mismatch",
+        "report.intent-mismatch",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

@@ -4,22 +4,34 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, Facts, QueryResult
-from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
+from lockgate.executor.domain import (
+    check_report,
+    gate,
+    on_deadline,
+    on_report,
+    order_for,
+    refuse_report,
+    report_token,
+    withdraw,
+)
 from lockgate.intent.aggregate import EffectIntent, State
-from lockgate.reconciler.domain import ResolutionRefused, reconcile, resolve
+from lockgate.reconciler.domain import ResolutionRefused, not_resolved, reconcile, resolve
 from lockgate.testing.intents import T0, History
+from lockgate.testing.invariants import violations
 
 CONTRACT = CapabilityContract(name="case.add_note", description="d",
                               argument_schema={"type": "object"}, outcome_deadline_s=30)
 FACTS = Facts(facts={"exists": True, "version": 3})
 ALLOW = Decision("allow", "pol-2", (), ("permit",))
 DENY = Decision("deny", "pol-2", ("case.closed",), ("case.closed",))
+KEY = b"k" * 32
 
 
 def allowed() -> History:
@@ -80,7 +92,7 @@ def test_order_matches_the_authorization() -> None:
     h = authorized()
     authorization = h.events[-1]
     assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
-    order = order_for(h.intent, authorization)
+    order = order_for(h.intent, authorization, key=KEY)
     assert order is not None
     assert (order.attempt_id, order.intent_key, order.digest) == (
         authorization.attempt_id, authorization.intent_key, "sha256:d1")
@@ -235,17 +247,127 @@ def test_operator_resolution_needs_who_and_why() -> None:
                 cause="c2", now=T0)
 
 
-def test_withdrawal_by_state() -> None:
+def view(h: History) -> tuple[str, str] | None:
+    v = model_view(h.intent, CONTRACT)
+    return None if v is None else (v.status, v.code)
+
+
+def test_withdrawal_before_any_order_is_withdrawn() -> None:
     h = allowed()
     (stopped,) = withdraw(h.intent, by="runtime", why="user changed their mind", cause="w", now=T0)
     assert isinstance(stopped, EffectIntent.Withdrawn)
     assert run_gate(h.extend([stopped])) == []
+    assert view(h) == ("withdrawn", "proposal.withdrawn")
 
+
+def test_withdrawal_of_an_authorized_attempt_is_only_requested() -> None:
+    """Its order may be with an adapter: ``withdrawn`` would not be known to be true."""
     h = authorized()
-    h.extend(withdraw(h.intent, by="runtime", why="", cause="w", now=T0))
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    (requested,) = withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0)
+    assert isinstance(requested, EffectIntent.WithdrawalRequested)
+    assert requested.attempt_id == attempt.attempt_id
+    h.extend([requested])
+    assert h.intent.state is State.AUTHORIZED and h.intent.withdrawal_requested
+    assert view(h) == ("withdrawal_requested", "operation.withdrawal-requested")
+    assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
     authorization = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
-    assert order_for(h.intent, authorization) is None  # nothing is dispatched any more
+    assert order_for(h.intent, authorization, key=KEY) is None  # an order not yet published stays so
 
+
+@pytest.mark.parametrize("stage", ["withdrawn", "refused_order", "failed_before_send"])
+def test_a_not_sent_claim_after_a_withdrawal_request_is_withdrawn(stage: str) -> None:
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    (done,) = report(h, stage, reason="order.withdrawn")
+    assert isinstance(done, EffectIntent.Withdrawn) and (done.by, done.why) == ("runtime", "stop")
+    h.extend([done])
+    assert view(h) == ("withdrawn", "proposal.withdrawn")
+    assert run_gate(h) == []  # and no second attempt
+
+
+def test_a_not_sent_claim_without_a_withdrawal_is_a_failure_before_send() -> None:
+    h = authorized()
+    assert report(h, "withdrawn") == []  # nobody asked: not evidence of anything
+    (failed,) = report(h, "refused_order", reason="order.stale")
+    assert isinstance(failed, EffectIntent.AttemptFailedBeforeSend)
+
+
+@pytest.mark.parametrize("stage", ["sent", "acknowledged", "observed"])
+def test_a_sent_claim_after_a_withdrawal_request_becomes_an_interruption(stage: str) -> None:
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    crossed, interruption = report(h, stage)
+    assert isinstance(interruption, EffectIntent.InterruptionRequested)
+    assert interruption.originator_version == crossed.originator_version + 1
+    assert interruption.event_id != crossed.event_id
+    h.extend([crossed, interruption])
+    assert h.intent.state is State.SENT and h.intent.interruption_requested
+    assert view(h) == ("interruption_requested", "operation.interruption-requested")
+    assert report(h, "withdrawn") == []  # too late: the boundary was crossed
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    assert view(h) == ("executed", "operation.executed")  # evidence wins over intention
+
+
+def test_a_withdrawal_request_then_silence_is_unknown_never_withdrawn() -> None:
+    """The adapter never said anything: the order may have been executed."""
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1))
+    assert isinstance(unknown, EffectIntent.OutcomeUnknown) and "withdrawal" in unknown.evidence
+    h.extend([unknown])
+    assert view(h) == ("outcome_unknown", "operation.outcome-unknown")
+
+
+def test_reconciliation_of_a_withdrawal_request_finds_or_withdraws_never_retries() -> None:
+    for finding, state, status in (("found", State.COMPLETED, "executed"),
+                                   ("absent", State.WITHDRAWN, "withdrawn")):
+        h = authorized()
+        attempt = h.intent.current_attempt
+        assert attempt is not None
+        h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+        h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+        found = QueryResult(finding=finding, receipt={"note_id": "n1"} if finding == "found" else {})
+        (settled,) = reconcile(h.intent, attempt.attempt_id, found, RETRYABLE, cause="q", now=T0)
+        h.extend([settled])
+        assert h.intent.state is state and view(h) is not None and view(h)[0] == status  # type: ignore[index]
+        assert run_gate(h) == []
+
+
+def test_an_operator_resolving_a_withdrawal_request_as_absent_withdraws_it() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    (done,) = resolve(h.intent, finding="absent", by="ops-1", why="not in the CRM", receipt={},
+                      contract=RETRYABLE, cause="c", now=T0)
+    assert isinstance(done, EffectIntent.Reconciled) and done.resolution == "withdrawn"
+    assert h.extend([done]).intent.state is State.WITHDRAWN
+
+
+def test_a_not_sent_claim_after_the_deadline_settles_a_withdrawal_request() -> None:
+    """The adapter came back after the deadline and refused the order: that is the proof."""
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    (done,) = report(h, "withdrawn", reason="order.withdrawn")
+    assert isinstance(done, EffectIntent.Withdrawn)
+    # ... but not when an adapter had crossed before the deadline
+    h = authorized()
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(report(h, "sent"))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    assert h.intent.state is State.UNKNOWN
+    assert report(h, "withdrawn") == []
+
+
+def test_withdrawal_after_the_send_boundary_asks_for_an_interruption() -> None:
     h = authorized()
     h.extend(report(h, "sent"))
     (interrupt,) = withdraw(h.intent, by="runtime", why="", cause="w", now=T0)
@@ -255,13 +377,42 @@ def test_withdrawal_by_state() -> None:
     assert withdraw(h.intent, by="runtime", why="", cause="w2", now=T0) == []
 
 
-def test_evidence_wins_over_a_withdrawal_that_came_too_late() -> None:
+@pytest.mark.parametrize(
+    "stage", ["failed_before_send", "refused_order", "withdrawn", "sent", "completed", "rejected"])
+def test_no_report_takes_a_withdrawn_intent_out_of_its_terminal_state(stage: str) -> None:
+    """Invariant 6: a stale-order refusal after ``Withdrawn`` once made the gate dispatch again."""
     h = authorized()
-    h.extend(withdraw(h.intent, by="runtime", why="", cause="w", now=T0))
-    assert h.intent.state is State.WITHDRAWN
-    h.extend(report(h, "sent"))
-    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
-    assert h.intent.state is State.COMPLETED
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.add(EffectIntent.Withdrawn, by="runtime", why="")  # as an older executor recorded it
+    late = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
+                         stage=stage, receipt={"note_id": "n1"})
+    assert on_report(h.intent, late, CONTRACT, cause="late", now=T0) == []
+    assert run_gate(h) == []
+
+
+@pytest.mark.parametrize("ending", ["completed", "rejected", "refused", "denied"])
+def test_no_report_revives_any_terminal_intent(ending: str) -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    if ending == "completed":
+        h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    elif ending == "rejected":
+        h.extend(report(h, "rejected", reason="case.closed"))
+    elif ending == "refused":
+        h = allowed()
+        h.extend(run_gate(h, DENY))
+    else:
+        h = History().normalized().decided("deny", ["case.closed"])
+    assert h.intent.state.terminal
+    for stage in ("failed_before_send", "refused_order", "sent", "completed", "rejected"):
+        r = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
+                          stage=stage)
+        assert on_report(h.intent, r, CONTRACT, cause=f"again-{stage}", now=T0) == []
+    assert on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)) == []
+    assert withdraw(h.intent, by="runtime", why="", cause="w", now=T0) == []
+    assert run_gate(h) == []
 
 
 def test_late_completion_report_settles_an_unknown_outcome() -> None:
@@ -302,3 +453,126 @@ def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
 def test_the_gate_refuses_when_a_budget_hold_is_gone() -> None:
     (event,) = gate(allowed().intent, CONTRACT, FACTS, ALLOW, cause="c", now=T0, budget_held=False)
     assert isinstance(event, EffectIntent.GateRefused) and event.reason == "gate.budget-missing"
+
+
+def test_an_operator_resolving_what_the_reconciler_settled_is_told_its_finding() -> None:
+    h = unknown()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(reconcile(h.intent, attempt.attempt_id, QueryResult(finding="found", receipt={"note_id": "n1"}),
+                       RETRYABLE, cause="q", now=T0))
+    with pytest.raises(ResolutionRefused) as refused:
+        resolve(h.intent, finding="absent", by="ops-1", why="not in the CRM", receipt={},
+                contract=RETRYABLE, cause="c", now=T0)
+    answer = not_resolved(refused.value)
+    assert (answer.error, answer.settled_by, answer.finding, answer.resolution, answer.by) == (
+        "reconcile.already-settled", "Reconciled", "confirmed", "completed", "reconciler")
+    assert answer.receipt == {"note_id": "n1"} and answer.state == "completed"
+    assert "reconciler recorded Reconciled(confirmed" in answer.detail
+
+
+def test_an_operator_resolving_an_attempt_still_in_flight_is_told_nothing_is_open() -> None:
+    h = authorized()
+    h.extend(report(h, "sent"))
+    with pytest.raises(ResolutionRefused) as refused:
+        resolve(h.intent, finding="absent", by="ops-1", why="w", receipt={}, contract=CONTRACT,
+                cause="c", now=T0)
+    answer = not_resolved(refused.value)
+    assert (answer.error, answer.state, answer.settled_by) == ("reconcile.nothing-open", "sent", "")
+
+
+# -- reports carry proof tied to their order ------------------------------------------------
+
+
+def signed(h: History, stage: str, *, attempt_id: str | None = None, **kw: object) -> AttemptReport:
+    attempt = attempt_id or (h.intent.current_attempt.attempt_id if h.intent.current_attempt else "")
+    token = report_token(KEY, "tenant-a", h.intent_id, attempt, "case.add_note")
+    return AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt, stage=stage,
+                         token=token, **kw)  # type: ignore[arg-type]
+
+
+def test_each_order_carries_a_token_bound_to_its_tenant_intent_attempt_and_capability() -> None:
+    h = authorized()
+    authorization = h.events[-1]
+    assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
+    order = order_for(h.intent, authorization, key=KEY)
+    assert order is not None
+    parts = ("tenant-a", h.intent_id, authorization.attempt_id, "case.add_note")
+    assert order.report_token == report_token(KEY, *parts)
+    others = {report_token(KEY, *(parts[:i] + ("x",) + parts[i + 1:])) for i in range(4)}
+    others.add(report_token(b"o" * 32, *parts))
+    assert order.report_token not in others and len(others) == 5
+    assert order.report_token not in repr(h.events)  # the record never holds it
+
+
+def test_a_report_is_believed_only_with_its_order_token_on_its_own_subject() -> None:
+    h = authorized()
+    good = signed(h, "completed")
+
+    def check(r: AttemptReport, capability: str = "case.add_note", subject: str | None = None) -> str | None:
+        return check_report(h.intent, r, capability=capability,
+                            subject_intent_id=subject or r.intent_id, key=KEY)
+
+    assert check(good) is None
+    assert check(msgspec.structs.replace(good, token="")) == "report.token-missing"
+    assert check(msgspec.structs.replace(good, token="0" * 64)) == "report.token-mismatch"
+    assert check(msgspec.structs.replace(good, attempt_id="another")) == "report.token-mismatch"
+    assert check(good, capability="item.publish") == "report.capability-mismatch"
+    assert check(good, subject="f" * 32) == "report.intent-mismatch"
+
+
+def test_a_refused_report_is_recorded_once_per_attempt_stage_and_reason_and_changes_nothing() -> None:
+    h = authorized()
+    state, stages = h.intent.state, [a.stage for a in h.intent.attempts]
+    recorded = []
+    for n in range(200):  # a flood: random attempts, stages and tokens
+        forged = AttemptReport(tenant="tenant-a", intent_id=h.intent_id,
+                               attempt_id=f"att-{n}" if n % 2 else h.intent.attempts[0].attempt_id,
+                               stage=["completed", "sent", f"odd-{n}"][n % 3], token=f"t{n}",
+                               adapter="x" * 500)
+        events = refuse_report(h.intent, forged, "report.token-mismatch", cause=f"c{n}", now=T0)
+        h.extend(events)
+        recorded += events
+    assert len(recorded) == 6  # (its attempt, or none) x (completed, sent, other)
+    assert all(isinstance(e, EffectIntent.ReportRefused) and len(e.adapter) == 64 for e in recorded)
+    assert {(e.attempt_id, e.stage) for e in recorded} >= {("", "other")}  # type: ignore[attr-defined]
+    assert h.intent.state is state and [a.stage for a in h.intent.attempts] == stages
+    assert not any("t1" in repr(e) for e in recorded)  # what the forger sent is not kept
+
+
+def test_a_refused_report_may_be_recorded_on_a_terminal_intent() -> None:
+    h = authorized()
+    h.extend(report(h, "completed", receipt={"note_id": "n1"}))
+    forged = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="x", stage="rejected")
+    (refused,) = refuse_report(h.intent, forged, "report.token-missing", cause="c", now=T0)
+    h.extend([refused])
+    assert h.intent.state is State.COMPLETED and h.intent.ignored == []
+    assert violations({h.intent_id: h.events}) == []  # neutral: not an event after the end
+
+
+def test_withdrawing_an_unknown_outcome_keeps_it_from_being_tried_again() -> None:
+    """Nobody knows whether it happened: only a request is recorded, and absence ends it."""
+    h = unknown()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    (requested,) = withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0)
+    assert isinstance(requested, EffectIntent.WithdrawalRequested)
+    h.extend([requested])
+    assert view(h) == ("outcome_unknown", "operation.outcome-unknown")
+    (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
+                           cause="q", now=T0)
+    assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"
+    assert h.extend([settled]).intent.state is State.WITHDRAWN and run_gate(h) == []
+
+
+def test_an_interrupted_attempt_proven_absent_is_not_tried_again() -> None:
+    h = authorized()
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    h.extend(report(h, "sent"))
+    h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
+    h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
+    assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
+    (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
+                           cause="q", now=T0)
+    assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"

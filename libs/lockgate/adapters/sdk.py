@@ -9,9 +9,23 @@ An adapter author subclasses ``Adapter`` (a contract and four coroutines) and ca
 - consumes ``lg.exec.<capability>`` from ``LG_EXEC`` through its own durable pull
   consumer, and executes an order only after checking it against the event store: an
   ``ExecutionAuthorized`` event at the order's version with the same attempt, key and
-  digest, on an intent whose current attempt it still is;
+  digest, on an intent whose current attempt it still is, with no withdrawal requested;
+- checks the record again right before the send boundary (``SendBoundary.cross``) and
+  refuses from then on when a withdrawal was requested or the attempt is over;
 - reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
-  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice.
+  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice,
+  echoing the order's ``report_token`` (the executor's proof that it sent the order).
+
+The send boundary is *claimed*: ``sent`` and every report that says the attempt was not
+sent (``failed_before_send``, ``refused_order``, ``withdrawn``) share the message id
+``<attempt_id>:boundary``, so whichever ``LG_REPORTS`` stores first wins and the stream
+drops the others as duplicates (JetStream deduplicates by ``Nats-Msg-Id`` within the
+stream's duplicate window, and says so in the publish ack). A worker writes only after
+its ``sent`` claim was stored as the first; so once a *not sent* claim is stored no
+delivery of that attempt, however delayed or concurrent, can cross, and the executor
+may record ``Withdrawn``. A worker that took longer than ``BOUNDARY_CLAIM_MAX_S`` from
+its check to its claim, or reached the attempt's deadline, or finds the attempt over when
+it reads the record after its claim, does not write at all.
 
 After the send boundary the effect may have happened; from there an unexpected error
 reports nothing at all, and the executor's deadline records the silence as
@@ -28,9 +42,10 @@ import os
 import re
 import signal
 import socket
+import time
 from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -79,6 +94,14 @@ UNSEEN_AUTHORIZATION_RETRIES = 5
 #: How often an adapter renews its registration (its heartbeat).
 HEARTBEAT_S = 5.0
 RETRY_DELAY_S = 1.0
+#: Longest time from a worker's last check of the record to its stored claim of the send
+#: boundary. Claims are deduplicated only within ``LG_REPORTS``' duplicate window
+#: (120 s): a worker stalled longer than that could have a claim stored after a rival's
+#: without being refused, so past this bound it does not write.
+BOUNDARY_CLAIM_MAX_S = 30.0
+#: A worker does not cross within this margin of the attempt's deadline (which the
+#: executor's clock set): the executor turns an open attempt into OutcomeUnknown there.
+DEADLINE_MARGIN_S = 1.0
 
 _CAPABILITY = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$")
 
@@ -123,6 +146,18 @@ class Interrupted(AdapterError):
     """An interruptible capability stopped the attempt before its effect completed."""
 
 
+class BoundaryRefused(AdapterError):
+    """Raised by ``SendBoundary.cross``: this order must not be sent (do not catch it).
+
+    ``settle`` is what becomes of the order: ``ack`` (the refusal is reported and final)
+    or ``retry`` (the record will say how the attempt ended on a later delivery).
+    """
+
+    def __init__(self, reason: str, detail: str = "", *, settle: str = "ack") -> None:
+        super().__init__(reason, detail)
+        self.settle = settle
+
+
 class Completed(msgspec.Struct, frozen=True):
     """The effect happened: its receipt (evidence) and a bounded result for the model."""
 
@@ -146,6 +181,8 @@ class SendBoundary:
         self._on_cross = on_cross
         self._on_progress = on_progress
         self._crossed = False
+        #: Set when the SDK refused to let the adapter cross: how to settle the order.
+        self.refused: BoundaryRefused | None = None
 
     @property
     def crossed(self) -> bool:
@@ -155,12 +192,27 @@ class SendBoundary:
     async def cross(self) -> None:
         """Record that the request is about to be written to the remote system.
 
-        Call it right before the write. It returns after the ``sent`` report is
-        published; if that fails it raises and the adapter must not write.
+        Call it right before the write. It checks the record once more and returns after
+        the ``sent`` report is stored as the attempt's claim of the boundary; if anything
+        stands in the way (a withdrawal, a later attempt, a rival claim) it raises and
+        the adapter must not write.
+
+        Raises:
+            BoundaryRefused: the order must not be sent (the SDK has reported why).
         """
+        if self.refused is not None:
+            raise self.refused
         if not self._crossed:
-            await self._on_cross()
+            try:
+                await self._on_cross()
+            except BoundaryRefused as refused:
+                self.refused = refused
+                raise
             self._crossed = True
+
+    def mark_crossed(self) -> None:
+        """Note that the boundary was claimed by the SDK itself (an adapter that forgot)."""
+        self._crossed = True
 
     async def acknowledged(self, remote_ref: str = "") -> None:
         """The remote system accepted the request (``remote_ref``: its id for it)."""
@@ -234,6 +286,14 @@ def interrupt_subject(capability: str) -> str:
 def report_subject(capability: str, intent_id: str) -> str:
     """Return the subject an adapter reports an intent's attempts on."""
     return f"lg.report.{capability}.{intent_id}"
+
+
+def parse_report_subject(subject: str) -> tuple[str, str] | None:
+    """Return (capability, intent id) of a report subject, or None when it is not one."""
+    parts = subject.split(".")
+    if len(parts) < 4 or parts[:2] != ["lg", "report"]:
+        return None
+    return ".".join(parts[2:-1]), parts[-1]
 
 
 def consumer_name(capability: str) -> str:
@@ -319,6 +379,8 @@ def verify_order(
     current = agg.current_attempt
     if current is None or current.attempt_id != order.attempt_id:
         raise OrderRefused("order.stale", "a later attempt was authorized")
+    if agg.state is State.WITHDRAWN or (agg.withdrawal_requested and not current.crossed):
+        raise OrderRefused("order.withdrawn", "a withdrawal was requested before the order was sent")
     # SENT: a redelivery after a crash past the boundary; only a capability whose remote
     # system deduplicates by the intent key may execute it again (the worker checks).
     if agg.state not in (State.AUTHORIZED, State.SENT):
@@ -562,11 +624,11 @@ class CapabilityWorker:
         except AuthorizationNotVisible as exc:
             if msg.metadata.num_delivered < UNSEEN_AUTHORIZATION_RETRIES:
                 return "retry"
-            await self._report(order, "refused_order", reason="order.mismatch", detail=str(exc))
+            await self._claim_not_sent(order, "order.mismatch", str(exc))
             return "ack"
         except OrderRefused as exc:
             log.warning("refused order %s/%s: %s", order.intent_id, order.attempt_id, exc.detail)
-            await self._report(order, "refused_order", reason=exc.reason, detail=exc.detail)
+            await self._claim_not_sent(order, exc.reason, exc.detail)
             return "ack"
         if msg.metadata.num_delivered > 1 and self.contract.idempotency is None:
             # An earlier delivery may have crossed the send boundary and died before it
@@ -581,10 +643,10 @@ class CapabilityWorker:
         return await self._execute(order, msg)
 
     async def _execute(self, order: ExecutionOrder, msg: Msg) -> str:
-        boundary = SendBoundary(
-            lambda: self._report(order, "sent"),
-            lambda stage, receipt: self._report(order, stage, receipt=receipt),
-        )
+        async def progress(stage: str, receipt: dict[str, str]) -> None:
+            await self._report(order, stage, receipt=receipt)
+
+        boundary = SendBoundary(lambda: self._cross(order), progress)
         invocations[self.capability] += 1
         INVOCATIONS.labels(self.capability).inc()
         heartbeat = asyncio.create_task(self._keep_alive(msg))
@@ -594,39 +656,124 @@ class CapabilityWorker:
                 completed = await self.adapter.execute(order, boundary)
         except _ReportNotPublished:
             return "retry"
-        except Rejected as exc:
-            await self._report(order, "rejected", reason=exc.reason, detail=exc.detail)
-            return "ack"
-        except Interrupted as exc:
-            await self._report(order, "interrupted", reason=exc.reason, detail=exc.detail)
-            return "ack"
-        except (NotSent, Exception) as exc:  # mapped to a report or to silence
-            if boundary.crossed:
-                # The effect may have happened: say nothing; the executor's deadline
-                # turns the silence into OutcomeUnknown.
-                log.error(
-                    "%s attempt %s failed after the send boundary: %r",
-                    self.capability, order.attempt_id, exc,
-                )
-                return "ack"
-            if isinstance(exc, NotSent):
-                reason, detail = exc.reason, exc.detail
-            elif isinstance(exc, TimeoutError):
-                reason, detail = "adapter.timeout", "execute did not finish in time"
-            else:
-                log.exception("%s attempt %s failed", self.capability, order.attempt_id)
-                reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
-            await self._report(order, "failed_before_send", reason=reason, detail=detail)
-            return "ack"
+        except Exception as exc:  # mapped to a report or to silence
+            if boundary.refused is not None:
+                # Refused at the boundary, however the adapter passed the refusal on:
+                # what is due was reported there; nothing else is.
+                return boundary.refused.settle
+            return await self._failed(order, boundary, exc)
         finally:
             heartbeat.cancel()
             self._running.pop(order.attempt_id, None)
+        if boundary.refused is not None:
+            log.error("%s attempt %s: execute returned although its send boundary was refused",
+                      self.capability, order.attempt_id)
+            return boundary.refused.settle
         if not boundary.crossed:
-            await boundary.cross()  # an adapter that forgot to: the record stays in order
+            # An adapter that forgot to cross: the effect is done, so the boundary is
+            # claimed without a check (a withdrawal cannot stop what already happened).
+            await self._claim_sent(order)
+            boundary.mark_crossed()
         await self._report(
             order, "completed", receipt=dict(completed.receipt), result=dict(completed.result)
         )
         return "ack"
+
+    async def _failed(self, order: ExecutionOrder, boundary: SendBoundary, exc: Exception) -> str:
+        """Report how ``execute`` failed, or nothing once the boundary was crossed."""
+        if isinstance(exc, Rejected):
+            await self._report(order, "rejected", reason=exc.reason, detail=exc.detail)
+            return "ack"
+        if isinstance(exc, Interrupted):
+            await self._report(order, "interrupted", reason=exc.reason, detail=exc.detail)
+            return "ack"
+        if boundary.crossed:
+            # The effect may have happened: say nothing; the executor's deadline
+            # turns the silence into OutcomeUnknown.
+            log.error(
+                "%s attempt %s failed after the send boundary: %r",
+                self.capability, order.attempt_id, exc,
+            )
+            return "ack"
+        if isinstance(exc, NotSent):
+            reason, detail = exc.reason, exc.detail
+        elif isinstance(exc, TimeoutError):
+            reason, detail = "adapter.timeout", "execute did not finish in time"
+        else:
+            log.error("%s attempt %s failed", self.capability, order.attempt_id, exc_info=exc)
+            reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
+        await self._report(order, "failed_before_send", reason=reason, detail=detail, claim=True)
+        return "ack"
+
+    async def _cross(self, order: ExecutionOrder) -> None:
+        """Right before the remote write: check the record once more, then claim the boundary.
+
+        Raises:
+            BoundaryRefused: a withdrawal was requested, the attempt is over or past its
+                deadline, another delivery claimed the boundary first, or this worker
+                took too long to claim it.
+        """
+        checked_at = time.monotonic()
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+            agg = verify_order(order, self.capability, history.events)
+        except (EventStoreUnavailable, AuthorizationNotVisible) as exc:
+            raise BoundaryRefused("order.unchecked", str(exc), settle="retry") from exc
+        except OrderRefused as exc:
+            log.warning("refused order %s/%s at the send boundary: %s",
+                        order.intent_id, order.attempt_id, exc.detail)
+            await self._claim_not_sent(order, exc.reason, exc.detail)
+            raise BoundaryRefused(exc.reason, exc.detail) from None
+        attempt = agg.current_attempt
+        deadline = attempt.deadline_at if attempt is not None else None
+        if _too_late(deadline):
+            detail = "the attempt's deadline passed before its send boundary"
+            await self._claim_not_sent(order, "order.expired", detail)
+            raise BoundaryRefused("order.expired", detail)
+        crossed_before = attempt is not None and attempt.crossed
+        if not await self._claim_sent(order) and not crossed_before:
+            # Another delivery settled this boundary first (sent or not): only the record
+            # can say which, so the order comes again and is checked again.
+            raise BoundaryRefused("order.boundary-claimed", "another delivery claimed the boundary",
+                                  settle="retry")
+        if time.monotonic() - checked_at > BOUNDARY_CLAIM_MAX_S or _too_late(deadline):
+            # Claimed as sent, yet too late to trust the check: nothing is written. The
+            # record says sent, so the outcome is reconciled by query.
+            log.error("%s attempt %s claimed its boundary too late; not written",
+                      self.capability, order.attempt_id)
+            raise BoundaryRefused("order.claimed-late", "claimed too late to write")
+        if not await self._still_current(order):
+            # A server restart forgets the ids of claims already consumed (it rebuilds its
+            # duplicate map from the messages still stored), so a rival claim may have been
+            # stored and acted on first without making this one a duplicate. The executor
+            # records what a claim meant before it consumes it: the record says so.
+            log.error("%s attempt %s ended before its claim was stored; not written",
+                      self.capability, order.attempt_id)
+            raise BoundaryRefused("order.claimed-late", "the attempt ended before the claim")
+
+    async def _still_current(self, order: ExecutionOrder) -> bool:
+        """True when the record still has ``order``'s attempt open (authorized or sent)."""
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+            agg = fold(decode_event(e) for e in history.events)
+        except EventStoreUnavailable as exc:
+            raise BoundaryRefused("order.unchecked", str(exc), settle="retry") from exc
+        except EventDecodeError:
+            return False  # a history this code cannot read is no leave to write
+        current = agg.current_attempt if agg is not None else None
+        return (
+            agg is not None and current is not None and current.attempt_id == order.attempt_id
+            and agg.state in (State.AUTHORIZED, State.SENT)
+        )
+
+    async def _claim_sent(self, order: ExecutionOrder) -> bool:
+        """Claim the attempt's send boundary as crossed; True when this claim was the first."""
+        return await self._report(order, "sent", claim=True)
+
+    async def _claim_not_sent(self, order: ExecutionOrder, reason: str, detail: str) -> None:
+        """Claim the boundary as not crossed: a withdrawal, or an order that must not run."""
+        stage = "withdrawn" if reason == "order.withdrawn" else "refused_order"
+        await self._report(order, stage, reason=reason, detail=detail, claim=True)
 
     async def _keep_alive(self, msg: Msg) -> None:
         """Tell the server the order is still being worked on, so it is not redelivered."""
@@ -644,7 +791,16 @@ class CapabilityWorker:
         detail: str = "",
         receipt: dict[str, str] | None = None,
         result: dict[str, Any] | None = None,
-    ) -> None:
+        claim: bool = False,
+    ) -> bool:
+        """Publish one report; ``claim``: as the attempt's claim of its send boundary.
+
+        Returns True when the stream stored it, False when it was a duplicate (for a
+        claim: another report settled the boundary first).
+
+        Raises:
+            _ReportNotPublished: the stream did not acknowledge it.
+        """
         report = AttemptReport(
             tenant=order.tenant,
             intent_id=order.intent_id,
@@ -656,15 +812,30 @@ class CapabilityWorker:
             result=result or {},
             adapter=self._name,
             reported_at=datetime.now(UTC),
+            token=order.report_token,
         )
+        msg_id = boundary_msg_id(order.attempt_id) if claim else f"{order.attempt_id}:{stage}"
         try:
-            await self._js.publish(
+            ack = await self._js.publish(
                 report_subject(self.capability, order.intent_id),
                 msgspec.json.encode(report),
-                headers={"Nats-Msg-Id": f"{order.attempt_id}:{stage}"},
+                headers={"Nats-Msg-Id": msg_id},
             )
         except (TimeoutError, NatsError) as exc:
             raise _ReportNotPublished(f"{stage} report not published: {exc!r}") from exc
+        return not ack.duplicate
+
+
+def boundary_msg_id(attempt_id: str) -> str:
+    """The message id every claim of an attempt's send boundary shares."""
+    return f"{attempt_id}:boundary"
+
+
+def _too_late(deadline_at: datetime | None) -> bool:
+    """True when the attempt's deadline is (nearly) reached, by this worker's clock."""
+    if deadline_at is None:
+        return False
+    return datetime.now(UTC) >= deadline_at - timedelta(seconds=DEADLINE_MARGIN_S)
 
 
 # -- entry points -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from nats.js.errors import NotFoundError
 from lockgate.contracts.messages import (
     Candidate,
     DecideReview,
+    NotResolved,
     OpenRun,
     OpenTurn,
     Recorded,
@@ -55,6 +56,18 @@ class Refused(ClientError):
         super().__init__(f"{code}: {detail}" if detail else code, code=code)
 
 
+class OutcomeSettled(Refused):
+    """An operator's resolution was not recorded: the outcome was settled first.
+
+    ``answer`` says by what: the event (``Reconciled`` or ``EffectCompleted``), its
+    finding and resolution, who recorded it, when, and its receipt.
+    """
+
+    def __init__(self, answer: NotResolved) -> None:
+        super().__init__(answer.error, answer.detail)
+        self.answer = answer
+
+
 class CandidateTooLarge(ClientError):
     """The candidate is larger than the broker accepts in one message."""
 
@@ -68,15 +81,20 @@ class ResponseTimeout(ClientError):
 _response = msgspec.json.Decoder(ModelResponse)
 
 
-async def _request(nc: Client, subject: str, body: object, answer: type[T], timeout_s: float) -> T:
+async def _ask(nc: Client, subject: str, body: object, timeout_s: float) -> bytes:
     try:
         reply = await nc.request(subject, msgspec.json.encode(body), timeout=timeout_s)
     except (NatsTimeout, NoRespondersError) as exc:
         raise ClientError(f"no answer on {subject}", code="lockgate.unavailable") from exc
+    return bytes(reply.data)
+
+
+async def _request(nc: Client, subject: str, body: object, answer: type[T], timeout_s: float) -> T:
+    data = await _ask(nc, subject, body, timeout_s)
     try:
-        return msgspec.json.decode(reply.data, type=answer)
+        return msgspec.json.decode(data, type=answer)
     except msgspec.ValidationError:
-        refusal = msgspec.json.decode(reply.data, type=Refusal)
+        refusal = msgspec.json.decode(data, type=Refusal)
         raise Refused(refusal.error, refusal.detail) from None
 
 
@@ -130,10 +148,14 @@ class Run:
     async def withdraw(self, candidate_id: str, *, why: str = "") -> ModelResponse:
         """Stop a candidate of this run by its state; returns what the model now sees.
 
-        ``withdrawn`` when it was stopped before execution, ``interruption_requested``
-        when it had already been sent, ``outcome_unknown`` when nobody knows yet, and
-        the final status (``executed``, ``rejected``, …) when it was too late. Who
-        asked is recorded as this connection's user.
+        ``withdrawn`` when it was stopped before any order existed (or an adapter has
+        already refused the order), ``withdrawal_requested`` when an order may be with an
+        adapter (``wait(candidate_id, past="withdrawal_requested")`` then says how it
+        ended: ``withdrawn``, ``interruption_requested``, ``executed``, …),
+        ``interruption_requested`` when it had already been sent, ``outcome_unknown``
+        when nobody knows yet, and the final status (``executed``, ``rejected``, …) when
+        it was too late. Only ``withdrawn`` means no adapter can still execute it.
+        Who asked is recorded as this connection's user.
 
         Raises:
             Refused: no such candidate in this run, or it is between two steps (ask again).
@@ -247,13 +269,25 @@ class Gateway:
         self, *, tenant: str, candidate_id: str, finding: str, why: str,
         receipt: Mapping[str, str] | None = None,
     ) -> str:
-        """Settle an unknown outcome as this operator (``confirmed`` or ``absent``); returns the event recorded."""
-        recorded = await _request(
+        """Settle an unknown outcome as this operator (``confirmed`` or ``absent``); returns the event recorded.
+
+        Raises:
+            OutcomeSettled: the reconciler, a late adapter report or another operator
+                settled it first; ``answer`` says with what finding.
+            Refused: nothing to resolve, or the command was malformed.
+        """
+        data = await _ask(
             self.nc, subjects.resolve(tenant, candidate_id, self.principal),
             ResolveOutcome(finding=finding, why=why, receipt=dict(receipt or {})),
-            Recorded, self.timeout_s,
+            self.timeout_s,
         )
-        return recorded.event
+        try:
+            return msgspec.json.decode(data, type=Recorded).event
+        except msgspec.ValidationError:
+            answer = msgspec.json.decode(data, type=NotResolved)
+        if answer.error == "reconcile.already-settled":
+            raise OutcomeSettled(answer)
+        raise Refused(answer.error, answer.detail)
 
     async def _latest(self, tenant: str, run_id: str, candidate_id: str) -> ModelResponse | None:
         """The stored response: only intake writes the responses stream, so this is authoritative."""

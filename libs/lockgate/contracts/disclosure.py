@@ -91,6 +91,10 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
         d = Disclosure("withdrawn", "operation.interrupted")
     elif state is State.SENT and intent.interruption_requested:
         d = Disclosure("interruption_requested", "operation.interruption-requested")
+    elif state is State.AUTHORIZED and intent.withdrawal_requested:
+        # Not "withdrawn" yet: the order may be with an adapter, which has not said it
+        # will not send it. The model learns the outcome when one is on record.
+        d = Disclosure("withdrawal_requested", "operation.withdrawal-requested")
     elif state in (State.UNKNOWN, State.NEEDS_OPERATOR):
         d = Disclosure("outcome_unknown", "operation.outcome-unknown")
     elif state is State.COMPLETED:

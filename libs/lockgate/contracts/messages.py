@@ -175,14 +175,20 @@ class ExecutionOrder(msgspec.Struct, frozen=True, kw_only=True):
     preconditions: dict[str, str | int | bool]
     authorized_version: int
     """Aggregate version of the ``ExecutionAuthorized`` event the adapter checks."""
+    report_token: str = ""
+    """The executor's proof that it sent this order (an HMAC over tenant, intent, attempt
+    and capability, with a key only the executor has): every report about the attempt
+    echoes it. It is in no event and no log line."""
 
 
 class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     """An adapter's report of one attempt transition.
 
-    ``stage``: ``sent`` (crossed the send boundary), ``completed`` (with receipt and
-    result), ``rejected`` (the remote system refused; nothing happened), ``failed_before_send``,
-    ``refused_order`` (the order did not match the record).
+    ``stage``: ``sent`` (crossed the send boundary), ``acknowledged`` and ``observed``
+    (how far the remote system got), ``completed`` (with receipt and result), ``rejected``
+    (the remote system refused; nothing happened), ``interrupted``, ``failed_before_send``,
+    ``refused_order`` (the order did not match the record, or its attempt is over),
+    ``withdrawn`` (refused because a withdrawal was requested before the send boundary).
     """
 
     tenant: str
@@ -196,6 +202,8 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     adapter: str = ""
     """The adapter process that reported (provenance of the result)."""
     reported_at: datetime | None = None
+    token: str = ""
+    """The order's ``report_token``, echoed: proof the reporter received the order."""
 
 
 # --- reviews ----------------------------------------------------------------------
@@ -248,6 +256,26 @@ class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):
     finding: str
     why: str
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class NotResolved(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to a ``ResolveOutcome`` that was not recorded: why, and what settled the intent.
+
+    ``error`` and ``detail`` make it readable as a ``Refusal``. For
+    ``reconcile.already-settled`` the other fields name the event that settled the
+    outcome first (the reconciler's query, a late adapter report, another operator).
+    """
+
+    error: str
+    detail: str = ""
+    state: str = ""
+    settled_by: str = ""
+    """``Reconciled`` or ``EffectCompleted``."""
+    finding: str = ""
+    resolution: str = ""
+    by: str = ""
+    receipt: dict[str, str] = msgspec.field(default_factory=dict)
+    settled_at: datetime | None = None
 
 
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True):

@@ -63,6 +63,13 @@ REASONS: dict[str, str] = {
     "order.mismatch": "the order did not match the ExecutionAuthorized event it claims",
     "order.stale": "the order's attempt is no longer the current one",
     "order.precondition.missing": "the order lacks a precondition the adapter needs",
+    "order.withdrawn": "a withdrawal was requested before the order crossed its send boundary",
+    "order.expired": "the attempt's deadline passed before the order crossed its send boundary",
+    # executor: reports that do not prove they answer an order the executor sent
+    "report.token-missing": "the report carries no token from the order it claims to answer",
+    "report.token-mismatch": "the report's token is not the one its order carried",
+    "report.capability-mismatch": "the report's subject names another capability than the intent's",
+    "report.intent-mismatch": "the report's subject names another intent than its body",
     # the items world (draft.prepare_private, item.publish)
     "argument.title.empty": "the title is empty after trimming",
     "argument.title.too-long": "the title exceeds its limit",
@@ -108,5 +115,6 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("denied", "budget.exhausted"),
         ("withdrawn", "operation.interrupted"),
         ("interruption_requested", "operation.interruption-requested"),
+        ("withdrawal_requested", "operation.withdrawal-requested"),
     }
 )

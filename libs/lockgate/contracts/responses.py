@@ -36,5 +36,6 @@ STATUSES = (
     "unavailable",
     "outcome_unknown",
     "withdrawn",
+    "withdrawal_requested",
     "interruption_requested",
 )

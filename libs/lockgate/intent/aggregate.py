@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate
+from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
 from eventsourcing.utils import get_topic
 
 E = TypeVar("E", bound="Event")
@@ -57,9 +57,31 @@ class Event(Aggregate.Event):
     """Base of every ``EffectIntent`` event: the envelope Lockgate adds to the library's."""
 
     class_version: ClassVar[int] = 1
+    #: True for an event that records something beside the intent's state (it may
+    #: follow a terminal state); any other event after a terminal state moves nothing.
+    neutral: ClassVar[bool] = False
     event_id: str
     correlation_id: str
     causation_id: str
+
+    def mutate(self, aggregate: Any) -> Any:
+        """Fold this event into ``aggregate``.
+
+        Invariant 6, enforced where state changes: no event takes an intent out of a
+        terminal state. The deciding functions never emit one; should a stored history
+        hold one all the same (an older writer, a race), it keeps its place in the
+        sequence and changes nothing but the version.
+        """
+        if isinstance(aggregate, EffectIntent) and aggregate.state.terminal and not self.neutral:
+            if self.originator_id != aggregate.id:
+                raise OriginatorIDError(self.originator_id, aggregate.id)
+            if self.originator_version != aggregate.version + 1:
+                raise OriginatorVersionError(self.originator_version, aggregate.version + 1)
+            aggregate.version = self.originator_version
+            aggregate.modified_on = self.timestamp
+            aggregate.ignored.append(type(self).__name__)
+            return aggregate
+        return super().mutate(aggregate)
 
     @classmethod
     def next(
@@ -81,11 +103,42 @@ class Event(Aggregate.Event):
 class Attempt:
     """One try to execute the intent, as far as the record knows."""
 
-    def __init__(self, attempt_id: str, authorized_version: int) -> None:
+    def __init__(
+        self, attempt_id: str, authorized_version: int, deadline_at: datetime | None = None
+    ) -> None:
         self.attempt_id = attempt_id
         self.authorized_version = authorized_version
+        self.deadline_at = deadline_at
         self.stage = "authorized"
         self.reason: str | None = None
+        #: An adapter reported crossing the send boundary (the effect may exist).
+        self.crossed = False
+
+
+class Settlement:
+    """What last settled an attempt's outcome: a reconciliation, or the adapter's report."""
+
+    def __init__(
+        self, event: str, attempt_id: str, finding: str, resolution: str, by: str,
+        receipt: dict[str, str], at: datetime, event_id: str,
+    ) -> None:
+        self.event = event
+        self.attempt_id = attempt_id
+        self.finding = finding
+        self.resolution = resolution
+        self.by = by
+        self.receipt = receipt
+        self.at = at
+        self.event_id = event_id
+
+
+class Withdrawal:
+    """A withdrawal asked for while an attempt's order may be out: who asked, and why."""
+
+    def __init__(self, attempt_id: str, by: str, why: str) -> None:
+        self.attempt_id = attempt_id
+        self.by = by
+        self.why = why
 
 
 class EffectIntent(Aggregate):
@@ -272,7 +325,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.AUTHORIZED
             agg.intent_key = self.intent_key
-            agg.attempts.append(Attempt(self.attempt_id, self.originator_version))
+            agg.attempts.append(Attempt(self.attempt_id, self.originator_version, self.deadline_at))
 
     class GateRefused(Event):
         """The final gate found something no longer true; nothing was dispatched."""
@@ -291,7 +344,8 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.SENT
-            agg.attempt(self.attempt_id).stage = "sent"
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "sent", True
 
     class AttemptAcknowledged(Event):
         """The remote system accepted the request (it may still be working on it)."""
@@ -300,7 +354,10 @@ class EffectIntent(Aggregate):
         remote_ref: str
 
         def apply(self, agg: EffectIntent) -> None:
-            agg.attempt(self.attempt_id).stage = "acknowledged"
+            if agg.state is State.AUTHORIZED:  # its ``sent`` report is still on its way
+                agg.state = State.SENT
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "acknowledged", True
 
     class ResultObserved(Event):
         """The adapter saw the remote system's result; the receipt is being checked."""
@@ -308,7 +365,10 @@ class EffectIntent(Aggregate):
         attempt_id: str
 
         def apply(self, agg: EffectIntent) -> None:
-            agg.attempt(self.attempt_id).stage = "observed"
+            if agg.state is State.AUTHORIZED:
+                agg.state = State.SENT
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "observed", True
 
     class AttemptInterrupted(Event):
         """An interruptible attempt was stopped before its effect completed."""
@@ -344,7 +404,11 @@ class EffectIntent(Aggregate):
             agg.state = State.COMPLETED
             agg.receipt = self.receipt
             agg.result = self.result
-            agg.attempt(self.attempt_id).stage = "completed"
+            attempt = agg.attempt(self.attempt_id)
+            attempt.stage, attempt.crossed = "completed", True
+            agg.settlement = Settlement(
+                "EffectCompleted", self.attempt_id, "confirmed", "completed",
+                self.provenance.get("adapter", ""), dict(self.receipt), self.timestamp, self.event_id)
 
     class AttemptRejected(Event):
         """The remote system refused the request: the effect did not happen."""
@@ -386,8 +450,9 @@ class EffectIntent(Aggregate):
 
         ``resolution`` is what follows: ``completed`` (the effect is there),
         ``retry`` (proven absent and the contract allows the same intent again, with
-        the same key), ``operator`` (absent, but only a person may decide), or
-        ``not_executed`` (an operator established that it never happened).
+        the same key), ``operator`` (absent, but only a person may decide),
+        ``not_executed`` (an operator established that it never happened), or
+        ``withdrawn`` (proven absent after it was asked to stop: it stays undone).
         """
 
         class_version: ClassVar[int] = 2
@@ -405,6 +470,9 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             attempt = agg.attempt(self.attempt_id)
+            agg.settlement = Settlement(
+                "Reconciled", self.attempt_id, self.finding, self.resolution, self.by,
+                dict(self.receipt), self.timestamp, self.event_id)
             if self.resolution == "completed":
                 agg.state = State.COMPLETED
                 agg.receipt = self.receipt
@@ -413,11 +481,29 @@ class EffectIntent(Aggregate):
             attempt.stage = "absent"
             if self.resolution == "retry":
                 agg.state = State.ALLOWED
+            elif self.resolution == "withdrawn":
+                agg.state = State.WITHDRAWN
+                agg.reason = "proposal.withdrawn"
             elif self.resolution == "not_executed":
                 agg.state = State.FAILED
                 agg.reason = "reconciled.not-executed"
             else:
                 agg.state = State.NEEDS_OPERATOR
+
+    class WithdrawalRequested(Event):
+        """Asked to stop while the attempt's order may already be with an adapter.
+
+        Not yet a withdrawal: the intent stays authorized until the adapter side shows
+        the order was not and will not be sent (``Withdrawn``), or that it crossed the
+        send boundary first (then ``InterruptionRequested``).
+        """
+
+        attempt_id: str
+        by: str
+        why: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.withdrawal = Withdrawal(self.attempt_id, self.by, self.why)
 
     class Withdrawn(Event):
         """Stopped before execution: nothing was or will be sent."""
@@ -438,6 +524,23 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             agg.interruption_requested = True
+
+    class ReportRefused(Event):
+        """The executor refused a report that did not prove it answers an order it received.
+
+        Changes no state (it may follow a terminal one). ``attempt_id`` is empty and
+        ``stage`` ``other`` when the report named none the record knows, so at most one
+        is recorded per attempt, stage and reason however many forgeries arrive.
+        """
+
+        neutral: ClassVar[bool] = True
+        attempt_id: str
+        stage: str
+        reason: str
+        adapter: str
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.refused_reports.add((self.attempt_id, self.stage, self.reason))
 
     # -- state ----------------------------------------------------------------------
 
@@ -489,10 +592,17 @@ class EffectIntent(Aggregate):
         self.receipt: dict[str, str] = {}
         self.result: dict[str, Any] = {}
         self.interruption_requested = False
+        self.withdrawal: Withdrawal | None = None
+        #: The last report or reconciliation that settled an attempt's outcome.
+        self.settlement: Settlement | None = None
+        #: (attempt id, stage, reason) of every refused report on record.
+        self.refused_reports: set[tuple[str, str, str]] = set()
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
         #: Reviewers whose approval policy refused, with the reason (this review).
         self.refused_approvals: dict[str, str] = {}
+        #: Events stored after the intent became terminal, which changed nothing.
+        self.ignored: list[str] = []
 
     @property
     def intent_id(self) -> str:
@@ -509,6 +619,11 @@ class EffectIntent(Aggregate):
             if attempt.attempt_id == attempt_id:
                 return attempt
         raise KeyError(attempt_id)
+
+    @property
+    def withdrawal_requested(self) -> bool:
+        """True once a withdrawal was asked for while an order may have been out."""
+        return self.withdrawal is not None
 
     @property
     def current_attempt(self) -> Attempt | None:

@@ -391,6 +391,8 @@ SERVICES: dict[str, _ServiceRow] = {
             "AttemptAcknowledged",
             "ResultObserved",
             "AttemptInterrupted",
+            "WithdrawalRequested",
+            "ReportRefused",
         ),
         answers=(subjects.WITHDRAW_ALL,),
         reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),

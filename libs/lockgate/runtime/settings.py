@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     operators: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_OPERATORS))
     #: The adapter processes, each with the capabilities it serves (a user and an account each).
     adapters: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEMO_ADAPTERS))
+    #: The executor's secret for the per-attempt report tokens (32 random bytes); None:
+    #: ``<var_dir>/secrets/report.key``, created on first use. Every executor replica
+    #: must read the same key.
+    report_key_file: Path | None = None
     #: Cedar policies and schema fragments, read recursively.
     policy_dir: Path = _REPO / "deploy" / "policies"
     #: Replicas of every stream: 1 embedded, 3 in a cluster.

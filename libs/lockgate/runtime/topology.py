@@ -57,8 +57,22 @@ MODEL_VISIBLE = (
     "OutcomeUnknown",
     "Reconciled",
     "Withdrawn",
+    "WithdrawalRequested",
     "InterruptionRequested",
     "AttemptInterrupted",
+)
+
+#: Events after which an intent may no longer hold its resource lock
+#: (``lockgate.intent.locks``): the executor releases the lock on each of them, from the
+#: record, whatever happened to the process that appended it. A unit test derives this
+#: list from the aggregate, so an event that can end a hold cannot be left out.
+ENDS_HOLD = (
+    "GateRefused",
+    "EffectCompleted",
+    "AttemptRejected",
+    "AttemptInterrupted",
+    "Withdrawn",
+    "Reconciled",
 )
 
 
@@ -98,10 +112,9 @@ DURABLES: tuple[Durable, ...] = (
     _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
     _events("executor-dispatch", "ExecutionAuthorized"),
     _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
-    # Completions, rejections and interruptions are released by the report handler.
-    _events(
-        "executor-locks", "AttemptFailedBeforeSend", "GateRefused", "Withdrawn", "Reconciled",
-    ),
+    # The handler that appends one of them releases at once too (a fast path); this
+    # durable is what makes release survive a crash right after the append.
+    _events("executor-locks", *ENDS_HOLD),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),
     _events("reconciler", "OutcomeUnknown"),
 )

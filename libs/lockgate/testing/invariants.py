@@ -1,4 +1,4 @@
-"""DESIGN's invariants, checked over stored events and a world's ledger."""
+"""DESIGN's invariants, checked over stored events, a world's ledger and the locks bucket."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from eventsourcing.domain import EventSourcingError
+
+from lockgate.contracts.disclosure import model_view
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
+from lockgate.intent.locks import lock_key, may_hold
 
 
 def by_intent(recorded: Iterable[RecordedEvent]) -> dict[str, list[Event]]:
@@ -23,11 +27,25 @@ def by_intent(recorded: Iterable[RecordedEvent]) -> dict[str, list[Event]]:
 
 
 def violations(
-    histories: Mapping[str, Sequence[Event]], ledger: Sequence[Mapping[str, Any]] = ()
+    histories: Mapping[str, Sequence[Event]],
+    ledger: Sequence[Mapping[str, Any]] = (),
+    *,
+    locks: Mapping[str, str] | None = None,
+    told: Mapping[str, Iterable[str]] | None = None,
 ) -> list[str]:
-    """Every way the histories (and the world's ledger) break DESIGN's invariants."""
+    """Every way the histories (and the world's ledger, the locks) break DESIGN's invariants.
+
+    Args:
+        histories: every stored intent's events, in order.
+        ledger: the world's writes (``intent_id``, ``idempotency_key``).
+        locks: the ``LG_LOCKS`` bucket (key → holder intent id); checked when given.
+        told: statuses the model was actually told, per intent, beside those the record
+            implies at each of its steps.
+    """
     problems: list[str] = []
     keys: dict[str, set[str]] = {}
+    withdrawn: set[str] = set()
+    finals: dict[str, EffectIntent] = {}
     for intent_id, events in histories.items():
         versions = [e.originator_version for e in events]
         if versions != list(range(1, len(events) + 1)):
@@ -38,7 +56,21 @@ def violations(
         completed = 0
         terminal_refusal = False
         intent_keys: set[str] = set()
+        folded: EffectIntent | None = None
+        foldable = True
         for e in events:
+            if folded is not None and folded.state.terminal and not e.neutral:
+                problems.append(f"{intent_id}: {type(e).__name__} after the terminal state "
+                                f"{folded.state.value} (invariant 6)")
+            if foldable:
+                try:
+                    folded = e.mutate(folded)
+                except (EventSourcingError, AssertionError):
+                    foldable = False  # out of sequence: reported above as not gap-free
+            if foldable and folded is not None:
+                view = model_view(folded, None)
+                if view is not None and view.status == "withdrawn":
+                    withdrawn.add(intent_id)
             if isinstance(e, EffectIntent.CandidateNormalized):
                 normalized = e
             elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow" or isinstance(e, EffectIntent.ReviewApproved):
@@ -67,6 +99,10 @@ def violations(
                 isinstance(e, EffectIntent.Reconciled) and e.resolution == "completed"
             ):
                 completed += 1
+        if foldable and folded is not None:
+            finals[intent_id] = folded
+        if intent_id in withdrawn and completed:
+            problems.append(f"{intent_id}: told withdrawn, yet the record has its effect (invariant 6)")
         if completed > 1:
             problems.append(f"{intent_id}: {completed} completions (invariant 3)")
         if len(intent_keys) > 1:
@@ -81,4 +117,29 @@ def violations(
     for intent_id, n in writes.items():
         if n > 1:
             problems.append(f"{intent_id}: {n} writes in the world for one intent")
+    for intent_id, statuses in (told or {}).items():
+        if "withdrawn" in statuses:
+            withdrawn.add(intent_id)
+    for intent_id in sorted(withdrawn & set(writes)):
+        problems.append(f"{intent_id}: told withdrawn, yet the world has its effect (invariant 6)")
+    if locks is not None:
+        problems += _stranded(locks, finals)
+    return problems
+
+
+def _stranded(locks: Mapping[str, str], finals: Mapping[str, EffectIntent]) -> list[str]:
+    """Locks behind the state (invariant 8): held by an intent, or on a resource, that is settled."""
+    on_resource: dict[str, list[EffectIntent]] = defaultdict(list)
+    for intent in finals.values():
+        if intent.resource:
+            on_resource[lock_key(intent)].append(intent)
+    problems: list[str] = []
+    for key, holder_id in sorted(locks.items()):
+        holder = finals.get(holder_id)
+        if holder is None:
+            problems.append(f"lock {key}: held by {holder_id}, which is not on record")
+        elif not may_hold(holder):
+            problems.append(f"lock {key}: still held by {holder_id}, {holder.state.value} (invariant 8)")
+        elif not any(may_hold(i) for i in on_resource.get(key, [])):
+            problems.append(f"lock {key}: held while every intent on it is settled (invariant 8)")
     return problems

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from lockgate.runtime.deployment import (
     ensure_deployment,
 )
 from lockgate.runtime.natsserver import NatsServer
+from lockgate.runtime.roles import SERVICES_ACCOUNT
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import CHILDREN, check_status, child_user
 from lockgate.runtime.supervisor import parent_death_signal
@@ -98,13 +99,13 @@ class System:
             self.spawn(name, module)
         await self.wait_ready([name for name, _ in self.children], timeout_s)
 
-    def spawn(self, name: str, module: str) -> None:
-        """Start one child process, as its own user."""
-        env = self.env()
-        env["LOCKGATE_CREDENTIALS_FILE"] = str(credentials_path(self.root, child_user(name)))
+    def spawn(self, name: str, module: str, env: Mapping[str, str] | None = None) -> None:
+        """Start one child process, as its own user (``env``: variables for this one only)."""
+        child_env = {**self.env(), **(env or {})}
+        child_env["LOCKGATE_CREDENTIALS_FILE"] = str(credentials_path(self.root, child_user(name)))
         with open(self.log(name), "ab") as log:  # the child keeps its own copy
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", module], env=env, stdout=log, stderr=log, cwd=REPO,
+                [sys.executable, "-m", module], env=child_env, stdout=log, stderr=log, cwd=REPO,
                 # A test process that dies takes its children along: none lingers,
                 # reconnecting to whatever server later takes the port.
                 preexec_fn=parent_death_signal(),
@@ -158,6 +159,14 @@ class System:
                 await asyncio.sleep(0.2)
         finally:
             await nc.close()
+
+    def violations(self, account: str = SERVICES_ACCOUNT) -> list[str]:
+        """The broker's permission-violation lines for users of ``account`` (none is expected
+        of the services: each does only what its row grants)."""
+        path = self.root / "log" / "nats.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return [line for line in text.splitlines()
+                if "Violation" in line and f'"{account}/user:' in line]
 
     def log(self, name: str) -> Path:
         """A child's log file."""

@@ -11,6 +11,7 @@ from lockgate.authz.source import BundleSource
 from lockgate.core import subjects
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.context import Ports
+from lockgate.runtime.keys import report_key
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
@@ -28,7 +29,8 @@ def create_app(settings: Settings) -> FastStream:
     """Build the executor app (connects only when run)."""
 
     def build(ports: Ports) -> ExecutorHandlers:
-        return ExecutorHandlers(ports, BundleSource(settings.policy_dir), utc_now)
+        return ExecutorHandlers(ports, BundleSource(settings.policy_dir), utc_now,
+                                report_key=report_key(settings))
 
     app, broker, service = service_app(settings, "executor", build)
 
@@ -51,7 +53,7 @@ def create_app(settings: Settings) -> FastStream:
 
     async def on_report(msg: NatsMessage) -> None:
         raw = msg.raw_message
-        await service.handlers.report(raw.data, int(raw.metadata.sequence.stream))
+        await service.handlers.report(raw.data, raw.subject, int(raw.metadata.sequence.stream))
 
     add_durable(broker, Subscription("executor-gate", on_ready), log)
     add_durable(broker, Subscription("executor-dispatch", on_authorized), log)

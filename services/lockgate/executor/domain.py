@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -89,10 +91,71 @@ def gate(
     ]
 
 
-def order_for(intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized) -> ExecutionOrder | None:
-    """The execution order for an authorization, if it is still the current attempt."""
+def report_token(key: bytes, tenant: str, intent_id: str, attempt_id: str, capability: str) -> str:
+    """The proof an order carries and every report about its attempt must echo.
+
+    HMAC-SHA256 with the executor's key over tenant, intent, attempt and capability: an
+    adapter can show it for the orders it received and forge it for no other. The same
+    inputs give the same token, so redelivered orders and restarted executors agree.
+    """
+    message = "\x1f".join(("lockgate.report-token.v1", tenant, intent_id, attempt_id, capability))
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def check_report(
+    intent: EffectIntent, report: AttemptReport, *, capability: str, subject_intent_id: str,
+    key: bytes,
+) -> str | None:
+    """Why ``report`` (published on ``lg.report.<capability>.<subject_intent_id>``) is not
+    to be believed, or None when it proves it answers an order the executor sent."""
+    if subject_intent_id != report.intent_id:
+        return "report.intent-mismatch"
+    if capability != intent.tool:
+        return "report.capability-mismatch"
+    if not report.token:
+        return "report.token-missing"
+    expected = report_token(key, intent.tenant, intent.intent_id, report.attempt_id, intent.tool)
+    if not hmac.compare_digest(report.token.encode(), expected.encode()):
+        return "report.token-mismatch"
+    return None
+
+
+#: Stages a report may name; any other is recorded as ``other``.
+REPORT_STAGES = frozenset({
+    "sent", "acknowledged", "observed", "completed", "rejected", "interrupted",
+    "failed_before_send", "refused_order", "withdrawn",
+})
+
+
+def refuse_report(
+    intent: EffectIntent, report: AttemptReport, reason: str, *, cause: str, now: datetime
+) -> list[Event]:
+    """Put a refused report on the record, once per attempt, stage and reason.
+
+    The attempt and stage are the record's own (empty, ``other``) when the report names
+    ones it does not know, so a flood of forgeries adds a bounded number of events.
+    """
+    attempts = {a.attempt_id for a in intent.attempts}
+    attempt_id = report.attempt_id if report.attempt_id in attempts else ""
+    stage = report.stage if report.stage in REPORT_STAGES else "other"
+    if (attempt_id, stage, reason) in intent.refused_reports:
+        return []
+    return [EffectIntent.ReportRefused.next(
+        intent, now=now, event_id=derived_id("report-refused", intent.intent_id, attempt_id, stage, reason),
+        causation_id=cause, attempt_id=attempt_id, stage=stage, reason=reason,
+        adapter=report.adapter[:64],
+    )]
+
+
+def order_for(
+    intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized, *, key: bytes
+) -> ExecutionOrder | None:
+    """The execution order for an authorization, if it is still the current attempt.
+
+    None once a withdrawal was requested: an order not yet published stays unpublished.
+    """
     current = intent.current_attempt
-    if intent.state is not State.AUTHORIZED or current is None:
+    if intent.state is not State.AUTHORIZED or current is None or intent.withdrawal_requested:
         return None
     if current.attempt_id != authorized.attempt_id:
         return None
@@ -108,6 +171,8 @@ def order_for(intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
         actor=intent.actor,
         preconditions=authorized.gate_facts,
         authorized_version=current.authorized_version,
+        report_token=report_token(
+            key, intent.tenant, intent.intent_id, authorized.attempt_id, intent.tool),
     )
 
 
@@ -129,6 +194,13 @@ def checked_result(result: dict[str, Any], contract: CapabilityContract | None) 
     return result
 
 
+#: Reports with which an adapter settles an attempt's send boundary as *not crossed*. The
+#: SDK publishes each of them, and ``sent``, under one message id per attempt: the first
+#: stored wins and the stream drops the others (see ``lockgate.adapters.sdk``), so a
+#: stored one proves no worker crossed, or will cross, that attempt's boundary.
+NOT_SENT = ("failed_before_send", "refused_order", "withdrawn")
+
+
 def on_report(
     intent: EffectIntent,
     report: AttemptReport,
@@ -139,9 +211,13 @@ def on_report(
 ) -> list[Event]:
     """Record what an adapter reported about an attempt, if it still matters.
 
-    Evidence wins over intention: a withdrawal that raced an adapter already past its
-    send boundary does not hide the effect; the report is recorded all the same.
+    Nothing is recorded for an intent in a terminal state (invariant 6): a late or
+    repeated report cannot revive it. While a withdrawal is requested, the adapter's
+    claim of the send boundary decides how it ends: not sent → ``Withdrawn``; sent →
+    ``InterruptionRequested``, and the outcome is settled like any other.
     """
+    if intent.state.terminal:
+        return []
     try:
         attempt = intent.attempt(report.attempt_id)
     except KeyError:
@@ -149,14 +225,34 @@ def on_report(
     ids: dict[str, Any] = dict(now=now, event_id=derived_id("report", cause), causation_id=cause)
     detail = report.detail[:DETAIL_MAX_CHARS]
     stage = attempt.stage
+    withdrawal = intent.withdrawal
+    if withdrawal is not None and withdrawal.attempt_id != attempt.attempt_id:
+        withdrawal = None  # pragma: no cover - a withdrawal is requested for the current attempt
+    crossing: Event | None = None
     if report.stage == "sent" and stage == "authorized":
-        return [EffectIntent.AttemptSent.next(intent, attempt_id=attempt.attempt_id, **ids)]
-    if report.stage == "acknowledged" and stage in ("authorized", "sent"):
-        return [EffectIntent.AttemptAcknowledged.next(
+        crossing = EffectIntent.AttemptSent.next(intent, attempt_id=attempt.attempt_id, **ids)
+    elif report.stage == "acknowledged" and stage in ("authorized", "sent"):
+        crossing = EffectIntent.AttemptAcknowledged.next(
             intent, attempt_id=attempt.attempt_id,
-            remote_ref=report.receipt.get("remote_ref", "")[:256], **ids)]
-    if report.stage == "observed" and stage in ("authorized", "sent", "acknowledged"):
-        return [EffectIntent.ResultObserved.next(intent, attempt_id=attempt.attempt_id, **ids)]
+            remote_ref=report.receipt.get("remote_ref", "")[:256], **ids)
+    elif report.stage == "observed" and stage in ("authorized", "sent", "acknowledged"):
+        crossing = EffectIntent.ResultObserved.next(intent, attempt_id=attempt.attempt_id, **ids)
+    if crossing is not None:
+        if withdrawal is None or attempt.crossed or intent.interruption_requested:
+            return [crossing]
+        # The worker claimed the boundary before it saw the withdrawal: too late to
+        # withdraw, so ask it to stop instead.
+        return [crossing, EffectIntent.InterruptionRequested.next(
+            intent, offset=2, now=now, event_id=derived_id("report", cause, "interrupt"),
+            causation_id=cause, attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why,
+        )]
+    if report.stage in NOT_SENT and withdrawal is not None and not attempt.crossed and stage in (
+        "authorized", "unknown"
+    ):
+        # The boundary was claimed as not crossed after the withdrawal was on record:
+        # no worker can send this attempt any more (from the deadline's OutcomeUnknown
+        # too: the claim is the evidence the record was waiting for).
+        return [EffectIntent.Withdrawn.next(intent, by=withdrawal.by, why=withdrawal.why, **ids)]
     if report.stage == "interrupted" and stage in _IN_FLIGHT and intent.interruption_requested:
         return [EffectIntent.AttemptInterrupted.next(
             intent, attempt_id=attempt.attempt_id, detail=detail, **ids)]
@@ -219,6 +315,8 @@ def on_deadline(
         "the adapter reported crossing the send boundary, then nothing before the deadline"
         if attempt.stage in _IN_FLIGHT
         else "no report from the adapter before the deadline; the order may have been executed"
+        + ("; a withdrawal was requested but no adapter said the order was not sent"
+           if intent.withdrawal_requested else "")
     )
     return [
         EffectIntent.OutcomeUnknown.next(
@@ -231,24 +329,37 @@ def on_deadline(
 def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: datetime) -> list[Event]:
     """Stop an intent by its state, never with a blanket "cancelled".
 
-    Before execution (queued, awaiting approval, paused, authorized but unsent) it is
-    ``Withdrawn``: an order already dispatched is refused by the adapter SDK, whose
-    check finds the intent no longer authorized. After the send boundary only an
-    ``InterruptionRequested`` can be recorded; the outcome is then settled like any
-    other: by report, or by the deadline and reconciliation.
+    Before an order exists (queued, awaiting approval, paused, allowed) it is
+    ``Withdrawn``: nothing was or will be sent. Once an attempt is authorized its order
+    may be with an adapter, so only ``WithdrawalRequested`` is true: the adapter SDK
+    checks the record right before the send boundary and refuses from then on, and
+    its report makes it ``Withdrawn`` (or, if it crossed first, an interruption). The
+    same request is recorded for an outcome nobody knows yet (unknown, or waiting for an
+    operator): reconciliation then ends an absent effect withdrawn, never tried again.
+    After the send boundary only ``InterruptionRequested`` can be recorded; the outcome
+    is then settled like any other: by report, or by the deadline and reconciliation.
     """
     ids: dict[str, Any] = dict(now=now, event_id=derived_id("withdraw", cause), causation_id=cause)
     why = why[:DETAIL_MAX_CHARS]
     if intent.state in _WITHDRAWABLE:
         return [EffectIntent.Withdrawn.next(intent, by=by, why=why, **ids)]
     current = intent.current_attempt
-    if intent.state is State.SENT and current is not None and not intent.interruption_requested:
+    if current is None:
+        return []
+    if intent.withdrawal_requested or intent.interruption_requested:
+        return []
+    if intent.state in _ORDER_MAY_BE_OUT:
+        return [EffectIntent.WithdrawalRequested.next(
+            intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
+    if intent.state is State.SENT:
         return [EffectIntent.InterruptionRequested.next(
             intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
     return []
 
 
+#: States in which no order exists: an authorized attempt's order may be out already.
 _WITHDRAWABLE = frozenset({
     State.PROPOSED, State.NORMALIZED, State.PAUSED, State.AWAITING_APPROVAL, State.ALLOWED,
-    State.AUTHORIZED,
 })
+#: States in which an order may be with an adapter, or its outcome is not known.
+_ORDER_MAY_BE_OUT = frozenset({State.AUTHORIZED, State.UNKNOWN, State.NEEDS_OPERATOR})

@@ -4,25 +4,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import replace
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.adapters.sdk import interrupt_subject
+from lockgate.adapters.sdk import interrupt_subject, parse_report_subject
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
-from lockgate.core.ids import derived_id
+from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.core.subjects import NotACommandSubject, parse_withdraw
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.executor.domain import gate, on_deadline, on_report, order_for, withdraw
+from lockgate.executor.domain import (
+    check_report,
+    gate,
+    on_deadline,
+    on_report,
+    order_for,
+    refuse_report,
+    withdraw,
+)
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
@@ -35,33 +45,29 @@ def exec_subject(capability: str) -> str:
     return f"lg.exec.{capability}"
 
 
-def lock_key(intent: EffectIntent) -> str:
-    """The key of the intent's resource in the locks bucket."""
-    raw = f"{intent.tenant}.{intent.resource.get('type', 'resource')}.{intent.resource.get('id', '')}"
-    return _NOT_KEY.sub("_", raw)
-
-
-_NOT_KEY = re.compile(r"[^-/_=.a-zA-Z0-9]")
 #: The run an operator names to withdraw any candidate of its tenants.
 ANY_RUN = "_"
 #: Agent runtimes' users (``agent-<tenant>``) may withdraw only within a run they name.
 AGENT_USER_PREFIX = "agent-"
-#: States in which an intent still holds its resource: about to be sent, in flight,
-#: or in flight with an unknown outcome (the resource's state is uncertain).
-_HOLDING = frozenset({State.ALLOWED, State.AUTHORIZED, State.SENT, State.UNKNOWN})
-#: Reports that end an attempt for good; the report handler releases the lock itself.
-_ENDS_ATTEMPT = (
-    EffectIntent.EffectCompleted, EffectIntent.AttemptRejected, EffectIntent.AttemptInterrupted,
-)
+#: Intents whose lock this process knows about, at most this many (oldest forgotten).
+_LOCKS_KNOWN = 65_536
 
 
 class ExecutorHandlers:
     """The last service before the world."""
 
-    def __init__(self, ports: Ports, bundles: BundleSource, clock: Clock) -> None:
+    def __init__(
+        self, ports: Ports, bundles: BundleSource, clock: Clock, *, report_key: bytes
+    ) -> None:
         self.ports = ports
         self.bundles = bundles
         self.clock = clock
+        #: Signs each order's report token; never logged, never in an event.
+        self._report_key = report_key
+        #: intent id → the lock key it took in this process, or None once this process
+        #: knows it holds none (released here, or its contract does not serialize). Lets
+        #: the lock durable skip a load for most events; an unknown intent is loaded.
+        self._locks: OrderedDict[str, str | None] = OrderedDict()
 
     async def ready(self, recorded: RecordedEvent) -> None:
         """Run the final gate for an intent that policy or a reviewer allowed."""
@@ -71,12 +77,19 @@ class ExecutorHandlers:
         if isinstance(trigger, EffectIntent.Reconciled) and trigger.resolution != "retry":
             return  # settled, or waiting for an operator
 
+        seen: list[EffectIntent] = []
+        held: list[bool] = []
+
         async def step(intent: EffectIntent | None) -> list[Event]:
+            seen[:] = [intent] if intent is not None else []
             if intent is None or intent.state is not State.ALLOWED:
                 return []
             contract = await self.ports.registry.get(intent.tool)
             if contract is not None and contract.serialize_per_resource:
                 await self._hold(intent)  # before the facts: they must be fresh under the lock
+                held[:] = [True]
+            else:
+                self._know(intent.intent_id, None)
             try:
                 facts = await self.ports.adapters.facts(
                     intent.tool,
@@ -94,7 +107,11 @@ class ExecutorHandlers:
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
                         budget_held=await self._budget_held(intent))
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        if held and seen:
+            # Refused, or found past the gate on a retry after a conflict (withdrawn while
+            # the lock was being taken, say): the lock goes with the hold.
+            await self._release_if_done(seen[0], events)
 
     async def _budget_held(self, intent: EffectIntent) -> bool:
         """True when every budget hold of the intent's decision is still in place."""
@@ -117,6 +134,7 @@ class ExecutorHandlers:
         mine = intent.intent_id.encode()
         try:
             await self.ports.locks.create(key, mine)
+            self._know(intent.intent_id, key)
             return
         except KeyWrongLastSequenceError:
             pass
@@ -126,13 +144,41 @@ class ExecutorHandlers:
             raise Retry(0.05, "resource lock just released") from None
         if holder != mine:
             raise Retry(0.25, "another effect on this resource is in flight")
+        self._know(intent.intent_id, key)
+
+    def _know(self, intent_id: str, key: str | None) -> None:
+        self._locks[intent_id] = key
+        self._locks.move_to_end(intent_id)
+        if len(self._locks) > _LOCKS_KNOWN:
+            self._locks.popitem(last=False)
 
     async def settled(self, recorded: RecordedEvent) -> None:
-        """Release the resource lock of an intent that no longer needs it."""
+        """Release the lock of an intent whose hold the recorded event may have ended.
+
+        The lock durable consumes every event that can end a hold (``ENDS_HOLD``), so a
+        process killed between such an append and its own release leaves nothing behind.
+        Idempotent: the lock is deleted only while this intent is its holder, and only when
+        the intent, as the record has it now, no longer holds its resource.
+        """
+        if recorded.intent_id in self._locks and self._locks[recorded.intent_id] is None:
+            return  # this process released it already, or never took one
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
-        if intent is None or intent.state in _HOLDING:
+        if intent is None or may_hold(intent):
             return
         await self._release(intent)
+
+    async def _release_if_done(self, intent: EffectIntent, events: Sequence[Event]) -> None:
+        """The fast path: free the lock right after an append that ended the intent's hold.
+
+        ``intent`` is the aggregate the events were decided on (it is folded forward here);
+        with no events, the lock goes if that aggregate no longer holds its resource.
+        """
+        if self._locks.get(intent.intent_id, "") is None:
+            return
+        for event in events:
+            intent = event.mutate(intent)
+        if not may_hold(intent):
+            await self._release(intent)
 
     async def _release(self, intent: EffectIntent) -> None:
         """Free the intent's resource lock, if it holds it."""
@@ -142,10 +188,12 @@ class ExecutorHandlers:
         try:
             entry = await self.ports.locks.get(key)
         except KeyNotFoundError:
+            self._know(intent.intent_id, None)
             return
         if entry.value == intent.intent_id.encode():
             with contextlib.suppress(KeyWrongLastSequenceError):
                 await self.ports.locks.delete(key, last=entry.revision)
+        self._know(intent.intent_id, None)
 
     async def withdraw(self, subject: str, body: bytes) -> bytes:
         """Stop a candidate by its state (request/reply); the reply is what the model now sees.
@@ -178,18 +226,27 @@ class ExecutorHandlers:
         intent = await load_intent(self.ports.store, tenant, intent_id)
         if intent is None or not in_scope(intent):
             return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
-        for event in events:
-            if isinstance(event, EffectIntent.InterruptionRequested):
-                # Best effort and on the record already: an adapter that cannot stop
-                # lets the attempt finish, and its report says how it ended.
-                await self.ports.nc.publish(
-                    interrupt_subject(intent.tool),
-                    msgspec.json.encode({"intent_id": intent_id, "attempt_id": event.attempt_id}),
-                )
+        if not may_hold(intent) and events:
+            await self._release(intent)
+        await self._ask_to_stop(intent, events)
         view = model_view(intent, await self.ports.registry.get(intent.tool))
         if view is None:
             return msgspec.json.encode(Refusal("withdraw.in-progress", intent.state.value))
         return msgspec.json.encode(view)
+
+    async def _ask_to_stop(self, intent: EffectIntent, events: list[Event]) -> None:
+        """Pass a recorded ``InterruptionRequested`` on to the workers of its capability.
+
+        Best effort and on the record already: an adapter that cannot stop lets the
+        attempt finish, and its report says how it ended.
+        """
+        for event in events:
+            if isinstance(event, EffectIntent.InterruptionRequested):
+                await self.ports.nc.publish(
+                    interrupt_subject(intent.tool),
+                    msgspec.json.encode(
+                        {"intent_id": intent.intent_id, "attempt_id": event.attempt_id}),
+                )
 
     async def dispatch(self, recorded: RecordedEvent) -> None:
         """Publish the order of an authorized attempt (deduplicated by attempt id)."""
@@ -197,7 +254,7 @@ class ExecutorHandlers:
         if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
             return
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
-        order = order_for(intent, authorized) if intent else None
+        order = order_for(intent, authorized, key=self._report_key) if intent else None
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
         await self.ports.js.publish(
@@ -206,29 +263,50 @@ class ExecutorHandlers:
             headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
         )
 
-    async def report(self, data: bytes, sequence: int) -> None:
-        """Record an adapter's attempt report as an event."""
+    async def report(self, data: bytes, subject: str, sequence: int) -> None:
+        """Record an adapter's attempt report as an event, if it proves its order.
+
+        A report must echo the token of the order it answers and come on the subject of
+        the intent's own capability and id; one that does not is refused (nothing it says
+        is believed) and put on the record as ``ReportRefused``.
+        """
         try:
             report = msgspec.json.decode(data, type=AttemptReport)
         except msgspec.MsgspecError as exc:
             log.error("unreadable report at sequence %s dropped: %s", sequence, exc)
             return
+        address = parse_report_subject(subject)
+        if address is None or not (is_subject_token(report.tenant) and is_subject_token(report.intent_id)):
+            log.error("report at sequence %s names no intent; dropped", sequence)
+            return
+        capability, subject_intent_id = address
         cause = derived_id("report", report.attempt_id, report.stage)
 
         seen: list[EffectIntent] = []
+        refused: list[str] = []
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:
                 log.warning("report for unknown intent %s", report.intent_id)
                 return []
             seen[:] = [intent]
+            problem = check_report(intent, report, capability=capability,
+                                   subject_intent_id=subject_intent_id, key=self._report_key)
+            refused[:] = [problem] if problem else []
+            if problem is not None:
+                return refuse_report(intent, report, problem, cause=f"{cause}:{problem}",
+                                     now=self.clock())
             contract = await self.ports.registry.get(intent.tool)
             return on_report(intent, report, contract, cause=cause, now=self.clock())
 
         events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
-        if seen and any(isinstance(e, _ENDS_ATTEMPT) for e in events):
-            # The attempt is over: free its resource here rather than by another load.
-            await self._release(seen[0])
+        if refused:
+            log.warning("refused a %r report for %s/%r: %s (adapter %r)", report.stage[:32],
+                        report.intent_id, report.attempt_id[:64], refused[0], report.adapter[:64])
+            return
+        if seen:
+            await self._release_if_done(seen[0], events)
+            await self._ask_to_stop(seen[0], events)
 
     async def deadline(self, recorded: RecordedEvent) -> None:
         """At an attempt's deadline, turn silence into ``OutcomeUnknown``."""

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from lockgate.contracts.capability import CapabilityContract
-from lockgate.contracts.messages import QueryResult
+from lockgate.contracts.messages import NotResolved, QueryResult
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, State
 
@@ -33,8 +33,9 @@ def reconcile(
 ) -> list[Event]:
     """Record what a query by the intent's identity established.
 
-    Found → completed with the receipt. Absent → the same intent again (same key) when
-    the contract allows it, else an operator decides. A second approval never cures
+    Found → completed with the receipt. Absent → withdrawn when it was asked to stop
+    (a withdrawal or an interruption requested: the intent stays undone), else the same intent again (same key) when the
+    contract allows it, else an operator decides. A second approval never cures
     uncertainty; only evidence does.
     """
     if intent.state is not State.UNKNOWN:
@@ -52,25 +53,56 @@ def reconcile(
             )
         ]
     if found.finding == "absent":
-        retry = may_retry(contract)
+        if intent.withdrawal_requested or intent.interruption_requested:
+            why, resolution = "; it was asked to stop, so it stays undone", "withdrawn"
+        elif may_retry(contract):
+            why, resolution = "; the contract allows the same intent again", "retry"
+        else:
+            why, resolution = "", "operator"
         return [
             EffectIntent.Reconciled.next(
                 intent, attempt_id=attempt_id, finding="absent", receipt={},
-                by="reconciler",
-                why="a query by the intent's identity found no effect"
-                + ("; the contract allows the same intent again" if retry else ""),
-                resolution="retry" if retry else "operator", **ids,
+                by="reconciler", why="a query by the intent's identity found no effect" + why,
+                resolution=resolution, **ids,
             )
         ]
     return []
 
 
 class ResolutionRefused(Exception):
-    """An operator's resolution that cannot be recorded, with its stable code."""
+    """An operator's resolution that cannot be recorded, with its stable code.
 
-    def __init__(self, code: str) -> None:
+    ``intent`` is the aggregate as the refusal found it, when there is one.
+    """
+
+    def __init__(self, code: str, intent: EffectIntent | None = None) -> None:
         super().__init__(code)
         self.code = code
+        self.intent = intent
+
+
+def resolution_id(cause: str) -> str:
+    """The event id of the ``Reconciled`` an operator's command ``cause`` records."""
+    return derived_id("resolve", cause)
+
+
+def not_resolved(refused: ResolutionRefused) -> NotResolved:
+    """The operator's answer to a refused resolution: the code, and what settled it instead."""
+    intent = refused.intent
+    if intent is None:
+        return NotResolved(error=refused.code)
+    settled = intent.settlement
+    if refused.code != "reconcile.already-settled" or settled is None:
+        return NotResolved(error=refused.code, state=intent.state.value,
+                           detail=f"the intent is {intent.state.value}")
+    return NotResolved(
+        error=refused.code, state=intent.state.value, settled_by=settled.event,
+        finding=settled.finding, resolution=settled.resolution, by=settled.by,
+        receipt=dict(settled.receipt), settled_at=settled.at,
+        detail=(f"{settled.by or 'the adapter'} recorded {settled.event}({settled.finding} → "
+                f"{settled.resolution}) at {settled.at.isoformat()}"
+                + (f" with receipt {settled.receipt}" if settled.receipt else "")),
+    )
 
 
 def resolve(
@@ -87,24 +119,30 @@ def resolve(
     """An operator settles an unknown outcome; who and why go on the record.
 
     Raises:
-        ResolutionRefused: no such intent, nothing open to resolve, a bad finding,
-            or no name or reason given.
+        ResolutionRefused: no such intent; ``reconcile.already-settled`` when a report,
+            the reconciler or another operator settled the outcome first (racing this
+            one, say); nothing open to resolve; a bad finding; no name or reason given.
     """
     if intent is None:
         raise ResolutionRefused("reconcile.unknown-intent")
     current = intent.current_attempt
     if intent.state not in OPEN or current is None:
-        raise ResolutionRefused("reconcile.nothing-open")
+        settled = intent.settlement is not None
+        code = "reconcile.already-settled" if settled else "reconcile.nothing-open"
+        raise ResolutionRefused(code, intent)
     if finding not in ("confirmed", "absent"):
         raise ResolutionRefused("reconcile.bad-finding")
     if not by.strip() or not why.strip():
         raise ResolutionRefused("reconcile.who-and-why-required")
-    resolution = (
-        "completed" if finding == "confirmed" else "retry" if may_retry(contract) else "not_executed"
-    )
+    if finding == "confirmed":
+        resolution = "completed"
+    elif intent.withdrawal_requested or intent.interruption_requested:
+        resolution = "withdrawn"
+    else:
+        resolution = "retry" if may_retry(contract) else "not_executed"
     return [
         EffectIntent.Reconciled.next(
-            intent, now=now, event_id=derived_id("resolve", cause), causation_id=cause,
+            intent, now=now, event_id=resolution_id(cause), causation_id=cause,
             attempt_id=current.attempt_id, finding=finding, receipt=dict(receipt),
             by=f"operator:{by[:64]}", why=why[:300], resolution=resolution,
         )

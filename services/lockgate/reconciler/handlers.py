@@ -5,13 +5,25 @@ from __future__ import annotations
 import msgspec
 
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.contracts.messages import QueryRequest, Recorded, Refusal, ResolveOutcome
+from lockgate.contracts.messages import (
+    NotResolved,
+    QueryRequest,
+    Recorded,
+    Refusal,
+    ResolveOutcome,
+)
 from lockgate.core.ids import derived_id
 from lockgate.core.subjects import NotACommandSubject, parse_resolve
-from lockgate.eventstore.base import RecordedEvent
+from lockgate.eventstore.base import ConcurrencyConflict, EventStoreUnavailable, RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
-from lockgate.reconciler.domain import ResolutionRefused, reconcile, resolve
+from lockgate.reconciler.domain import (
+    ResolutionRefused,
+    not_resolved,
+    reconcile,
+    resolution_id,
+    resolve,
+)
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Clock, Retry, backoff_s, decide_and_append
 
@@ -56,7 +68,11 @@ class ReconcilerHandlers:
         """An operator's resolution (request/reply); the reply says what was recorded.
 
         The operator is the subject's last token: the broker lets each operator publish
-        only subjects that end in its own name.
+        only subjects that end in its own name. Never lost silently: the reply is
+        ``Recorded``, or ``NotResolved`` with its code; when the reconciler (or a late
+        report, or another operator) settled the outcome first, even while this command
+        was being decided, ``NotResolved`` carries that finding, its receipt and who
+        recorded it.
         """
         try:
             command = parse_resolve(subject)
@@ -76,5 +92,16 @@ class ReconcilerHandlers:
         try:
             events = await decide_and_append(self.ports.store, tenant, intent_id, step)
         except ResolutionRefused as refused:
-            return msgspec.json.encode(Refusal(refused.code))
+            settled = refused.intent.settlement if refused.intent is not None else None
+            if settled is not None and settled.event_id == resolution_id(cause):
+                # This very command, recorded before: its first reply was lost.
+                return msgspec.json.encode(Recorded(settled.event))
+            return msgspec.json.encode(not_resolved(refused))
+        except ConcurrencyConflict:
+            return msgspec.json.encode(NotResolved(
+                error="reconcile.contended", detail="the intent kept changing; ask again"))
+        except EventStoreUnavailable as exc:
+            return msgspec.json.encode(NotResolved(error="reconcile.unavailable", detail=str(exc)[:200]))
+        if not events:  # pragma: no cover - resolve decides an event or refuses
+            return msgspec.json.encode(NotResolved(error="reconcile.nothing-open"))
         return msgspec.json.encode(Recorded(type(events[0]).__name__))
