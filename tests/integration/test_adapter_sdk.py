@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk
+from lockgate.adapters.record import serve_record
 from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
 from lockgate.contracts.messages import (
     AttemptReport,
@@ -240,9 +241,12 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
         if task in done:
             task.result()  # raises what went wrong
 
+    # The executor's part: adapters read the record of their own intents by asking.
+    record = await serve_record(nc, JetStreamEventStore(nc))
     yield Env(nc, js, JetStreamEventStore(nc), world, start)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    await record.unsubscribe()
 
 
 @pytest.fixture

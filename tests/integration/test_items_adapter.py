@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk
+from lockgate.adapters.record import serve_record
 from lockgate.adapters.sdk import serve
 from lockgate.contracts.messages import (
     AttemptReport,
@@ -186,6 +187,8 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
         PublishAdapter(world, DEMO_CREDENTIAL, outcome_deadline_s=DEADLINE_S),
     ]
     stop, ready = asyncio.Event(), asyncio.Event()
+    # The executor's part: adapters read the record of their own intents by asking.
+    record = await serve_record(nc, JetStreamEventStore(nc))
     task = asyncio.create_task(serve(adapters, nc, name="items", stop=stop, ready=ready))
     waiting = asyncio.create_task(ready.wait())
     done, _ = await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
@@ -195,6 +198,7 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
     yield Env(nc, js, JetStreamEventStore(nc), world)
     stop.set()
     await asyncio.wait_for(task, timeout=10)
+    await record.unsubscribe()
 
 
 # -- request/reply ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
+from lockgate.adapters.record import OrderRecord, serve_record
 from lockgate.client.sdk import Gateway, Refused, Run
 from lockgate.contracts.messages import RunOpened, Tool, TurnOpened
 from lockgate.contracts.responses import ModelResponse
@@ -190,6 +191,9 @@ REFUSED = [
     (AGENT, "publish", f"lg.withdraw.tenant-a.run-1.{INTENT}.{OPERATOR}"),  # in another's name
     (AGENT, "publish", f"lg.jsapi.DIRECT.GET.{RESPONSES}.lg.response.tenant-b.run-1.c"),
     (AGENT, "publish", f"lg.jsapi.DIRECT.GET.{EVENTS}"),
+    (AGENT, "publish", "lg.record.case.add_note"),
+    (ADAPTER, "publish", f"lg.jsapi.DIRECT.GET.{EVENTS}"),  # the whole record: by request only
+    (ADAPTER, "publish", "lg.record.item.publish"),
     (AGENT, "publish", "lg.run.tenant-a.open"),
     (AGENT, "publish", "lg.adapter.case.add_note.normalize"),
     (AGENT, "subscribe", "lg.response.tenant-b.>"),
@@ -279,7 +283,7 @@ def _answered_by_jetstream(run: str) -> list[tuple[str, str, bytes]]:
         (OPERATOR, f"lg.jsapi.DIRECT.GET.{EVENTS}", b'{"multi_last": ["lg.evt.>"]}'),
         (ADAPTER, f"lg.report.case.add_note.{INTENT}", b"{}"),
         (ADAPTER, "$KV.LG_CAPABILITIES.case.add_note", b"{}"),
-        (ADAPTER, f"lg.jsapi.DIRECT.GET.{EVENTS}", b'{"multi_last": ["lg.evt.>"]}'),
+        (ADAPTER, "lg.record.case.add_note", b'{"tenant": "tenant-a", "intent_id": "x"}'),
     ]
 
 
@@ -391,9 +395,18 @@ async def test_an_adapter_does_its_part_from_its_own_account(admin: Conn, login:
     assert (await ajs.consumer_info(EXEC, consumer)).num_ack_pending == 0
     ack = await js.publish(f"lg.report.case.add_note.{INTENT}", b"report")
     assert ack.stream == REPORTS
-    store = JetStreamEventStore(adapter.nc, api_prefix=role.js_prefix)
-    await ajs.publish(f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived", b"{}")
-    assert len((await store.load("tenant-a", INTENT)).events) == 1
+    # The record of its own capability's intents, by asking the executor (a stand-in here).
+    executor = await login("executor")
+    await serve_record(executor.nc, JetStreamEventStore(executor.nc))
+    await executor.nc.flush()
+    other = "1" * 32
+    await ajs.publish(f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived",
+                      b'{"v": 1, "data": {"tool": "case.add_note"}}')
+    await ajs.publish(f"lg.evt.tenant-b.{other}.1.CandidateReceived",
+                      b'{"v": 1, "data": {"tool": "item.publish"}}')
+    record = OrderRecord(adapter.nc, "case.add_note")
+    assert len((await record.load("tenant-a", INTENT)).events) == 1
+    assert (await record.load("tenant-b", other)).events == ()  # another capability's intent
 
     async def normalize(msg: Msg) -> None:
         await msg.respond(b"normalized")
@@ -403,7 +416,10 @@ async def test_an_adapter_does_its_part_from_its_own_account(admin: Conn, login:
     policy = await login("policy")
     reply = await policy.nc.request("lg.adapter.case.add_note.facts", b"{}", timeout=2.0)
     assert reply.data == b"normalized"  # the services reach it through its export
-    assert adapter.violations() == [] and policy.violations() == []
+    assert adapter.violations() == [] and policy.violations() == [] and executor.violations() == []
+    # Reading the events stream itself, or another capability's record, the broker refuses.
+    await assert_refused(adapter, "publish", f"lg.jsapi.DIRECT.GET.{EVENTS}")
+    await assert_refused(adapter, "publish", "lg.record.item.publish")
 
 
 @dataclass(frozen=True)

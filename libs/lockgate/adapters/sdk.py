@@ -61,6 +61,7 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 from prometheus_client import Counter, start_http_server
 
+from lockgate.adapters.record import OrderRecord, Record
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
     AttemptReport,
@@ -77,7 +78,6 @@ from lockgate.contracts.messages import (
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore import EventStoreUnavailable, RecordedEvent
-from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent import EffectIntent, State, decode_event, fold
 from lockgate.intent.codec import EventDecodeError
 from lockgate.runtime.settings import Settings
@@ -406,7 +406,7 @@ class CapabilityWorker:
         name: str,
         ack_wait_s: float = 30.0,
         batch: int = 16,
-        store: JetStreamEventStore | None = None,
+        store: Record | None = None,
         js_prefix: str = "$JS.API",
     ) -> None:
         self.adapter = adapter
@@ -421,7 +421,9 @@ class CapabilityWorker:
         self._name = name
         self._ack_wait_s = ack_wait_s
         self._batch = batch
-        self._store = store or JetStreamEventStore(nc, api_prefix=js_prefix)
+        # The record of this capability's intents, asked of the executor (an adapter may
+        # not read the event store); tests may hand in a store of their own.
+        self._store: Record = store or OrderRecord(nc, self.capability)
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._beat: asyncio.Task[None] | None = None

@@ -282,3 +282,30 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     """Stop a candidate by its state; who asks is the user the subject names."""
 
     why: str = ""
+
+
+# --- the record, as an adapter may read it ---------------------------------------------
+
+
+class RecordRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """An adapter asks for one intent's events (``lg.record.<capability>``)."""
+
+    tenant: str
+    intent_id: str
+
+
+class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored event, as the event store holds it (``data`` is the stored bytes)."""
+
+    version: int
+    event_type: str
+    event_id: str
+    data: bytes
+    sequence: int
+
+
+class IntentRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to ``RecordRequest``: the intent's events in order (none: not an intent of
+    the asking capability, or no such intent)."""
+
+    events: tuple[StoredEvent, ...] = ()

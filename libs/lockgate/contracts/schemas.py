@@ -37,6 +37,7 @@ CHANNELS: dict[str, tuple[str, str, str]] = {
     "lg.withdraw.{tenant}.{run}.{intent}.{user}": ("agent runtime, operator", "Withdraw", "Stop a candidate by its state (reply ModelResponse)."),
     "lg.reconcile.{tenant}.{intent}.resolve.{operator}": ("operator", "ResolveOutcome", "Settle an unknown outcome, recorded under the authenticated operator (reply Recorded or Refusal)."),
     "lg.exec.{capability}": ("executor", "ExecutionOrder", "An authorized attempt (stream LG_EXEC)."),
+    "lg.record.{capability}": ("adapter", "RecordRequest", "The events of one intent of this capability, to check an order against (reply IntentRecord, answered by the executor)."),
     "lg.report.{capability}.{intent}": ("adapter", "AttemptReport", "An attempt transition (stream LG_REPORTS)."),
     "lg.adapter.{capability}.describe": ("services", "Describe", "The adapter's contract (reply)."),
     "lg.adapter.{capability}.normalize": ("normalization", "NormalizeRequest", "Canonicalise arguments (reply NormalizeResult)."),

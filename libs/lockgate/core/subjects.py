@@ -162,6 +162,26 @@ def parse_resolve(subject: str) -> Command:
     return Command(tenant, intent_id, principal)
 
 
+# -- what an adapter may read of the record -----------------------------------------------
+
+
+def record(capability: str) -> str:
+    """``lg.record.<capability>``: an adapter asks for the record of an intent of its capability."""
+    return f"lg.record.{capability}"
+
+
+RECORD_ALL = "lg.record.>"
+_RECORD = "lg.record."
+
+
+def parse_record(subject: str) -> str:
+    """The capability a record request names."""
+    capability = subject[len(_RECORD):] if subject.startswith(_RECORD) else ""
+    if not capability or not all(is_subject_token(p) for p in capability.split(".")):
+        raise NotACommandSubject(f"{subject!r} is not a record subject")
+    return capability
+
+
 # -- liveness -----------------------------------------------------------------------------
 
 

@@ -394,7 +394,7 @@ SERVICES: dict[str, _ServiceRow] = {
             "WithdrawalRequested",
             "ReportRefused",
         ),
-        answers=(subjects.WITHDRAW_ALL,),
+        answers=(subjects.WITHDRAW_ALL, subjects.RECORD_ALL),
         reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
         writes=(LOCKS_BUCKET,),
         asks=("facts",),
@@ -449,16 +449,18 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
 
     The adapter SDK registers each capability in ``LG_CAPABILITIES`` and creates its own
     durable on ``LG_EXEC``; the create subject names the consumer and its filter, so the
-    grant covers exactly that consumer on that capability's orders. It reads the event
-    store (an order is checked against its ``ExecutionAuthorized`` event) but cannot
-    write it: there is no JetStream in its account, and only its own reports are imported.
+    grant covers exactly that consumer on that capability's orders. It checks each order
+    against the record of that intent only, by asking the executor on
+    ``lg.record.<capability>`` (a direct get of the events stream would open every
+    tenant's record); it cannot write the record: there is no JetStream in its account,
+    and only its own reports are imported.
     """
     if not capabilities:
         raise ValueError("an adapter serves at least one capability")
     who = _token(name, "adapter name")
     user = f"adapter-{who}"
     prefix = f"_INBOX_adapter_{who.replace('-', '_')}"
-    imports: list[Import] = [_js(f"{JS_API}.STREAM.INFO.KV_{CAPABILITIES_BUCKET}"), _js(EVENT_LOAD, "stream")]
+    imports: list[Import] = [_js(f"{JS_API}.STREAM.INFO.KV_{CAPABILITIES_BUCKET}")]
     subscribe: list[str] = []
     exports: list[str] = [subjects.status(f"adapter.{who}")]
     for cap in map(_capability, capabilities):
@@ -470,6 +472,7 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
             _js(f"{JS_API}.CONSUMER.MSG.NEXT.{EXEC}.{consumer}", "stream"),
             _service(f"$JS.ACK.{EXEC}.{consumer}.>"),
             _service(f"lg.report.{cap}.*"),
+            _service(subjects.record(cap)),
             _stream(f"lg.interrupt.{cap}"),
         ]
         subscribe += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}"), f"lg.interrupt.{cap}"]

@@ -34,6 +34,10 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, "executor", build)
 
+    @broker.subscriber(subjects.RECORD_ALL, queue="executor")
+    async def record(msg: NatsMessage) -> bytes:
+        return await answer(service.handlers.record(msg.raw_message.subject, msg.body), log, "record")
+
     @broker.subscriber(subjects.WITHDRAW_ALL, queue="executor")
     async def withdraw(msg: NatsMessage) -> bytes:
         return await answer(

@@ -12,6 +12,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
+from lockgate.adapters.record import answer_record
 from lockgate.adapters.sdk import interrupt_subject, parse_report_subject
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
@@ -247,6 +248,10 @@ class ExecutorHandlers:
                     msgspec.json.encode(
                         {"intent_id": intent.intent_id, "attempt_id": event.attempt_id}),
                 )
+
+    async def record(self, subject: str, body: bytes) -> bytes:
+        """What an adapter may read: an intent of the capability it asks for (request/reply)."""
+        return await answer_record(self.ports.store, subject, body)
 
     async def dispatch(self, recorded: RecordedEvent) -> None:
         """Publish the order of an authorized attempt (deduplicated by attempt id)."""
