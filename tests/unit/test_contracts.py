@@ -22,8 +22,8 @@ from lockgate.worlds.items.world import REASONS as ITEMS_REASONS
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
 CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
-                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items|attempt)'
-                  r'\.[a-z0-9.-]+)"')
+                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items|attempt|'
+                  r'rate)\.[a-z0-9.-]+)"')
 NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
     "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
@@ -35,6 +35,7 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)
     "items.error", "items.response-lost",  # error classes of the items world, never recorded
     "case.error",  # the root class of the world's errors; only its subclasses are raised
+    "candidate.refused",  # the SDK's error when the stream refuses a candidate outright
 }
 
 
@@ -59,6 +60,8 @@ def test_reason_codes_are_pinned() -> None:
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",
         "space.not-found", "space.tenant-mismatch", "space.archived", "item.not-authorized",
         "items.credential-invalid", "items.fault-injected",
+        "candidate.unprocessable", "proposal.call-id-reused", "tool.name-invalid",
+        "tool.arguments.too-deep", "rate.limited", "rate.in-flight",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

@@ -17,6 +17,7 @@ from nats.js.kv import KeyValue
 from lockgate.adapters.client import AdapterClient
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.runtime.settings import Settings
@@ -73,10 +74,7 @@ class Ports:
 #: Runs kept in memory per process.
 _RUNS_CACHED = 4096
 
-
-def run_key(tenant: str, run_id: str) -> str:
-    """Key of a run in the runs bucket."""
-    return f"{tenant}.{run_id}"
+__all__ = ["Ports", "Service", "connect_ports", "ports_for", "run_key"]
 
 
 H = TypeVar("H")

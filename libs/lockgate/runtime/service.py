@@ -176,7 +176,7 @@ def add_status(broker: NatsBroker, service: str) -> None:
     """Answer ``lg.status.<service>`` so the supervisor and ``lockgate status`` see us."""
     me = instance_id(service)
 
-    @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}")
+    @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}", decoder=raw_body)
     async def status() -> dict[str, Any]:
         return {"service": service, "pid": os.getpid(), "instance": me}
 
@@ -188,6 +188,17 @@ class Subscription:
     durable: str
     handler: Callable[[NatsMessage], Awaitable[None]]
     batch: int = 16
+
+
+async def raw_body(msg: NatsMessage) -> bytes:
+    """FastStream decoder that leaves a message's body as bytes.
+
+    FastStream's default runs ``json.loads`` on every body without a content type before
+    the handler is called: a body nested a few thousand levels deep raises
+    ``RecursionError`` there, outside any handler, and the message is never settled.
+    Handlers decode what they read themselves (msgspec, bounded), so nothing is lost.
+    """
+    return msg.body
 
 
 def add_durable(
@@ -205,6 +216,7 @@ def add_durable(
         config=consumer_config(d, ack_wait_s),
         pull_sub=PullSub(batch_size=sub.batch, timeout=1.0),
         ack_policy=AckPolicy.MANUAL,
+        decoder=raw_body,
     )(entry)
 
 

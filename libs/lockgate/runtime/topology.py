@@ -42,6 +42,11 @@ PROGRESS_TTL_S = 7 * 24 * 3600.0
 BUDGETS_BUCKET = "LG_BUDGETS"
 BUDGETS_TTL_S = 8 * 24 * 3600.0
 LOCK_TTL_S = 300.0
+#: Largest candidate message ``LG_CANDIDATES`` stores (``max_msg_size``). The broker's
+#: own ``max_payload`` is larger (4 MB on the embedded server) so that a candidate of a
+#: megabyte reaches intake and is refused on the record; past this size the stream
+#: refuses it (JetStream error 10054), and the SDK says so before publishing.
+MAX_CANDIDATE_MESSAGE_BYTES = 2 * 1024 * 1024
 
 #: Events the model learns of: intake answers the agent runtime when one is recorded.
 MODEL_VISIBLE = (
@@ -125,7 +130,7 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     return [
         events_stream_config(EVENTS, replicas=replicas, duplicate_window_s=two_minutes),
         # Work queues: a message is gone once its consumer acknowledged it.
-        _work_queue(CANDIDATES, "lg.propose.>", replicas, max_msg_size=2 * 1024 * 1024),
+        _work_queue(CANDIDATES, "lg.propose.>", replicas, max_msg_size=MAX_CANDIDATE_MESSAGE_BYTES),
         _work_queue(EXEC, "lg.exec.>", replicas),
         _work_queue(REPORTS, "lg.report.>", replicas),
         StreamConfig(

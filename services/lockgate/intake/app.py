@@ -11,6 +11,7 @@ from lockgate.intake.handlers import IntakeHandlers
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
+    raw_body,
     recorded_event,
     service_app,
     utc_now,
@@ -26,12 +27,12 @@ def create_app(settings: Settings) -> FastStream:
         settings, "intake", lambda ports: IntakeHandlers(ports, settings, utc_now)
     )
 
-    @broker.subscriber("lg.run.*.open", queue="intake")
+    @broker.subscriber("lg.run.*.open", queue="intake", decoder=raw_body)
     async def open_run(msg: NatsMessage) -> bytes:
         tenant = msg.raw_message.subject.split(".")[2]
         return await service.handlers.open_run(tenant, msg.body)
 
-    @broker.subscriber("lg.turn.*.*", queue="intake")
+    @broker.subscriber("lg.turn.*.*", queue="intake", decoder=raw_body)
     async def open_turn(msg: NatsMessage) -> bytes:
         _, _, tenant, run_id = msg.raw_message.subject.split(".")
         return await service.handlers.open_turn(tenant, run_id, msg.body)
