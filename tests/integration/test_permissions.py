@@ -237,7 +237,7 @@ async def test_host_agent_and_reviewer_do_their_part(admin: Conn, login: Login) 
         sub = await js.pull_subscribe_bind("intake", stream=CANDIDATES)
         [msg] = await sub.fetch(1, timeout=5.0)
         await msg.ack_sync()
-        call_id = msg.header["Nats-Msg-Id"].split(".", 1)[1] if msg.header else ""
+        call_id = msgspec.json.decode(msg.data)["call_id"]
         candidate = intent_id_for("tenant-a", "run-1", call_id)
         body = ModelResponse(candidate_id=candidate, call_id=call_id, status="rejected", code="x")
         await js.publish(f"lg.response.tenant-a.run-1.{candidate}", msgspec.json.encode(body))

@@ -115,6 +115,7 @@ class Service(Generic[H]):
     def __init__(self, build: Callable[[Ports], H]) -> None:
         self._build = build
         self._handlers: H | None = None
+        self._ports: Ports | None = None
 
     @property
     def handlers(self) -> H:
@@ -127,6 +128,18 @@ class Service(Generic[H]):
             raise RuntimeError("service used before it connected")
         return self._handlers
 
+    @property
+    def ports(self) -> Ports:
+        """The ports the handlers were built with.
+
+        Raises:
+            RuntimeError: used before the service connected.
+        """
+        if self._ports is None:
+            raise RuntimeError("service used before it connected")
+        return self._ports
+
     async def start(self, broker: NatsBroker, settings: Settings) -> None:
         """Connect and build the handlers."""
-        self._handlers = self._build(await connect_ports(broker, settings))
+        self._ports = await connect_ports(broker, settings)
+        self._handlers = self._build(self._ports)

@@ -64,22 +64,30 @@ MODEL_VISIBLE = (
     "Withdrawn",
     "InterruptionRequested",
     "AttemptInterrupted",
+    "ProcessingAbandoned",
 )
 
 
 @dataclass(frozen=True)
 class Durable:
-    """A durable pull consumer a service binds to."""
+    """A durable pull consumer a service binds to.
+
+    ``timers``: its handlers ask for messages again later on purpose (``Retry``), so
+    how often a message was delivered says nothing about failures; only failures count
+    toward giving it up (``lockgate.runtime.service``).
+    """
 
     stream: str
     name: str
     filters: tuple[str, ...]
     max_deliver: int = -1
     max_ack_pending: int = 256
+    timers: bool = False
 
 
-def _events(name: str, *types: str, max_ack_pending: int = 256) -> Durable:
-    return Durable(EVENTS, name, tuple(type_filter(t) for t in types), max_ack_pending=max_ack_pending)
+def _events(name: str, *types: str, max_ack_pending: int = 256, timers: bool = False) -> Durable:
+    return Durable(EVENTS, name, tuple(type_filter(t) for t in types),
+                   max_ack_pending=max_ack_pending, timers=timers)
 
 
 #: Timer consumers hold one message per open deadline (nak'd with a delay until it
@@ -92,23 +100,27 @@ DURABLES: tuple[Durable, ...] = (
     _events("intake-responses", *MODEL_VISIBLE),
     _events("normalization", "CandidateReceived"),
     _events("policy", "CandidateNormalized"),
-    _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS),
+    _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS, timers=True),
     _events(
         "policy-budgets",
         "EffectCompleted", "Reconciled", "AttemptRejected", "GateRefused", "Withdrawn",
-        "ReviewDenied", "ReviewExpired", "AttemptInterrupted",
+        "ReviewDenied", "ReviewExpired", "AttemptInterrupted", "ProcessingAbandoned",
     ),
     _events("approval", "PolicyDecided"),
-    _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS),
-    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
+    _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS, timers=True),
+    # The gate waits (Retry) for a resource lock and for facts.
+    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled",
+            timers=True),
     _events("executor-dispatch", "ExecutionAuthorized"),
-    _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
+    _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS, timers=True),
     # Completions, rejections and interruptions are released by the report handler.
     _events(
         "executor-locks", "AttemptFailedBeforeSend", "GateRefused", "Withdrawn", "Reconciled",
+        "ProcessingAbandoned",
     ),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),
-    _events("reconciler", "OutcomeUnknown"),
+    # The reconciler asks again (Retry) while no adapter answers its query.
+    _events("reconciler", "OutcomeUnknown", timers=True),
 )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import MAY_HAVE_BEEN_SENT, EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 
 
@@ -38,7 +38,18 @@ def violations(
         completed = 0
         terminal_refusal = False
         intent_keys: set[str] = set()
+        state: EffectIntent | None = None
         for e in events:
+            before = state.state if state is not None else None
+            try:
+                state = e.mutate(state)
+            except Exception as exc:  # noqa: BLE001 - reported, and checked no further
+                problems.append(f"{intent_id}: v{e.originator_version} does not apply: {exc!r}")
+                break
+            if isinstance(e, EffectIntent.ProcessingAbandoned) and before is not None and not (
+                before.terminal or before in MAY_HAVE_BEEN_SENT or before is State.NEEDS_OPERATOR
+            ):
+                terminal_refusal = True  # given up before any order could be out
             if isinstance(e, EffectIntent.CandidateNormalized):
                 normalized = e
             elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow" or isinstance(e, EffectIntent.ReviewApproved):

@@ -39,6 +39,6 @@ def create_app(settings: Settings) -> FastStream:
     async def on_review(msg: NatsMessage) -> None:
         await service.handlers.review_opened(recorded_event(msg))
 
-    add_durable(broker, Subscription("approval", on_decided), log)
-    add_durable(broker, Subscription("approval-expiry", on_review), log)
+    add_durable(broker, Subscription("approval", on_decided), log, service)
+    add_durable(broker, Subscription("approval-expiry", on_review), log, service)
     return app

@@ -51,9 +51,9 @@ def create_app(settings: Settings) -> FastStream:
         raw = msg.raw_message
         await service.handlers.report(raw.data, int(raw.metadata.sequence.stream))
 
-    add_durable(broker, Subscription("executor-gate", on_ready), log)
-    add_durable(broker, Subscription("executor-dispatch", on_authorized), log)
-    add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log)
-    add_durable(broker, Subscription("executor-reports", on_report), log)
-    add_durable(broker, Subscription("executor-locks", on_settled), log)
+    add_durable(broker, Subscription("executor-gate", on_ready), log, service)
+    add_durable(broker, Subscription("executor-dispatch", on_authorized), log, service)
+    add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log, service)
+    add_durable(broker, Subscription("executor-reports", on_report), log, service)
+    add_durable(broker, Subscription("executor-locks", on_settled), log, service)
     return app

@@ -21,7 +21,8 @@ from lockgate.core.ids import (
     is_capability_name,
     is_subject_token,
 )
-from lockgate.intake.parsing import decode_candidate, parse_arguments, safe_text
+from lockgate.core.text import safe_text
+from lockgate.intake.parsing import decode_candidate, parse_arguments
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
 
 #: Characters of a detail kept on the record (operators read it; models never do).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 
@@ -24,20 +25,21 @@ from lockgate.contracts.messages import (
 from lockgate.contracts.subjects import is_client_token, response_subject, run_key, turn_key
 from lockgate.core.canonical import digest
 from lockgate.core.ids import intent_id_for, is_subject_token, random_id, reused_call_id_intent
+from lockgate.core.text import safe_text
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intake.domain import (
     Inputs,
     Read,
+    Verdict,
     decide_candidate,
     read_candidate,
     reused,
     same_call,
 )
-from lockgate.intake.parsing import safe_text
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, decide_and_append, load_intent
+from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
 
 log = logging.getLogger("lockgate.intake")
@@ -166,6 +168,41 @@ class IntakeHandlers:
         if first is not None and not same_call(first, c, read.candidate_digest):
             reuse = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
             await self._record_once(read, message_id, reuse, reusing=first)
+
+    async def abandon(self, subject: str, data: bytes, message_id: str, why: Abandonment) -> None:
+        """Record ``candidate.unprocessable`` for a candidate intake kept failing on.
+
+        Recorded where the candidate would have been (its call id's intent, or the
+        reused call's, or the stand-in's), unless a decision is there already; the cause
+        is kept for operators, the model is told ``proposal.invalid``.
+        """
+        read = read_candidate(subject, data, message_id)
+        target = stand_in_id(read)
+        if read.problem is None:
+            c = read.candidate
+            target = intent_id_for(read.tenant, c.run_id, c.call_id)
+            first = await load_intent(self.ports.store, read.tenant, target)
+            if first is not None:
+                if same_call(first, c, read.candidate_digest):
+                    return  # it was recorded after all
+                target = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
+        verdict = Verdict("candidate.unprocessable", detail=f"{why.durable}: {why.cause}")
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is not None:
+                return []
+            run = None
+            with contextlib.suppress(Exception):  # the run may be what keeps failing
+                run = await self.ports.run(read.tenant, read.candidate.run_id)
+            inputs = Inputs(
+                tenant=read.tenant, candidate=read.candidate, raw_size_bytes=read.size_bytes,
+                run=run, catalogue_digest=None, catalogue=None, contract=None,
+                max_candidate_bytes=self.settings.max_candidate_bytes, message_id=message_id,
+                candidate_digest=read.candidate_digest, intent_id=target,
+            )
+            return [decide_candidate(inputs, self.clock(), verdict=verdict)]
+
+        await decide_and_append(self.ports.store, read.tenant, target, step)
 
     async def _record_once(
         self, read: Read, message_id: str, intent_id: str, *, reusing: EffectIntent | None = None,

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from lockgate.contracts.messages import Candidate
+from lockgate.core.text import safe_text
 
 #: Deepest nesting of ``{`` and ``[`` accepted in a candidate's envelope (the provider
 #: item included) and in its arguments. A model's tool call is rarely deeper than five.
@@ -50,11 +51,6 @@ def nesting_within(data: bytes, limit: int) -> bool:
             return False
         brackets = shorter
     return False
-
-
-def safe_text(value: str, limit: int) -> str:
-    """``value`` cut to ``limit`` characters and made storable (lone surrogates escaped)."""
-    return value[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -35,5 +35,5 @@ def create_app(settings: Settings) -> FastStream:
     async def on_unknown(msg: NatsMessage) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))
 
-    add_durable(broker, Subscription("reconciler", on_unknown), log)
+    add_durable(broker, Subscription("reconciler", on_unknown), log, service)
     return app

@@ -14,7 +14,7 @@ from faststream import FastStream
 from faststream.nats import NatsMessage
 
 from lockgate.runtime.entry import run_service
-from lockgate.runtime.service import Subscription, add_durable, service_app
+from lockgate.runtime.service import Abandonment, Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
 
 log = logging.getLogger("fakes.closing")
@@ -28,7 +28,10 @@ def create_app(settings: Settings) -> FastStream:
         await service.handlers.nc.publish("x" * 5000, b"")
         await service.handlers.nc.flush()
 
-    add_durable(broker, Subscription("intake", on_candidate), log)
+    async def never(msg: NatsMessage, why: Abandonment) -> None:
+        return None
+
+    add_durable(broker, Subscription("intake", on_candidate, abandon=never), log, service)
     return app
 
 
