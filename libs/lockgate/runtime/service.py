@@ -460,6 +460,8 @@ class Subscription:
     handler: Callable[[NatsMessage], Awaitable[None]]
     batch: int = 16
     abandon: Abandon | None = None
+    workers: int = 16
+    """Handlers of this consumer running at once in one process."""
 
 
 async def raw_body(msg: NatsMessage) -> bytes:
@@ -496,11 +498,17 @@ def add_durable(
     async def entry(msg: NatsMessage) -> None:
         await settle(msg, sub.handler(msg), log, d.name, guard)
 
+    # max_workers: FastStream's plain pull subscriber fetches a batch and waits for the
+    # whole batch before it fetches again (PullStreamSubscriber._consume_pull, a task
+    # group per batch), so one slow handler (an adapter timing out) held up every other
+    # message of every tenant behind it. The concurrent one keeps fetching while up to
+    # max_workers handlers run (ConcurrentPullStreamSubscriber, a semaphore).
     broker.subscriber(
         stream=JStream(d.stream, declare=False),
         durable=d.name,
         config=consumer_config(d, ack_wait_s),
         pull_sub=PullSub(batch_size=sub.batch, timeout=1.0),
+        max_workers=sub.workers,
         ack_policy=AckPolicy.MANUAL,
         decoder=raw_body,
     )(entry)
