@@ -1,8 +1,13 @@
-"""Budget counters in the ``LG_BUDGETS`` bucket, changed only by compare-and-set."""
+"""Budget and limit counters in the ``LG_BUDGETS`` bucket, changed only by compare-and-set."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import msgspec
@@ -10,7 +15,9 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from lockgate.authz.budgets import NO_LIMIT, Counter, keys, remaining, reserve, scope_value, settle
-from lockgate.authz.config import Budget
+from lockgate.authz.config import Budget, Limit
+from lockgate.authz.limits import LimitState, Refusal, admit, limit_key, release
+from lockgate.authz.limits import scope_value as limit_scope
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
 
@@ -95,3 +102,88 @@ class BudgetLedger:
 
 def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[[Counter], Counter | None]:
     return lambda counter: reserve(counter, budget, key, intent_id, cost)
+
+
+_limit_state = msgspec.json.Decoder(LimitState)
+#: Compare-and-set attempts on a limit counter before the candidate is tried again later.
+LIMIT_CAS_TRIES = 32
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What intake's limits made of a candidate: the holds it took, or the refusal."""
+
+    holds: tuple[str, ...] = ()
+    refused: Refusal | None = None
+
+
+class LimitLedger:
+    """Intake's flood limits in ``LG_BUDGETS``, changed only by compare-and-set.
+
+    One key per limit and scope. Round trips: a get and an update per limit and
+    candidate (a third and fourth when another writer, a replica or policy releasing a
+    hold, got in between). Within one process the updates of a key are serialized, so
+    a process never races itself; replicas race only each other.
+    """
+
+    def __init__(self, kv: KeyValue, clock_s: Callable[[], float] = time.time) -> None:
+        self._kv = kv
+        self._clock_s = clock_s
+        self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
+        async with self._locks[key]:
+            for attempt in range(LIMIT_CAS_TRIES):
+                if attempt:
+                    # Replicas that keep meeting on a hot key (a tenant's) take turns.
+                    await asyncio.sleep(random.uniform(0, 0.001 * attempt))
+                try:
+                    entry = await self._kv.get(key)
+                    current, revision = _limit_state.decode(entry.value or b"{}"), entry.revision
+                except KeyNotFoundError:
+                    current, revision = LimitState(), None
+                changed = change(current)
+                if isinstance(changed, Refusal):
+                    return changed
+                if changed == current:
+                    return None
+                value = msgspec.json.encode(changed)
+                try:
+                    if revision is None:
+                        await self._kv.create(key, value)
+                    else:
+                        await self._kv.update(key, value, last=revision)
+                    return None
+                except KeyWrongLastSequenceError:
+                    continue
+        raise BudgetContention(f"limit counter {key} kept changing", code="budget.contention")
+
+    async def admit(
+        self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
+    ) -> Admission:
+        """Admit a candidate under every limit, or under none: the holds taken, or the refusal."""
+        now_s = self._clock_s()
+        held: list[str] = []
+        for limit in limits:
+            key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
+            refused = await self._change(key, _admitting(limit, intent_id, now_s))
+            if refused is not None:
+                await self.release(held, intent_id)
+                return Admission((), refused)
+            if limit.max_in_flight is not None:
+                held.append(key)
+        return Admission(tuple(held))
+
+    async def release(self, keys: Sequence[str], intent_id: str) -> None:
+        """Release this intent's holds (it ended, or was not admitted after all)."""
+        for key in keys:
+            await self._change(key, lambda s: release(s, intent_id))
+
+    def keys(self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str) -> list[str]:
+        """The in-flight keys a candidate of this scope would hold."""
+        return [limit_key(lim, limit_scope(lim, tenant=tenant, actor=actor, run_id=run_id))
+                for lim in limits if lim.max_in_flight is not None]
+
+
+def _admitting(limit: Limit, intent_id: str, now_s: float) -> Callable[[LimitState], LimitState | Refusal]:
+    return lambda state: admit(state, limit, intent_id, now_s)

@@ -101,10 +101,13 @@ DURABLES: tuple[Durable, ...] = (
     _events("normalization", "CandidateReceived"),
     _events("policy", "CandidateNormalized"),
     _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS, timers=True),
+    # Every event that can end an intent (a PolicyDecided only when it denies): budget
+    # holds and intake's in-flight holds are settled from the record.
     _events(
         "policy-budgets",
         "EffectCompleted", "Reconciled", "AttemptRejected", "GateRefused", "Withdrawn",
         "ReviewDenied", "ReviewExpired", "AttemptInterrupted", "ProcessingAbandoned",
+        "NormalizationFailed", "PolicyDecided",
     ),
     _events("approval", "PolicyDecided"),
     _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS, timers=True),

@@ -7,7 +7,9 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
+from lockgate.authz.source import BundleSource
 from lockgate.intake.handlers import IntakeHandlers
+from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
     Abandonment,
     Subscription,
@@ -30,9 +32,11 @@ def message_id(msg: NatsMessage) -> str:
 
 def create_app(settings: Settings) -> FastStream:
     """Build the intake app (connects only when run)."""
-    app, broker, service = service_app(
-        settings, "intake", lambda ports: IntakeHandlers(ports, settings, utc_now)
-    )
+    def build(ports: Ports) -> IntakeHandlers:
+        # The bundle's limits apply here, before normalization and policy.
+        return IntakeHandlers(ports, settings, utc_now, BundleSource(settings.policy_dir))
+
+    app, broker, service = service_app(settings, "intake", build)
 
     @broker.subscriber("lg.run.*.open", queue="intake", decoder=raw_body)
     async def open_run(msg: NatsMessage) -> bytes:

@@ -11,6 +11,9 @@ import msgspec
 from nats.js.errors import InvalidKeyError, KeyNotFoundError
 
 from lockgate.adapters.sdk import HEARTBEAT_S
+from lockgate.authz.config import Limit
+from lockgate.authz.ledger import Admission, LimitLedger
+from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
     Catalogue,
@@ -29,8 +32,10 @@ from lockgate.core.text import safe_text
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intake.domain import (
     Inputs,
+    Limited,
     Read,
     Verdict,
+    assess,
     decide_candidate,
     read_candidate,
     reused,
@@ -62,10 +67,15 @@ def stand_in_id(read: Read) -> str:
 class IntakeHandlers:
     """Runs, turns, candidates and responses."""
 
-    def __init__(self, ports: Ports, settings: Settings, clock: Clock) -> None:
+    def __init__(
+        self, ports: Ports, settings: Settings, clock: Clock, bundles: BundleSource | None = None,
+    ) -> None:
         self.ports = ports
         self.settings = settings
         self.clock = clock
+        #: The bundle whose ``limits`` intake applies (``None``: no limits).
+        self.bundles = bundles
+        self.limits = LimitLedger(ports.budgets)
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
@@ -203,12 +213,29 @@ class IntakeHandlers:
             return [decide_candidate(inputs, self.clock(), verdict=verdict)]
 
         await decide_and_append(self.ports.store, read.tenant, target, step)
+        if read.problem is None and target == intent_id_for(read.tenant, read.candidate.run_id,
+                                                              read.candidate.call_id):
+            # A failing attempt may have taken holds before it failed; best effort, the
+            # holds' own expiry covers a bundle that changed meanwhile.
+            with contextlib.suppress(Exception):
+                run = await self.ports.run(read.tenant, read.candidate.run_id)
+                if run is not None:
+                    keys = self.limits.keys(self._limits(), tenant=read.tenant, actor=run.actor,
+                                            run_id=run.run_id)
+                    await self.limits.release(keys, target)
 
     async def _record_once(
         self, read: Read, message_id: str, intent_id: str, *, reusing: EffectIntent | None = None,
     ) -> EffectIntent | None:
-        """Record the decision on ``intent_id`` unless it has one; return what was there."""
+        """Record the decision on ``intent_id`` unless it has one; return what was there.
+
+        A candidate that would be received passes the bundle's flood limits first (before
+        normalization and policy, the steps that call adapters); the in-flight holds it
+        takes are recorded on its ``CandidateReceived``, so they are released from the
+        record when it ends, whatever the bundle says by then.
+        """
         found: list[EffectIntent] = []
+        taken: list[str] = []
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is not None:
@@ -217,10 +244,29 @@ class IntakeHandlers:
             inputs = await self._inputs(read, message_id, intent_id, lookup=reusing is None)
             if reusing is not None:
                 return [reused(inputs, reusing, self.clock())]
-            return [decide_candidate(inputs, self.clock())]
+            verdict = assess(inputs)
+            admission = Admission()
+            limits = self._limits()
+            if verdict.reason is None and inputs.run is not None and limits:
+                admission = await self.limits.admit(
+                    limits, tenant=read.tenant, actor=inputs.run.actor, run_id=inputs.run.run_id,
+                    intent_id=intent_id)
+                taken[:] = admission.holds
+            refused = admission.refused
+            limited = Limited(refused.reason, refused.detail, refused.retry_after_s) if refused else None
+            return [decide_candidate(inputs, self.clock(), verdict=verdict, holds=admission.holds,
+                                     limited=limited)]
 
-        await decide_and_append(self.ports.store, read.tenant, intent_id, step)
+        recorded = await decide_and_append(self.ports.store, read.tenant, intent_id, step)
+        if taken and not recorded:
+            # Another writer recorded this intent first (a replica, a redelivery): keep
+            # only the holds its record names.
+            kept = set(found[0].intake_holds) if found else set()
+            await self.limits.release([k for k in taken if k not in kept], intent_id)
         return found[0] if found else None
+
+    def _limits(self) -> tuple[Limit, ...]:
+        return self.bundles.current().config.limits if self.bundles is not None else ()
 
     async def _inputs(self, read: Read, message_id: str, intent_id: str, *, lookup: bool) -> Inputs:
         """What the decision needs: the run, and (when ``lookup``) the turn's catalogue and contract."""

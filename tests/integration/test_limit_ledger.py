@@ -1,0 +1,70 @@
+"""Intake's limit counters on a real bucket: exact across replicas, released from the record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.js.errors import NotFoundError
+
+from lockgate.authz.config import Limit
+from lockgate.authz.ledger import LimitLedger
+from lockgate.authz.limits import LimitState
+from lockgate.authz.source import BundleSource
+from lockgate.core.ids import random_id
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import encode_event
+from lockgate.policy.handlers import PolicyHandlers
+from lockgate.runtime.context import Ports, ports_for
+from lockgate.runtime.settings import Settings
+from lockgate.testing.intents import T0, History
+from lockgate.testing.system import REPO
+
+
+@pytest.fixture
+async def ports(nc: Client) -> AsyncIterator[Ports]:
+    with contextlib.suppress(NotFoundError):
+        await nc.jetstream().delete_stream("LG_EVENTS")
+    yield await ports_for(nc, Settings())
+
+
+async def test_two_replicas_admit_exactly_the_cap(ports: Ports) -> None:
+    cap = Limit(name=f"cap-{random_id()[:8]}", scope="tenant", max_in_flight=10)
+    replicas = [LimitLedger(ports.budgets), LimitLedger(ports.budgets)]
+    admissions = await asyncio.gather(*(
+        replicas[n % 2].admit([cap], tenant="tenant-a", actor="u", run_id="r", intent_id=f"i{n}")
+        for n in range(40)
+    ))
+    admitted = [a for a in admissions if a.refused is None]
+    assert len(admitted) == 10
+    assert {a.refused.reason for a in admissions if a.refused} == {"rate.in-flight"}
+    (key,) = {k for a in admitted for k in a.holds}
+    state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
+    assert len(state.holds) == 10
+
+
+async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
+    ports: Ports, tmp_path: Path
+) -> None:
+    key = f"limit=gone-{random_id()[:8]}.tenant-a_user-42"
+    await ports.budgets.put(key, msgspec.json.encode(LimitState(holds={"someone-else": 1e12})))
+    h = History(holds=(key,))
+    ledger = LimitLedger(ports.budgets)
+    await ledger._change(key, lambda s: LimitState(s.tat, {**s.holds, h.intent_id: 1e12}))
+    h.add(EffectIntent.NormalizationFailed, reason="argument.note.empty", field="note", detail="")
+    history = await ports.store.append(await ports.store.load("tenant-a", h.intent_id),
+                                       [encode_event(e) for e in h.events])
+    # The bundle that took the hold is gone: this one has no limits at all.
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO / "deploy" / "policies", policies)
+    (policies / "bundle.yaml").write_text("pause:\n  recheck_s: 2\n")
+    handlers = PolicyHandlers(ports, BundleSource(policies), lambda: T0)
+    await handlers.settled(history.events[-1])
+    state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
+    assert list(state.holds) == ["someone-else"]
