@@ -68,3 +68,42 @@ async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
     await handlers.settled(history.events[-1])
     state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
     assert list(state.holds) == ["someone-else"]
+
+
+class CountingKV:
+    """The bucket, counting its round trips."""
+
+    def __init__(self, kv: object) -> None:
+        self.kv = kv
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self.kv, name)
+        if name in ("get", "create", "update"):
+            async def counted(*args: object, **kwargs: object) -> object:
+                self.calls += 1
+                return await attr(*args, **kwargs)  # type: ignore[operator]
+            return counted
+        return attr
+
+
+async def test_a_candidate_over_the_rate_costs_no_round_trip(ports: Ports) -> None:
+    rate = Limit(name=f"rate-{random_id()[:8]}", scope="actor", per_s=0.01, burst=2, max_in_flight=10)
+    kv = CountingKV(ports.budgets)
+    ledger = LimitLedger(kv)  # type: ignore[arg-type]
+    for n in range(2):
+        admission = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id=f"i{n}")
+        assert admission.refused is None
+    assert kv.calls == 4  # a get and an update each (the first an update of nothing: a create)
+    refused = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id="i2")
+    assert refused.refused is not None and refused.refused.reason == "rate.limited"
+    calls = kv.calls
+    for n in range(50):
+        again = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id=f"j{n}")
+        assert again.refused is not None and again.refused.reason == "rate.limited"
+    assert kv.calls == calls
+    # Another process sees the same: its first look reads the bucket, then it knows.
+    other = CountingKV(ports.budgets)
+    second = LimitLedger(other)  # type: ignore[arg-type]
+    assert (await second.admit([rate], tenant="t", actor="a", run_id="r", intent_id="k")).refused
+    assert other.calls == 1

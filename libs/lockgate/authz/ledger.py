@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections import defaultdict
@@ -121,15 +122,19 @@ class LimitLedger:
     """Intake's flood limits in ``LG_BUDGETS``, changed only by compare-and-set.
 
     One key per limit and scope. Round trips: a get and an update per limit and
-    candidate (a third and fourth when another writer, a replica or policy releasing a
-    hold, got in between). Within one process the updates of a key are serialized, so
-    a process never races itself; replicas race only each other.
+    candidate admitted (a third and fourth when another writer, a replica or policy
+    releasing a hold, got in between); none for a candidate over a rate: a rate's
+    ``tat`` only ever grows, so a refusal computed from the last state this process saw
+    is the refusal the bucket's state would give. Within one process the updates of a
+    key are serialized, so a process never races itself; replicas race only each other.
     """
 
     def __init__(self, kv: KeyValue, clock_s: Callable[[], float] = time.time) -> None:
         self._kv = kv
         self._clock_s = clock_s
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        #: The last state seen of each key (only ever used to refuse by rate).
+        self._seen: dict[str, LimitState] = {}
 
     async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
         async with self._locks[key]:
@@ -142,6 +147,7 @@ class LimitLedger:
                     current, revision = _limit_state.decode(entry.value or b"{}"), entry.revision
                 except KeyNotFoundError:
                     current, revision = LimitState(), None
+                self._seen[key] = current
                 changed = change(current)
                 if isinstance(changed, Refusal):
                     return changed
@@ -153,6 +159,7 @@ class LimitLedger:
                         await self._kv.create(key, value)
                     else:
                         await self._kv.update(key, value, last=revision)
+                    self._seen[key] = changed
                     return None
                 except KeyWrongLastSequenceError:
                     continue
@@ -163,6 +170,9 @@ class LimitLedger:
     ) -> Admission:
         """Admit a candidate under every limit, or under none: the holds taken, or the refusal."""
         now_s = self._clock_s()
+        early = self.over_rate(limits, tenant=tenant, actor=actor, run_id=run_id, intent_id=intent_id)
+        if early is not None:
+            return Admission((), early)  # over the rate: refused without a round trip
         held: list[str] = []
         for limit in limits:
             key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
@@ -173,6 +183,27 @@ class LimitLedger:
             if limit.max_in_flight is not None:
                 held.append(key)
         return Admission(tuple(held))
+
+    def over_rate(
+        self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
+    ) -> Refusal | None:
+        """The refusal a rate would give by the state this process last saw, without asking.
+
+        Exact as far as it goes: the bucket's ``tat`` is at least the one last seen, so
+        what this refuses the bucket refuses too. ``None`` says nothing (ask the bucket).
+        """
+        now_s = self._clock_s()
+        for limit in limits:
+            if limit.per_s is None:
+                continue
+            seen = self._seen.get(limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor,
+                                                               run_id=run_id)))
+            if seen is None or intent_id in seen.holds:
+                continue
+            early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
+            if isinstance(early, Refusal):
+                return early
+        return None
 
     async def release(self, keys: Sequence[str], intent_id: str) -> None:
         """Release this intent's holds (it ended, or was not admitted after all)."""
@@ -187,3 +218,9 @@ class LimitLedger:
 
 def _admitting(limit: Limit, intent_id: str, now_s: float) -> Callable[[LimitState], LimitState | Refusal]:
     return lambda state: admit(state, limit, intent_id, now_s)
+
+
+@functools.lru_cache(maxsize=256)
+def _rate_only(limit: Limit) -> Limit:
+    """``limit`` without its in-flight cap (what a last-seen state can judge alone)."""
+    return limit.model_copy(update={"max_in_flight": None}) if limit.max_in_flight is not None else limit

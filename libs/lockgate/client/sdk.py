@@ -286,22 +286,25 @@ class Gateway:
             deadline = loop.time() + timeout_s
             # The message id names the bytes: a repeat of the same call is deduplicated by
             # the stream, a call id reused with other bytes reaches intake to be refused.
-            await self._publish_candidate(propose_subject(run.tenant, run.id), body,
-                                          f"{run.id}.{call_id}.{digest[7:23]}", deadline)
+            repeated = await self._publish_candidate(propose_subject(run.tenant, run.id), body,
+                                                     f"{run.id}.{call_id}.{digest[7:23]}", deadline)
             # The call id's own intent answers this call only if it recorded these bytes;
             # otherwise the refusal comes on the reused call's intent.
             other_bytes = False
+            ask_stream = repeated
             while True:
                 # A repeated call was deduplicated: its response may already exist. And a
-                # response published while this connection was reconnecting is only in the
-                # stream, so the stream is asked again every second while waiting.
+                # response published while this connection was reconnecting (or a repeat
+                # after the stream's duplicate window, which intake answers with nothing new)
+                # is only in the stream, so the stream is asked every second while waiting.
+                # A new call's answer is on its way to the subscriptions: no need to ask.
                 try:
-                    if not other_bytes:
+                    if ask_stream and not other_bytes:
                         earlier = await self._latest(run.tenant, run.id, own)
                         if earlier is not None and _answers(earlier, digest):
                             return earlier
                         other_bytes = earlier is not None
-                    if other_bytes:
+                    if ask_stream and other_bytes:
                         refusal = await self._latest(run.tenant, run.id, reuse)
                         if refusal is not None:
                             return refusal
@@ -315,6 +318,7 @@ class Gateway:
                 try:
                     which, data = await asyncio.wait_for(arrived.get(), min(remaining, 1.0))
                 except TimeoutError:
+                    ask_stream = True
                     continue
                 response = _response.decode(data)
                 if which == reuse or _answers(response, digest):
@@ -324,8 +328,10 @@ class Gateway:
             for sub in subs:
                 await sub.unsubscribe()
 
-    async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> None:
-        """Publish until the stream acknowledges; safe to repeat, the stream deduplicates by id.
+    async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> bool:
+        """Publish until the stream acknowledges; True when it already held these bytes.
+
+        Safe to repeat: the stream deduplicates by id (and says so in its ack).
 
         A JetStream refusal with status 400 is permanent (the same bytes will be refused
         again), so it ends at once instead of being retried until the deadline.
@@ -337,9 +343,9 @@ class Gateway:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                await self._js.publish(subject, body, headers={"Nats-Msg-Id": msg_id},
-                                       timeout=self.timeout_s)
-                return
+                ack = await self._js.publish(subject, body, headers={"Nats-Msg-Id": msg_id},
+                                             timeout=self.timeout_s)
+                return bool(ack.duplicate)
             except APIError as exc:
                 if exc.err_code == _JS_MESSAGE_TOO_LARGE:
                     raise CandidateTooLarge(f"the stream refused {len(body)} bytes: {exc.description}",

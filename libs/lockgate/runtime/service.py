@@ -54,7 +54,12 @@ from lockgate.contracts.messages import AttemptReport
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.core.text import safe_text
-from lockgate.eventstore.base import ConcurrencyConflict, EventStore, RecordedEvent
+from lockgate.eventstore.base import (
+    AggregateHistory,
+    ConcurrencyConflict,
+    EventStore,
+    RecordedEvent,
+)
 from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Event
@@ -294,18 +299,26 @@ Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
 
 
 async def decide_and_append(
-    store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5
+    store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5,
+    assume_new: bool = False,
 ) -> list[Event]:
     """Load the aggregate, let ``step`` decide, append what it decided.
 
     On a concurrency conflict the whole step runs again on the fresh history; a step
-    that finds the aggregate past its own stage returns no events.
+    that finds the aggregate past its own stage returns no events. ``assume_new`` skips
+    the first load: the step decides for an aggregate with no events and the append
+    expects none (sequence 0), so if there were some the server refuses it and the
+    step runs again on what was there. For a consumer of first messages (intake) that
+    saves a load per message; a repeat costs one wasted decision.
 
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
     """
     for attempt in range(conflicts):
-        history = await store.load(tenant, intent_id)
+        if assume_new and attempt == 0:
+            history = AggregateHistory(tenant, intent_id)
+        else:
+            history = await store.load(tenant, intent_id)
         intent = fold(decode_event(e) for e in history.events)
         events = list(await step(intent))
         if not events:
@@ -428,12 +441,19 @@ def make_broker(settings: Settings, service: str) -> NatsBroker:
     broker_log = logging.getLogger(f"lockgate.{service}.broker")
     # FastStream logs every subscriber's shutdown at INFO; warnings and errors stay.
     broker_log.setLevel(logging.WARNING)
+    # apply_types=False: no FastDepends. With it, every delivery resolved the handler's
+    # ``msg: NatsMessage`` (an Annotated Context) through a worker thread (FastDepends'
+    # run_in_threadpool for a sync resolver), the largest single cost FastStream added.
+    # Without it a handler is called with the decoded body, and as_message makes that
+    # the message itself, so handlers keep their one ``msg`` parameter.
     return NatsBroker(
         servers,  # type: ignore[arg-type]
         name=f"lockgate-{service}",
         logger=broker_log,
         log_level=logging.DEBUG,
         graceful_timeout=10.0,
+        apply_types=False,
+        decoder=as_message,
         **options,  # type: ignore[arg-type]
     )
 
@@ -442,8 +462,8 @@ def add_status(broker: NatsBroker, service: str) -> None:
     """Answer ``lg.status.<service>`` so the supervisor and ``lockgate status`` see us."""
     me = instance_id(service)
 
-    @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}", decoder=raw_body)
-    async def status() -> dict[str, Any]:
+    @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}")
+    async def status(msg: NatsMessage) -> dict[str, Any]:
         return {"service": service, "pid": os.getpid(), "instance": me}
 
 
@@ -464,15 +484,16 @@ class Subscription:
     """Handlers of this consumer running at once in one process."""
 
 
-async def raw_body(msg: NatsMessage) -> bytes:
-    """FastStream decoder that leaves a message's body as bytes.
+async def as_message(msg: NatsMessage) -> NatsMessage:
+    """FastStream decoder that hands every handler the message itself, body undecoded.
 
     FastStream's default runs ``json.loads`` on every body without a content type before
     the handler is called: a body nested a few thousand levels deep raises
     ``RecursionError`` there, outside any handler, and the message is never settled.
-    Handlers decode what they read themselves (msgspec, bounded), so nothing is lost.
+    Handlers decode what they read themselves (msgspec, bounded), so nothing is lost,
+    and a stdlib parse of every event every consumer receives is saved.
     """
-    return msg.body
+    return msg
 
 
 def add_durable(
@@ -510,7 +531,6 @@ def add_durable(
         pull_sub=PullSub(batch_size=sub.batch, timeout=1.0),
         max_workers=sub.workers,
         ack_policy=AckPolicy.MANUAL,
-        decoder=raw_body,
     )(entry)
 
 

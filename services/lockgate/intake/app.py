@@ -14,7 +14,6 @@ from lockgate.runtime.service import (
     Abandonment,
     Subscription,
     add_durable,
-    raw_body,
     recorded_event,
     service_app,
     utc_now,
@@ -38,12 +37,12 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, "intake", build)
 
-    @broker.subscriber("lg.run.*.open", queue="intake", decoder=raw_body)
+    @broker.subscriber("lg.run.*.open", queue="intake")
     async def open_run(msg: NatsMessage) -> bytes:
         tenant = msg.raw_message.subject.split(".")[2]
         return await service.handlers.open_run(tenant, msg.body)
 
-    @broker.subscriber("lg.turn.*.*", queue="intake", decoder=raw_body)
+    @broker.subscriber("lg.turn.*.*", queue="intake")
     async def open_turn(msg: NatsMessage) -> bytes:
         _, _, tenant, run_id = msg.raw_message.subject.split(".")
         return await service.handlers.open_turn(tenant, run_id, msg.body)

@@ -133,11 +133,10 @@ def decide_candidate(
 
     The first event of the intent; its id derives from the candidate message so a
     redelivery decides the same event. ``holds`` are the in-flight keys taken for a
-    received candidate; ``limited`` turns one that would be received into a refusal
-    that passes (a rate limit).
+    received candidate; ``limited`` is a flood limit's refusal, which passes (the
+    candidate is then not judged further: a flood is refused before it costs more).
     """
     c = inputs.candidate
-    verdict = verdict or assess(inputs)
     intent_id = inputs.target
     raw = c.arguments.encode()
     common: dict[str, Any] = dict(
@@ -159,10 +158,11 @@ def decide_candidate(
         catalogue_digest=inputs.catalogue_digest or "",
         candidate_digest=inputs.candidate_digest,
     )
-    if verdict.reason is not None or verdict.arguments is None:
-        return reject(common, verdict.reason or "tool.arguments.malformed", verdict.field, verdict.detail)
     if limited is not None:
         return reject(common, limited.reason, None, limited.detail, retry_after_s=limited.retry_after_s)
+    verdict = verdict or assess(inputs)
+    if verdict.reason is not None or verdict.arguments is None:
+        return reject(common, verdict.reason or "tool.arguments.malformed", verdict.field, verdict.detail)
     return EffectIntent.CandidateReceived(  # type: ignore[call-arg]
         arguments=verdict.arguments, contract_revision=verdict.contract_revision,
         holds=tuple(holds), **common

@@ -42,7 +42,7 @@ from lockgate.intake.domain import (
     same_call,
 )
 from lockgate.intent.aggregate import EffectIntent, Event
-from lockgate.intent.codec import decode_event
+from lockgate.intent.codec import decode_event, fold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
@@ -241,12 +241,23 @@ class IntakeHandlers:
             if intent is not None:
                 found[:] = [intent]
                 return []  # the same call id again: one intent, already recorded
-            inputs = await self._inputs(read, message_id, intent_id, lookup=reusing is None)
             if reusing is not None:
+                inputs = await self._inputs(read, message_id, intent_id, lookup=False)
                 return [reused(inputs, reusing, self.clock())]
+            limits = self._limits()
+            run = await self.ports.run(read.tenant, read.candidate.run_id) if read.problem is None else None
+            if run is not None and limits:
+                # Over a rate already (by what this process last saw): refused before the
+                # turn is read or the arguments parsed; a flood costs no more than this.
+                over = self.limits.over_rate(limits, tenant=read.tenant, actor=run.actor,
+                                             run_id=run.run_id, intent_id=intent_id)
+                if over is not None:
+                    inputs = await self._inputs(read, message_id, intent_id, lookup=False)
+                    early = Limited(over.reason, over.detail, over.retry_after_s)
+                    return [decide_candidate(inputs, self.clock(), limited=early)]
+            inputs = await self._inputs(read, message_id, intent_id, lookup=True)
             verdict = assess(inputs)
             admission = Admission()
-            limits = self._limits()
             if verdict.reason is None and inputs.run is not None and limits:
                 admission = await self.limits.admit(
                     limits, tenant=read.tenant, actor=inputs.run.actor, run_id=inputs.run.run_id,
@@ -257,7 +268,9 @@ class IntakeHandlers:
             return [decide_candidate(inputs, self.clock(), verdict=verdict, holds=admission.holds,
                                      limited=limited)]
 
-        recorded = await decide_and_append(self.ports.store, read.tenant, intent_id, step)
+        # Nearly every candidate is a new call: its first event is appended without a load.
+        recorded = await decide_and_append(self.ports.store, read.tenant, intent_id, step,
+                                           assume_new=True)
         if taken and not recorded:
             # Another writer recorded this intent first (a replica, a redelivery): keep
             # only the holds its record names.
@@ -299,7 +312,9 @@ class IntakeHandlers:
         event = decode_event(recorded)
         if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in ("deny", "pause"):
             return  # the next step (review or execution) is what the model learns of
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        # An intent's first event is its whole history (intake's refusals: most of a flood).
+        intent = fold([event]) if recorded.version == 1 else await load_intent(
+            self.ports.store, recorded.tenant, recorded.intent_id)
         if intent is None:
             return
         contract = await self.ports.registry.get(intent.tool) if intent.tool else None
