@@ -108,6 +108,8 @@ def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[
 _limit_state = msgspec.json.Decoder(LimitState)
 #: Compare-and-set attempts on a limit counter before the candidate is tried again later.
 LIMIT_CAS_TRIES = 32
+#: An in-flight cap seen full this recently refuses without a round trip.
+FULL_FOR_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,9 @@ class LimitLedger:
         self._kv = kv
         self._clock_s = clock_s
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        #: The last state seen of each key (only ever used to refuse by rate).
+        #: The last state seen of each key, and when (only ever used to refuse).
         self._seen: dict[str, LimitState] = {}
+        self._seen_at: dict[str, float] = {}
 
     async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
         async with self._locks[key]:
@@ -147,7 +150,7 @@ class LimitLedger:
                     current, revision = _limit_state.decode(entry.value or b"{}"), entry.revision
                 except KeyNotFoundError:
                     current, revision = LimitState(), None
-                self._seen[key] = current
+                self._seen[key], self._seen_at[key] = current, time.monotonic()
                 changed = change(current)
                 if isinstance(changed, Refusal):
                     return changed
@@ -159,7 +162,7 @@ class LimitLedger:
                         await self._kv.create(key, value)
                     else:
                         await self._kv.update(key, value, last=revision)
-                    self._seen[key] = changed
+                    self._seen[key], self._seen_at[key] = changed, time.monotonic()
                     return None
                 except KeyWrongLastSequenceError:
                     continue
@@ -187,22 +190,28 @@ class LimitLedger:
     def over_rate(
         self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
     ) -> Refusal | None:
-        """The refusal a rate would give by the state this process last saw, without asking.
+        """The refusal the last state this process saw gives, without asking the bucket.
 
-        Exact as far as it goes: the bucket's ``tat`` is at least the one last seen, so
-        what this refuses the bucket refuses too. ``None`` says nothing (ask the bucket).
+        For a rate, exact: the bucket's ``tat`` is at least the one last seen, so what
+        this refuses the bucket refuses too. For an in-flight cap, only a state seen full
+        less than ``FULL_FOR_S`` ago refuses: a hold released in that moment may be
+        refused once, and the cap is never exceeded. ``None`` says nothing (ask the bucket).
         """
         now_s = self._clock_s()
+        now = time.monotonic()
         for limit in limits:
-            if limit.per_s is None:
-                continue
-            seen = self._seen.get(limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor,
-                                                               run_id=run_id)))
+            key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
+            seen = self._seen.get(key)
             if seen is None or intent_id in seen.holds:
                 continue
-            early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
-            if isinstance(early, Refusal):
-                return early
+            if limit.per_s is not None:
+                early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
+                if isinstance(early, Refusal):
+                    return early
+            if (limit.max_in_flight is not None and now - self._seen_at.get(key, 0.0) < FULL_FOR_S
+                    and sum(1 for t in seen.holds.values() if now_s - t < limit.hold_ttl_s)
+                    >= limit.max_in_flight):
+                return Refusal(limit, "rate.in-flight", limit.retry_after_s)
         return None
 
     async def release(self, keys: Sequence[str], intent_id: str) -> None:
