@@ -68,6 +68,13 @@ MODEL_VISIBLE = (
 )
 
 
+#: Unacknowledged messages a shared durable holds (delivered and not yet settled, or
+#: nak'd to come back later). Every tenant's candidates pass the same durables, so this
+#: is kept well above what one tenant can have in flight (intake's per-tenant cap, 128
+#: in the demo bundle): one tenant's stuck or slow work fills at most an eighth of it.
+SHARED_PENDING = 1024
+
+
 @dataclass(frozen=True)
 class Durable:
     """A durable pull consumer a service binds to.
@@ -81,11 +88,11 @@ class Durable:
     name: str
     filters: tuple[str, ...]
     max_deliver: int = -1
-    max_ack_pending: int = 256
+    max_ack_pending: int = SHARED_PENDING
     timers: bool = False
 
 
-def _events(name: str, *types: str, max_ack_pending: int = 256, timers: bool = False) -> Durable:
+def _events(name: str, *types: str, max_ack_pending: int = SHARED_PENDING, timers: bool = False) -> Durable:
     return Durable(EVENTS, name, tuple(type_filter(t) for t in types),
                    max_ack_pending=max_ack_pending, timers=timers)
 
