@@ -6,7 +6,7 @@ import asyncio
 import functools
 import random
 import time
-from collections import defaultdict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -110,6 +110,8 @@ _limit_state = msgspec.json.Decoder(LimitState)
 LIMIT_CAS_TRIES = 32
 #: An in-flight cap seen full this recently refuses without a round trip.
 FULL_FOR_S = 0.1
+#: Limit keys a process keeps a lock and a last-seen state for.
+KEYS_KEPT = 10_000
 
 
 @dataclass(frozen=True)
@@ -134,13 +136,29 @@ class LimitLedger:
     def __init__(self, kv: KeyValue, clock_s: Callable[[], float] = time.time) -> None:
         self._kv = kv
         self._clock_s = clock_s
-        self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Both bounded: a run has a key of its own, and runs keep coming.
+        self._locks: dict[str, asyncio.Lock] = {}
         #: The last state seen of each key, and when (only ever used to refuse).
-        self._seen: dict[str, LimitState] = {}
-        self._seen_at: dict[str, float] = {}
+        self._seen: OrderedDict[str, tuple[LimitState, float]] = OrderedDict()
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            if len(self._locks) >= KEYS_KEPT:
+                # Forget idle locks; one in use stays (a waiter holds its own reference).
+                for idle in [k for k, held in self._locks.items() if not held.locked()]:
+                    del self._locks[idle]
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _saw(self, key: str, state: LimitState) -> None:
+        self._seen[key] = (state, time.monotonic())
+        self._seen.move_to_end(key)
+        if len(self._seen) > KEYS_KEPT:
+            self._seen.popitem(last=False)
 
     async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
-        async with self._locks[key]:
+        async with self._lock(key):
             for attempt in range(LIMIT_CAS_TRIES):
                 if attempt:
                     # Replicas that keep meeting on a hot key (a tenant's) take turns.
@@ -150,7 +168,7 @@ class LimitLedger:
                     current, revision = _limit_state.decode(entry.value or b"{}"), entry.revision
                 except KeyNotFoundError:
                     current, revision = LimitState(), None
-                self._seen[key], self._seen_at[key] = current, time.monotonic()
+                self._saw(key, current)
                 changed = change(current)
                 if isinstance(changed, Refusal):
                     return changed
@@ -162,7 +180,7 @@ class LimitLedger:
                         await self._kv.create(key, value)
                     else:
                         await self._kv.update(key, value, last=revision)
-                    self._seen[key], self._seen_at[key] = changed, time.monotonic()
+                    self._saw(key, changed)
                     return None
                 except KeyWrongLastSequenceError:
                     continue
@@ -201,14 +219,16 @@ class LimitLedger:
         now = time.monotonic()
         for limit in limits:
             key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
-            seen = self._seen.get(key)
-            if seen is None or intent_id in seen.holds:
+            if key not in self._seen:
+                continue
+            seen, seen_at = self._seen[key]
+            if intent_id in seen.holds:
                 continue
             if limit.per_s is not None:
                 early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
                 if isinstance(early, Refusal):
                     return early
-            if (limit.max_in_flight is not None and now - self._seen_at.get(key, 0.0) < FULL_FOR_S
+            if (limit.max_in_flight is not None and now - seen_at < FULL_FOR_S
                     and sum(1 for t in seen.holds.values() if now_s - t < limit.hold_ttl_s)
                     >= limit.max_in_flight):
                 return Refusal(limit, "rate.in-flight", limit.retry_after_s)
