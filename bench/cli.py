@@ -6,6 +6,12 @@ Phases, in order, after a warm-up of each system:
 2. Lockgate,  open loop   (the same arrivals)
 3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
 4. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals)
+5. fairness: a steady tenant at a low rate, alone and then beside a tenant flooding at
+   200 candidates/s for 10 s (``bench.fairness``), under the demo bundle's flood limits
+
+Phases 1-4 measure the pipeline, so they run with the demo bundle's limits raised a
+hundredfold (the limit counters still run, nothing is refused); phase 5 restarts
+intake on the demo bundle as it ships.
 
 Each Lockgate phase starts on a freshly seeded case-notes world: the demo world reads
 and rewrites one JSON file per call, so its cost grows with the notes already written.
@@ -26,6 +32,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -34,14 +41,17 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from bench import load, machine
 from bench import policy as policy_bench
 from bench.cpu import CpuMeter
+from bench.fairness import QUICK_FAIRNESS, Fairness, FairnessPlan, run_fairness
 from bench.gateway import LOAD_CASES, Proposer
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
-from lockgate.testing.system import System
+from lockgate.testing.system import REPO, System
 from lockgate.worlds.casenotes.world import World
 
 
@@ -57,12 +67,13 @@ class Plan:
     warmup: int
     op_timeout_s: float
     phase_max_s: float
+    fairness: FairnessPlan | None = FairnessPlan()
 
 
 DEFAULT = Plan(rate_per_s=20, duration_s=15, concurrency=64, count=1500, raw_count=6000,
                warmup=64, op_timeout_s=30, phase_max_s=120)
 QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, count=200, raw_count=1000,
-             warmup=16, op_timeout_s=10, phase_max_s=15)
+             warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS)
 
 
 def progress(text: str) -> None:
@@ -87,6 +98,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
                         help=f"closed-loop raw chains ({DEFAULT.raw_count})")
     parser.add_argument("--skip-policy", action="store_true",
                         help="leave out the policy-engine benchmark")
+    parser.add_argument("--skip-fairness", action="store_true",
+                        help="leave out the fairness scenario (a flooding tenant beside a steady one)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (logs, store, world) and print it")
     args = parser.parse_args(argv)
@@ -100,6 +113,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         warmup=base.warmup,
         op_timeout_s=base.op_timeout_s,
         phase_max_s=base.phase_max_s,
+        fairness=None if args.skip_fairness else base.fairness,
     )
     return plan, args
 
@@ -129,9 +143,25 @@ async def ledger_size(system: System) -> int:
     return await asyncio.to_thread(lambda: len(World(system.world_dir).ledger()))
 
 
-async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str]]:
+DEMO_BUNDLE = REPO / "deploy" / "policies" / "bundle.yaml"
+
+
+def raised_limits(text: str, factor: int = 100) -> str:
+    """The bundle's admission settings with every flood limit raised ``factor``-fold."""
+    config = yaml.safe_load(text) or {}
+    for limit in config.get("limits", []):
+        for name in ("per_s", "burst", "max_in_flight"):
+            if limit.get(name) is not None:
+                limit[name] = limit[name] * factor
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness | None]:
     """Start everything under ``root``, run the phases, stop everything."""
-    system = System(root)
+    policies = root / "policies"
+    shutil.copytree(REPO / "deploy" / "policies", policies)
+    (policies / "bundle.yaml").write_text(raised_limits(DEMO_BUNDLE.read_text()))
+    system = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})
     spec = ChainSpec()
     nonce = random_id()[:8]
     workers = WorkerProcess("", spec, root / "log" / "rawchain.log",
@@ -214,7 +244,20 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str]]:
         for phase, ledger in ((lg_open, ledger_open), (lg_closed, await ledger_size(system))):
             notes.append(f"lockgate {phase.mode.split()[0]}: {ledger} notes in the case-notes "
                          f"ledger for {phase.ok} executed responses")
-        return phases, notes
+        fairness = None
+        if plan.fairness is not None:
+            f = plan.fairness
+            progress(f"fairness: intake restarted on the demo bundle; steady tenant {f.steady_per_s:g}/s "
+                     f"alone for {f.steady_s:g}s, then beside a {f.flood_per_s:g}/s flood for {f.flood_s:g}s")
+            (policies / "bundle.yaml").write_text(DEMO_BUNDLE.read_text())
+            system.kill("intake")
+            await system.restart("intake")
+            await reseed(system)
+            fairness = await run_fairness(system, nonce, f)
+            executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
+            notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
+                         f"{executed} executed responses")
+        return phases, notes, fairness
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
@@ -267,13 +310,11 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
         sys.stdout.flush()
     root_dir = tempfile.mkdtemp(prefix="lockgate-bench-")
     try:
-        phases, notes = await run(plan, Path(root_dir))
+        phases, notes, fairness = await run(plan, Path(root_dir))
     finally:
         if args.keep:
             progress(f"kept {root_dir}")
         else:
-            import shutil
-
             shutil.rmtree(root_dir, ignore_errors=True)
     print()
     print(table(phases))
@@ -291,8 +332,18 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
                   "includes a growing queue; try a lower --rate")
     for n in notes:
         print(n)
-    figures = summary(phases)
+    figures: dict[str, float | int | None] = dict(summary(phases))
     ratio = figures["throughput_ratio"]
+    if fairness is not None:
+        print()
+        print("fairness: the steady tenant alone, then beside the flooding tenant (demo bundle limits)")
+        print(table([fairness.idle, fairness.busy, fairness.flood]))
+        fair = fairness.figures()
+        print(f"steady tenant p99 {fair['steady_flood_p99_ms']} ms beside the flood against "
+              f"{fair['steady_idle_p99_ms']} ms idle ({fair['steady_p99_ratio']}x; goal at most 3x); "
+              f"{fair['flood_answered']}/{fair['flood_offered']} flood candidates answered "
+              f"({fair['flood_executed']} executed, {fair['flood_rate_limited']} rate.limited)")
+        figures.update(fair)
     print(f"Lockgate sustains {figures['lockgate_per_s']}/s executed against the raw chain's "
           f"{figures['raw_chain_per_s']}/s (ratio {ratio}); at {plan.rate_per_s:g}/s offered, "
           f"p50 {figures['lockgate_p50_ms']} ms vs {figures['raw_p50_ms']} ms raw")

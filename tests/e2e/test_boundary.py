@@ -19,8 +19,8 @@ from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeout
 
 from lockgate.client.sdk import Gateway, Refused
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import DecideReview
-from lockgate.core import subjects
 from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, State
@@ -228,7 +228,7 @@ async def test_a_forged_reply_on_anothers_response_subject_changes_nothing_they_
         turn_b = await run_b.open_turn()
         run_a, candidate_a = await awaiting_review(gw)
         call_b = uuid.uuid4().hex
-        target = subjects.response("tenant-b", run_b.id, intent_id_for("tenant-b", run_b.id, call_b))
+        target = subjects.response_subject("tenant-b", run_b.id, intent_id_for("tenant-b", run_b.id, call_b))
         proposal = asyncio.create_task(
             turn_b.propose(tool="case.add_note", arguments=NOTE, call_id=call_b))
         for _ in range(5):

@@ -26,9 +26,9 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from lockgate.adapters.record import OrderRecord, serve_record
 from lockgate.client.sdk import Gateway, Refused, Run
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import RunOpened, Tool, TurnOpened
 from lockgate.contracts.responses import ModelResponse
-from lockgate.core import subjects
 from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.base import NewEvent
 from lockgate.eventstore.jetstream import JetStreamEventStore
@@ -278,7 +278,7 @@ async def _landed(admin: Conn, kind: str, name: str, where: str) -> bool:
 #: subject receives an acknowledgement or stored messages): the role, the subject, a body.
 def _answered_by_jetstream(run: str) -> list[tuple[str, str, bytes]]:
     return [
-        (AGENT, subjects.propose("tenant-a", run), b"{}"),
+        (AGENT, subjects.propose_subject("tenant-a", run), b"{}"),
         (AGENT, f"lg.jsapi.DIRECT.GET.{RESPONSES}.lg.response.tenant-a.{run}.x", b""),
         (OPERATOR, f"lg.jsapi.DIRECT.GET.{EVENTS}", b'{"multi_last": ["lg.evt.>"]}'),
         (ADAPTER, f"lg.report.case.add_note.{INTENT}", b"{}"),
@@ -346,10 +346,10 @@ async def test_host_agent_reviewer_and_operator_do_their_part(admin: Conn, login
         sub = await js.pull_subscribe_bind("intake", stream=CANDIDATES)
         [msg] = await sub.fetch(1, timeout=5.0)
         await msg.ack_sync()
-        call_id = msg.header["Nats-Msg-Id"].split(".", 1)[1] if msg.header else ""
+        call_id = msgspec.json.decode(msg.data)["call_id"]
         candidate = intent_id_for("tenant-a", "run-1", call_id)
         body = ModelResponse(candidate_id=candidate, call_id=call_id, status="rejected", code="x")
-        await js.publish(subjects.response("tenant-a", "run-1", candidate), msgspec.json.encode(body))
+        await js.publish(subjects.response_subject("tenant-a", "run-1", candidate), msgspec.json.encode(body))
 
     responder = asyncio.create_task(answer_candidates())
     run = await gateway(host).open_run(tenant="tenant-a", actor="u")
@@ -514,3 +514,24 @@ async def test_service_does_its_work(service: str, admin: Conn, login: Login) ->
     assert (await admin.nc.request(f"lg.status.{service}", b"", timeout=2.0)).data == b"{}"
     assert conn.violations() == []
     assert adapter.violations() == []
+
+
+async def test_roles_grant_what_bounded_failures_and_flood_limits_need(admin: Conn, login: Login) -> None:
+    from lockgate.authz.config import Limit
+    from lockgate.authz.ledger import LimitLedger
+    from lockgate.runtime.topology import BUDGETS_BUCKET
+
+    intake = await login("intake")
+    kv = await intake.nc.jetstream().key_value(BUDGETS_BUCKET)
+    limit = Limit(name="per-actor", scope="actor", per_s=10, max_in_flight=2)
+    admission = await asyncio.wait_for(LimitLedger(kv).admit(
+        [limit], tenant="tenant-a", actor="user-42", run_id="run-1", intent_id=INTENT), 5.0)
+    assert admission.refused is None and admission.holds
+    for name in SERVICES:
+        conn = await login(name)
+        store = JetStreamEventStore(conn.nc, timeout_s=2.0)
+        history = await store.load("tenant-a", uuid.uuid4().hex)
+        history = await store.append(history, [NewEvent(uuid.uuid4().hex, WORK[name].appends, b"{}")])
+        await store.append(history, [NewEvent(uuid.uuid4().hex, "ProcessingAbandoned", b"{}")])
+        assert conn.violations() == [], name
+    assert intake.violations() == []

@@ -20,6 +20,7 @@ from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
 from lockgate.client.sdk import Gateway, OutcomeSettled
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     AttemptReport,
     Describe,
@@ -33,7 +34,6 @@ from lockgate.contracts.messages import (
     Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
-from lockgate.core import subjects
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import ExecutorHandlers
@@ -329,6 +329,10 @@ def ended_by(name: str, call_id: str = "call-1") -> History:
             EffectIntent.GateRefused, reason="gate.policy-changed", gate_facts={})
     if name == "Withdrawn":
         return History().normalized().decided("allow").add(EffectIntent.Withdrawn, by="r", why="")
+    if name == "ProcessingAbandoned":  # the gate gave up on an allowed intent it had locked
+        return History().normalized().decided("allow").add(
+            EffectIntent.ProcessingAbandoned, durable="executor-gate", trigger="t", cause="boom",
+            deliveries=5)
     h.add(EffectIntent.AttemptSent, attempt_id="a1")
     if name == "EffectCompleted":
         return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={},

@@ -22,8 +22,8 @@ from lockgate.worlds.items.world import REASONS as ITEMS_REASONS
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
 CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
-                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items|attempt)'
-                  r'\.[a-z0-9.-]+)"')
+                  r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items|attempt|'
+                  r'rate)\.[a-z0-9.-]+)"')
 NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
     "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
@@ -39,6 +39,7 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "run.json",  # the file a running supervisor describes itself in
     # why the adapter SDK stopped a worker at the send boundary without a report of its own
     "order.unchecked", "order.boundary-claimed", "order.claimed-late",
+    "candidate.refused",  # the SDK's error when the stream refuses a candidate outright
 }
 
 
@@ -66,6 +67,8 @@ def test_reason_codes_are_pinned() -> None:
         "policy.unavailable", "order.withdrawn", "order.expired",
         "report.token-missing", "report.token-mismatch", "report.capability-mismatch",
         "report.intent-mismatch",
+        "candidate.unprocessable", "proposal.call-id-reused", "tool.name-invalid",
+        "tool.arguments.too-deep", "rate.limited", "rate.in-flight",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

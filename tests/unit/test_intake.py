@@ -5,14 +5,29 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Candidate, Catalogue, RunContext, Tool
-from lockgate.intake.domain import Inputs, decide_candidate
-from lockgate.intake.parsing import parse_arguments
+from lockgate.contracts.subjects import (
+    INVALID_RUN,
+    UNROUTABLE_TENANT,
+    capability_key,
+    parse_propose_subject,
+    propose_subject,
+)
+from lockgate.core.ids import candidate_digest, is_subject_token, reused_call_id_intent
+from lockgate.intake.domain import Inputs, decide_candidate, read_candidate, reused, same_call
+from lockgate.intake.parsing import (
+    MAX_ARGUMENTS_DEPTH,
+    decode_candidate,
+    nesting_within,
+    parse_arguments,
+)
 from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import fold
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 CONTRACT = CapabilityContract(
@@ -55,12 +70,54 @@ def test_duplicate_keys_are_found_at_any_depth() -> None:
 
 
 def test_non_json_constants_and_non_objects_are_malformed() -> None:
-    for raw in ("NaN", '{"x": Infinity}', "[1]", '"note"', "{note: 1", "", "[" * 100_000):
+    for raw in ("NaN", '{"x": Infinity}', "[1]", '"note"', "{note: 1", "", '{"x": 1e999}',
+                '{"x": 9007199254740993}', r'{"note": "\ud800"}', r'{"note": "\udc00x"}'):
         assert parse_arguments(raw).reason == "tool.arguments.malformed", raw
+    assert parse_arguments(r'{"note": "\ud83d\ude00"}').value == {"note": "\U0001f600"}
+
+
+def test_nesting_is_bounded_before_parsing() -> None:
+    for raw in ("[" * 100_000, '{"a":' * 10_000 + "1" + "}" * 10_000,
+                '{"a": ' + "[" * (MAX_ARGUMENTS_DEPTH + 1) + "]" * (MAX_ARGUMENTS_DEPTH + 1) + "}"):
+        assert parse_arguments(raw).reason == "tool.arguments.too-deep"
+    ok = '{"a": ' + "[" * (MAX_ARGUMENTS_DEPTH - 1) + "]" * (MAX_ARGUMENTS_DEPTH - 1) + "}"
+    assert parse_arguments(ok).value is not None
+    # Brackets inside strings do not nest.
+    assert parse_arguments(json.dumps({"note": "[" * 10_000})).value == {"note": "[" * 10_000}
 
 
 @settings(max_examples=200, derandomize=True)
-@given(st.dictionaries(st.text(max_size=8), st.text(max_size=20) | st.integers(), max_size=6))
+@given(st.recursive(st.none() | st.integers(-9, 9) | st.text(max_size=3),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                    max_leaves=40),
+       st.integers(1, 12))
+def test_the_nesting_bound_never_refuses_what_is_within_it(value: object, limit: int) -> None:
+    text = json.dumps(value).encode()
+
+    def depth(v: object) -> int:
+        if isinstance(v, dict):
+            return 1 + max((depth(x) for x in v.values()), default=0)
+        if isinstance(v, list):
+            return 1 + max((depth(x) for x in v), default=0)
+        return 0
+
+    if depth(value) <= limit:
+        assert nesting_within(text, limit)
+    if nesting_within(text, limit):
+        assert depth(value) <= 2 * limit
+
+
+def test_envelopes_of_any_shape_are_read_never_raised() -> None:
+    deep = b'{"run_id":"r","turn_id":"t","call_id":"c","tool":"x","arguments":"{}","provider_item":' \
+        + b'{"a":' * 10_000 + b"1" + b"}" * 10_001
+    for data in (deep, b"\xff\xfe", b'{"run_id":"\\ud800"}', b"", b"[]" * 1000, b"null"):
+        decoded = decode_candidate(data)
+        assert decoded.candidate is None and decoded.detail, data[:40]
+
+
+@settings(max_examples=200, derandomize=True)
+@given(st.dictionaries(st.text(max_size=8),
+                       st.text(max_size=20) | st.integers(-(2**53 - 1), 2**53 - 1), max_size=6))
 def test_any_object_with_unique_keys_parses_to_itself(value: dict[str, object]) -> None:
     assert parse_arguments(json.dumps(value)).value == value
 
@@ -111,3 +168,59 @@ def test_raw_bytes_are_kept_as_digest_and_size_not_text() -> None:
     event = decide('{"note": "secret-ish"}')
     assert event.raw_size_bytes == len('{"note": "secret-ish"}')
     assert event.raw_digest.startswith("sha256:")
+
+
+def test_a_candidate_message_is_read_whatever_its_subject_and_bytes() -> None:
+    body = json.dumps({"run_id": "run-1", "turn_id": "t", "call_id": "c", "tool": "x",
+                       "arguments": "{}"}).encode()
+    ok = read_candidate("lg.propose.tenant-a.run-1", body, "m1")
+    assert ok.problem is None and ok.candidate.call_id == "c" and ok.tenant == "tenant-a"
+    assert ok.candidate_digest == candidate_digest(body)
+    for subject, tenant in [("lg.propose.tenant-a.run-1.x", "tenant-a"), ("lg.propose.tenant-a", "tenant-a"),
+                            ("lg.propose.té.run-1", UNROUTABLE_TENANT), ("lg.propose._x.run-1", UNROUTABLE_TENANT),
+                            ("lg.propose.tenant-a._run", "tenant-a")]:
+        read = read_candidate(subject, body, "m1")
+        assert (read.problem, read.tenant, read.candidate.run_id) == ("candidate.malformed", tenant, INVALID_RUN)
+    other_run = read_candidate("lg.propose.tenant-a.run-2", body, "m1")
+    assert other_run.problem == "candidate.malformed" and other_run.candidate.run_id == "run-2"
+    bad_call = body.replace(b'"call_id": "c"', b'"call_id": "c.1"')
+    assert read_candidate("lg.propose.tenant-a.run-1", bad_call, "m1").problem == "candidate.malformed"
+    # The stand-in's call id is a token derived from the message, whatever the message id.
+    odd = read_candidate("lg.propose.tenant-a.run-1", b"\xff", "id with spaces.and dots\ud800")
+    assert odd.problem and is_subject_token(odd.candidate.call_id)
+
+
+def test_a_tool_name_outside_the_grammar_is_refused_before_any_lookup() -> None:
+    for tool in ("case add_note", "case.add_note.", "caśe.add_note", "a" * 5000, "a.b.c.d.e", "Case.x"):
+        assert rejected(decide('{"note":"x"}', tool=tool)) == ("tool.name-invalid", None)
+    event = decide('{"note":"x"}', tool="a" * 5000)
+    assert len(event.tool) == 200  # type: ignore[attr-defined]
+
+
+def test_other_bytes_under_a_call_id_are_not_the_same_call() -> None:
+    first = decide('{"note": "hi"}', candidate_digest="sha256:one")
+    intent = fold([first])
+    assert intent is not None
+    c = Candidate(run_id="run-1", turn_id="turn-1", call_id="call-1", tool="case.add_note",
+                  arguments='{"note": "hi"}')
+    assert same_call(intent, c, "sha256:one") and not same_call(intent, c, "sha256:two")
+    inputs = Inputs(tenant="tenant-a", candidate=c, raw_size_bytes=10, run=RUN, catalogue_digest=None,
+                    catalogue=None, contract=None, max_candidate_bytes=65536, message_id="m2",
+                    candidate_digest="sha256:two", intent_id=reused_call_id_intent(
+                        "tenant-a", "run-1", "call-1", "sha256:two"))
+    refusal = reused(inputs, intent, NOW)
+    assert rejected(refusal) == ("proposal.call-id-reused", None)
+    assert refusal.originator_id.hex == inputs.intent_id != intent.intent_id
+    assert refusal.call_id == "call-1"  # type: ignore[attr-defined]
+
+
+def test_subject_builders_refuse_what_is_not_a_token() -> None:
+    assert propose_subject("tenant-a", "run-1") == "lg.propose.tenant-a.run-1"
+    for bad in ("a.b", "a b", "*", ">", "", "x" * 65):
+        with pytest.raises(ValueError):
+            propose_subject("tenant-a", bad)
+    for bad in ("a b", "*", "a.>", "", "a.", ".a", "A.b", "x" * 129, "a.b.c.d.e"):
+        with pytest.raises(ValueError):
+            capability_key(bad)
+    assert capability_key("case.add_note") == "case.add_note"
+    assert parse_propose_subject("lg.propose.tenant-a.run-1") == ("tenant-a", "run-1", True)

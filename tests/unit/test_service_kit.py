@@ -8,13 +8,26 @@ from typing import Any
 
 import pytest
 
+from lockgate.contracts.disclosure import model_view
 from lockgate.core.errors import LockgateError, TransientError
 from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
 from lockgate.eventstore.subjects import NotAnEventSubject
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import EventDecodeError, encode_event
-from lockgate.runtime.service import Retry, backoff_s, decide_and_append, settle
-from lockgate.testing.intents import History
+from lockgate.runtime.service import (
+    BOUNDS,
+    Abandonment,
+    Bounds,
+    Failures,
+    Guard,
+    Retry,
+    abandonment,
+    backoff_s,
+    decide_and_append,
+    is_transient,
+    settle,
+)
+from lockgate.testing.intents import T0, History
 
 LOG = logging.getLogger("test")
 
@@ -22,9 +35,10 @@ LOG = logging.getLogger("test")
 class FakeMessage:
     """Records what the consumer did with it, like a JetStream message would."""
 
-    def __init__(self, delivered: int = 1) -> None:
+    def __init__(self, delivered: int = 1, sequence: int = 7) -> None:
         self.raw_message = SimpleNamespace(
-            subject="lg.evt.tenant-a.x.1.Forged", metadata=SimpleNamespace(num_delivered=delivered)
+            subject="lg.evt.tenant-a.x.1.Forged",
+            metadata=SimpleNamespace(num_delivered=delivered, sequence=SimpleNamespace(stream=sequence)),
         )
         self.calls: list[tuple[str, Any]] = []
 
@@ -143,3 +157,131 @@ def test_status_problem_tells_idle_from_stuck() -> None:
     assert problem(answer(policy=starved)) == f"policy: 7 waiting, nothing settled for {STALL_S:g}s"
     # An adapter's (or an older process's) answer says less: answering is all it proves.
     assert problem({"service": "adapter.x", "pid": 3, "capabilities": ["a"]}) is None
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def guarded(bounds: Bounds = BOUNDS, clock: Clock | None = None,
+            refuse: BaseException | None = None) -> tuple[Guard, list[Abandonment]]:
+    given_up: list[Abandonment] = []
+
+    async def abandon(msg: object, why: Abandonment) -> None:
+        if refuse is not None:
+            raise refuse
+        given_up.append(why)
+
+    return Guard("d", bounds, abandon, Failures(clock=clock or Clock())), given_up
+
+
+async def deliver(guard: Guard, error: BaseException | None, delivered: int) -> list[tuple[str, Any]]:
+    msg = FakeMessage(delivered)
+
+    async def work() -> None:
+        if error is not None:
+            raise error
+
+    await settle(msg, work(), LOG, "d", guard)  # type: ignore[arg-type]
+    return msg.calls
+
+
+async def test_a_message_that_keeps_failing_is_given_up_on_the_record_and_acked() -> None:
+    guard, given_up = guarded(Bounds(permanent_failures=3))
+    for n in (1, 2):
+        assert (await deliver(guard, ValueError("bug"), n))[0][0] == "nak"
+    assert given_up == []
+    assert await deliver(guard, ValueError("bug"), 3) == [("ack", None)]
+    (why,) = given_up
+    assert (why.durable, why.deliveries) == ("d", 3)
+    assert "failed 3 times" in why.cause and "ValueError: bug" in why.cause
+
+
+async def test_timers_never_count_as_failures() -> None:
+    guard, given_up = guarded(Bounds(permanent_failures=2, deliveries=None))
+    for n in range(1, 500):
+        assert await deliver(guard, Retry(1.0), n) == [("nak", 1.0)]
+    assert (await deliver(guard, ValueError("bug"), 500))[0][0] == "nak"  # the first failure
+    assert given_up == []
+    assert await deliver(guard, ValueError("bug"), 501) == [("ack", None)]
+    assert len(given_up) == 1
+
+
+async def test_transient_failures_are_bounded_by_time_not_count() -> None:
+    clock = Clock()
+    guard, given_up = guarded(Bounds(permanent_failures=2, transient_for_s=60), clock)
+    for n in range(1, 20):
+        clock.now += 2
+        assert (await deliver(guard, TransientError("store down"), n))[0][0] == "nak"
+    assert given_up == []
+    clock.now += 60
+    assert await deliver(guard, TransientError("store down"), 20) == [("ack", None)]
+    assert "failing for" in given_up[0].cause
+
+
+async def test_a_success_forgets_the_failures() -> None:
+    guard, given_up = guarded(Bounds(permanent_failures=2))
+    await deliver(guard, ValueError("bug"), 1)
+    assert await deliver(guard, None, 2) == [("ack", None)]
+    await deliver(guard, ValueError("bug"), 3)
+    assert given_up == []
+
+
+async def test_too_many_deliveries_are_given_up_without_running_the_handler() -> None:
+    guard, given_up = guarded(Bounds(deliveries=10))
+    ran: list[int] = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    msg = FakeMessage(11)
+    await settle(msg, work(), LOG, "d", guard)  # type: ignore[arg-type]
+    assert msg.calls == [("ack", None)] and ran == [] and "delivered 11 times" in given_up[0].cause
+    timers, none = guarded(Bounds(deliveries=None))
+    assert await deliver(timers, None, 10_000) == [("ack", None)] and none == []
+
+
+async def test_giving_up_waits_for_the_store_and_terminates_only_what_cannot_be_recorded() -> None:
+    waiting, _ = guarded(Bounds(permanent_failures=1), refuse=TransientError("store down"))
+    assert (await deliver(waiting, ValueError("bug"), 1))[0][0] == "nak"
+    broken, _ = guarded(Bounds(permanent_failures=1), refuse=ValueError("cannot record"))
+    assert await deliver(broken, ValueError("bug"), 1) == [("term", None)]
+
+
+def test_what_is_transient() -> None:
+    import nats.errors
+    import nats.js.errors
+
+    assert is_transient(TransientError("x")) and is_transient(nats.errors.TimeoutError())
+    assert is_transient(nats.errors.NoRespondersError()) and is_transient(TimeoutError())
+    assert is_transient(nats.js.errors.ServiceUnavailableError(code=503))
+    assert is_transient(nats.js.errors.KeyWrongLastSequenceError())
+    assert not is_transient(LockgateError("permanent")) and not is_transient(ValueError("bug"))
+    assert not is_transient(nats.js.errors.BadRequestError(code=400))
+    assert not is_transient(nats.js.errors.InvalidKeyError())
+
+
+def test_abandonment_before_dispatch_refuses_and_after_it_needs_an_operator() -> None:
+    why = Abandonment("policy", "failed 5 times; last: ValueError: x", 5)
+    h = History().normalized()
+    h.extend(abandonment(h.intent, why, "e1", T0))
+    assert (h.intent.state, h.intent.reason) == (State.REFUSED, "candidate.unprocessable")
+    assert abandonment(h.intent, why, "e1", T0) == []  # once per consumer and message
+    view = model_view(h.intent, None)
+    assert view is not None and (view.status, view.code) == ("unavailable", "operation.unavailable")
+
+    sent = History().normalized().decided("allow")
+    sent.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+             policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
+    sent.extend(abandonment(sent.intent, Abandonment("executor-dispatch", "x", 5), "e2", T0))
+    assert sent.intent.state is State.NEEDS_OPERATOR  # the order may be out: never "failed"
+    view = model_view(sent.intent, None)
+    assert view is not None and view.status == "outcome_unknown"
+
+    done = History().normalized().decided("deny", ["case.closed"])
+    done.extend(abandonment(done.intent, Abandonment("policy-budgets", "x", 5), "e3", T0))
+    assert done.intent.state is State.DENIED  # a settled intent keeps its state

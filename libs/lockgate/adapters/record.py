@@ -19,8 +19,8 @@ from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import IntentRecord, RecordRequest, StoredEvent
-from lockgate.core import subjects
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore.base import (
     AggregateHistory,

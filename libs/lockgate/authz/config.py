@@ -1,4 +1,4 @@
-"""A bundle's admission settings (``bundle.yaml``): pauses, progress checkpoints, budgets.
+"""A bundle's admission settings (``bundle.yaml``): pauses, progress checkpoints, budgets, limits.
 
 Permission is Cedar's question; admission is this file's: an actor allowed to act
 still runs out of budget, hits a rate limit, or is stopped when it keeps proposing
@@ -63,6 +63,39 @@ class Budget(BaseModel):
         return not self.capabilities or capability in self.capabilities
 
 
+class Limit(BaseModel):
+    """A flood limit intake applies before anything expensive: a rate, an in-flight cap, or both.
+
+    Counted per scope (one actor, one run, one tenant) over every capability, on the
+    candidates intake would otherwise accept; a candidate past a limit is refused with
+    ``rate.limited`` (the rate) or ``rate.in-flight`` (the cap), which the model sees as
+    ``denied``/``rate.limited``, not persistent, with a ``retry_after_s``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    scope: Literal["actor", "run", "tenant"]
+    per_s: float | None = Field(default=None, gt=0)
+    """Sustained candidates per second (a generic cell rate: smooth, no window edges)."""
+    burst: int | None = Field(default=None, ge=1)
+    """How many may come at once above the rate (default: one second's worth)."""
+    max_in_flight: int | None = Field(default=None, ge=1)
+    """Candidates accepted and not yet ended (a terminal state, or waiting for an operator)."""
+    retry_after_s: float = Field(default=1.0, gt=0)
+    """What the model is told to wait when the in-flight cap is reached."""
+    hold_ttl_s: float = Field(default=3600.0, gt=0)
+    """An in-flight hold older than this is taken to have leaked and stops counting."""
+
+    @model_validator(mode="after")
+    def _something(self) -> Limit:
+        if self.per_s is None and self.max_in_flight is None:
+            raise ValueError(f"limit {self.name}: set per_s, max_in_flight or both")
+        if self.burst is not None and self.per_s is None:
+            raise ValueError(f"limit {self.name}: a burst needs per_s")
+        return self
+
+
 class BundleConfig(BaseModel):
     """Everything ``bundle.yaml`` may say; every field has a safe default."""
 
@@ -71,10 +104,12 @@ class BundleConfig(BaseModel):
     pause: PauseConfig = PauseConfig()
     progress: ProgressConfig = ProgressConfig()
     budgets: tuple[Budget, ...] = ()
+    limits: tuple[Limit, ...] = ()
 
     @model_validator(mode="after")
     def _unique(self) -> BundleConfig:
-        names = [b.name for b in self.budgets]
-        if len(names) != len(set(names)):
-            raise ValueError(f"budget names must be unique: {names}")
+        for kind, names in (("budget", [b.name for b in self.budgets]),
+                            ("limit", [limit.name for limit in self.limits])):
+            if len(names) != len(set(names)):
+                raise ValueError(f"{kind} names must be unique: {names}")
         return self

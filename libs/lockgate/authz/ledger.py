@@ -1,8 +1,14 @@
-"""Budget counters in the ``LG_BUDGETS`` bucket, changed only by compare-and-set."""
+"""Budget and limit counters in the ``LG_BUDGETS`` bucket, changed only by compare-and-set."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import random
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import msgspec
@@ -10,7 +16,9 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from lockgate.authz.budgets import NO_LIMIT, Counter, keys, remaining, reserve, scope_value, settle
-from lockgate.authz.config import Budget
+from lockgate.authz.config import Budget, Limit
+from lockgate.authz.limits import LimitState, Refusal, admit, limit_key, release
+from lockgate.authz.limits import scope_value as limit_scope
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
 
@@ -95,3 +103,153 @@ class BudgetLedger:
 
 def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[[Counter], Counter | None]:
     return lambda counter: reserve(counter, budget, key, intent_id, cost)
+
+
+_limit_state = msgspec.json.Decoder(LimitState)
+#: Compare-and-set attempts on a limit counter before the candidate is tried again later.
+LIMIT_CAS_TRIES = 32
+#: An in-flight cap seen full this recently refuses without a round trip.
+FULL_FOR_S = 0.1
+#: Limit keys a process keeps a lock and a last-seen state for.
+KEYS_KEPT = 10_000
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What intake's limits made of a candidate: the holds it took, or the refusal."""
+
+    holds: tuple[str, ...] = ()
+    refused: Refusal | None = None
+
+
+class LimitLedger:
+    """Intake's flood limits in ``LG_BUDGETS``, changed only by compare-and-set.
+
+    One key per limit and scope. Round trips: a get and an update per limit and
+    candidate admitted (a third and fourth when another writer, a replica or policy
+    releasing a hold, got in between); none for a candidate over a rate: a rate's
+    ``tat`` only ever grows, so a refusal computed from the last state this process saw
+    is the refusal the bucket's state would give. Within one process the updates of a
+    key are serialized, so a process never races itself; replicas race only each other.
+    """
+
+    def __init__(self, kv: KeyValue, clock_s: Callable[[], float] = time.time) -> None:
+        self._kv = kv
+        self._clock_s = clock_s
+        # Both bounded: a run has a key of its own, and runs keep coming.
+        self._locks: dict[str, asyncio.Lock] = {}
+        #: The last state seen of each key, and when (only ever used to refuse).
+        self._seen: OrderedDict[str, tuple[LimitState, float]] = OrderedDict()
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            if len(self._locks) >= KEYS_KEPT:
+                # Forget idle locks; one in use stays (a waiter holds its own reference).
+                for idle in [k for k, held in self._locks.items() if not held.locked()]:
+                    del self._locks[idle]
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _saw(self, key: str, state: LimitState) -> None:
+        self._seen[key] = (state, time.monotonic())
+        self._seen.move_to_end(key)
+        if len(self._seen) > KEYS_KEPT:
+            self._seen.popitem(last=False)
+
+    async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
+        async with self._lock(key):
+            for attempt in range(LIMIT_CAS_TRIES):
+                if attempt:
+                    # Replicas that keep meeting on a hot key (a tenant's) take turns.
+                    await asyncio.sleep(random.uniform(0, 0.001 * attempt))
+                try:
+                    entry = await self._kv.get(key)
+                    current, revision = _limit_state.decode(entry.value or b"{}"), entry.revision
+                except KeyNotFoundError:
+                    current, revision = LimitState(), None
+                self._saw(key, current)
+                changed = change(current)
+                if isinstance(changed, Refusal):
+                    return changed
+                if changed == current:
+                    return None
+                value = msgspec.json.encode(changed)
+                try:
+                    if revision is None:
+                        await self._kv.create(key, value)
+                    else:
+                        await self._kv.update(key, value, last=revision)
+                    self._saw(key, changed)
+                    return None
+                except KeyWrongLastSequenceError:
+                    continue
+        raise BudgetContention(f"limit counter {key} kept changing", code="budget.contention")
+
+    async def admit(
+        self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
+    ) -> Admission:
+        """Admit a candidate under every limit, or under none: the holds taken, or the refusal."""
+        now_s = self._clock_s()
+        early = self.over_rate(limits, tenant=tenant, actor=actor, run_id=run_id, intent_id=intent_id)
+        if early is not None:
+            return Admission((), early)  # over the rate: refused without a round trip
+        held: list[str] = []
+        for limit in limits:
+            key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
+            refused = await self._change(key, _admitting(limit, intent_id, now_s))
+            if refused is not None:
+                await self.release(held, intent_id)
+                return Admission((), refused)
+            if limit.max_in_flight is not None:
+                held.append(key)
+        return Admission(tuple(held))
+
+    def over_rate(
+        self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
+    ) -> Refusal | None:
+        """The refusal the last state this process saw gives, without asking the bucket.
+
+        For a rate, exact: the bucket's ``tat`` is at least the one last seen, so what
+        this refuses the bucket refuses too. For an in-flight cap, only a state seen full
+        less than ``FULL_FOR_S`` ago refuses: a hold released in that moment may be
+        refused once, and the cap is never exceeded. ``None`` says nothing (ask the bucket).
+        """
+        now_s = self._clock_s()
+        now = time.monotonic()
+        for limit in limits:
+            key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
+            if key not in self._seen:
+                continue
+            seen, seen_at = self._seen[key]
+            if intent_id in seen.holds:
+                continue
+            if limit.per_s is not None:
+                early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
+                if isinstance(early, Refusal):
+                    return early
+            if (limit.max_in_flight is not None and now - seen_at < FULL_FOR_S
+                    and sum(1 for t in seen.holds.values() if now_s - t < limit.hold_ttl_s)
+                    >= limit.max_in_flight):
+                return Refusal(limit, "rate.in-flight", limit.retry_after_s)
+        return None
+
+    async def release(self, keys: Sequence[str], intent_id: str) -> None:
+        """Release this intent's holds (it ended, or was not admitted after all)."""
+        for key in keys:
+            await self._change(key, lambda s: release(s, intent_id))
+
+    def keys(self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str) -> list[str]:
+        """The in-flight keys a candidate of this scope would hold."""
+        return [limit_key(lim, limit_scope(lim, tenant=tenant, actor=actor, run_id=run_id))
+                for lim in limits if lim.max_in_flight is not None]
+
+
+def _admitting(limit: Limit, intent_id: str, now_s: float) -> Callable[[LimitState], LimitState | Refusal]:
+    return lambda state: admit(state, limit, intent_id, now_s)
+
+
+@functools.lru_cache(maxsize=256)
+def _rate_only(limit: Limit) -> Limit:
+    """``limit`` without its in-flight cap (what a last-seen state can judge alone)."""
+    return limit.model_copy(update={"max_in_flight": None}) if limit.max_in_flight is not None else limit

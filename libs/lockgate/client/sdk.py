@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 import msgspec
 import nats
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     Candidate,
     DecideReview,
@@ -35,12 +37,23 @@ from lockgate.contracts.messages import (
     Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
-from lockgate.core import subjects
+from lockgate.contracts.subjects import (
+    propose_subject,
+    response_subject,
+    run_open_subject,
+    turn_subject,
+)
 from lockgate.core.errors import LockgateError
-from lockgate.core.ids import intent_id_for, is_subject_token, random_id
+from lockgate.core.ids import (
+    candidate_digest,
+    intent_id_for,
+    is_subject_token,
+    random_id,
+    reused_call_id_intent,
+)
 from lockgate.runtime.deployment import Credentials, CredentialsError, load_credentials
 from lockgate.runtime.roles import JS_API
-from lockgate.runtime.topology import RESPONSES
+from lockgate.runtime.topology import MAX_CANDIDATE_MESSAGE_BYTES, RESPONSES
 
 T = TypeVar("T")
 
@@ -69,7 +82,19 @@ class OutcomeSettled(Refused):
 
 
 class CandidateTooLarge(ClientError):
-    """The candidate is larger than the broker accepts in one message."""
+    """The candidate is larger than Lockgate accepts in one message (code ``candidate.too-large``)."""
+
+
+class InvalidCandidate(ClientError):
+    """The candidate cannot be sent as JSON text at all (code ``candidate.malformed``).
+
+    A Python string holding a lone surrogate, say, or a provider item nested deeper than
+    any encoder goes: nothing was published.
+    """
+
+
+#: JetStream's "message size exceeds maximum allowed" (the stream's ``max_msg_size``).
+_JS_MESSAGE_TOO_LARGE = 10054
 
 
 class ResponseTimeout(ClientError):
@@ -79,6 +104,14 @@ class ResponseTimeout(ClientError):
 
 
 _response = msgspec.json.Decoder(ModelResponse)
+
+
+def _answers(response: ModelResponse, digest: str) -> bool:
+    """True when ``response`` answers the candidate whose bytes have ``digest``.
+
+    Responses recorded before candidates were digested carry none: they answer the call id.
+    """
+    return response.candidate_digest is None or response.candidate_digest == digest
 
 
 async def _ask(nc: Client, subject: str, body: object, timeout_s: float) -> bytes:
@@ -113,11 +146,14 @@ class Turn:
     ) -> ModelResponse:
         """Propose one tool call exactly as the model emitted it; return what the model sees.
 
-        Proposing the same ``call_id`` again is safe: it is one intent, and the
-        response is the one already given.
+        Proposing the same ``call_id`` again with the same bytes is safe: it is one
+        intent, and the response is the one already given. Other bytes under a call id
+        already used are refused (``rejected``/``proposal.invalid``, recorded as
+        ``proposal.call-id-reused``); the earlier call's response is never returned for them.
 
         Raises:
-            CandidateTooLarge: the candidate does not fit in one broker message.
+            CandidateTooLarge: the candidate is larger than Lockgate accepts in one message.
+            InvalidCandidate: the candidate cannot be encoded as JSON (nothing was sent).
             ResponseTimeout: no response within ``timeout_s``.
         """
         return await self.run.gateway._propose(self, tool, arguments, call_id or random_id(),
@@ -136,7 +172,7 @@ class Run:
     async def open_turn(self, turn_id: str | None = None) -> Turn:
         """Open a turn and get the catalogue the model may use in it."""
         opened = await _request(
-            self.gateway.nc, subjects.turn(self.tenant, self.id), OpenTurn(turn_id=turn_id),
+            self.gateway.nc, turn_subject(self.tenant, self.id), OpenTurn(turn_id=turn_id),
             TurnOpened, self.gateway.timeout_s,
         )
         return Turn(self, opened.turn_id, opened.catalogue_digest, opened.tools)
@@ -213,7 +249,7 @@ class Gateway:
         if not is_subject_token(tenant):
             raise Refused("run.malformed", "tenants must be [A-Za-z0-9_-]{1,64}")
         opened = await _request(
-            self.host_nc or self.nc, subjects.run_open(tenant),
+            self.host_nc or self.nc, run_open_subject(tenant),
             OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
                     delegation=delegation, stage=stage, run_id=run_id, roles=tuple(roles)),
             RunOpened, self.timeout_s,
@@ -293,7 +329,7 @@ class Gateway:
         """The stored response: only intake writes the responses stream, so this is authoritative."""
         try:
             msg = await self._js.get_last_msg(
-                RESPONSES, subjects.response(tenant, run_id, candidate_id), direct=True)
+                RESPONSES, response_subject(tenant, run_id, candidate_id), direct=True)
         except NotFoundError:
             return None
         try:
@@ -309,53 +345,101 @@ class Gateway:
         run = turn.run
         if not is_subject_token(call_id):
             raise Refused("candidate.malformed", "call ids must be [A-Za-z0-9_-]{1,64}")
-        candidate_id = intent_id_for(run.tenant, run.id, call_id)
-        body = msgspec.json.encode(
-            Candidate(run_id=run.id, turn_id=turn.id, call_id=call_id, tool=tool,
-                      arguments=arguments, provider_item=provider_item)
-        )
-        if len(body) > self.nc.max_payload:
-            raise CandidateTooLarge(
-                f"{len(body)} bytes exceed the broker's {self.nc.max_payload}",
-                code="candidate.too-large",
+        try:
+            body = msgspec.json.encode(
+                Candidate(run_id=run.id, turn_id=turn.id, call_id=call_id, tool=tool,
+                          arguments=arguments, provider_item=provider_item)
             )
-        # A message on the response subject is only a wake-up: anybody at the edge can
-        # have a reply delivered there, so what the model sees is read from the stream.
-        sub = await self.nc.subscribe(subjects.response(run.tenant, run.id, candidate_id))
+        except (UnicodeEncodeError, RecursionError, msgspec.EncodeError, TypeError) as exc:
+            raise InvalidCandidate(f"the candidate cannot be encoded: {exc}",
+                                   code="candidate.malformed") from exc
+        limit = min(self.nc.max_payload, MAX_CANDIDATE_MESSAGE_BYTES)
+        if len(body) > limit:
+            raise CandidateTooLarge(f"{len(body)} bytes exceed the {limit} a candidate may have",
+                                    code="candidate.too-large")
+        digest = candidate_digest(body)
+        own = intent_id_for(run.tenant, run.id, call_id)
+        reuse = reused_call_id_intent(run.tenant, run.id, call_id, digest)
+        # A message on either response subject is only a wake-up: anybody at the edge can
+        # have a reply delivered there, so what the model sees is read from the stream,
+        # which only intake writes.
+        woken = asyncio.Event()
+
+        async def wake(msg: Msg) -> None:
+            woken.set()
+
+        subs = [await self.nc.subscribe(response_subject(run.tenant, run.id, own), cb=wake),
+                await self.nc.subscribe(response_subject(run.tenant, run.id, reuse), cb=wake)]
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
-            await self._publish_candidate(
-                subjects.propose(run.tenant, run.id), body, f"{run.id}.{call_id}", deadline
-            )
-            # A repeated call id was deduplicated: its response may already exist. And a
-            # response published while this connection was reconnecting is only in the
-            # stream, so the stream is asked again every second while waiting.
+            # The message id names the bytes: a repeat of the same call is deduplicated by
+            # the stream, a call id reused with other bytes reaches intake to be refused.
+            repeated = await self._publish_candidate(propose_subject(run.tenant, run.id), body,
+                                                     f"{run.id}.{call_id}.{digest[7:23]}", deadline)
+            # The call id's own intent answers this call only if it recorded these bytes;
+            # otherwise the refusal comes on the reused call's intent.
+            other_bytes = False
+            ask_stream = repeated
             while True:
+                # A repeated call was deduplicated: its response may already exist. And a
+                # response published while this connection was reconnecting (or a repeat
+                # after the stream's duplicate window, which intake answers with nothing new)
+                # is only in the stream, so the stream is asked every second while waiting.
+                # A new call's answer is on its way to the subscriptions: no need to ask.
                 try:
-                    earlier = await self._latest(run.tenant, run.id, candidate_id)
+                    if ask_stream and not other_bytes:
+                        earlier = await self._latest(run.tenant, run.id, own)
+                        if earlier is not None and _answers(earlier, digest):
+                            return earlier
+                        other_bytes = earlier is not None
+                    if ask_stream and other_bytes:
+                        refusal = await self._latest(run.tenant, run.id, reuse)
+                        if refusal is not None:
+                            return refusal
                 except (NatsError, TimeoutError):
-                    earlier = None  # the connection is reconnecting; keep waiting
-                if earlier is not None:
-                    return earlier
+                    pass  # the connection is reconnecting; keep waiting
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise ResponseTimeout(
                         f"no response to {call_id} within {timeout_s}s", code="response.timeout"
                     )
-                with contextlib.suppress(NatsTimeout):
-                    await sub.next_msg(timeout=min(remaining, 1.0))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), min(remaining, 1.0))
+                woken.clear()
+                ask_stream = True
         finally:
-            await sub.unsubscribe()
+            for sub in subs:
+                await sub.unsubscribe()
 
-    async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> None:
-        """Publish until the stream acknowledges; safe to repeat, the stream deduplicates by id."""
+    async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> bool:
+        """Publish until the stream acknowledges; True when it already held these bytes.
+
+        Safe to repeat: the stream deduplicates by id (and says so in its ack).
+
+        A JetStream refusal with status 400 is permanent (the same bytes will be refused
+        again), so it ends at once instead of being retried until the deadline.
+
+        Raises:
+            CandidateTooLarge: the stream refused the message as too large.
+            ClientError: the stream refused it otherwise, or did not answer in time.
+        """
         loop = asyncio.get_running_loop()
         while True:
             try:
-                await self._js.publish(subject, body, headers={"Nats-Msg-Id": msg_id},
-                                       timeout=self.timeout_s)
-                return
+                ack = await self._js.publish(subject, body, headers={"Nats-Msg-Id": msg_id},
+                                             timeout=self.timeout_s)
+                return bool(ack.duplicate)
+            except APIError as exc:
+                if exc.err_code == _JS_MESSAGE_TOO_LARGE:
+                    raise CandidateTooLarge(f"the stream refused {len(body)} bytes: {exc.description}",
+                                            code="candidate.too-large") from exc
+                if exc.code == 400:
+                    raise ClientError(f"candidate refused by the stream: {exc.description}",
+                                      code="candidate.refused") from exc
+                if loop.time() + 0.5 > deadline:
+                    raise ClientError(f"candidate not accepted: {exc!r}", code="lockgate.unavailable") from exc
+                await asyncio.sleep(0.5)
             except (NatsError, TimeoutError) as exc:
                 if loop.time() + 0.5 > deadline:
                     raise ClientError(f"candidate not accepted: {exc!r}", code="lockgate.unavailable") from exc

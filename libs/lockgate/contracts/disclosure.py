@@ -19,9 +19,15 @@ from lockgate.intent.aggregate import EffectIntent, State
 INVALID = Disclosure("rejected", "proposal.invalid")
 UNAVAILABLE = Disclosure("unavailable", "operation.unavailable")
 
+#: Intake's flood limits: too many candidates too fast, or too many still in flight.
+#: The model may try again after the response's ``retry_after_s``.
+RATE_LIMITED = Disclosure("denied", "rate.limited", persistent=False, alternatives=("wait", "stop"))
+
 #: Denials every capability discloses the same way: about the run or its budgets, not
 #: about any resource, so they can be said plainly and the model can act on them.
 GENERIC: dict[str, Disclosure] = {
+    "rate.limited": RATE_LIMITED,
+    "rate.in-flight": RATE_LIMITED,
     "run.progress-stalled": Disclosure("denied", "run.progress-stalled", persistent=True,
                                        alternatives=("stop",)),
     "policy.pause-expired": Disclosure("unavailable", "operation.unavailable", persistent=False,
@@ -113,4 +119,6 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
         alternatives=d.alternatives or None,
         result=result,
         result_label=RESULT_LABEL if result is not None else None,
+        retry_after_s=intent.retry_after_s if d is RATE_LIMITED else None,
+        candidate_digest=intent.candidate_digest or None,
     )

@@ -11,16 +11,23 @@ from __future__ import annotations
 REASONS: dict[str, str] = {
     # intake: the candidate's shape
     "candidate.malformed": "the candidate message itself could not be read",
+    "candidate.unprocessable": "a message about the intent kept failing and was given up (cause kept)",
+    "proposal.call-id-reused": "the call id was already used in the run with other bytes",
     "run.unknown": "no run with this id was opened by the trusted host",
     "turn.unknown": "no turn with this id was opened in the run",
+    "tool.name-invalid": "the tool name is not a capability name (lower-case dotted words)",
     "tool.unknown": "the tool was not offered in the turn",
     "tool.changed-since-turn": "the capability's contract changed after the turn was offered",
     "tool.arguments.too-large": "the raw arguments exceed the capability's size limit",
     "tool.arguments.malformed": "the raw arguments are not one JSON object",
+    "tool.arguments.too-deep": "the raw arguments nest deeper than intake reads",
     "tool.arguments.duplicate": "a key appears twice in the raw arguments",
     "tool.arguments.missing-required": "a required argument is missing",
     "tool.arguments.unexpected": "an argument the model does not control was supplied",
     "tool.arguments.invalid": "an argument has the wrong type or form",
+    # intake: flood limits (bundle.yaml ``limits``), applied before anything expensive
+    "rate.limited": "the actor, run or tenant proposed faster than its limit allows",
+    "rate.in-flight": "the actor, run or tenant has as many candidates in flight as its limit allows",
     # normalization (adapter-specific codes follow the argument.<field>.<problem> shape)
     "argument.note.empty": "the note is empty after trimming",
     "argument.note.too-long": "the note exceeds 500 UTF-8 bytes",
@@ -113,6 +120,7 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("withdrawn", "proposal.withdrawn"),
         ("denied", "run.progress-stalled"),
         ("denied", "budget.exhausted"),
+        ("denied", "rate.limited"),
         ("withdrawn", "operation.interrupted"),
         ("interruption_requested", "operation.interruption-requested"),
         ("withdrawal_requested", "operation.withdrawal-requested"),

@@ -10,6 +10,8 @@ from nats.js.kv import KeyValue
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Describe
+from lockgate.contracts.subjects import capability_key
+from lockgate.core.ids import is_capability_name
 
 
 class CapabilityRegistry:
@@ -21,13 +23,18 @@ class CapabilityRegistry:
         self._cache: dict[str, tuple[float, Describe | None]] = {}
 
     async def registration(self, capability: str) -> Describe | None:
-        """The adapter's registration of ``capability``: contract and last heartbeat."""
+        """The adapter's registration of ``capability``: contract and last heartbeat.
+
+        A name outside the capability grammar is never registered and never looked up.
+        """
+        if not is_capability_name(capability):
+            return None
         now = time.monotonic()
         cached = self._cache.get(capability)
         if cached and now - cached[0] < self._ttl_s:
             return cached[1]
         try:
-            entry = await self._kv.get(capability)
+            entry = await self._kv.get(capability_key(capability))
             described: Describe | None = msgspec.json.decode(entry.value or b"", type=Describe)
         except (KeyNotFoundError, msgspec.ValidationError, msgspec.DecodeError):
             described = None

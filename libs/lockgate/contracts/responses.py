@@ -25,6 +25,11 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """For a denial: safe next steps the model may take instead."""
     result: dict[str, Any] | None = None
     result_label: str | None = None
+    retry_after_s: float | None = None
+    """For a denial that passes (a rate limit): seconds after which trying again may succeed."""
+    candidate_digest: str | None = None
+    """Digest of the candidate bytes this answers (``lockgate.core.ids.candidate_digest``):
+    a runtime that reused a call id with other bytes can tell this answer is not its own."""
 
 
 STATUSES = (

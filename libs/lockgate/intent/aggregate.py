@@ -51,6 +51,9 @@ _TERMINAL = frozenset(
         State.WITHDRAWN, State.INTERRUPTED,
     }
 )
+#: States in which an order may already be out: an attempt was authorized and not
+#: settled. Giving up on such an intent is a question for an operator, never "failed".
+MAY_HAVE_BEEN_SENT = frozenset({State.AUTHORIZED, State.SENT, State.UNKNOWN})
 
 
 class Event(Aggregate.Event):
@@ -147,7 +150,12 @@ class EffectIntent(Aggregate):
     # -- events ---------------------------------------------------------------------
 
     class CandidateReceived(Event, Aggregate.Created):
-        """Intake accepted the candidate's shape: a known tool, offered in its turn."""
+        """Intake accepted the candidate's shape: a known tool, offered in its turn.
+
+        ``candidate_digest`` is the digest of the whole candidate message, the bytes
+        that "the same call" is judged by; ``holds`` the in-flight keys intake took for
+        it (released from the record when the intent ends, whatever the bundle says then).
+        """
 
         tenant: str
         run_id: str
@@ -160,9 +168,16 @@ class EffectIntent(Aggregate):
         raw_size_bytes: int
         catalogue_digest: str
         contract_revision: str
+        # Added later, with defaults: events stored before them read as "unknown, none".
+        candidate_digest: str = ""
+        holds: tuple[str, ...] = ()
 
     class CandidateRejected(Event, Aggregate.Created):
-        """Intake refused the candidate before any interpretation."""
+        """Intake refused the candidate before any interpretation.
+
+        ``retry_after_s`` is set for a refusal that passes (a rate limit): the model is
+        told it may try again after that long.
+        """
 
         tenant: str
         run_id: str
@@ -176,6 +191,9 @@ class EffectIntent(Aggregate):
         reason: str
         field: str | None
         detail: str
+        # Added later, with defaults: events stored before them read as "unknown, none".
+        candidate_digest: str = ""
+        retry_after_s: float | None = None
 
     class CandidateNormalized(Event):
         """The exact consequence: canonical arguments, resource, and their digest."""
@@ -542,6 +560,33 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.refused_reports.add((self.attempt_id, self.stage, self.reason))
 
+    class ProcessingAbandoned(Event):
+        """A consumer gave up on a message about this intent after bounded failures.
+
+        ``durable`` names the consumer, ``trigger`` the message (an event id, or the
+        stream sequence), ``cause`` the last error (for operators, never shown to a
+        model), ``deliveries`` how often it was delivered. Before any order could be out
+        the intent ends refused (``candidate.unprocessable``); once one may be out, an
+        operator decides (``needs_operator``), since the effect may have happened. A
+        settled intent keeps its state: the event only says what was given up.
+        """
+
+        neutral: ClassVar[bool] = True  # it may follow a terminal state, and then changes nothing
+        durable: str
+        trigger: str
+        cause: str
+        deliveries: int
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.abandoned.append(f"{self.durable}:{self.trigger}")
+            if agg.state.terminal or agg.state is State.NEEDS_OPERATOR:
+                return
+            if agg.state in MAY_HAVE_BEEN_SENT:
+                agg.state = State.NEEDS_OPERATOR
+                return
+            agg.state = State.REFUSED
+            agg.reason = "candidate.unprocessable"
+
     # -- state ----------------------------------------------------------------------
 
     def __init__(
@@ -561,6 +606,9 @@ class EffectIntent(Aggregate):
         reason: str | None = None,
         field: str | None = None,
         detail: str = "",
+        candidate_digest: str = "",
+        holds: tuple[str, ...] = (),
+        retry_after_s: float | None = None,
     ) -> None:
         self.tenant = tenant
         self.run_id = run_id
@@ -603,6 +651,12 @@ class EffectIntent(Aggregate):
         self.refused_approvals: dict[str, str] = {}
         #: Events stored after the intent became terminal, which changed nothing.
         self.ignored: list[str] = []
+        self.candidate_digest = candidate_digest
+        #: In-flight keys intake holds for this intent (``LG_BUDGETS``).
+        self.intake_holds: list[str] = list(holds)
+        self.retry_after_s = retry_after_s
+        #: ``durable:trigger`` of every message a consumer gave up on.
+        self.abandoned: list[str] = []
 
     @property
     def intent_id(self) -> str:

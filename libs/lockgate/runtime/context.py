@@ -17,6 +17,7 @@ from nats.js.kv import KeyValue
 from lockgate.adapters.client import AdapterClient
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.runtime.settings import Settings
@@ -73,10 +74,7 @@ class Ports:
 #: Runs kept in memory per process.
 _RUNS_CACHED = 4096
 
-
-def run_key(tenant: str, run_id: str) -> str:
-    """Key of a run in the runs bucket."""
-    return f"{tenant}.{run_id}"
+__all__ = ["Ports", "Service", "connect_ports", "ports_for", "run_key"]
 
 
 H = TypeVar("H")
@@ -117,8 +115,7 @@ class Service(Generic[H]):
     def __init__(self, build: Callable[[Ports], H]) -> None:
         self._build = build
         self._handlers: H | None = None
-        #: The ports, once connected (``None`` before).
-        self.ports: Ports | None = None
+        self._ports: Ports | None = None
 
     @property
     def handlers(self) -> H:
@@ -131,7 +128,23 @@ class Service(Generic[H]):
             raise RuntimeError("service used before it connected")
         return self._handlers
 
+    @property
+    def connected(self) -> Ports | None:
+        """The ports, or ``None`` while the service has not connected yet."""
+        return self._ports
+
+    @property
+    def ports(self) -> Ports:
+        """The ports the handlers were built with.
+
+        Raises:
+            RuntimeError: used before the service connected.
+        """
+        if self._ports is None:
+            raise RuntimeError("service used before it connected")
+        return self._ports
+
     async def start(self, broker: NatsBroker, settings: Settings) -> None:
         """Connect and build the handlers."""
-        self.ports = await connect_ports(broker, settings)
-        self._handlers = self._build(self.ports)
+        self._ports = await connect_ports(broker, settings)
+        self._handlers = self._build(self._ports)

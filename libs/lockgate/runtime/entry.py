@@ -1,4 +1,4 @@
-"""Run one service process: logging, signals, the FastStream app from its factory."""
+"""Run one service process: logging, signals, the FastStream app from its factory, a watchdog."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import logging
 from collections.abc import Callable
 
 from faststream import FastStream
+from faststream.nats import NatsBroker
 
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.watchdog import Watchdog
 
 
 def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None:
@@ -20,6 +22,7 @@ def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None
         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
     )
     app = create_app(settings)
+    guard(app)
     if settings.profile_dir is None:
         asyncio.run(app.run())
         return
@@ -32,3 +35,35 @@ def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None
         profiler.disable()
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
         profiler.dump_stats(settings.profile_dir / f"{name}.prof")
+
+
+def guard(app: FastStream) -> Watchdog:
+    """Exit the process when the app's broker connection closes for good or its loop stalls.
+
+    Only for a process of its own (the supervisor restarts it): the watchdog ends the
+    whole process, so apps run inside another program (tests) are not guarded.
+
+    Raises:
+        TypeError: the app's broker is not a NATS broker.
+    """
+    broker = app.broker
+    if not isinstance(broker, NatsBroker):
+        raise TypeError(f"not a NATS broker: {broker!r}")
+
+    def closed() -> bool:
+        try:
+            return bool(broker.connection.is_closed)
+        except Exception:  # noqa: BLE001 - no connection yet, or FastStream let go of it
+            return False
+
+    watchdog = Watchdog(closed)
+
+    @app.after_startup
+    async def watch() -> None:
+        watchdog.start(asyncio.get_running_loop())
+
+    @app.on_shutdown
+    async def unwatch() -> None:
+        watchdog.stop()
+
+    return watchdog

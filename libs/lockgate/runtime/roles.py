@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lockgate.core import subjects
+from lockgate.contracts import subjects
 from lockgate.runtime.topology import (
     BUDGETS_BUCKET,
     CAPABILITIES_BUCKET,
@@ -265,13 +265,13 @@ def _edge(
 def host_role(tenants: Sequence[str] | None = None) -> Role:
     """The trusted host: opens runs (for ``tenants``, or for every tenant)."""
     return _edge(
-        "host", (subjects.run_open(t) if t != "*" else subjects.RUN_OPEN_ALL
+        "host", (subjects.run_open_subject(t) if t != "*" else subjects.RUN_OPEN_ALL
                  for t in _scopes(tenants)),
         [_service(subjects.RUN_OPEN_ALL)], tenants=tenants,
     )
 
 
-_RESPONSES_GET = _js(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSE_ALL}")
+_RESPONSES_GET = _js(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSES_ALL}")
 
 
 def agent_role(tenant: str) -> Role:
@@ -284,10 +284,10 @@ def agent_role(tenant: str) -> Role:
             f"lg.turn.{t}.*",
             f"lg.propose.{t}.*",
             f"lg.withdraw.{t}.*.*.{name}",
-            _RESPONSES_GET.local.replace(subjects.RESPONSE_ALL, subjects.responses_of(t)),
+            _RESPONSES_GET.local.replace(subjects.RESPONSES_ALL, subjects.responses_of(t)),
         ),
         [_service(subjects.TURN_ALL), _service(subjects.PROPOSE_ALL),
-         _service(subjects.WITHDRAW_ALL), _RESPONSES_GET, _stream(subjects.RESPONSE_ALL)],
+         _service(subjects.WITHDRAW_ALL), _RESPONSES_GET, _stream(subjects.RESPONSES_ALL)],
         subscribe=(subjects.responses_of(t),), principal=name, tenants=(t,),
     )
 
@@ -345,9 +345,10 @@ SERVICES: dict[str, _ServiceRow] = {
         durables=("intake", "intake-responses"),
         appends=("CandidateReceived", "CandidateRejected"),
         answers=(subjects.RUN_OPEN_ALL, subjects.TURN_ALL),
-        reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET),
+        # LG_BUDGETS: the flood limits (rates, in-flight caps) intake admits by.
+        reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
         lists=(CAPABILITIES_BUCKET,),
-        writes=(RUNS_BUCKET, CATALOGUES_BUCKET),
+        writes=(RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
         asks=("describe",),
         publishes=("lg.response.>",),
     ),
@@ -430,7 +431,8 @@ def service_role(name: str) -> Role:
     for durable in row.durables:
         publish += js_durable(durable)
     publish.append(EVENT_LOAD)
-    publish += event_append(*row.appends)
+    # Every consumer may give a message up on the record (lockgate.runtime.service).
+    publish += event_append(*row.appends, "ProcessingAbandoned")
     for bucket in _OPENED_BY_EVERY_SERVICE:
         publish += kv_read(bucket) if bucket in row.reads else kv_open(bucket)
     for bucket in row.lists:

@@ -1,35 +1,68 @@
 """What every service shares: binding to durables, settling messages, load → decide → append.
 
 An entrypoint only decodes, calls its handler and maps the outcome onto JetStream:
-success → ack; a retryable error → nak with a delay; anything else → nak with a longer
-delay and a logged traceback. A swallowed exception would be a lost message, so the
-only message ever terminated is one that can never be handled: a stored event this
-code cannot read (it is logged with its subject and counted as ``poison``).
+success → ack; ``Retry`` (a timer) → nak with its delay; an error → nak with a backoff
+and a logged traceback, until the message has failed too often, or for too long: then
+it is given up *on the record* and acknowledged (DESIGN, invariant 7). The rule is the
+same for every consumer and lives here (``Bounds``, ``settle``):
+
+- only failures count, never deliveries a handler asked for (timers);
+- a transient failure (the event store, an adapter, the broker not answering) may go
+  on for ``transient_for_s``; any other failure counts toward ``permanent_failures``;
+- on a consumer without timers, ``deliveries`` bounds everything else (a handler that
+  takes its process down with it is never seen failing);
+- giving up records what the consumer's stream calls for (``abandon_event`` for events,
+  ``abandon_report`` for adapters' reports, intake's own refusal for candidates). Only
+  if even that cannot be recorded is the message terminated, and said so loudly.
+
+A swallowed exception would be a lost message, so the only other message terminated is
+one that can never be handled: a stored event this code cannot read (logged with its
+subject and counted as ``poison``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import logging
 import os
 import socket
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import msgspec
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
+from nats.errors import (
+    ConnectionClosedError,
+    ConnectionDrainingError,
+    ConnectionReconnectingError,
+    NoRespondersError,
+    NoServersError,
+    OutboundBufferLimitError,
+    StaleConnectionError,
+)
 from nats.errors import Error as NatsError
+from nats.js.errors import APIError, KeyWrongLastSequenceError, NoStreamResponseError
 from prometheus_client import Counter, Histogram, start_http_server
 
-from lockgate.contracts.messages import Refusal
+from lockgate.contracts.messages import AttemptReport, Refusal
 from lockgate.core.errors import LockgateError
-from lockgate.eventstore.base import ConcurrencyConflict, EventStore, RecordedEvent
+from lockgate.core.ids import derived_id, is_subject_token
+from lockgate.core.text import safe_text
+from lockgate.eventstore.base import (
+    AggregateHistory,
+    ConcurrencyConflict,
+    EventStore,
+    RecordedEvent,
+)
 from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Event
@@ -37,7 +70,7 @@ from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, 
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
-from lockgate.runtime.topology import consumer_config, durable
+from lockgate.runtime.topology import EVENTS, REPORTS, consumer_config, durable
 
 Clock = Callable[[], datetime]
 
@@ -83,16 +116,128 @@ HANDLING = Histogram(
 )
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """When a consumer stops trying a message and records that it gave up."""
+
+    permanent_failures: int = 5
+    """Failures that are not transient, in a row, before giving up (about 6 s of backoff)."""
+    transient_for_s: float = 600.0
+    """How long transient failures (store, adapter or broker unavailable) may go on:
+    generous, so that a broker restart or a redeploy never gives anything up."""
+    deliveries: int | None = 100
+    """Deliveries of any kind before giving up; ``None`` for consumers with timers."""
+
+
+#: The rule for consumers without timers, and for those with (deliveries do not count).
+BOUNDS = Bounds()
+TIMER_BOUNDS = Bounds(deliveries=None)
+
+
+@dataclass(frozen=True)
+class Abandonment:
+    """Why a consumer gave up a message: for the record, for operators."""
+
+    durable: str
+    cause: str
+    deliveries: int
+
+
+Abandon = Callable[[NatsMessage, Abandonment], Awaitable[None]]
+
+
+class Failures:
+    """Failures of the messages one consumer is working on, in this process.
+
+    Bounded: the oldest entries go first. Kept per process on purpose: the count is a
+    bound, not a record (each replica gives up after its own ``permanent_failures``), and
+    it costs nothing on the path of messages that succeed.
+    """
+
+    def __init__(self, capacity: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self._capacity = capacity
+        self._clock = clock
+        self._seen: OrderedDict[int, tuple[int, float]] = OrderedDict()
+
+    def failed(self, key: int, *, transient: bool) -> tuple[int, float]:
+        """Count one failure; return (permanent failures so far, seconds since the first)."""
+        permanent, since = self._seen.pop(key, (0, self._clock()))
+        permanent = 0 if transient else permanent + 1
+        self._seen[key] = (permanent, since)
+        if len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+        return permanent, self._clock() - since
+
+    def forget(self, key: int) -> None:
+        """The message was settled."""
+        self._seen.pop(key, None)
+
+
+_TRANSIENT = (
+    TimeoutError,  # nats.errors.TimeoutError is an asyncio.TimeoutError too
+    NoRespondersError, ConnectionClosedError, ConnectionReconnectingError, ConnectionDrainingError,
+    StaleConnectionError, OutboundBufferLimitError, NoServersError, NoStreamResponseError,
+    KeyWrongLastSequenceError,  # a compare-and-set that lost a race: try again
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for an error that says "not now" rather than "never"."""
+    if isinstance(exc, LockgateError):
+        return exc.retryable
+    if isinstance(exc, _TRANSIENT):
+        return True
+    if isinstance(exc, APIError):
+        return exc.code is not None and exc.code >= 500  # the server's trouble, not ours
+    return isinstance(exc, (ConnectionError, OSError)) and not isinstance(exc, NatsError)
+
+
+def give_up_now(bounds: Bounds, *, permanent: int, failing_for_s: float) -> str | None:
+    """Why to give a failing message up now, or ``None`` to try again."""
+    if permanent >= bounds.permanent_failures:
+        return f"failed {permanent} times"
+    if failing_for_s >= bounds.transient_for_s:
+        return f"failing for {failing_for_s:.0f}s"
+    return None
+
+
+@dataclass
+class Guard:
+    """One consumer's side of the rule: its bounds, its failures, what giving up records."""
+
+    durable: str
+    bounds: Bounds
+    abandon: Abandon
+    failures: Failures
+
+
 async def settle(
-    msg: NatsMessage, work: Awaitable[None], log: logging.Logger, durable: str = ""
+    msg: NatsMessage, work: Awaitable[None], log: logging.Logger, durable: str = "",
+    guard: Guard | None = None,
 ) -> None:
-    """Run ``work`` and acknowledge ``msg`` according to how it ended."""
+    """Run ``work`` and acknowledge ``msg`` according to how it ended.
+
+    Without a ``guard`` nothing is ever given up (tests of the mapping alone).
+    """
     with HANDLING.labels(durable).time():
-        outcome = await _settle(msg, work, log)
+        outcome = await _settle(msg, work, log, guard)
     MESSAGES.labels(durable, outcome).inc()
 
 
-async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) -> str:
+def _sequence(msg: NatsMessage) -> int:
+    try:
+        return int(msg.raw_message.metadata.sequence.stream)
+    except (AttributeError, ValueError):
+        return 0
+
+
+async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger,
+                  guard: Guard | None) -> str:
+    n = deliveries(msg)
+    if guard is not None and guard.bounds.deliveries is not None and n > guard.bounds.deliveries:
+        if inspect.iscoroutine(work):
+            work.close()
+        return await _give_up(msg, guard, log, f"delivered {n} times without being settled", n)
     try:
         await work
     except (EventDecodeError, NotAnEventSubject) as exc:
@@ -102,17 +247,27 @@ async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger) 
     except Retry as exc:
         await msg.nack(delay=exc.delay_s)
         return "timer"
-    except LockgateError as exc:
-        delay = backoff_s(deliveries(msg))
-        level = logging.INFO if exc.retryable else logging.ERROR
-        log.log(level, "%s: %s (redelivery in %.1fs)", exc.code, exc, delay)
+    except Exception as exc:
+        transient = is_transient(exc)
+        if guard is not None:
+            permanent, since = guard.failures.failed(_sequence(msg), transient=transient)
+            why = give_up_now(guard.bounds, permanent=permanent, failing_for_s=since)
+            if why is not None:
+                cause = f"{why}; last: {type(exc).__name__}: {exc}"
+                return await _give_up(msg, guard, log, cause, n)
+        if isinstance(exc, LockgateError):
+            delay = backoff_s(n)
+            level = logging.INFO if exc.retryable else logging.ERROR
+            log.log(level, "%s: %s (redelivery in %.1fs)", exc.code, exc, delay)
+        else:
+            delay = backoff_s(n, cap_s=15.0 if transient else 60.0)
+            log.log(logging.INFO if transient else logging.ERROR,
+                    "%s: %s (redelivery in %.1fs)", type(exc).__name__, exc, delay,
+                    exc_info=not transient)
         await msg.nack(delay=delay)
-        return "retry"
-    except Exception:
-        delay = backoff_s(deliveries(msg), cap_s=60.0)
-        log.exception("unexpected error; message redelivered in %.1fs", delay)
-        await msg.nack(delay=delay)
-        return "error"
+        return "retry" if transient else "error"
+    if guard is not None:
+        guard.failures.forget(_sequence(msg))
     await msg.ack()
     return "ack"
 
@@ -133,6 +288,27 @@ async def answer(work: Awaitable[bytes], log: logging.Logger, what: str) -> byte
 _UNAVAILABLE = msgspec.json.encode(Refusal("service.unavailable", "the service could not answer; ask again"))
 
 
+async def _give_up(msg: NatsMessage, guard: Guard, log: logging.Logger, cause: str, n: int) -> str:
+    """Record that ``guard``'s consumer gives ``msg`` up, then acknowledge it."""
+    why = Abandonment(guard.durable, safe_text(cause, 300), n)
+    try:
+        await guard.abandon(msg, why)
+    except Exception as exc:
+        if is_transient(exc):
+            # The record must come first; it will, once the store answers again.
+            await msg.nack(delay=backoff_s(n))
+            return "retry"
+        log.exception("%s could not record giving up %s (%s); terminated", guard.durable,
+                      msg.raw_message.subject, why.cause)
+        await msg.reject()
+        return "lost"
+    log.error("%s gave up %s after %d deliveries: %s", guard.durable, msg.raw_message.subject, n,
+              why.cause)
+    guard.failures.forget(_sequence(msg))
+    await msg.ack()
+    return "abandoned"
+
+
 def recorded_event(msg: NatsMessage) -> RecordedEvent:
     """The stored event a consumer of the events stream was handed."""
     raw = msg.raw_message
@@ -143,18 +319,26 @@ Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
 
 
 async def decide_and_append(
-    store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5
+    store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5,
+    assume_new: bool = False,
 ) -> list[Event]:
     """Load the aggregate, let ``step`` decide, append what it decided.
 
     On a concurrency conflict the whole step runs again on the fresh history; a step
-    that finds the aggregate past its own stage returns no events.
+    that finds the aggregate past its own stage returns no events. ``assume_new`` skips
+    the first load: the step decides for an aggregate with no events and the append
+    expects none (sequence 0), so if there were some the server refuses it and the
+    step runs again on what was there. For a consumer of first messages (intake) that
+    saves a load per message; a repeat costs one wasted decision.
 
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
     """
     for attempt in range(conflicts):
-        history = await store.load(tenant, intent_id)
+        if assume_new and attempt == 0:
+            history = AggregateHistory(tenant, intent_id)
+        else:
+            history = await store.load(tenant, intent_id)
         intent = fold(decode_event(e) for e in history.events)
         events = list(await step(intent))
         if not events:
@@ -174,6 +358,97 @@ async def load_intent(store: EventStore, tenant: str, intent_id: str) -> EffectI
     return fold(decode_event(e) for e in history.events)
 
 
+def abandonment(intent: EffectIntent, why: Abandonment, trigger: str, now: datetime) -> list[Event]:
+    """``ProcessingAbandoned`` for ``intent``, once per consumer and message."""
+    if f"{why.durable}:{trigger}" in intent.abandoned:
+        return []
+    return [
+        EffectIntent.ProcessingAbandoned.next(
+            intent, now=now, event_id=derived_id("abandoned", why.durable, trigger),
+            causation_id=trigger, durable=why.durable, trigger=trigger, cause=why.cause,
+            deliveries=why.deliveries,
+        )
+    ]
+
+
+async def record_abandonment(
+    store: EventStore, tenant: str, intent_id: str, why: Abandonment, trigger: str, clock: Clock,
+    *, conflicts: int = 5,
+) -> None:
+    """Record on the intent that a consumer gave up a message about it.
+
+    Also when the intent's events cannot be folded (a stored event that decodes but does
+    not apply, which may be exactly why the consumer failed): the event then goes after
+    the last one stored, and the record says what was given up even if nothing can act
+    on it.
+    """
+    for attempt in range(conflicts):
+        history = await store.load(tenant, intent_id)
+        if not history.events:
+            return
+        try:
+            intent = fold(decode_event(e) for e in history.events)
+        except Exception:  # noqa: BLE001 - an aggregate that does not fold is still recorded on
+            intent = None
+        if intent is not None:
+            events = abandonment(intent, why, trigger, clock())
+        elif any(e.event_id == derived_id("abandoned", why.durable, trigger) for e in history.events):
+            events = []
+        else:
+            events = [EffectIntent.ProcessingAbandoned(  # type: ignore[call-arg]
+                originator_id=UUID(hex=intent_id), originator_version=history.version + 1,
+                timestamp=clock(), event_id=derived_id("abandoned", why.durable, trigger),
+                correlation_id="", causation_id=trigger, durable=why.durable, trigger=trigger,
+                cause=why.cause, deliveries=why.deliveries,
+            )]
+        if not events:
+            return
+        try:
+            await store.append(history, [encode_event(e) for e in events])
+            return
+        except ConcurrencyConflict:
+            if attempt == conflicts - 1:
+                raise
+
+
+def abandon_event(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abandon:
+    """Giving up an event: ``ProcessingAbandoned`` on its intent.
+
+    A ``ProcessingAbandoned`` that its own consumers cannot handle is not answered with
+    another one (that would never end): it is already the record.
+    """
+
+    async def abandon(msg: NatsMessage, why: Abandonment) -> None:
+        recorded = recorded_event(msg)
+        if recorded.event_type == "ProcessingAbandoned":
+            return
+        trigger = recorded.event_id or f"seq-{recorded.sequence}"
+        await record_abandonment(ports().store, recorded.tenant, recorded.intent_id, why, trigger, clock)
+
+    return abandon
+
+
+def abandon_report(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abandon:
+    """Giving up an adapter's report: ``ProcessingAbandoned`` on the intent it reports on.
+
+    The attempt's outcome is then unknown to the record, so an intent that may have been
+    sent waits for an operator. A report too broken to name its intent cannot be put on
+    any record; the attempt's deadline turns its silence into ``OutcomeUnknown``.
+    """
+
+    async def abandon(msg: NatsMessage, why: Abandonment) -> None:
+        try:
+            report = msgspec.json.decode(msg.raw_message.data, type=AttemptReport)
+        except msgspec.MsgspecError:
+            return
+        if not (is_subject_token(report.tenant) and is_subject_token(report.intent_id)):
+            return
+        trigger = safe_text(f"report-{report.attempt_id}-{report.stage}", 128)
+        await record_abandonment(ports().store, report.tenant, report.intent_id, why, trigger, clock)
+
+    return abandon
+
+
 def instance_id(service: str) -> str:
     """Identify this process in status answers and logs."""
     return f"{service}@{socket.gethostname()}:{os.getpid()}"
@@ -186,12 +461,19 @@ def make_broker(settings: Settings, service: str) -> NatsBroker:
     broker_log = logging.getLogger(f"lockgate.{service}.broker")
     # FastStream logs every subscriber's shutdown at INFO; warnings and errors stay.
     broker_log.setLevel(logging.WARNING)
+    # apply_types=False: no FastDepends. With it, every delivery resolved the handler's
+    # ``msg: NatsMessage`` (an Annotated Context) through a worker thread (FastDepends'
+    # run_in_threadpool for a sync resolver), the largest single cost FastStream added.
+    # Without it a handler is called with the decoded body, and as_message makes that
+    # the message itself, so handlers keep their one ``msg`` parameter.
     return NatsBroker(
         servers,  # type: ignore[arg-type]
         name=f"lockgate-{service}",
         logger=broker_log,
         log_level=logging.DEBUG,
         graceful_timeout=10.0,
+        apply_types=False,
+        decoder=as_message,
         **options,  # type: ignore[arg-type]
     )
 
@@ -231,7 +513,7 @@ def add_status(
     me = instance_id(service)
 
     @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}")
-    async def status() -> dict[str, Any]:
+    async def status(msg: NatsMessage) -> dict[str, Any]:
         now = time.monotonic()
         connected = ports()
         consumers: dict[str, ConsumerProgress] = {}
@@ -253,11 +535,31 @@ def add_status(
 
 @dataclass(frozen=True)
 class Subscription:
-    """One durable consumer of a service and the handler of its messages."""
+    """One durable consumer of a service and the handler of its messages.
+
+    ``abandon`` records that the consumer gave a message up; by default what the
+    durable's stream calls for (``abandon_event``, ``abandon_report``). The candidates'
+    consumer must say (intake's own refusal).
+    """
 
     durable: str
     handler: Callable[[NatsMessage], Awaitable[None]]
     batch: int = 16
+    abandon: Abandon | None = None
+    workers: int = 16
+    """Handlers of this consumer running at once in one process."""
+
+
+async def as_message(msg: NatsMessage) -> NatsMessage:
+    """FastStream decoder that hands every handler the message itself, body undecoded.
+
+    FastStream's default runs ``json.loads`` on every body without a content type before
+    the handler is called: a body nested a few thousand levels deep raises
+    ``RecursionError`` there, outside any handler, and the message is never settled.
+    Handlers decode what they read themselves (msgspec, bounded), so nothing is lost,
+    and a stdlib parse of every event every consumer receives is saved.
+    """
+    return msg
 
 
 #: Each broker's durables and what they did lately (``lg.status.<service>`` reports it).
@@ -270,24 +572,45 @@ def progress_of(broker: NatsBroker) -> dict[str, Progress]:
 
 
 def add_durable(
-    broker: NatsBroker, sub: Subscription, log: logging.Logger, *, ack_wait_s: float = 5.0
+    broker: NatsBroker, sub: Subscription, log: logging.Logger, service: Service[Any], *,
+    ack_wait_s: float = 5.0,
 ) -> None:
-    """Bind ``sub.handler`` to its durable pull consumer (created by the topology)."""
+    """Bind ``sub.handler`` to its durable pull consumer (created by the topology).
+
+    Raises:
+        ValueError: a candidates' consumer without its own ``abandon``.
+    """
     d = durable(sub.durable)
+    abandon = sub.abandon
+    if abandon is None:
+        if d.stream == EVENTS:
+            abandon = abandon_event(lambda: service.ports)
+        elif d.stream == REPORTS:
+            abandon = abandon_report(lambda: service.ports)
+        else:
+            raise ValueError(f"{d.name} on {d.stream} must say what giving a message up records")
+    guard = Guard(d.name, TIMER_BOUNDS if d.timers else BOUNDS, abandon, Failures())
+
     progress = progress_of(broker).setdefault(d.name, Progress(d.stream))
 
     async def entry(msg: NatsMessage) -> None:
         token = progress.started()
         try:
-            await settle(msg, sub.handler(msg), log, d.name)
+            await settle(msg, sub.handler(msg), log, d.name, guard)
         finally:
             progress.finished(token)
 
+    # max_workers: FastStream's plain pull subscriber fetches a batch and waits for the
+    # whole batch before it fetches again (PullStreamSubscriber._consume_pull, a task
+    # group per batch), so one slow handler (an adapter timing out) held up every other
+    # message of every tenant behind it. The concurrent one keeps fetching while up to
+    # max_workers handlers run (ConcurrentPullStreamSubscriber, a semaphore).
     broker.subscriber(
         stream=JStream(d.stream, declare=False),
         durable=d.name,
         config=consumer_config(d, ack_wait_s),
         pull_sub=PullSub(batch_size=sub.batch, timeout=1.0),
+        max_workers=sub.workers,
         ack_policy=AckPolicy.MANUAL,
     )(entry)
 
@@ -306,5 +629,5 @@ def service_app(
             start_http_server(settings.metrics_port, addr=settings.metrics_addr)
         await service.start(broker, settings)
 
-    add_status(broker, name, progress_of(broker), lambda: service.ports)
+    add_status(broker, name, progress_of(broker), lambda: service.connected)
     return app, broker, service

@@ -42,6 +42,11 @@ PROGRESS_TTL_S = 7 * 24 * 3600.0
 BUDGETS_BUCKET = "LG_BUDGETS"
 BUDGETS_TTL_S = 8 * 24 * 3600.0
 LOCK_TTL_S = 300.0
+#: Largest candidate message ``LG_CANDIDATES`` stores (``max_msg_size``). The broker's
+#: own ``max_payload`` is larger (4 MB on the embedded server) so that a candidate of a
+#: megabyte reaches intake and is refused on the record; past this size the stream
+#: refuses it (JetStream error 10054), and the SDK says so before publishing.
+MAX_CANDIDATE_MESSAGE_BYTES = 2 * 1024 * 1024
 
 #: Events the model learns of: intake answers the agent runtime when one is recorded.
 MODEL_VISIBLE = (
@@ -60,6 +65,7 @@ MODEL_VISIBLE = (
     "WithdrawalRequested",
     "InterruptionRequested",
     "AttemptInterrupted",
+    "ProcessingAbandoned",
 )
 
 #: Events after which an intent may no longer hold its resource lock
@@ -73,22 +79,37 @@ ENDS_HOLD = (
     "AttemptInterrupted",
     "Withdrawn",
     "Reconciled",
+    "ProcessingAbandoned",
 )
+
+
+#: Unacknowledged messages a shared durable holds (delivered and not yet settled, or
+#: nak'd to come back later). Every tenant's candidates pass the same durables, so this
+#: is kept well above what one tenant can have in flight (intake's per-tenant cap, 128
+#: in the demo bundle): one tenant's stuck or slow work fills at most an eighth of it.
+SHARED_PENDING = 1024
 
 
 @dataclass(frozen=True)
 class Durable:
-    """A durable pull consumer a service binds to."""
+    """A durable pull consumer a service binds to.
+
+    ``timers``: its handlers ask for messages again later on purpose (``Retry``), so
+    how often a message was delivered says nothing about failures; only failures count
+    toward giving it up (``lockgate.runtime.service``).
+    """
 
     stream: str
     name: str
     filters: tuple[str, ...]
     max_deliver: int = -1
-    max_ack_pending: int = 256
+    max_ack_pending: int = SHARED_PENDING
+    timers: bool = False
 
 
-def _events(name: str, *types: str, max_ack_pending: int = 256) -> Durable:
-    return Durable(EVENTS, name, tuple(type_filter(t) for t in types), max_ack_pending=max_ack_pending)
+def _events(name: str, *types: str, max_ack_pending: int = SHARED_PENDING, timers: bool = False) -> Durable:
+    return Durable(EVENTS, name, tuple(type_filter(t) for t in types),
+                   max_ack_pending=max_ack_pending, timers=timers)
 
 
 #: Timer consumers hold one message per open deadline (nak'd with a delay until it
@@ -101,22 +122,28 @@ DURABLES: tuple[Durable, ...] = (
     _events("intake-responses", *MODEL_VISIBLE),
     _events("normalization", "CandidateReceived"),
     _events("policy", "CandidateNormalized"),
-    _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS),
+    _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS, timers=True),
+    # Every event that can end an intent (a PolicyDecided only when it denies): budget
+    # holds and intake's in-flight holds are settled from the record.
     _events(
         "policy-budgets",
         "EffectCompleted", "Reconciled", "AttemptRejected", "GateRefused", "Withdrawn",
-        "ReviewDenied", "ReviewExpired", "AttemptInterrupted",
+        "ReviewDenied", "ReviewExpired", "AttemptInterrupted", "ProcessingAbandoned",
+        "NormalizationFailed", "PolicyDecided",
     ),
     _events("approval", "PolicyDecided"),
-    _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS),
-    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled"),
+    _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS, timers=True),
+    # The gate waits (Retry) for a resource lock and for facts.
+    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled",
+            timers=True),
     _events("executor-dispatch", "ExecutionAuthorized"),
-    _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS),
+    _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS, timers=True),
     # The handler that appends one of them releases at once too (a fast path); this
     # durable is what makes release survive a crash right after the append.
     _events("executor-locks", *ENDS_HOLD),
     Durable(REPORTS, "executor-reports", ("lg.report.>",)),
-    _events("reconciler", "OutcomeUnknown"),
+    # The reconciler asks again (Retry) while no adapter answers its query.
+    _events("reconciler", "OutcomeUnknown", timers=True),
 )
 
 
@@ -138,7 +165,7 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     return [
         events_stream_config(EVENTS, replicas=replicas, duplicate_window_s=two_minutes),
         # Work queues: a message is gone once its consumer acknowledged it.
-        _work_queue(CANDIDATES, "lg.propose.>", replicas, max_msg_size=2 * 1024 * 1024),
+        _work_queue(CANDIDATES, "lg.propose.>", replicas, max_msg_size=MAX_CANDIDATE_MESSAGE_BYTES),
         _work_queue(EXEC, "lg.exec.>", replicas),
         _work_queue(REPORTS, "lg.report.>", replicas),
         StreamConfig(

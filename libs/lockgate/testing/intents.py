@@ -18,7 +18,8 @@ class History:
 
     def __init__(self, *, tenant: str = "tenant-a", run_id: str = "run-1", call_id: str = "call-1",
                  actor: str = "user-42", tool: str = "case.add_note",
-                 arguments: dict[str, Any] | None = None, contract_revision: str = "rev-1") -> None:
+                 arguments: dict[str, Any] | None = None, contract_revision: str = "rev-1",
+                 holds: tuple[str, ...] = ()) -> None:
         self.intent_id = intent_id_for(tenant, run_id, call_id)
         self.events: list[Event] = [
             EffectIntent.CandidateReceived(  # type: ignore[call-arg]
@@ -28,7 +29,8 @@ class History:
                 turn_id="turn-1", call_id=call_id, actor=actor, tool=tool,
                 arguments=arguments if arguments is not None else {"note": "hello"},
                 raw_digest="sha256:raw", raw_size_bytes=17, catalogue_digest="sha256:cat",
-                contract_revision=contract_revision,
+                contract_revision=contract_revision, candidate_digest="sha256:candidate",
+                holds=holds,
             )
         ]
 

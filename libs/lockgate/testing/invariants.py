@@ -10,7 +10,7 @@ from eventsourcing.domain import EventSourcingError
 
 from lockgate.contracts.disclosure import model_view
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import MAY_HAVE_BEEN_SENT, EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.intent.locks import lock_key, may_hold
 
@@ -59,6 +59,7 @@ def violations(
         folded: EffectIntent | None = None
         foldable = True
         for e in events:
+            before = folded.state if folded is not None else None
             if folded is not None and folded.state.terminal and not e.neutral:
                 problems.append(f"{intent_id}: {type(e).__name__} after the terminal state "
                                 f"{folded.state.value} (invariant 6)")
@@ -71,6 +72,10 @@ def violations(
                 view = model_view(folded, None)
                 if view is not None and view.status == "withdrawn":
                     withdrawn.add(intent_id)
+            if isinstance(e, EffectIntent.ProcessingAbandoned) and before is not None and not (
+                before.terminal or before in MAY_HAVE_BEEN_SENT or before is State.NEEDS_OPERATOR
+            ):
+                terminal_refusal = True  # given up before any order could be out
             if isinstance(e, EffectIntent.CandidateNormalized):
                 normalized = e
             elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow" or isinstance(e, EffectIntent.ReviewApproved):

@@ -9,7 +9,7 @@ from faststream.nats import NatsMessage
 
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
-from lockgate.core import subjects
+from lockgate.contracts import subjects
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
@@ -48,6 +48,6 @@ def create_app(settings: Settings) -> FastStream:
     async def on_review(msg: NatsMessage) -> None:
         await service.handlers.review_opened(recorded_event(msg))
 
-    add_durable(broker, Subscription("approval", on_decided), log)
-    add_durable(broker, Subscription("approval-expiry", on_review), log)
+    add_durable(broker, Subscription("approval", on_decided), log, service)
+    add_durable(broker, Subscription("approval-expiry", on_review), log, service)
     return app

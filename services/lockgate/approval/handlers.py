@@ -8,8 +8,8 @@ from lockgate.approval.domain import ReviewProblem, decide_review, expire, reque
 from lockgate.authz.intents import Evidence, judge_approval
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import DecideReview, Recorded, Refusal
+from lockgate.contracts.subjects import NotACommandSubject, parse_review
 from lockgate.core.ids import derived_id
-from lockgate.core.subjects import NotACommandSubject, parse_review
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event

@@ -8,7 +8,7 @@ from faststream import FastStream
 from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
-from lockgate.core import subjects
+from lockgate.contracts import subjects
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.context import Ports
 from lockgate.runtime.keys import report_key
@@ -59,9 +59,9 @@ def create_app(settings: Settings) -> FastStream:
         raw = msg.raw_message
         await service.handlers.report(raw.data, raw.subject, int(raw.metadata.sequence.stream))
 
-    add_durable(broker, Subscription("executor-gate", on_ready), log)
-    add_durable(broker, Subscription("executor-dispatch", on_authorized), log)
-    add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log)
-    add_durable(broker, Subscription("executor-reports", on_report), log)
-    add_durable(broker, Subscription("executor-locks", on_settled), log)
+    add_durable(broker, Subscription("executor-gate", on_ready), log, service)
+    add_durable(broker, Subscription("executor-dispatch", on_authorized), log, service)
+    add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log, service)
+    add_durable(broker, Subscription("executor-reports", on_report), log, service)
+    add_durable(broker, Subscription("executor-locks", on_settled), log, service)
     return app

@@ -19,8 +19,8 @@ from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
+from lockgate.contracts.subjects import NotACommandSubject, parse_withdraw
 from lockgate.core.ids import derived_id, is_subject_token
-from lockgate.core.subjects import NotACommandSubject, parse_withdraw
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import (
     check_report,

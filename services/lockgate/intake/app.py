@@ -7,8 +7,11 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
+from lockgate.authz.source import BundleSource
 from lockgate.intake.handlers import IntakeHandlers
+from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
+    Abandonment,
     Subscription,
     add_durable,
     answer,
@@ -21,11 +24,19 @@ from lockgate.runtime.settings import Settings
 log = logging.getLogger("lockgate.intake")
 
 
+def message_id(msg: NatsMessage) -> str:
+    """The candidate message's id: its ``Nats-Msg-Id``, else its stream sequence."""
+    raw = msg.raw_message
+    return (raw.headers or {}).get("Nats-Msg-Id") or f"seq-{raw.metadata.sequence.stream}"
+
+
 def create_app(settings: Settings) -> FastStream:
     """Build the intake app (connects only when run)."""
-    app, broker, service = service_app(
-        settings, "intake", lambda ports: IntakeHandlers(ports, settings, utc_now)
-    )
+    def build(ports: Ports) -> IntakeHandlers:
+        # The bundle's limits apply here, before normalization and policy.
+        return IntakeHandlers(ports, settings, utc_now, BundleSource(settings.policy_dir))
+
+    app, broker, service = service_app(settings, "intake", build)
 
     @broker.subscriber("lg.run.*.open", queue="intake")
     async def open_run(msg: NatsMessage) -> bytes:
@@ -39,12 +50,15 @@ def create_app(settings: Settings) -> FastStream:
 
     async def on_candidate(msg: NatsMessage) -> None:
         raw = msg.raw_message
-        message_id = (raw.headers or {}).get("Nats-Msg-Id") or f"seq-{raw.metadata.sequence.stream}"
-        await service.handlers.candidate(raw.subject, raw.data, message_id)
+        await service.handlers.candidate(raw.subject, raw.data, message_id(msg))
+
+    async def unprocessable(msg: NatsMessage, why: Abandonment) -> None:
+        raw = msg.raw_message
+        await service.handlers.abandon(raw.subject, raw.data, message_id(msg), why)
 
     async def on_visible_event(msg: NatsMessage) -> None:
         await service.handlers.respond(recorded_event(msg))
 
-    add_durable(broker, Subscription("intake", on_candidate), log)
-    add_durable(broker, Subscription("intake-responses", on_visible_event), log)
+    add_durable(broker, Subscription("intake", on_candidate, abandon=unprocessable), log, service)
+    add_durable(broker, Subscription("intake-responses", on_visible_event), log, service)
     return app

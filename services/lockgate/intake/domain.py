@@ -1,7 +1,8 @@
-"""Intake's pure decisions: is a candidate well-formed for the turn it claims?"""
+"""Intake's pure decisions: is a candidate well-formed for the turn it claims, and may it enter?"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,15 +12,31 @@ from jsonschema import Draft202012Validator
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Candidate, Catalogue, RunContext
+from lockgate.contracts.subjects import parse_propose_subject
 from lockgate.core.canonical import digest_bytes
-from lockgate.core.ids import derived_id, intent_id_for, is_subject_token
-from lockgate.intake.parsing import parse_arguments
+from lockgate.core.ids import (
+    candidate_digest,
+    derived_id,
+    intent_id_for,
+    is_capability_name,
+    is_subject_token,
+)
+from lockgate.core.text import safe_text
+from lockgate.intake.parsing import decode_candidate, parse_arguments
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
+
+#: Characters of a detail kept on the record (operators read it; models never do).
+DETAIL_MAX_CHARS = 300
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """What intake knows when a candidate arrives."""
+    """What intake knows when a candidate arrives.
+
+    ``problem`` is set when the envelope itself could not be used (``candidate`` is then
+    a stand-in carrying ids intake derived from the message); ``intent_id`` is where the
+    decision is recorded (by default the call id's own intent).
+    """
 
     tenant: str
     candidate: Candidate
@@ -30,7 +47,36 @@ class Inputs:
     contract: CapabilityContract | None
     max_candidate_bytes: int
     message_id: str
-    malformed: bool = False
+    candidate_digest: str = ""
+    intent_id: str = ""
+    problem: str | None = None
+    detail: str = ""
+
+    @property
+    def target(self) -> str:
+        """The intent the decision is recorded on."""
+        c = self.candidate
+        return self.intent_id or intent_id_for(self.tenant, c.run_id, c.call_id)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What intake makes of a candidate's shape: parsed arguments, or a reason."""
+
+    reason: str | None
+    field: str | None = None
+    detail: str = ""
+    arguments: dict[str, Any] | None = None
+    contract_revision: str = ""
+
+
+@dataclass(frozen=True)
+class Limited:
+    """A limit refused the candidate: which reason, what for operators, when to try again."""
+
+    reason: str
+    detail: str
+    retry_after_s: float
 
 
 def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> tuple[str, str | None] | None:
@@ -42,21 +88,56 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> tuple[str,
     if schema.get("additionalProperties") is False:
         for name in value:
             if name not in properties:
-                return "tool.arguments.unexpected", name
+                return "tool.arguments.unexpected", safe_text(name, 64)
     for error in Draft202012Validator(schema).iter_errors(value):
-        field = str(error.path[0]) if error.path else None
+        field = safe_text(str(error.path[0]), 64) if error.path else None
         return "tool.arguments.invalid", field
     return None
 
 
-def decide_candidate(inputs: Inputs, now: datetime) -> Event:
+def assess(inputs: Inputs) -> Verdict:
+    """Judge a candidate's shape against its run, its turn's catalogue and its contract."""
+    c = inputs.candidate
+    if inputs.problem is not None:
+        return Verdict(inputs.problem, detail=inputs.detail)
+    if inputs.run is None:
+        return Verdict("run.unknown")
+    if inputs.catalogue is None:
+        return Verdict("turn.unknown")
+    if not is_capability_name(c.tool):
+        return Verdict("tool.name-invalid", detail=f"{len(c.tool)} characters")
+    if c.tool not in {t.name for t in inputs.catalogue.tools}:
+        return Verdict("tool.unknown")
+    contract = inputs.contract
+    if contract is None or inputs.catalogue.revisions.get(c.tool) != contract.revision:
+        # The capability changed (or vanished) since the turn was offered.
+        return Verdict("tool.changed-since-turn")
+    raw_size = len(c.arguments.encode())
+    limit = min(inputs.max_candidate_bytes, contract.max_argument_bytes)
+    if inputs.raw_size_bytes > limit or raw_size > limit:
+        return Verdict("tool.arguments.too-large", detail=f"{raw_size} bytes > {limit}")
+    parsed = parse_arguments(c.arguments)
+    if parsed.value is None:
+        return Verdict(parsed.reason or "tool.arguments.malformed", parsed.field, parsed.detail)
+    problem = _schema_problem(contract.argument_schema, parsed.value)
+    if problem is not None:
+        return Verdict(problem[0], problem[1])
+    return Verdict(None, arguments=parsed.value, contract_revision=contract.revision)
+
+
+def decide_candidate(
+    inputs: Inputs, now: datetime, *, verdict: Verdict | None = None, holds: Sequence[str] = (),
+    limited: Limited | None = None,
+) -> Event:
     """Return ``CandidateReceived`` or ``CandidateRejected`` for a candidate.
 
     The first event of the intent; its id derives from the candidate message so a
-    redelivery decides the same event.
+    redelivery decides the same event. ``holds`` are the in-flight keys taken for a
+    received candidate; ``limited`` is a flood limit's refusal, which passes (the
+    candidate is then not judged further: a flood is refused before it costs more).
     """
     c = inputs.candidate
-    intent_id = intent_id_for(inputs.tenant, c.run_id, c.call_id)
+    intent_id = inputs.target
     raw = c.arguments.encode()
     common: dict[str, Any] = dict(
         originator_id=UUID(hex=intent_id),
@@ -65,50 +146,101 @@ def decide_candidate(inputs: Inputs, now: datetime) -> Event:
         originator_topic=INTENT_TOPIC,
         event_id=derived_id("intake", inputs.message_id, intent_id),
         correlation_id=c.run_id,
-        causation_id=inputs.message_id,
+        causation_id=safe_text(inputs.message_id, 128),
         tenant=inputs.tenant,
         run_id=c.run_id,
         turn_id=c.turn_id,
         call_id=c.call_id,
         actor=inputs.run.actor if inputs.run else "",
-        tool=c.tool[:200],
+        tool=safe_text(c.tool, 200),
         raw_digest=digest_bytes(raw),
         raw_size_bytes=len(raw),
         catalogue_digest=inputs.catalogue_digest or "",
+        candidate_digest=inputs.candidate_digest,
     )
-
-    def reject(reason: str, field: str | None = None, detail: str = "") -> Event:
-        return EffectIntent.CandidateRejected(  # type: ignore[call-arg]
-            reason=reason, field=field, detail=detail[:300], **common
-        )
-
-    if inputs.malformed:
-        return reject("candidate.malformed")
-    if inputs.run is None:
-        return reject("run.unknown")
-    if inputs.catalogue is None:
-        return reject("turn.unknown")
-    offered = {t.name for t in inputs.catalogue.tools}
-    if c.tool not in offered:
-        return reject("tool.unknown")
-    contract = inputs.contract
-    if contract is None or inputs.catalogue.revisions.get(c.tool) != contract.revision:
-        # The capability changed (or vanished) since the turn was offered.
-        return reject("tool.changed-since-turn")
-    limit = min(inputs.max_candidate_bytes, contract.max_argument_bytes)
-    if inputs.raw_size_bytes > limit or len(raw) > limit:
-        return reject("tool.arguments.too-large", detail=f"{len(raw)} bytes > {limit}")
-    parsed = parse_arguments(c.arguments)
-    if parsed.value is None:
-        return reject(parsed.reason or "tool.arguments.malformed", parsed.field, parsed.detail)
-    problem = _schema_problem(contract.argument_schema, parsed.value)
-    if problem is not None:
-        return reject(problem[0], problem[1])
+    if limited is not None:
+        return reject(common, limited.reason, None, limited.detail, retry_after_s=limited.retry_after_s)
+    verdict = verdict or assess(inputs)
+    if verdict.reason is not None or verdict.arguments is None:
+        return reject(common, verdict.reason or "tool.arguments.malformed", verdict.field, verdict.detail)
     return EffectIntent.CandidateReceived(  # type: ignore[call-arg]
-        arguments=parsed.value, contract_revision=contract.revision, **common
+        arguments=verdict.arguments, contract_revision=verdict.contract_revision,
+        holds=tuple(holds), **common
     )
+
+
+def reject(common: dict[str, Any], reason: str, field: str | None, detail: str, *,
+           retry_after_s: float | None = None) -> Event:
+    """``CandidateRejected`` with the envelope fields ``common``."""
+    return EffectIntent.CandidateRejected(  # type: ignore[call-arg]
+        reason=reason, field=field, detail=safe_text(detail, DETAIL_MAX_CHARS),
+        retry_after_s=retry_after_s, **common
+    )
+
+
+def same_call(first: EffectIntent, candidate: Candidate, candidate_digest: str) -> bool:
+    """True when ``candidate`` is the call ``first`` recorded (the same bytes).
+
+    Intents recorded before candidates were digested whole compare by their arguments.
+    """
+    if first.candidate_digest:
+        return first.candidate_digest == candidate_digest
+    return first.raw_digest == digest_bytes(candidate.arguments.encode())
+
+
+def reused(inputs: Inputs, first: EffectIntent, now: datetime) -> Event:
+    """The refusal of a call id already used with other bytes, on the reused call's own intent."""
+    verdict = Verdict(
+        "proposal.call-id-reused",
+        detail=f"call id first recorded on {first.intent_id} with {first.candidate_digest or first.raw_digest}",
+    )
+    return decide_candidate(inputs, now, verdict=verdict)
 
 
 def well_formed_ids(candidate: Candidate) -> bool:
     """True when run, turn and call ids can be used as subject tokens."""
     return all(is_subject_token(x) for x in (candidate.run_id, candidate.turn_id, candidate.call_id))
+
+
+@dataclass(frozen=True)
+class Read:
+    """A candidate message as intake reads it, before looking anything up.
+
+    ``problem`` is ``None`` for a usable envelope. Otherwise ``candidate`` is a stand-in
+    whose call id derives from the message, so the refusal is recorded (once per
+    message) without trusting anything the envelope says.
+    """
+
+    tenant: str
+    candidate: Candidate
+    size_bytes: int
+    candidate_digest: str
+    problem: str | None = None
+    detail: str = ""
+
+
+def stand_in(run_id: str, message_id: str) -> Candidate:
+    """The candidate recorded for a message whose own ids cannot be used."""
+    return Candidate(run_id=run_id, turn_id="malformed",
+                     call_id="malformed-" + derived_id("malformed", message_id),
+                     tool="", arguments="")
+
+
+def read_candidate(subject: str, data: bytes, message_id: str) -> Read:
+    """Read a candidate message, whatever its subject and bytes; never raises."""
+    address = parse_propose_subject(subject)
+    digest = candidate_digest(data)
+
+    def malformed(detail: str) -> Read:
+        return Read(address.tenant, stand_in(address.run_id, message_id), len(data), digest,
+                    "candidate.malformed", safe_text(detail, DETAIL_MAX_CHARS))
+
+    if not address.routable:
+        return malformed(f"subject {safe_text(subject, 120)!r} names no valid tenant and run")
+    decoded = decode_candidate(data)
+    if decoded.candidate is None:
+        return malformed(decoded.detail)
+    c = decoded.candidate
+    if c.run_id != address.run_id or not well_formed_ids(c):
+        return malformed("run, turn or call id is not a token, or the run is not the subject's")
+    return Read(address.tenant, c, len(data), digest)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import OrderedDict
 
 import msgspec
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import InvalidKeyError, KeyNotFoundError
 
 from lockgate.adapters.sdk import HEARTBEAT_S
+from lockgate.authz.config import Limit
+from lockgate.authz.ledger import Admission, LimitLedger
+from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
-    Candidate,
     Catalogue,
     OpenRun,
     OpenTurn,
@@ -21,14 +25,26 @@ from lockgate.contracts.messages import (
     Tool,
     TurnOpened,
 )
+from lockgate.contracts.subjects import is_client_token, response_subject, run_key, turn_key
 from lockgate.core.canonical import digest
-from lockgate.core.ids import intent_id_for, is_subject_token, random_id
+from lockgate.core.ids import intent_id_for, is_subject_token, random_id, reused_call_id_intent
+from lockgate.core.text import safe_text
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intake.domain import Inputs, decide_candidate, well_formed_ids
+from lockgate.intake.domain import (
+    Inputs,
+    Limited,
+    Read,
+    Verdict,
+    assess,
+    decide_candidate,
+    read_candidate,
+    reused,
+    same_call,
+)
 from lockgate.intent.aggregate import EffectIntent, Event
-from lockgate.intent.codec import decode_event
-from lockgate.runtime.context import Ports, run_key
-from lockgate.runtime.service import Clock, decide_and_append, load_intent
+from lockgate.intent.codec import decode_event, fold
+from lockgate.runtime.context import Ports
+from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
 
 log = logging.getLogger("lockgate.intake")
@@ -39,23 +55,28 @@ log = logging.getLogger("lockgate.intake")
 ALIVE_WITHIN_S = 3 * HEARTBEAT_S
 
 
-def turn_key(tenant: str, run_id: str, turn_id: str) -> str:
-    """Key of a turn's catalogue digest in the runs bucket."""
-    return f"{tenant}.{run_id}.turn.{turn_id}"
+#: Catalogues kept in memory per process (content-addressed: an entry never changes).
+_CATALOGUES_CACHED = 1024
 
 
-def response_subject(tenant: str, run_id: str, candidate_id: str) -> str:
-    """Where the model-facing response to a candidate is published."""
-    return f"lg.response.{tenant}.{run_id}.{candidate_id}"
+def stand_in_id(read: Read) -> str:
+    """The intent a candidate with an unusable envelope is recorded on."""
+    return intent_id_for(read.tenant, read.candidate.run_id, read.candidate.call_id)
 
 
 class IntakeHandlers:
     """Runs, turns, candidates and responses."""
 
-    def __init__(self, ports: Ports, settings: Settings, clock: Clock) -> None:
+    def __init__(
+        self, ports: Ports, settings: Settings, clock: Clock, bundles: BundleSource | None = None,
+    ) -> None:
         self.ports = ports
         self.settings = settings
         self.clock = clock
+        #: The bundle whose ``limits`` intake applies (``None``: no limits).
+        self.bundles = bundles
+        self.limits = LimitLedger(ports.budgets)
+        self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -66,8 +87,9 @@ class IntakeHandlers:
         run_id = req.run_id or random_id()
         if req.tenant != tenant:
             return msgspec.json.encode(Refusal("run.tenant-mismatch"))
-        if not all(is_subject_token(x) for x in (tenant, run_id, req.actor)):
-            return msgspec.json.encode(Refusal("run.malformed", "ids must be [A-Za-z0-9_-]{1,64}"))
+        if not (all(is_client_token(x) for x in (tenant, run_id)) and is_subject_token(req.actor)):
+            return msgspec.json.encode(
+                Refusal("run.malformed", "ids must be [A-Za-z0-9_-]{1,64}, not starting with '_'"))
         run = RunContext(
             run_id=run_id,
             tenant=tenant,
@@ -91,7 +113,7 @@ class IntakeHandlers:
         except msgspec.MsgspecError as exc:
             return msgspec.json.encode(Refusal("turn.malformed", str(exc)[:200]))
         turn_id = req.turn_id or random_id()
-        if not is_subject_token(turn_id):
+        if not is_client_token(turn_id):
             return msgspec.json.encode(Refusal("turn.malformed"))
         catalogue = await self._catalogue()
         catalogue_digest = digest(msgspec.to_builtins(catalogue))
@@ -118,70 +140,181 @@ class IntakeHandlers:
         )
 
     async def _turn_catalogue(self, tenant: str, run_id: str, turn_id: str) -> tuple[str | None, Catalogue | None]:
+        """The digest and content of the catalogue offered in a turn.
+
+        The turn's entry is read each time (a turn opened again under its id offers
+        what was current then); the catalogue itself is content-addressed, so it is
+        kept in memory once read.
+        """
         try:
-            key = (await self.ports.runs.get(turn_key(tenant, run_id, turn_id))).value or b""
-            entry = await self.ports.catalogues.get(key.decode())
-        except KeyNotFoundError:
+            key = ((await self.ports.runs.get(turn_key(tenant, run_id, turn_id))).value or b"").decode()
+            catalogue = self._catalogues.get(key)
+            if catalogue is None:
+                entry = await self.ports.catalogues.get(key)
+                catalogue = msgspec.json.decode(entry.value or b"", type=Catalogue)
+                self._catalogues[key] = catalogue
+                if len(self._catalogues) > _CATALOGUES_CACHED:
+                    self._catalogues.popitem(last=False)
+        except (KeyNotFoundError, InvalidKeyError, UnicodeDecodeError):
             return None, None
-        return "sha256:" + key.decode(), msgspec.json.decode(entry.value or b"", type=Catalogue)
+        return "sha256:" + key, catalogue
 
     async def candidate(self, subject: str, data: bytes, message_id: str) -> None:
-        """Record a candidate as received or rejected (once per call id)."""
-        _, _, tenant, run_from_subject = subject.split(".", 3)
-        try:
-            candidate = msgspec.json.decode(data, type=Candidate)
-            if candidate.run_id != run_from_subject or not well_formed_ids(candidate):
-                raise ValueError("ids do not match the subject or are not tokens")
-        except (msgspec.MsgspecError, ValueError) as exc:
-            # No trustworthy call id: record it under one derived from the message.
-            candidate = Candidate(
-                run_id=run_from_subject,
-                turn_id="malformed",
-                call_id=f"malformed-{message_id}"[:64],
-                tool="",
-                arguments="",
-            )
-            log.warning("malformed candidate on %s: %s", subject, exc)
-            await self._record(tenant, candidate, len(data), message_id, malformed=True)
-            return
-        await self._record(tenant, candidate, len(data), message_id, malformed=False)
+        """Record a candidate as received or rejected (once per call id and bytes).
 
-    async def _record(
-        self, tenant: str, candidate: Candidate, size: int, message_id: str, *, malformed: bool
-    ) -> None:
-        intent_id = intent_id_for(tenant, candidate.run_id, candidate.call_id)
+        Whatever the subject and the bytes, one event is recorded: on the call id's own
+        intent, on the intent of a reused call id (other bytes under a call id already
+        used), or, for a message whose ids cannot be trusted, on one derived from the
+        message.
+        """
+        read = read_candidate(subject, data, message_id)
+        if read.problem is not None:
+            log.warning("malformed candidate on %s: %s", safe_text(subject, 120), read.detail)
+            await self._record_once(read, message_id, stand_in_id(read))
+            return
+        c = read.candidate
+        own = intent_id_for(read.tenant, c.run_id, c.call_id)
+        first = await self._record_once(read, message_id, own)
+        if first is not None and not same_call(first, c, read.candidate_digest):
+            reuse = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
+            await self._record_once(read, message_id, reuse, reusing=first)
+
+    async def abandon(self, subject: str, data: bytes, message_id: str, why: Abandonment) -> None:
+        """Record ``candidate.unprocessable`` for a candidate intake kept failing on.
+
+        Recorded where the candidate would have been (its call id's intent, or the
+        reused call's, or the stand-in's), unless a decision is there already; the cause
+        is kept for operators, the model is told ``proposal.invalid``.
+        """
+        read = read_candidate(subject, data, message_id)
+        target = stand_in_id(read)
+        if read.problem is None:
+            c = read.candidate
+            target = intent_id_for(read.tenant, c.run_id, c.call_id)
+            first = await load_intent(self.ports.store, read.tenant, target)
+            if first is not None:
+                if same_call(first, c, read.candidate_digest):
+                    return  # it was recorded after all
+                target = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
+        verdict = Verdict("candidate.unprocessable", detail=f"{why.durable}: {why.cause}")
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is not None:
-                return []  # the same call id again: one intent, already recorded
-            run = await self.ports.run(tenant, candidate.run_id)
-            digest_, catalogue = (None, None)
-            if run is not None and not malformed:
-                digest_, catalogue = await self._turn_catalogue(tenant, candidate.run_id, candidate.turn_id)
-            contract = await self.ports.registry.get(candidate.tool) if candidate.tool else None
+                return []
+            run = None
+            with contextlib.suppress(Exception):  # the run may be what keeps failing
+                run = await self.ports.run(read.tenant, read.candidate.run_id)
             inputs = Inputs(
-                tenant=tenant,
-                candidate=candidate,
-                raw_size_bytes=size,
-                run=run,
-                catalogue_digest=digest_,
-                catalogue=catalogue,
-                contract=contract,
-                max_candidate_bytes=self.settings.max_candidate_bytes,
-                message_id=message_id,
-                malformed=malformed,
+                tenant=read.tenant, candidate=read.candidate, raw_size_bytes=read.size_bytes,
+                run=run, catalogue_digest=None, catalogue=None, contract=None,
+                max_candidate_bytes=self.settings.max_candidate_bytes, message_id=message_id,
+                candidate_digest=read.candidate_digest, intent_id=target,
             )
-            event = decide_candidate(inputs, self.clock())
-            return [event]
+            return [decide_candidate(inputs, self.clock(), verdict=verdict)]
 
-        await decide_and_append(self.ports.store, tenant, intent_id, step)
+        await decide_and_append(self.ports.store, read.tenant, target, step)
+        if read.problem is None and target == intent_id_for(read.tenant, read.candidate.run_id,
+                                                              read.candidate.call_id):
+            # A failing attempt may have taken holds before it failed; best effort, the
+            # holds' own expiry covers a bundle that changed meanwhile.
+            with contextlib.suppress(Exception):
+                run = await self.ports.run(read.tenant, read.candidate.run_id)
+                if run is not None:
+                    keys = self.limits.keys(self._limits(), tenant=read.tenant, actor=run.actor,
+                                            run_id=run.run_id)
+                    await self.limits.release(keys, target)
+
+    async def _record_once(
+        self, read: Read, message_id: str, intent_id: str, *, reusing: EffectIntent | None = None,
+    ) -> EffectIntent | None:
+        """Record the decision on ``intent_id`` unless it has one; return what was there.
+
+        A candidate that would be received passes the bundle's flood limits first (before
+        normalization and policy, the steps that call adapters); the in-flight holds it
+        takes are recorded on its ``CandidateReceived``, so they are released from the
+        record when it ends, whatever the bundle says by then.
+        """
+        found: list[EffectIntent] = []
+        taken: list[str] = []
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is not None:
+                found[:] = [intent]
+                return []  # the same call id again: one intent, already recorded
+            if reusing is not None:
+                inputs = await self._inputs(read, message_id, intent_id, lookup=False)
+                return [reused(inputs, reusing, self.clock())]
+            limits = self._limits()
+            run = await self.ports.run(read.tenant, read.candidate.run_id) if read.problem is None else None
+            if run is not None and limits:
+                # Over a rate already (by what this process last saw): refused before the
+                # turn is read or the arguments parsed; a flood costs no more than this.
+                over = self.limits.over_rate(limits, tenant=read.tenant, actor=run.actor,
+                                             run_id=run.run_id, intent_id=intent_id)
+                if over is not None:
+                    inputs = await self._inputs(read, message_id, intent_id, lookup=False)
+                    early = Limited(over.reason, over.detail, over.retry_after_s)
+                    return [decide_candidate(inputs, self.clock(), limited=early)]
+            inputs = await self._inputs(read, message_id, intent_id, lookup=True)
+            verdict = assess(inputs)
+            admission = Admission()
+            if verdict.reason is None and inputs.run is not None and limits:
+                admission = await self.limits.admit(
+                    limits, tenant=read.tenant, actor=inputs.run.actor, run_id=inputs.run.run_id,
+                    intent_id=intent_id)
+                taken[:] = admission.holds
+            refused = admission.refused
+            limited = Limited(refused.reason, refused.detail, refused.retry_after_s) if refused else None
+            return [decide_candidate(inputs, self.clock(), verdict=verdict, holds=admission.holds,
+                                     limited=limited)]
+
+        # Nearly every candidate is a new call: its first event is appended without a load.
+        recorded = await decide_and_append(self.ports.store, read.tenant, intent_id, step,
+                                           assume_new=True)
+        if taken and not recorded:
+            # Another writer recorded this intent first (a replica, a redelivery): keep
+            # only the holds its record names.
+            kept = set(found[0].intake_holds) if found else set()
+            await self.limits.release([k for k in taken if k not in kept], intent_id)
+        return found[0] if found else None
+
+    def _limits(self) -> tuple[Limit, ...]:
+        return self.bundles.current().config.limits if self.bundles is not None else ()
+
+    async def _inputs(self, read: Read, message_id: str, intent_id: str, *, lookup: bool) -> Inputs:
+        """What the decision needs: the run, and (when ``lookup``) the turn's catalogue and contract."""
+        c = read.candidate
+        run = await self.ports.run(read.tenant, c.run_id) if read.problem is None else None
+        digest_, catalogue, contract = None, None, None
+        if run is not None and lookup:
+            digest_, catalogue = await self._turn_catalogue(read.tenant, c.run_id, c.turn_id)
+            if catalogue is not None and c.tool in catalogue.revisions:
+                # Only a name the turn offered is looked up: it is a valid key by construction.
+                contract = await self.ports.registry.get(c.tool)
+        return Inputs(
+            tenant=read.tenant,
+            candidate=c,
+            raw_size_bytes=read.size_bytes,
+            run=run,
+            catalogue_digest=digest_,
+            catalogue=catalogue,
+            contract=contract,
+            max_candidate_bytes=self.settings.max_candidate_bytes,
+            message_id=message_id,
+            candidate_digest=read.candidate_digest,
+            intent_id=intent_id,
+            problem=read.problem,
+            detail=read.detail,
+        )
 
     async def respond(self, recorded: RecordedEvent) -> None:
         """Publish what the model should learn now that ``recorded`` happened."""
         event = decode_event(recorded)
         if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in ("deny", "pause"):
             return  # the next step (review or execution) is what the model learns of
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        # An intent's first event is its whole history (intake's refusals: most of a flood).
+        intent = fold([event]) if recorded.version == 1 else await load_intent(
+            self.ports.store, recorded.tenant, recorded.intent_id)
         if intent is None:
             return
         contract = await self.ports.registry.get(intent.tool) if intent.tool else None

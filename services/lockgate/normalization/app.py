@@ -30,5 +30,5 @@ def create_app(settings: Settings) -> FastStream:
     async def on_received(msg: NatsMessage) -> None:
         await service.handlers.received(recorded_event(msg), deliveries(msg))
 
-    add_durable(broker, Subscription("normalization", on_received), log)
+    add_durable(broker, Subscription("normalization", on_received), log, service)
     return app

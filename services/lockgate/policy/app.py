@@ -39,10 +39,10 @@ def create_app(settings: Settings) -> FastStream:
     async def on_paused(msg: NatsMessage) -> None:
         await service.handlers.paused(recorded_event(msg))
 
-    add_durable(broker, Subscription("policy", on_normalized), log)
+    add_durable(broker, Subscription("policy", on_normalized), log, service)
     async def on_settled(msg: NatsMessage) -> None:
         await service.handlers.settled(recorded_event(msg))
 
-    add_durable(broker, Subscription("policy-pauses", on_paused), log)
-    add_durable(broker, Subscription("policy-budgets", on_settled), log)
+    add_durable(broker, Subscription("policy-pauses", on_paused), log, service)
+    add_durable(broker, Subscription("policy-budgets", on_settled), log, service)
     return app

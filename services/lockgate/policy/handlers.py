@@ -10,7 +10,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import Decision
-from lockgate.authz.ledger import BudgetContention, BudgetLedger
+from lockgate.authz.ledger import BudgetContention, BudgetLedger, LimitLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.core.canonical import digest
@@ -39,6 +39,7 @@ class PolicyHandlers:
         self.bundles = bundles
         self.clock = clock
         self.ledger = BudgetLedger(ports.budgets)
+        self.limits = LimitLedger(ports.budgets)
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
         """Decide on the intent ``recorded`` normalized."""
@@ -162,23 +163,37 @@ class PolicyHandlers:
         await self._count_denial(recorded.tenant, decided)
 
     async def settled(self, recorded: RecordedEvent) -> None:
-        """Consume an intent's budget holds when its effect happened, release them when not."""
-        bundle = self.bundles.current()
-        if not bundle.config.budgets and not bundle.uses_prior_effects:
-            return  # nothing is counted: no load needed
+        """Settle what an intent holds once its outcome is known, from the record.
+
+        Budget holds are consumed when the effect happened and released when it did
+        not; intake's in-flight holds are released when the intent ends (or waits for
+        an operator). Both are named on the intent's own events, so what is released
+        never depends on the bundle being the one that took them.
+        """
+        if recorded.event_type in _ONLY_IF_DENIED:
+            trigger = decode_event(recorded)
+            if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != "deny":
+                return  # allowed, paused or waiting for a reviewer: nothing to settle yet
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
         if intent is None:
             return
+        bundle = self.bundles.current()
         if intent.state is State.COMPLETED:
             if bundle.uses_prior_effects:
                 await count_effect(self.ports.progress, intent)  # for later decisions
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=True)
         elif intent.state in _GAVE_NOTHING:
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=False)
-        # Otherwise still in flight, or uncertain: the holds stay.
+        # Otherwise still in flight, or uncertain: the budget holds stay.
+        if intent.intake_holds and (intent.state.terminal or intent.state is State.NEEDS_OPERATOR):
+            await self.limits.release(intent.intake_holds, intent.intent_id)
+
+
+#: Events this consumer sees that end an intent only for one outcome.
+_ONLY_IF_DENIED = frozenset({"PolicyDecided"})
 
 
 #: Final states in which no effect happened: their budget is given back.
 _GAVE_NOTHING = frozenset({
-    State.DENIED, State.REFUSED, State.FAILED, State.WITHDRAWN, State.INTERRUPTED,
+    State.DENIED, State.REFUSED, State.FAILED, State.WITHDRAWN, State.INTERRUPTED, State.REJECTED,
 })

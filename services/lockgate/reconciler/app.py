@@ -7,7 +7,7 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
-from lockgate.core import subjects
+from lockgate.contracts import subjects
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.service import (
     Subscription,
@@ -37,5 +37,5 @@ def create_app(settings: Settings) -> FastStream:
     async def on_unknown(msg: NatsMessage) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))
 
-    add_durable(broker, Subscription("reconciler", on_unknown), log)
+    add_durable(broker, Subscription("reconciler", on_unknown), log, service)
     return app

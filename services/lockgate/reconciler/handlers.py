@@ -12,8 +12,8 @@ from lockgate.contracts.messages import (
     Refusal,
     ResolveOutcome,
 )
+from lockgate.contracts.subjects import NotACommandSubject, parse_resolve
 from lockgate.core.ids import derived_id
-from lockgate.core.subjects import NotACommandSubject, parse_resolve
 from lockgate.eventstore.base import ConcurrencyConflict, EventStoreUnavailable, RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event

@@ -1,0 +1,128 @@
+"""Intake's limit counters on a real bucket: exact across replicas, released from the record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.js.errors import NotFoundError
+
+from lockgate.authz.config import Limit
+from lockgate.authz.ledger import FULL_FOR_S, LimitLedger
+from lockgate.authz.limits import LimitState
+from lockgate.authz.source import BundleSource
+from lockgate.core.ids import random_id
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import encode_event
+from lockgate.policy.handlers import PolicyHandlers
+from lockgate.runtime.context import Ports, ports_for
+from lockgate.runtime.settings import Settings
+from lockgate.testing.intents import T0, History
+from lockgate.testing.system import REPO
+
+
+@pytest.fixture
+async def ports(nc: Client) -> AsyncIterator[Ports]:
+    with contextlib.suppress(NotFoundError):
+        await nc.jetstream().delete_stream("LG_EVENTS")
+    yield await ports_for(nc, Settings(manage_topology=True))
+
+
+async def test_two_replicas_admit_exactly_the_cap(ports: Ports) -> None:
+    cap = Limit(name=f"cap-{random_id()[:8]}", scope="tenant", max_in_flight=10)
+    replicas = [LimitLedger(ports.budgets), LimitLedger(ports.budgets)]
+    admissions = await asyncio.gather(*(
+        replicas[n % 2].admit([cap], tenant="tenant-a", actor="u", run_id="r", intent_id=f"i{n}")
+        for n in range(40)
+    ))
+    admitted = [a for a in admissions if a.refused is None]
+    assert len(admitted) == 10
+    assert {a.refused.reason for a in admissions if a.refused} == {"rate.in-flight"}
+    (key,) = {k for a in admitted for k in a.holds}
+    state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
+    assert len(state.holds) == 10
+
+
+async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
+    ports: Ports, tmp_path: Path
+) -> None:
+    key = f"limit=gone-{random_id()[:8]}.tenant-a_user-42"
+    await ports.budgets.put(key, msgspec.json.encode(LimitState(holds={"someone-else": 1e12})))
+    h = History(holds=(key,))
+    ledger = LimitLedger(ports.budgets)
+    await ledger._change(key, lambda s: LimitState(s.tat, {**s.holds, h.intent_id: 1e12}))
+    h.add(EffectIntent.NormalizationFailed, reason="argument.note.empty", field="note", detail="")
+    history = await ports.store.append(await ports.store.load("tenant-a", h.intent_id),
+                                       [encode_event(e) for e in h.events])
+    # The bundle that took the hold is gone: this one has no limits at all.
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO / "deploy" / "policies", policies)
+    (policies / "bundle.yaml").write_text("pause:\n  recheck_s: 2\n")
+    handlers = PolicyHandlers(ports, BundleSource(policies), lambda: T0)
+    await handlers.settled(history.events[-1])
+    state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
+    assert list(state.holds) == ["someone-else"]
+
+
+class CountingKV:
+    """The bucket, counting its round trips."""
+
+    def __init__(self, kv: object) -> None:
+        self.kv = kv
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self.kv, name)
+        if name in ("get", "create", "update"):
+            async def counted(*args: object, **kwargs: object) -> object:
+                self.calls += 1
+                return await attr(*args, **kwargs)  # type: ignore[operator]
+            return counted
+        return attr
+
+
+async def test_a_candidate_over_the_rate_costs_no_round_trip(ports: Ports) -> None:
+    rate = Limit(name=f"rate-{random_id()[:8]}", scope="actor", per_s=0.01, burst=2, max_in_flight=10)
+    kv = CountingKV(ports.budgets)
+    ledger = LimitLedger(kv)  # type: ignore[arg-type]
+    for n in range(2):
+        admission = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id=f"i{n}")
+        assert admission.refused is None
+    assert kv.calls == 4  # a get and an update each (the first an update of nothing: a create)
+    refused = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id="i2")
+    assert refused.refused is not None and refused.refused.reason == "rate.limited"
+    calls = kv.calls
+    for n in range(50):
+        again = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id=f"j{n}")
+        assert again.refused is not None and again.refused.reason == "rate.limited"
+    assert kv.calls == calls
+    # Another process sees the same: its first look reads the bucket, then it knows.
+    other = CountingKV(ports.budgets)
+    second = LimitLedger(other)  # type: ignore[arg-type]
+    assert (await second.admit([rate], tenant="t", actor="a", run_id="r", intent_id="k")).refused
+    assert other.calls == 1
+
+
+async def test_a_cap_seen_full_a_moment_ago_refuses_without_asking_and_never_admits_past_it(
+    ports: Ports,
+) -> None:
+    cap = Limit(name=f"cap-{random_id()[:8]}", scope="run", max_in_flight=2)
+    kv = CountingKV(ports.budgets)
+    ledger = LimitLedger(kv)  # type: ignore[arg-type]
+    for n in range(2):
+        assert (await ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id=f"i{n}")).holds
+    assert (await ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i2")).refused
+    calls = kv.calls
+    refused = await ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i3")
+    assert refused.refused is not None and refused.refused.reason == "rate.in-flight"
+    assert kv.calls == calls  # seen full a moment ago
+    # Released elsewhere (policy settling the record): once the moment passed, it is asked.
+    await LimitLedger(ports.budgets).release([f"limit={cap.name}.t_r"], "i0")
+    await asyncio.sleep(FULL_FOR_S * 1.5)
+    assert (await ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i3")).refused is None
