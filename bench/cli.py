@@ -51,7 +51,7 @@ from bench.gateway import LOAD_CASES, Proposer
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
-from lockgate.testing.system import REPO, System
+from lockgate.testing.system import REPO, System, bundle_copy
 from lockgate.worlds.casenotes.world import World
 
 
@@ -158,9 +158,7 @@ def raised_limits(text: str, factor: int = 100) -> str:
 
 async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness | None]:
     """Start everything under ``root``, run the phases, stop everything."""
-    policies = root / "policies"
-    shutil.copytree(REPO / "deploy" / "policies", policies)
-    (policies / "bundle.yaml").write_text(raised_limits(DEMO_BUNDLE.read_text()))
+    policies = bundle_copy(root, raised_limits(DEMO_BUNDLE.read_text()))
     system = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})
     spec = ChainSpec()
     nonce = random_id()[:8]

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from lockgate.client.sdk import Gateway
-from lockgate.testing.system import System
+from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.world import World
 
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     """nats-server, the six services and the case-notes adapter, each its own process."""
-    s = System(tmp_path_factory.mktemp("system"))
-    try:
-        asyncio.run(s.start())
+    with running(System(tmp_path_factory.mktemp("system"))) as s:
         yield s
-        # Every service did only what its row of the role table grants it.
-        assert s.violations() == []
-    finally:
-        s.stop()
 
 
 @pytest.fixture
@@ -38,21 +31,15 @@ async def gw(system: System) -> AsyncIterator[Gateway]:
 @pytest.fixture
 async def reviewer(system: System) -> AsyncIterator[Gateway]:
     """Alice, a reviewer of every tenant."""
-    gateway = await system.person("reviewer-alice")
-    try:
+    async with await system.person("reviewer-alice") as gateway:
         yield gateway
-    finally:
-        await gateway.close()
 
 
 @pytest.fixture
 async def operator(system: System) -> AsyncIterator[Gateway]:
     """Ops, an operator of every tenant."""
-    gateway = await system.person("operator-ops")
-    try:
+    async with await system.person("operator-ops") as gateway:
         yield gateway
-    finally:
-        await gateway.close()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Iterator
 
 import msgspec
@@ -12,7 +11,7 @@ import pytest
 from lockgate.authz.budgets import Counter
 from lockgate.client.sdk import Gateway
 from lockgate.runtime.topology import BUDGETS_BUCKET
-from lockgate.testing.system import REPO, System
+from lockgate.testing.system import System, bundle_copy, running
 from lockgate.worlds.casenotes.world import World
 
 BUDGETS = """
@@ -35,17 +34,9 @@ when { context.budget_remaining <= 1 };
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     root = tmp_path_factory.mktemp("budgets")
-    policies = root / "policies"
-    shutil.copytree(REPO / "deploy" / "policies", policies)
-    (policies / "bundle.yaml").write_text(BUDGETS)
-    (policies / "case-notes" / "last-note.cedar").write_text(LAST_NOTE)
-    s = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})
-    try:
-        asyncio.run(s.start())
+    policies = bundle_copy(root, BUDGETS, {"case-notes/last-note.cedar": LAST_NOTE})
+    with running(System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})) as s:
         yield s
-        assert s.violations() == []  # every service did only what its role grants
-    finally:
-        s.stop()
 
 
 async def note(gw: Gateway, case: str, text: str) -> tuple[str, str, bool | None]:

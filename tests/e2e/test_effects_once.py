@@ -22,7 +22,7 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
 from lockgate.testing.invariants import by_intent, violations
-from lockgate.testing.system import System
+from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL as CASE_CREDENTIAL
 from lockgate.worlds.items.world import DEMO_CREDENTIAL as ITEMS_CREDENTIAL
 from lockgate.worlds.items.world import World as ItemsWorld
@@ -35,14 +35,9 @@ ARGS = '{"title": "Release notes", "body": "Version 2 is out."}'
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    s = System(tmp_path_factory.mktemp("effects"),
-               extra_env={"LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S)})
-    try:
-        asyncio.run(s.start())
+    with running(System(tmp_path_factory.mktemp("effects"), extra_env={
+            "LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S)})) as s:
         yield s
-        assert s.violations() == []  # every service did only what its role grants
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Iterator
 
 import msgspec
@@ -17,7 +16,7 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.topology import BUDGETS_BUCKET
-from lockgate.testing.system import REPO, System
+from lockgate.testing.system import System, bundle_copy, running
 from lockgate.worlds.casenotes.world import World
 
 # One candidate of an actor in flight at a time; two at once, then one per 20 s.
@@ -36,16 +35,9 @@ WAIT_S = 30.0
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     root = tmp_path_factory.mktemp("limits")
-    policies = root / "policies"
-    shutil.copytree(REPO / "deploy" / "policies", policies)
-    (policies / "bundle.yaml").write_text(LIMITS)
-    s = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})
-    try:
-        asyncio.run(s.start())
+    policies = bundle_copy(root, LIMITS)
+    with running(System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})) as s:
         yield s
-        assert s.violations() == []  # every service did only what its role grants
-    finally:
-        s.stop()
 
 
 async def note(gw: Gateway, case: str, text: str) -> ModelResponse:

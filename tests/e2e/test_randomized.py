@@ -45,7 +45,7 @@ from lockgate.intent.codec import fold
 from lockgate.runtime.status import CHILDREN
 from lockgate.runtime.topology import ENDS_HOLD, LOCKS_BUCKET
 from lockgate.testing.invariants import by_intent, violations
-from lockgate.testing.system import System
+from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.adapter import CONTRACT as NOTE_CONTRACT
 from lockgate.worlds.casenotes.world import World as CaseWorld
 from lockgate.worlds.items.adapter import DRAFT, PUBLISH, draft_contract, publish_contract
@@ -626,12 +626,8 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         "LOCKGATE_CRASH_LIMIT": str(SELF_KILL_LIMIT),
         "LOCKGATE_CRASH_SEED": str(SEED),
     })
-    try:
-        asyncio.run(s.start())
+    with running(s):
         yield s
-        assert s.violations() == []  # every service did only what its role grants
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -27,6 +28,31 @@ _counter = msgspec.json.Decoder(Counter)
 CAS_TRIES = 8
 
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+async def _read(kv: KeyValue, key: str, decoder: msgspec.json.Decoder[S], empty: S) -> tuple[S, int | None]:
+    """A counter and its revision (``empty`` and ``None`` when the key has none yet)."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return empty, None
+    return decoder.decode(entry.value or b"{}"), entry.revision
+
+
+async def _write(kv: KeyValue, key: str, value: msgspec.Struct, revision: int | None) -> None:
+    """Store ``value`` only if the key is still at ``revision`` (absent when ``None``).
+
+    Raises:
+        KeyWrongLastSequenceError: another writer got in between.
+    """
+    data = msgspec.json.encode(value)
+    if revision is None:
+        await kv.create(key, data)
+    else:
+        await kv.update(key, data, last=revision)
+
+
 class BudgetContention(TransientError):
     """A counter kept changing under us; the decision is tried again."""
 
@@ -40,22 +66,14 @@ class BudgetLedger:
     async def _change(self, key: str, change: Callable[[Counter], Counter | None]) -> bool:
         """Apply ``change`` to one counter atomically; False when it refused (exhausted)."""
         for _ in range(CAS_TRIES):
-            try:
-                entry = await self._kv.get(key)
-                current, revision = _counter.decode(entry.value or b"{}"), entry.revision
-            except KeyNotFoundError:
-                current, revision = Counter(), None
+            current, revision = await _read(self._kv, key, _counter, Counter())
             changed = change(current)
             if changed is None:
                 return False
             if changed == current:
                 return True
-            value = msgspec.json.encode(changed)
             try:
-                if revision is None:
-                    await self._kv.create(key, value)
-                else:
-                    await self._kv.update(key, value, last=revision)
+                await _write(self._kv, key, changed, revision)
                 return True
             except KeyWrongLastSequenceError:
                 continue
@@ -163,23 +181,15 @@ class LimitLedger:
                 if attempt:
                     # Replicas that keep meeting on a hot key (a tenant's) take turns.
                     await asyncio.sleep(random.uniform(0, 0.001 * attempt))
-                try:
-                    entry = await self._kv.get(key)
-                    current, revision = _limit_state.decode(entry.value or b"{}"), entry.revision
-                except KeyNotFoundError:
-                    current, revision = LimitState(), None
+                current, revision = await _read(self._kv, key, _limit_state, LimitState())
                 self._saw(key, current)
                 changed = change(current)
                 if isinstance(changed, Refusal):
                     return changed
                 if changed == current:
                     return None
-                value = msgspec.json.encode(changed)
                 try:
-                    if revision is None:
-                        await self._kv.create(key, value)
-                    else:
-                        await self._kv.update(key, value, last=revision)
+                    await _write(self._kv, key, changed, revision)
                     self._saw(key, changed)
                     return None
                 except KeyWrongLastSequenceError:

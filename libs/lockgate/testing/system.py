@@ -8,12 +8,14 @@ root; tests connect as whichever role they play (``connect(user)``, ``gateway()`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,3 +199,37 @@ class System:
                 proc.wait()
         if self.server is not None:
             self.server.stop()
+
+
+@contextlib.contextmanager
+def running(system: System, timeout_s: float = 60.0) -> Iterator[System]:
+    """Start ``system``, hand it to the tests, stop it; fail if a service overstepped its role.
+
+    Every service does only what its row of the role table grants it: a permission
+    violation by any of them in the broker's log is a missing grant or a bug.
+
+    Raises:
+        AssertionError: the broker logged a violation by a service.
+    """
+    try:
+        asyncio.run(system.start(timeout_s))
+        yield system
+        broke = system.violations()
+        if broke:
+            raise AssertionError(f"services stepped outside their roles: {broke[:5]}")
+    finally:
+        system.stop()
+
+
+def bundle_copy(root: Path, bundle_yaml: str, extra: Mapping[str, str] | None = None) -> Path:
+    """The demo policy bundle copied under ``root``, with ``bundle_yaml`` and ``extra`` files.
+
+    ``extra`` maps a path inside the bundle to its text (another ``*.cedar``, say).
+    Point a system at it with ``LOCKGATE_POLICY_DIR``.
+    """
+    policies = root / "policies"
+    shutil.copytree(REPO / "deploy" / "policies", policies)
+    (policies / "bundle.yaml").write_text(bundle_yaml)
+    for name, text in (extra or {}).items():
+        (policies / name).write_text(text)
+    return policies
