@@ -102,7 +102,7 @@ async def test_past_a_limit_the_model_is_told_to_wait_and_nothing_runs(
         await reviewer.close()
     await until_released(system)
     third = await note(gw, "case-123", "now")
-    assert third.status == "executed"
+    assert third.status == "executed", (third, await stored(system, third.candidate_id))
     await until_released(system)
 
     # Two at once were allowed (the first and this one); a third within 20 s is not.

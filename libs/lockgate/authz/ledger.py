@@ -126,8 +126,6 @@ def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[
 _limit_state = msgspec.json.Decoder(LimitState)
 #: Compare-and-set attempts on a limit counter before the candidate is tried again later.
 LIMIT_CAS_TRIES = 32
-#: An in-flight cap seen full this recently refuses without a round trip.
-FULL_FOR_S = 0.1
 #: Limit keys a process keeps a lock and a last-seen state for.
 KEYS_KEPT = 10_000
 
@@ -156,8 +154,8 @@ class LimitLedger:
         self._clock_s = clock_s
         # Both bounded: a run has a key of its own, and runs keep coming.
         self._locks: dict[str, asyncio.Lock] = {}
-        #: The last state seen of each key, and when (only ever used to refuse).
-        self._seen: OrderedDict[str, tuple[LimitState, float]] = OrderedDict()
+        #: The last state seen of each key (only ever used to refuse over a rate).
+        self._seen: OrderedDict[str, LimitState] = OrderedDict()
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -170,7 +168,7 @@ class LimitLedger:
         return lock
 
     def _saw(self, key: str, state: LimitState) -> None:
-        self._seen[key] = (state, time.monotonic())
+        self._seen[key] = state
         self._seen.move_to_end(key)
         if len(self._seen) > KEYS_KEPT:
             self._seen.popitem(last=False)
@@ -220,28 +218,24 @@ class LimitLedger:
     ) -> Refusal | None:
         """The refusal the last state this process saw gives, without asking the bucket.
 
-        For a rate, exact: the bucket's ``tat`` is at least the one last seen, so what
-        this refuses the bucket refuses too. For an in-flight cap, only a state seen full
-        less than ``FULL_FOR_S`` ago refuses: a hold released in that moment may be
-        refused once, and the cap is never exceeded. ``None`` says nothing (ask the bucket).
+        Exact for a rate: the bucket's ``tat`` is at least the one last seen, so what this
+        refuses the bucket refuses too. Never for an in-flight cap: a hold may have been
+        released a moment ago (policy settling the record), and the next candidate is
+        then admitted at once. ``None`` says nothing (ask the bucket).
         """
         now_s = self._clock_s()
-        now = time.monotonic()
         for limit in limits:
+            if limit.per_s is None:
+                continue
             key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
             if key not in self._seen:
                 continue
-            seen, seen_at = self._seen[key]
+            seen = self._seen[key]
             if intent_id in seen.holds:
                 continue
-            if limit.per_s is not None:
-                early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
-                if isinstance(early, Refusal):
-                    return early
-            if (limit.max_in_flight is not None and now - seen_at < FULL_FOR_S
-                    and sum(1 for t in seen.holds.values() if now_s - t < limit.hold_ttl_s)
-                    >= limit.max_in_flight):
-                return Refusal(limit, "rate.in-flight", limit.retry_after_s)
+            early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
+            if isinstance(early, Refusal):
+                return early
         return None
 
     async def release(self, keys: Sequence[str], intent_id: str) -> None:
