@@ -7,8 +7,8 @@ import logging
 import uuid
 
 import nats
-from faststream.nats import NatsMessage
 
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.service import Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
@@ -23,7 +23,7 @@ async def test_a_slow_handler_does_not_hold_up_the_messages_after_it(fresh_serve
     slow_started, fast_done = asyncio.Event(), asyncio.Event()
     app, broker, service = service_app(Settings(nats_url=fresh_server.url), "probe", lambda ports: ports)
 
-    async def handler(msg: NatsMessage) -> None:
+    async def handler(msg: Delivery) -> None:
         if msg.raw_message.data == b"slow":
             slow_started.set()
             # FastStream's plain pull subscriber fetches the next batch only when this

@@ -5,11 +5,15 @@ Append publishes with ``Nats-Msg-Id`` (the event id),
 and ``Nats-Expected-Last-Subject-Sequence-Subject`` (the aggregate's filter), so the
 server refuses a stale writer with error 10071 across event types. Several events go
 as one atomic batch. Load is one direct-get ``multi_last`` request: its cost does not
-grow with the stream because every event has a subject of its own.
+grow with the stream because every event has a subject of its own. Its replies come
+to one inbox subscription the store keeps for its connection (a token per request),
+so a load is one publish, not a subscribe, a publish and an unsubscribe.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -65,6 +69,16 @@ class _PubAck(msgspec.Struct):
 _ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
+class _Replies:
+    """What one direct get received so far, and its status once the server sent it."""
+
+    __slots__ = ("messages", "status")
+
+    def __init__(self, status: asyncio.Future[tuple[str, list[Msg]]]) -> None:
+        self.status = status
+        self.messages: list[Msg] = []
+
+
 def events_stream_config(
     name: str = STREAM, *, replicas: int = 1, duplicate_window_s: float = 120.0
 ) -> StreamConfig:
@@ -109,6 +123,11 @@ class JetStreamEventStore:
         self._stream = stream
         self._timeout_s = timeout_s
         self._api = f"{api_prefix}.DIRECT.GET.{stream}"
+        #: Direct gets waiting for their replies, by the reply subject's last token.
+        self._waiting: dict[str, _Replies] = {}
+        self._tokens = itertools.count()
+        self._inbox: str | None = None
+        self._inbox_ready = asyncio.Lock()
 
     async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
         """Return every event of the aggregate, in version order."""
@@ -150,23 +169,38 @@ class JetStreamEventStore:
 
     async def _direct_get(self, request: dict[str, Any]) -> tuple[str, list[Msg]]:
         """Send one batched direct-get and collect replies until the status message."""
-        inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
-        messages: list[Msg] = []
+        inbox = await self._replies_inbox()
+        token = str(next(self._tokens))
+        replies = _Replies(asyncio.get_running_loop().create_future())
+        self._waiting[token] = replies
         try:
-            await self._nc.publish(self._api, json.dumps(request).encode(), reply=inbox)
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=self._timeout_s)
-                except NatsTimeout as exc:
-                    raise EventStoreUnavailable("direct get timed out") from exc
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status:
-                    return status, messages
-                messages.append(msg)
+            await self._nc.publish(self._api, json.dumps(request).encode(), reply=f"{inbox}.{token}")
+            try:
+                return await asyncio.wait_for(replies.status, self._timeout_s)
+            except TimeoutError as exc:
+                raise EventStoreUnavailable("direct get timed out") from exc
         finally:
-            await sub.unsubscribe()
+            self._waiting.pop(token, None)
+
+    async def _replies_inbox(self) -> str:
+        """The inbox every direct get of this store is answered on (subscribed once)."""
+        if self._inbox is None:
+            async with self._inbox_ready:
+                if self._inbox is None:
+                    inbox = self._nc.new_inbox()
+                    await self._nc.subscribe(f"{inbox}.*", cb=self._on_reply)
+                    self._inbox = inbox
+        return self._inbox
+
+    async def _on_reply(self, msg: Msg) -> None:
+        replies = self._waiting.get(msg.subject.rpartition(".")[2])
+        if replies is None or replies.status.done():
+            return  # a late reply to a get that timed out
+        status = (msg.headers or {}).get("Status")
+        if status:
+            replies.status.set_result((status, replies.messages))
+        else:
+            replies.messages.append(msg)
 
     @staticmethod
     def _recorded(msg: Msg) -> RecordedEvent:

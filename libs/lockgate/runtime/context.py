@@ -20,6 +20,7 @@ from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.cache import AggregateCache
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import (
     BUDGETS_BUCKET,
@@ -39,6 +40,8 @@ class Ports:
     nc: Client
     js: JetStreamContext
     store: JetStreamEventStore
+    #: Intents this process loaded or appended lately (see ``lockgate.intent.cache``).
+    cache: AggregateCache
     registry: CapabilityRegistry
     adapters: AdapterClient
     runs: KeyValue
@@ -89,6 +92,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         nc=nc,
         js=js,
         store=JetStreamEventStore(nc),
+        cache=AggregateCache(),
         registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
         runs=await js.key_value(RUNS_BUCKET),

@@ -22,6 +22,7 @@ subject and counted as ``poison``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import itertools
@@ -38,8 +39,9 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from faststream import AckPolicy, FastStream
-from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
+from faststream import FastStream
+from faststream.nats import NatsBroker, NatsMessage
+from nats.aio.client import Client
 from nats.errors import (
     ConnectionClosedError,
     ConnectionDrainingError,
@@ -66,11 +68,13 @@ from lockgate.eventstore.base import (
 from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
+from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
-from lockgate.runtime.topology import EVENTS, REPORTS, consumer_config, durable
+from lockgate.runtime.topology import EVENTS, REPORTS, Durable, durable
 
 Clock = Callable[[], datetime]
 
@@ -95,7 +99,7 @@ def backoff_s(deliveries: int, *, base_s: float = 0.2, cap_s: float = 15.0) -> f
     return float(min(cap_s, base_s * 2 ** max(0, deliveries - 1)))
 
 
-def deliveries(msg: NatsMessage) -> int:
+def deliveries(msg: Delivery) -> int:
     """How many times JetStream has delivered this message (1 on the first)."""
     try:
         return int(msg.raw_message.metadata.num_delivered)
@@ -143,7 +147,7 @@ class Abandonment:
     deliveries: int
 
 
-Abandon = Callable[[NatsMessage, Abandonment], Awaitable[None]]
+Abandon = Callable[[Delivery, Abandonment], Awaitable[None]]
 
 
 class Failures:
@@ -212,7 +216,7 @@ class Guard:
 
 
 async def settle(
-    msg: NatsMessage, work: Awaitable[None], log: logging.Logger, durable: str = "",
+    msg: Delivery, work: Awaitable[None], log: logging.Logger, durable: str = "",
     guard: Guard | None = None,
 ) -> None:
     """Run ``work`` and acknowledge ``msg`` according to how it ended.
@@ -224,14 +228,14 @@ async def settle(
     MESSAGES.labels(durable, outcome).inc()
 
 
-def _sequence(msg: NatsMessage) -> int:
+def _sequence(msg: Delivery) -> int:
     try:
         return int(msg.raw_message.metadata.sequence.stream)
     except (AttributeError, ValueError):
         return 0
 
 
-async def _settle(msg: NatsMessage, work: Awaitable[None], log: logging.Logger,
+async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
                   guard: Guard | None) -> str:
     n = deliveries(msg)
     if guard is not None and guard.bounds.deliveries is not None and n > guard.bounds.deliveries:
@@ -288,7 +292,7 @@ async def answer(work: Awaitable[bytes], log: logging.Logger, what: str) -> byte
 _UNAVAILABLE = msgspec.json.encode(Refusal("service.unavailable", "the service could not answer; ask again"))
 
 
-async def _give_up(msg: NatsMessage, guard: Guard, log: logging.Logger, cause: str, n: int) -> str:
+async def _give_up(msg: Delivery, guard: Guard, log: logging.Logger, cause: str, n: int) -> str:
     """Record that ``guard``'s consumer gives ``msg`` up, then acknowledge it."""
     why = Abandonment(guard.durable, safe_text(cause, 300), n)
     try:
@@ -309,7 +313,7 @@ async def _give_up(msg: NatsMessage, guard: Guard, log: logging.Logger, cause: s
     return "abandoned"
 
 
-def recorded_event(msg: NatsMessage) -> RecordedEvent:
+def recorded_event(msg: Delivery) -> RecordedEvent:
     """The stored event a consumer of the events stream was handed."""
     raw = msg.raw_message
     return stored(raw.subject, raw.headers or {}, raw.data, int(raw.metadata.sequence.stream))
@@ -320,7 +324,8 @@ Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
 
 async def decide_and_append(
     store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5,
-    assume_new: bool = False,
+    assume_new: bool = False, trigger: RecordedEvent | None = None,
+    cache: AggregateCache | None = None,
 ) -> list[Event]:
     """Load the aggregate, let ``step`` decide, append what it decided.
 
@@ -331,31 +336,69 @@ async def decide_and_append(
     step runs again on what was there. For a consumer of first messages (intake) that
     saves a load per message; a repeat costs one wasted decision.
 
+    With a ``cache``, the first decision is made on the history this process knows
+    (``lockgate.intent.cache``): exactly the one at ``trigger`` when it holds the one
+    before it, and no load at all. A history that may be behind the store decides only
+    optimistically: should it find nothing to do, the store is asked before that is
+    believed. The cache learns every history loaded and appended here.
+
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
     """
-    for attempt in range(conflicts):
-        if assume_new and attempt == 0:
-            history = AggregateHistory(tenant, intent_id)
+    recall = cache.recall(tenant, intent_id, trigger) if cache is not None else None
+    first, conflicted = True, 0
+    while True:
+        if first and assume_new:
+            known, trusted = Known(AggregateHistory(tenant, intent_id), ()), True
+        elif first and recall is not None:
+            known, trusted = recall.known, recall.exact
         else:
-            history = await store.load(tenant, intent_id)
-        intent = fold(decode_event(e) for e in history.events)
-        events = list(await step(intent))
+            known, trusted = await load_known(store, tenant, intent_id, cache), True
+        first = False
+        events = list(await step(fold(known.events)))
         if not events:
-            return []
+            if trusted:
+                return []
+            continue  # nothing to do on a history that may be behind: ask the store
         try:
-            await store.append(history, [encode_event(e) for e in events])
-            return events
+            history = await store.append(known.history, [encode_event(e) for e in events])
         except ConcurrencyConflict:
-            if attempt == conflicts - 1:
+            if cache is not None:
+                cache.forget(tenant, intent_id)
+            conflicted += 1
+            if conflicted >= conflicts:
                 raise
-    return []
+            continue
+        if cache is not None:
+            cache.remember(history, (*known.events, *events))
+        return events
 
 
-async def load_intent(store: EventStore, tenant: str, intent_id: str) -> EffectIntent | None:
-    """Return the folded aggregate, or ``None`` when it has no events."""
+async def load_known(
+    store: EventStore, tenant: str, intent_id: str, cache: AggregateCache | None = None,
+) -> Known:
+    """Load an aggregate's history and decode it (and let ``cache`` keep it)."""
     history = await store.load(tenant, intent_id)
-    return fold(decode_event(e) for e in history.events)
+    known = Known(history, tuple(decode_event(e) for e in history.events))
+    if cache is not None:
+        cache.remember(known.history, known.events)
+    return known
+
+
+async def load_intent(
+    store: EventStore, tenant: str, intent_id: str, *, trigger: RecordedEvent | None = None,
+    cache: AggregateCache | None = None,
+) -> EffectIntent | None:
+    """Return the folded aggregate, or ``None`` when it has no events.
+
+    With a ``cache`` and a ``trigger``, the aggregate as it was when the trigger was
+    stored, when this process knows exactly that; otherwise as loaded now.
+    """
+    if cache is not None and trigger is not None:
+        known = cache.at(tenant, intent_id, trigger)
+        if known is not None:
+            return fold(known.events)
+    return fold((await load_known(store, tenant, intent_id, cache)).events)
 
 
 def abandonment(intent: EffectIntent, why: Abandonment, trigger: str, now: datetime) -> list[Event]:
@@ -418,7 +461,7 @@ def abandon_event(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abandon
     another one (that would never end): it is already the record.
     """
 
-    async def abandon(msg: NatsMessage, why: Abandonment) -> None:
+    async def abandon(msg: Delivery, why: Abandonment) -> None:
         recorded = recorded_event(msg)
         if recorded.event_type == "ProcessingAbandoned":
             return
@@ -436,7 +479,7 @@ def abandon_report(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abando
     any record; the attempt's deadline turns its silence into ``OutcomeUnknown``.
     """
 
-    async def abandon(msg: NatsMessage, why: Abandonment) -> None:
+    async def abandon(msg: Delivery, why: Abandonment) -> None:
         try:
             report = msgspec.json.decode(msg.raw_message.data, type=AttemptReport)
         except msgspec.MsgspecError:
@@ -543,7 +586,7 @@ class Subscription:
     """
 
     durable: str
-    handler: Callable[[NatsMessage], Awaitable[None]]
+    handler: Callable[[Delivery], Awaitable[None]]
     batch: int = 16
     abandon: Abandon | None = None
     workers: int = 16
@@ -572,10 +615,11 @@ def progress_of(broker: NatsBroker) -> dict[str, Progress]:
 
 
 def add_durable(
-    broker: NatsBroker, sub: Subscription, log: logging.Logger, service: Service[Any], *,
-    ack_wait_s: float = 5.0,
+    broker: NatsBroker, sub: Subscription, log: logging.Logger, service: Service[Any],
 ) -> None:
     """Bind ``sub.handler`` to its durable pull consumer (created by the topology).
+
+    The consumer starts pulling once the service connected (``start_consumers``).
 
     Raises:
         ValueError: a candidates' consumer without its own ``abandon``.
@@ -593,26 +637,53 @@ def add_durable(
 
     progress = progress_of(broker).setdefault(d.name, Progress(d.stream))
 
-    async def entry(msg: NatsMessage) -> None:
+    async def entry(msg: Delivery) -> None:
         token = progress.started()
         try:
             await settle(msg, sub.handler(msg), log, d.name, guard)
         finally:
             progress.finished(token)
 
-    # max_workers: FastStream's plain pull subscriber fetches a batch and waits for the
-    # whole batch before it fetches again (PullStreamSubscriber._consume_pull, a task
-    # group per batch), so one slow handler (an adapter timing out) held up every other
-    # message of every tenant behind it. The concurrent one keeps fetching while up to
-    # max_workers handlers run (ConcurrentPullStreamSubscriber, a semaphore).
-    broker.subscriber(
-        stream=JStream(d.stream, declare=False),
-        durable=d.name,
-        config=consumer_config(d, ack_wait_s),
-        pull_sub=PullSub(batch_size=sub.batch, timeout=1.0),
-        max_workers=sub.workers,
-        ack_policy=AckPolicy.MANUAL,
-    )(entry)
+    # Not a FastStream subscriber: its pull subscribers fetch (a probe and a waiting
+    # pull per message at a pipeline's pace) and wrap every delivery in middlewares and
+    # a task group; a continuous pull costs a delivery one message and one ack.
+    _bindings(broker).append(Binding(d, entry, sub.workers, log))
+
+
+@dataclass
+class Binding:
+    """A durable of a service and the entry point its messages go to, once connected."""
+
+    durable: Durable
+    entry: Callable[[Delivery], Awaitable[None]]
+    workers: int
+    log: logging.Logger
+    consumer: PullConsumer | None = None
+
+
+#: Each broker's durables, started once its service connected.
+_BINDINGS: weakref.WeakKeyDictionary[NatsBroker, list[Binding]] = weakref.WeakKeyDictionary()
+
+
+def _bindings(broker: NatsBroker) -> list[Binding]:
+    return _BINDINGS.setdefault(broker, [])
+
+
+async def start_consumers(broker: NatsBroker, nc: Client) -> None:
+    """Start pulling every durable bound on ``broker``, over ``nc``."""
+    for b in _bindings(broker):
+        if b.consumer is None:
+            b.consumer = PullConsumer(nc, b.durable.stream, b.durable.name, b.entry,
+                                      workers=b.workers, log=b.log)
+            await b.consumer.start()
+
+
+async def stop_consumers(broker: NatsBroker, timeout_s: float = 10.0) -> None:
+    """Stop asking for messages; let running handlers settle theirs (up to ``timeout_s``)."""
+    running = [b.consumer for b in _bindings(broker) if b.consumer is not None]
+    await asyncio.gather(*(c.stop(timeout_s) for c in running))
+    for b in _bindings(broker):
+        b.consumer = None
 
 
 def service_app(
@@ -628,6 +699,14 @@ def service_app(
         if settings.metrics_port:
             start_http_server(settings.metrics_port, addr=settings.metrics_addr)
         await service.start(broker, settings)
+
+    @app.after_startup
+    async def consume() -> None:
+        await start_consumers(broker, service.ports.nc)
+
+    @app.on_shutdown
+    async def stop_consuming() -> None:
+        await stop_consumers(broker)
 
     add_status(broker, name, progress_of(broker), lambda: service.connected)
     return app, broker, service

@@ -10,6 +10,7 @@ from faststream.nats import NatsMessage
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
@@ -42,10 +43,10 @@ def create_app(settings: Settings) -> FastStream:
     async def show(msg: NatsMessage) -> bytes:
         return await answer(service.handlers.show(msg.raw_message.subject), log, "show")
 
-    async def on_decided(msg: NatsMessage) -> None:
+    async def on_decided(msg: Delivery) -> None:
         await service.handlers.decided(recorded_event(msg))
 
-    async def on_review(msg: NatsMessage) -> None:
+    async def on_review(msg: Delivery) -> None:
         await service.handlers.review_opened(recorded_event(msg))
 
     add_durable(broker, Subscription("approval", on_decided), log, service)

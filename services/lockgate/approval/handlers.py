@@ -41,7 +41,8 @@ class ApprovalHandlers:
                 intent, ttl_s=self.review_ttl_s, cause=recorded.event_id, now=self.clock()
             )
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)
 
     async def review_opened(self, recorded: RecordedEvent) -> None:
         """Expire the review at its deadline (the message comes back then)."""
@@ -57,7 +58,8 @@ class ApprovalHandlers:
                 return []
             return expire(intent, event.review_id, cause=recorded.event_id, now=self.clock())
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)
 
     async def show(self, subject: str) -> bytes:
         """A reviewer asks to see an open review (request/reply)."""
@@ -96,7 +98,8 @@ class ApprovalHandlers:
                                  cause=cause, now=self.clock())
 
         try:
-            events = await decide_and_append(self.ports.store, command.tenant, command.intent_id, step)
+            events = await decide_and_append(self.ports.store, command.tenant, command.intent_id, step,
+                                                cache=self.ports.cache)
         except ReviewProblem as problem:
             return msgspec.json.encode(Refusal(problem.code))
         if not events:

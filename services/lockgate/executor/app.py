@@ -10,6 +10,7 @@ from faststream.nats import NatsMessage
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
 from lockgate.executor.handlers import ExecutorHandlers
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.keys import report_key
 from lockgate.runtime.service import (
@@ -43,24 +44,20 @@ def create_app(settings: Settings) -> FastStream:
         return await answer(
             service.handlers.withdraw(msg.raw_message.subject, msg.body), log, "withdraw")
 
-    async def on_ready(msg: NatsMessage) -> None:
+    async def on_ready(msg: Delivery) -> None:
         await service.handlers.ready(recorded_event(msg))
 
-    async def on_authorized(msg: NatsMessage) -> None:
-        await service.handlers.dispatch(recorded_event(msg))
-
-    async def on_deadline(msg: NatsMessage) -> None:
+    async def on_deadline(msg: Delivery) -> None:
         await service.handlers.deadline(recorded_event(msg))
 
-    async def on_settled(msg: NatsMessage) -> None:
+    async def on_settled(msg: Delivery) -> None:
         await service.handlers.settled(recorded_event(msg))
 
-    async def on_report(msg: NatsMessage) -> None:
+    async def on_report(msg: Delivery) -> None:
         raw = msg.raw_message
         await service.handlers.report(raw.data, raw.subject, int(raw.metadata.sequence.stream))
 
     add_durable(broker, Subscription("executor-gate", on_ready), log, service)
-    add_durable(broker, Subscription("executor-dispatch", on_authorized), log, service)
     add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log, service)
     add_durable(broker, Subscription("executor-reports", on_report), log, service)
     add_durable(broker, Subscription("executor-locks", on_settled), log, service)

@@ -9,6 +9,7 @@ from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
 from lockgate.intake.handlers import IntakeHandlers
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
     Abandonment,
@@ -24,7 +25,7 @@ from lockgate.runtime.settings import Settings
 log = logging.getLogger("lockgate.intake")
 
 
-def message_id(msg: NatsMessage) -> str:
+def message_id(msg: Delivery) -> str:
     """The candidate message's id: its ``Nats-Msg-Id``, else its stream sequence."""
     raw = msg.raw_message
     return (raw.headers or {}).get("Nats-Msg-Id") or f"seq-{raw.metadata.sequence.stream}"
@@ -48,15 +49,15 @@ def create_app(settings: Settings) -> FastStream:
         _, _, tenant, run_id = msg.raw_message.subject.split(".")
         return await answer(service.handlers.open_turn(tenant, run_id, msg.body), log, "open turn")
 
-    async def on_candidate(msg: NatsMessage) -> None:
+    async def on_candidate(msg: Delivery) -> None:
         raw = msg.raw_message
         await service.handlers.candidate(raw.subject, raw.data, message_id(msg))
 
-    async def unprocessable(msg: NatsMessage, why: Abandonment) -> None:
+    async def unprocessable(msg: Delivery, why: Abandonment) -> None:
         raw = msg.raw_message
         await service.handlers.abandon(raw.subject, raw.data, message_id(msg), why)
 
-    async def on_visible_event(msg: NatsMessage) -> None:
+    async def on_visible_event(msg: Delivery) -> None:
         await service.handlers.respond(recorded_event(msg))
 
     add_durable(broker, Subscription("intake", on_candidate, abandon=unprocessable), log, service)

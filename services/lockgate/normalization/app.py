@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from lockgate.normalization.handlers import NormalizationHandlers
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
@@ -27,7 +27,7 @@ def create_app(settings: Settings) -> FastStream:
         settings, "normalization", lambda ports: NormalizationHandlers(ports, utc_now)
     )
 
-    async def on_received(msg: NatsMessage) -> None:
+    async def on_received(msg: Delivery) -> None:
         await service.handlers.received(recorded_event(msg), deliveries(msg))
 
     add_durable(broker, Subscription("normalization", on_received), log, service)

@@ -45,4 +45,5 @@ class NormalizationHandlers:
                         raise
             return decide(intent, contract, result, cause=recorded.event_id, now=self.clock())
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)

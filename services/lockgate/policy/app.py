@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
 from lockgate.policy.handlers import PolicyHandlers
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
     Subscription,
@@ -33,14 +33,14 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, "policy", build)
 
-    async def on_normalized(msg: NatsMessage) -> None:
+    async def on_normalized(msg: Delivery) -> None:
         await service.handlers.normalized(recorded_event(msg), deliveries(msg))
 
-    async def on_paused(msg: NatsMessage) -> None:
+    async def on_paused(msg: Delivery) -> None:
         await service.handlers.paused(recorded_event(msg))
 
     add_durable(broker, Subscription("policy", on_normalized), log, service)
-    async def on_settled(msg: NatsMessage) -> None:
+    async def on_settled(msg: Delivery) -> None:
         await service.handlers.settled(recorded_event(msg))
 
     add_durable(broker, Subscription("policy-pauses", on_paused), log, service)

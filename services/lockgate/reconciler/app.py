@@ -9,6 +9,7 @@ from faststream.nats import NatsMessage
 
 from lockgate.contracts import subjects
 from lockgate.reconciler.handlers import ReconcilerHandlers
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
     add_durable,
@@ -34,7 +35,7 @@ def create_app(settings: Settings) -> FastStream:
         return await answer(
             service.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
 
-    async def on_unknown(msg: NatsMessage) -> None:
+    async def on_unknown(msg: Delivery) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))
 
     add_durable(broker, Subscription("reconciler", on_unknown), log, service)

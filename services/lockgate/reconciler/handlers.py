@@ -62,7 +62,8 @@ class ReconcilerHandlers:
                 intent, event.attempt_id, found, contract, cause=recorded.event_id, now=self.clock()
             )
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)
 
     async def resolve(self, subject: str, body: bytes) -> bytes:
         """An operator's resolution (request/reply); the reply says what was recorded.
@@ -90,7 +91,7 @@ class ReconcilerHandlers:
                            receipt=cmd.receipt, contract=contract, cause=cause, now=self.clock())
 
         try:
-            events = await decide_and_append(self.ports.store, tenant, intent_id, step)
+            events = await decide_and_append(self.ports.store, tenant, intent_id, step, cache=self.ports.cache)
         except ResolutionRefused as refused:
             settled = refused.intent.settlement if refused.intent is not None else None
             if settled is not None and settled.event_id == resolution_id(cause):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.entry import run_service
 from lockgate.runtime.service import Abandonment, Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
@@ -24,11 +24,11 @@ def create_app(settings: Settings) -> FastStream:
     """One durable whose every message ends the broker connection."""
     app, broker, service = service_app(settings, "closing", lambda ports: ports)
 
-    async def on_candidate(msg: NatsMessage) -> None:
+    async def on_candidate(msg: Delivery) -> None:
         await service.handlers.nc.publish("x" * 5000, b"")
         await service.handlers.nc.flush()
 
-    async def never(msg: NatsMessage, why: Abandonment) -> None:
+    async def never(msg: Delivery, why: Abandonment) -> None:
         return None
 
     add_durable(broker, Subscription("intake", on_candidate, abandon=never), log, service)
