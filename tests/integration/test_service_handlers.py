@@ -24,6 +24,7 @@ from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     AttemptReport,
     Describe,
+    ExecutionOrder,
     NotResolved,
     OpenRun,
     QueryResult,
@@ -34,6 +35,7 @@ from lockgate.contracts.messages import (
     Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
+from lockgate.core.ids import random_id
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import ExecutorHandlers
@@ -303,16 +305,42 @@ async def test_a_sent_claim_after_a_withdrawal_request_asks_the_adapter_to_stop(
     await heard.unsubscribe()
 
 
-async def test_dispatch_publishes_no_order_once_a_withdrawal_was_requested(ports: Ports) -> None:
+async def test_the_deadline_backstop_sends_no_order_once_a_withdrawal_was_requested(
+    ports: Ports,
+) -> None:
     h = authorized_history()
     authorization = await store_history(ports, h)
     stored = await ports.store.load("tenant-a", h.intent_id)
     await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
         h.intent, now=T0, event_id="w1", causation_id="w", attempt_id="a1", by="runtime", why=""))])
     await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
-    await executor_handlers(ports).dispatch(authorization)
+    with pytest.raises(Retry):  # the deadline is still ahead
+        await executor_handlers(ports).deadline(authorization)
     with pytest.raises(NotFoundError):
         await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")
+
+
+async def test_an_order_not_sent_after_its_authorization_is_sent_by_the_deadline_consumer(
+    ports: Ports,
+) -> None:
+    """The executor appended ``ExecutionAuthorized`` and died before publishing the order:
+    the next one, handed the authorization by its deadline consumer, sends it, once."""
+    attempt = f"a-{random_id()[:8]}"  # an order id the broker has not seen in its window
+    h = History(call_id=f"call-{attempt}").normalized().decided("allow").add(
+        EffectIntent.ExecutionAuthorized, attempt_id=attempt, intent_key="k1", digest="sha256:d1",
+        policy_revision="p", contract_revision="rev-1", gate_facts={},
+        deadline_at=T0 + timedelta(seconds=30))
+    authorization = await store_history(ports, h)
+    await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
+    executor = executor_handlers(ports)
+    for _ in range(2):  # the timer comes back; the order is not sent again
+        with pytest.raises(Retry):
+            await executor.deadline(authorization)
+    info = await ports.js.stream_info("LG_EXEC", subjects_filter="lg.exec.case.add_note")
+    assert info.state.subjects == {"lg.exec.case.add_note": 1}
+    order = msgspec.json.decode(
+        (await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")).data, type=ExecutionOrder)
+    assert (order.intent_id, order.attempt_id) == (h.intent_id, attempt)
 
 
 # -- locks released from the record ---------------------------------------------------------

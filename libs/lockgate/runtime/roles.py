@@ -375,7 +375,7 @@ SERVICES: dict[str, _ServiceRow] = {
     ),
     "executor": _ServiceRow(
         durables=(
-            "executor-gate", "executor-dispatch", "executor-deadlines", "executor-reports",
+            "executor-gate", "executor-deadlines", "executor-reports",
             "executor-locks",
         ),
         appends=(

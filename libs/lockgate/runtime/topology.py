@@ -136,7 +136,8 @@ DURABLES: tuple[Durable, ...] = (
     # The gate waits (Retry) for a resource lock and for facts.
     _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled",
             timers=True),
-    _events("executor-dispatch", "ExecutionAuthorized"),
+    # The executor publishes an order right after appending its ExecutionAuthorized; the
+    # deadline consumer sends any order that was not (the executor died in between).
     _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS, timers=True),
     # The handler that appends one of them releases at once too (a fast path); this
     # durable is what makes release survive a crash right after the append.

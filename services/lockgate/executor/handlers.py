@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.adapters.record import answer_record
@@ -31,6 +32,7 @@ from lockgate.executor.domain import (
     refuse_report,
     withdraw,
 )
+from lockgate.executor.locks import ResourceLocks
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.intent.locks import lock_key, may_hold
@@ -50,6 +52,8 @@ def exec_subject(capability: str) -> str:
 ANY_RUN = "_"
 #: Agent runtimes' users (``agent-<tenant>``) may withdraw only within a run they name.
 AGENT_USER_PREFIX = "agent-"
+#: How long the deadline consumer waits for the gate's own send of an order.
+SEND_WAIT_S = 5.0
 #: Intents whose lock this process knows about, at most this many (oldest forgotten).
 _LOCKS_KNOWN = 65_536
 
@@ -69,6 +73,12 @@ class ExecutorHandlers:
         #: knows it holds none (released here, or its contract does not serialize). Lets
         #: the lock durable skip a load for most events; an unknown intent is loaded.
         self._locks: OrderedDict[str, str | None] = OrderedDict()
+        self._resource_locks = ResourceLocks(ports.js, ports.locks)
+        self._releasing: set[str] = set()
+        #: Attempts whose order this process published (the deadline consumer sends the rest).
+        self._sent: OrderedDict[str, None] = OrderedDict()
+        #: Attempts whose order the gate is about to send (resolved once it did or failed).
+        self._sending: dict[str, asyncio.Future[None]] = {}
 
     async def ready(self, recorded: RecordedEvent) -> None:
         """Run the final gate for an intent that policy or a reviewer allowed."""
@@ -80,6 +90,7 @@ class ExecutorHandlers:
 
         seen: list[EffectIntent] = []
         held: list[bool] = []
+        marked: list[str] = []  # attempts whose order this call is about to send
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             seen[:] = [intent] if intent is not None else []
@@ -105,14 +116,40 @@ class ExecutorHandlers:
                     bundle.config.budgets, intent, self.clock())
                 evidence = replace(evidence, budget_remaining=left)
             decision = judge(bundle, intent, facts, evidence)
-            return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
-                        budget_held=await self._budget_held(intent))
+            decided = gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
+                           budget_held=await self._budget_held(intent))
+            for event in decided:
+                if isinstance(event, EffectIntent.ExecutionAuthorized):
+                    # Before the append: its deadline consumer may be handed it at once.
+                    self._sending.setdefault(event.attempt_id, asyncio.get_running_loop().create_future())
+                    marked.append(event.attempt_id)
+            return decided
 
-        events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
-        if held and seen:
+        try:
+            events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id,
+                                              step, trigger=recorded, cache=self.ports.cache)
+            await self._after_gate(seen, held, events)
+        finally:
+            for attempt_id in marked:
+                sending = self._sending.pop(attempt_id, None)
+                if sending is not None and not sending.done():
+                    sending.set_result(None)
+
+    async def _after_gate(self, seen: list[EffectIntent], held: list[bool], events: list[Event]) -> None:
+        """Send the order the gate authorized; free a lock the gate took for nothing."""
+        if not seen:
+            return
+        after = seen[0]  # folded forward in place: the intent as it is now on the record
+        for event in events:
+            after = event.mutate(after)
+        authorized = next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)), None)
+        if authorized is not None:
+            # Sent now, not when a consumer hands the executor its own event back.
+            await self._send_order(after, authorized)
+        if held:
             # Refused, or found past the gate on a retry after a conflict (withdrawn while
             # the lock was being taken, say): the lock goes with the hold.
-            await self._release_if_done(seen[0], events)
+            await self._release_if_done(after, [])
 
     async def _budget_held(self, intent: EffectIntent) -> bool:
         """True when every budget hold of the intent's decision is still in place."""
@@ -132,18 +169,7 @@ class ExecutorHandlers:
             Retry: another intent holds the resource.
         """
         key = lock_key(intent)
-        mine = intent.intent_id.encode()
-        try:
-            await self.ports.locks.create(key, mine)
-            self._know(intent.intent_id, key)
-            return
-        except KeyWrongLastSequenceError:
-            pass
-        try:
-            holder = (await self.ports.locks.get(key)).value
-        except KeyNotFoundError:
-            raise Retry(0.05, "resource lock just released") from None
-        if holder != mine:
+        if not await self._resource_locks.take(key, intent.intent_id.encode()):
             raise Retry(0.25, "another effect on this resource is in flight")
         self._know(intent.intent_id, key)
 
@@ -163,7 +189,8 @@ class ExecutorHandlers:
         """
         if recorded.intent_id in self._locks and self._locks[recorded.intent_id] is None:
             return  # this process released it already, or never took one
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
+                                   trigger=recorded, cache=self.ports.cache)
         if intent is None or may_hold(intent):
             return
         await self._release(intent)
@@ -182,18 +209,18 @@ class ExecutorHandlers:
             await self._release(intent)
 
     async def _release(self, intent: EffectIntent) -> None:
-        """Free the intent's resource lock, if it holds it."""
-        if not intent.resource:
+        """Free the intent's resource lock, if it holds it.
+
+        The fast path and the lock durable may both get here for one intent at once;
+        the second waits for nothing (the first releases, or fails and is redelivered).
+        """
+        if not intent.resource or intent.intent_id in self._releasing:
             return
-        key = lock_key(intent)
+        self._releasing.add(intent.intent_id)
         try:
-            entry = await self.ports.locks.get(key)
-        except KeyNotFoundError:
-            self._know(intent.intent_id, None)
-            return
-        if entry.value == intent.intent_id.encode():
-            with contextlib.suppress(KeyWrongLastSequenceError):
-                await self.ports.locks.delete(key, last=entry.revision)
+            await self._resource_locks.release(lock_key(intent), intent.intent_id.encode())
+        finally:
+            self._releasing.discard(intent.intent_id)
         self._know(intent.intent_id, None)
 
     async def withdraw(self, subject: str, body: bytes) -> bytes:
@@ -223,7 +250,7 @@ class ExecutorHandlers:
                 return []
             return withdraw(intent, by=by, why=cmd.why, cause=cause, now=self.clock())
 
-        events = await decide_and_append(self.ports.store, tenant, intent_id, step)
+        events = await decide_and_append(self.ports.store, tenant, intent_id, step, cache=self.ports.cache)
         intent = await load_intent(self.ports.store, tenant, intent_id)
         if intent is None or not in_scope(intent):
             return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
@@ -253,20 +280,50 @@ class ExecutorHandlers:
         """What an adapter may read: an intent of the capability it asks for (request/reply)."""
         return await answer_record(self.ports.store, subject, body)
 
-    async def dispatch(self, recorded: RecordedEvent) -> None:
+    async def _send_order(
+        self, intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
+    ) -> None:
         """Publish the order of an authorized attempt (deduplicated by attempt id)."""
-        authorized = decode_event(recorded)
-        if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
-            return
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
-        order = order_for(intent, authorized, key=self._report_key) if intent else None
+        order = order_for(intent, authorized, key=self._report_key)
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
-        await self.ports.js.publish(
-            exec_subject(order.capability),
-            msgspec.json.encode(order),
-            headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
-        )
+        # Marked first: the deadline consumer is handed the same authorization meanwhile.
+        self._sent[authorized.attempt_id] = None
+        if len(self._sent) > _LOCKS_KNOWN:
+            self._sent.popitem(last=False)
+        try:
+            await self.ports.js.publish(
+                exec_subject(order.capability),
+                msgspec.json.encode(order),
+                headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
+            )
+        except BaseException:
+            self._sent.pop(authorized.attempt_id, None)  # not sent: the backstop sends it
+            raise
+
+    async def _send_if_unsent(
+        self, recorded: RecordedEvent, authorized: EffectIntent.ExecutionAuthorized
+    ) -> None:
+        """The backstop of the order sent right after its authorization was appended.
+
+        The attempt's deadline consumer receives every ``ExecutionAuthorized``; one this
+        process did not send the order of (it appended it and died before publishing, or
+        a replica did) is sent from here, if the record says it is still the current
+        attempt. The broker drops a second publish of the same order within its
+        duplicate window, and an adapter's check of each order against the record stops
+        one past it.
+        """
+        sending = self._sending.get(authorized.attempt_id)
+        if sending is not None:
+            # The gate is sending it right now; wait for that instead of racing it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(sending), SEND_WAIT_S)
+        if authorized.attempt_id in self._sent:
+            return
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
+                                   cache=self.ports.cache)
+        if intent is not None:
+            await self._send_order(intent, authorized)
 
     async def report(self, data: bytes, subject: str, sequence: int) -> None:
         """Record an adapter's attempt report as an event, if it proves its order.
@@ -304,7 +361,8 @@ class ExecutorHandlers:
             contract = await self.ports.registry.get(intent.tool)
             return on_report(intent, report, contract, cause=cause, now=self.clock())
 
-        events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step)
+        events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step,
+                                          cache=self.ports.cache)
         if refused:
             log.warning("refused a %r report for %s/%r: %s (adapter %r)", report.stage[:32],
                         report.intent_id, report.attempt_id[:64], refused[0], report.adapter[:64])
@@ -318,6 +376,7 @@ class ExecutorHandlers:
         authorized = decode_event(recorded)
         if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
             return
+        await self._send_if_unsent(recorded, authorized)
         remaining = (authorized.deadline_at - self.clock()).total_seconds()
         if remaining > 0:
             raise Retry(remaining + 0.05, "attempt deadline not reached")
@@ -327,4 +386,5 @@ class ExecutorHandlers:
                 return []
             return on_deadline(intent, authorized.attempt_id, cause=recorded.event_id, now=self.clock())
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)

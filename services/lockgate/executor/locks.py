@@ -1,0 +1,112 @@
+"""Per-resource locks in ``LG_LOCKS``: one compare-and-set to take, one to release.
+
+A lock is the key's value (the holder's intent id); a free lock is a key with no value
+or with a delete marker. Every write names the revision it expects the key to be at,
+so two executors never both take a lock. A key's revision is remembered by the process
+that wrote it last: taking a lock this process released a moment ago (the common case:
+one executor, resources used again and again) is one write, releasing the lock it took
+is one write. Only when another process wrote the key in between does taking it cost
+a read first. Locks expire with the bucket's ``max_age`` (``LOCK_TTL_S``), so one left
+by a crashed executor frees itself even if nothing releases it from the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from lockgate.runtime.topology import LOCKS_BUCKET
+
+#: JetStream's "wrong last sequence": the key moved since the revision named.
+_WRONG_LAST = 10071
+#: Keys whose last revision and value a process remembers (oldest forgotten).
+_REVISIONS_KEPT = 65_536
+
+
+class _Moved(Exception):
+    """The key is not at the revision a write expected."""
+
+
+class ResourceLocks:
+    """Take and release resource locks with compare-and-set writes."""
+
+    def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str = LOCKS_BUCKET) -> None:
+        self._js = js
+        self._kv = kv
+        self._prefix = f"$KV.{bucket}."
+        #: key → (revision, value) as this process last wrote or read it.
+        self._known: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+
+    async def take(self, key: str, holder: bytes) -> bool:
+        """Take the lock for ``holder``; ``False`` while another holds it.
+
+        Taking a lock ``holder`` already holds succeeds (a redelivered gate).
+        """
+        known = self._known.get(key)
+        if known is not None and known[1] in (b"", holder):
+            # Free (or ours) when last seen: the write succeeds only if it still is.
+            try:
+                await self._write(key, holder, expect=known[0])
+                return True
+            except _Moved:
+                pass
+        revision, value = await self._read(key)
+        if value:
+            return value == holder
+        try:
+            await self._write(key, holder, expect=revision)
+        except _Moved:
+            return False  # another took it between the read and the write
+        return True
+
+    async def release(self, key: str, holder: bytes) -> None:
+        """Free the lock if ``holder`` holds it; a lock another holds is left alone."""
+        known = self._known.get(key)
+        if known is not None and known[1] == holder:
+            try:
+                await self._write(key, b"", expect=known[0], delete=True)
+                return
+            except _Moved:
+                pass
+        revision, value = await self._read(key)
+        if value != holder:
+            return
+        # Moved meanwhile: released already (the lock durable and the fast path both got here).
+        with contextlib.suppress(_Moved):
+            await self._write(key, b"", expect=revision, delete=True)
+
+    async def _read(self, key: str) -> tuple[int, bytes]:
+        """The key's revision (0 when it has none) and value (empty when free)."""
+        try:
+            entry = await self._kv.get(key)
+        except KeyNotFoundError as exc:
+            marker = getattr(exc, "entry", None)
+            revision = int(marker.revision) if marker is not None and marker.revision else 0
+            self._remember(key, revision, b"")
+            return revision, b""
+        revision, value = int(entry.revision or 0), entry.value or b""
+        self._remember(key, revision, value)
+        return revision, value
+
+    async def _write(self, key: str, value: bytes, *, expect: int, delete: bool = False) -> None:
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(expect)}
+        if delete:
+            headers["KV-Operation"] = "DEL"
+        try:
+            ack = await self._js.publish(self._prefix + key, value, headers=headers)
+        except APIError as exc:
+            if exc.err_code == _WRONG_LAST:
+                self._known.pop(key, None)
+                raise _Moved from None
+            raise
+        self._remember(key, int(ack.seq), b"" if delete else value)
+
+    def _remember(self, key: str, revision: int, value: bytes) -> None:
+        self._known[key] = (revision, value)
+        self._known.move_to_end(key)
+        if len(self._known) > _REVISIONS_KEPT:
+            self._known.popitem(last=False)
