@@ -40,17 +40,18 @@ async def _read(kv: KeyValue, key: str, decoder: msgspec.json.Decoder[S], empty:
     return decoder.decode(entry.value or b"{}"), entry.revision
 
 
-async def _write(kv: KeyValue, key: str, value: msgspec.Struct, revision: int | None) -> None:
+async def _write(kv: KeyValue, key: str, value: msgspec.Struct, revision: int | None) -> int:
     """Store ``value`` only if the key is still at ``revision`` (absent when ``None``).
+
+    Returns the key's new revision.
 
     Raises:
         KeyWrongLastSequenceError: another writer got in between.
     """
     data = msgspec.json.encode(value)
     if revision is None:
-        await kv.create(key, data)
-    else:
-        await kv.update(key, data, last=revision)
+        return int(await kv.create(key, data))
+    return int(await kv.update(key, data, last=revision))
 
 
 class BudgetContention(TransientError):
@@ -154,8 +155,9 @@ class LimitLedger:
         self._clock_s = clock_s
         # Both bounded: a run has a key of its own, and runs keep coming.
         self._locks: dict[str, asyncio.Lock] = {}
-        #: The last state seen of each key (only ever used to refuse over a rate).
-        self._seen: OrderedDict[str, LimitState] = OrderedDict()
+        #: The last state and revision seen of each key: where the next compare-and-set
+        #: starts, and what refuses a candidate over a rate without a round trip.
+        self._seen: OrderedDict[str, tuple[LimitState, int | None]] = OrderedDict()
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -167,28 +169,39 @@ class LimitLedger:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    def _saw(self, key: str, state: LimitState) -> None:
-        self._seen[key] = state
+    def _saw(self, key: str, state: LimitState, revision: int | None) -> None:
+        self._seen[key] = (state, revision)
         self._seen.move_to_end(key)
         if len(self._seen) > KEYS_KEPT:
             self._seen.popitem(last=False)
 
     async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
+        """Apply ``change`` to the key's counter with compare-and-set.
+
+        The first try starts from the state and revision this process last saw (its own
+        last write, usually): when nobody wrote the key since, that is one round trip.
+        What a state that may be old says alone is never believed: a refusal, or
+        nothing to change, is asked of the bucket first.
+        """
         async with self._lock(key):
+            seen = self._seen.get(key)
             for attempt in range(LIMIT_CAS_TRIES):
-                if attempt:
-                    # Replicas that keep meeting on a hot key (a tenant's) take turns.
-                    await asyncio.sleep(random.uniform(0, 0.001 * attempt))
-                current, revision = await _read(self._kv, key, _limit_state, LimitState())
-                self._saw(key, current)
+                if seen is not None:
+                    (current, revision), fresh, seen = seen, False, None
+                else:
+                    if attempt:
+                        # Replicas that keep meeting on a hot key (a tenant's) take turns.
+                        await asyncio.sleep(random.uniform(0, 0.001 * attempt))
+                    current, revision = await _read(self._kv, key, _limit_state, LimitState())
+                    fresh = True
+                    self._saw(key, current, revision)
                 changed = change(current)
-                if isinstance(changed, Refusal):
-                    return changed
-                if changed == current:
-                    return None
+                if isinstance(changed, Refusal) or changed == current:
+                    if fresh:
+                        return changed if isinstance(changed, Refusal) else None
+                    continue
                 try:
-                    await _write(self._kv, key, changed, revision)
-                    self._saw(key, changed)
+                    self._saw(key, changed, await _write(self._kv, key, changed, revision))
                     return None
                 except KeyWrongLastSequenceError:
                     continue
@@ -230,7 +243,7 @@ class LimitLedger:
             key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
             if key not in self._seen:
                 continue
-            seen = self._seen[key]
+            seen, _ = self._seen[key]
             if intent_id in seen.holds:
                 continue
             early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)

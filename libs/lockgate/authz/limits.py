@@ -8,7 +8,7 @@ costs one compare-and-set per limit (see ``ledger.LimitLedger``):
   intervals early. No window edges (a fixed window lets twice the rate through at its
   boundary), and the wait until the next admission falls out exactly: ``retry_after_s``.
 - the in-flight cap, as holds: intent id → when it was taken. A hold is released from
-  the record when the intent ends (policy's settling consumer), and one older than the
+  the record when the intent ends (intake's response consumer), and one older than the
   limit's ``hold_ttl_s`` stops counting, in case its release was lost.
 
 Times are wall-clock seconds (replicas share the counter), passed in.

@@ -41,8 +41,8 @@ from lockgate.intake.domain import (
     reused,
     same_call,
 )
-from lockgate.intent.aggregate import EffectIntent, Event
-from lockgate.intent.codec import decode_event, fold
+from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
@@ -212,7 +212,7 @@ class IntakeHandlers:
             )
             return [decide_candidate(inputs, self.clock(), verdict=verdict)]
 
-        await decide_and_append(self.ports.store, read.tenant, target, step)
+        await decide_and_append(self.ports.store, read.tenant, target, step, cache=self.ports.cache)
         if read.problem is None and target == intent_id_for(read.tenant, read.candidate.run_id,
                                                               read.candidate.call_id):
             # A failing attempt may have taken holds before it failed; best effort, the
@@ -270,7 +270,7 @@ class IntakeHandlers:
 
         # Nearly every candidate is a new call: its first event is appended without a load.
         recorded = await decide_and_append(self.ports.store, read.tenant, intent_id, step,
-                                           assume_new=True)
+                                           assume_new=True, cache=self.ports.cache)
         if taken and not recorded:
             # Another writer recorded this intent first (a replica, a redelivery): keep
             # only the holds its record names.
@@ -308,15 +308,23 @@ class IntakeHandlers:
         )
 
     async def respond(self, recorded: RecordedEvent) -> None:
-        """Publish what the model should learn now that ``recorded`` happened."""
+        """Publish what the model should learn now that ``recorded`` happened.
+
+        Every event that ends an intent (or leaves it to an operator) is one the model
+        learns of, so this is also where the intent's in-flight holds are given back:
+        from the record, by the process that took them (its own writes are the ones it
+        knows the revision of, so a release is one compare-and-set per limit).
+        """
         event = decode_event(recorded)
         if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in ("deny", "pause"):
             return  # the next step (review or execution) is what the model learns of
         # An intent's first event is its whole history (intake's refusals: most of a flood).
-        intent = fold([event]) if recorded.version == 1 else await load_intent(
-            self.ports.store, recorded.tenant, recorded.intent_id)
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
+                                   trigger=recorded, cache=self.ports.cache)
         if intent is None:
             return
+        if intent.intake_holds and (intent.state.terminal or intent.state is State.NEEDS_OPERATOR):
+            await self.limits.release(intent.intake_holds, intent.intent_id)
         contract = await self.ports.registry.get(intent.tool) if intent.tool else None
         view = model_view(intent, contract)
         if view is None:

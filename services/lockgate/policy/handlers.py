@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Awaitable
 from dataclasses import replace
 
 import msgspec
@@ -10,7 +12,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import Decision
-from lockgate.authz.ledger import BudgetContention, BudgetLedger, LimitLedger
+from lockgate.authz.ledger import BudgetContention, BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.core.canonical import digest
@@ -39,7 +41,25 @@ class PolicyHandlers:
         self.bundles = bundles
         self.clock = clock
         self.ledger = BudgetLedger(ports.budgets)
-        self.limits = LimitLedger(ports.budgets)
+        #: Intents whose decision, appended here, reserved no budget: their end settles
+        #: nothing, so their events need no load (bounded, oldest forgotten).
+        self._reserved_nothing: OrderedDict[str, None] = OrderedDict()
+
+    def _decided(self, tenant: str, decided: list[Event]) -> Awaitable[None]:
+        """Note what this process's decisions reserved, then count denials.
+
+        Only a final decision counts: a paused intent is decided again later, perhaps by
+        another replica, perhaps with a budget.
+        """
+        for event in decided:
+            if isinstance(event, EffectIntent.PolicyDecided):
+                if event.reservations or event.outcome == "pause":
+                    self._reserved_nothing.pop(event.originator_id.hex, None)
+                else:
+                    self._reserved_nothing[event.originator_id.hex] = None
+                    if len(self._reserved_nothing) > _DECISIONS_KEPT:
+                        self._reserved_nothing.popitem(last=False)
+        return self._count_denial(tenant, decided)
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
         """Decide on the intent ``recorded`` normalized."""
@@ -58,8 +78,9 @@ class PolicyHandlers:
                     raise
             return await self._decide(intent, facts, recorded.event_id)
 
-        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
-        await self._count_denial(recorded.tenant, decided)
+        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)
+        await self._decided(recorded.tenant, decided)
 
     async def _decide(self, intent: EffectIntent, facts: Facts | None, cause: str) -> list[Event]:
         """Permission (Cedar, the progress checkpoint), then admission (budgets), then the event."""
@@ -159,22 +180,25 @@ class PolicyHandlers:
                 raise Retry(bundle.config.pause.recheck_s, "still paused")
             return events
 
-        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
-        await self._count_denial(recorded.tenant, decided)
+        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                  trigger=recorded, cache=self.ports.cache)
+        await self._decided(recorded.tenant, decided)
 
     async def settled(self, recorded: RecordedEvent) -> None:
         """Settle what an intent holds once its outcome is known, from the record.
 
         Budget holds are consumed when the effect happened and released when it did
-        not; intake's in-flight holds are released when the intent ends (or waits for
-        an operator). Both are named on the intent's own events, so what is released
-        never depends on the bundle being the one that took them.
+        not. They are named on the intent's own events, so what is released never
+        depends on the bundle being the one that took them.
         """
+        if recorded.intent_id in self._reserved_nothing and not self.bundles.current().uses_prior_effects:
+            return  # decided here, with no budget held: nothing to settle, nothing to count
         if recorded.event_type in _ONLY_IF_DENIED:
             trigger = decode_event(recorded)
             if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != "deny":
                 return  # allowed, paused or waiting for a reviewer: nothing to settle yet
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id)
+        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
+                                   trigger=recorded, cache=self.ports.cache)
         if intent is None:
             return
         bundle = self.bundles.current()
@@ -184,10 +208,12 @@ class PolicyHandlers:
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=True)
         elif intent.state in _GAVE_NOTHING:
             await self.ledger.settle(intent.reservations, intent.intent_id, consumed=False)
-        # Otherwise still in flight, or uncertain: the budget holds stay.
-        if intent.intake_holds and (intent.state.terminal or intent.state is State.NEEDS_OPERATOR):
-            await self.limits.release(intent.intake_holds, intent.intent_id)
+        # Otherwise still in flight, or uncertain: the budget holds stay. (Intake's
+        # in-flight holds are given back by intake, from the same record.)
 
+
+#: Decisions a policy process remembers having reserved nothing for.
+_DECISIONS_KEPT = 65_536
 
 #: Events this consumer sees that end an intent only for one outcome.
 _ONLY_IF_DENIED = frozenset({"PolicyDecided"})
