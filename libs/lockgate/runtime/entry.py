@@ -10,6 +10,7 @@ from collections.abc import Callable
 from faststream import FastStream
 from faststream.nats import NatsBroker
 
+from lockgate.runtime import loop
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.watchdog import Watchdog
 
@@ -24,13 +25,13 @@ def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None
     app = create_app(settings)
     guard(app)
     if settings.profile_dir is None:
-        asyncio.run(app.run())
+        loop.run(app.run())
         return
     # A profile of the whole process, written when it stops (for `make bench` work).
     profiler = cProfile.Profile()
     profiler.enable()
     try:
-        asyncio.run(app.run())
+        loop.run(app.run())
     finally:
         profiler.disable()
         settings.profile_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,9 @@ the write lock first (``BEGIN IMMEDIATE``) so concurrent writers serialize inste
 losing updates. WAL with ``synchronous = NORMAL`` survives a process crash (the fault
 the worlds simulate); only a power loss may lose the last writes, which a simulated
 world can afford.
+
+Each thread keeps its connection (an adapter's calls run on a few worker threads):
+opening SQLite and running the schema on every call cost more than the call itself.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,32 +47,44 @@ class WorldStore:
         self.directory = directory
         self._schema = schema
         self._what = what
+        self._local = threading.local()
 
     def _connect(self) -> sqlite3.Connection:
+        """This thread's connection, opened (and the schema made) on its first use."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is not None:
+            return db
         db = sqlite3.connect(self.directory / DB_FILE, timeout=30.0, isolation_level=None)
         db.row_factory = sqlite3.Row
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
         db.executescript(self._schema)
+        self._local.db = db
         return db
+
+    def _drop(self) -> None:
+        """Forget this thread's connection (the database went away under it)."""
+        db = getattr(self._local, "db", None)
+        self._local.db = None
+        if db is not None:
+            db.close()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, holding the database's write lock from its start."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        if not (self.directory / DB_FILE).exists():
+            self._drop()  # removed since: a connection would write to a file nobody sees
         db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
         try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
+            yield db
+        except BaseException:
             if db.in_transaction:
-                db.commit()
-        finally:
-            db.close()
+                db.rollback()
+            raise
+        if db.in_transaction:
+            db.commit()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -78,12 +94,14 @@ class WorldStore:
             FileNotFoundError: the world was never seeded.
         """
         if not (self.directory / DB_FILE).exists():
+            self._drop()
             raise FileNotFoundError(f"no {self._what} in {self.directory} (seed it first)")
         db = self._connect()
         try:
             yield db
         finally:
-            db.close()
+            if db.in_transaction:
+                db.rollback()  # a read leaves nothing open on a connection that is kept
 
     @staticmethod
     def authenticate(db: sqlite3.Connection, credential: str, refusal: type[LockgateError]) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from lockgate.adapters.sdk import run_adapter
+from lockgate.runtime import loop
 from lockgate.runtime.settings import Settings
 from lockgate.worlds.casenotes.adapter import CaseNotesAdapter, CaseWorldSettings
 
@@ -15,7 +15,7 @@ def main() -> None:
     settings = Settings()
     logging.basicConfig(level=settings.log_level)
     adapter = CaseNotesAdapter.from_settings(CaseWorldSettings())
-    asyncio.run(run_adapter([adapter], settings, name="casenotes"))
+    loop.run(run_adapter([adapter], settings, name="casenotes"))
 
 
 if __name__ == "__main__":

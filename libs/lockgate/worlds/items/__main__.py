@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from lockgate.adapters.sdk import run_adapter
+from lockgate.runtime import loop
 from lockgate.runtime.settings import Settings
 from lockgate.worlds.items.adapter import ItemsWorldSettings, build_adapters
 
@@ -15,7 +15,7 @@ def main() -> None:
     settings = Settings()
     logging.basicConfig(level=settings.log_level)
     adapters = build_adapters(ItemsWorldSettings())
-    asyncio.run(run_adapter(list(adapters), settings, name="items"))
+    loop.run(run_adapter(list(adapters), settings, name="items"))
 
 
 if __name__ == "__main__":
