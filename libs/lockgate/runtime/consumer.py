@@ -93,6 +93,8 @@ class PullConsumer:
         self._sub: Subscription | None = None
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
+        #: Pull requests sent so far (the path's cost, for tests and benchmarks).
+        self.requests = 0
 
     async def start(self) -> None:
         """Subscribe the inbox and ask for the first messages."""
@@ -125,6 +127,7 @@ class PullConsumer:
         request = {"batch": free, "expires": self._expires_ns,
                    "idle_heartbeat": int(self._heartbeat_s * 1e9)}
         self._requested += free
+        self.requests += 1
         try:
             await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
         except NatsError as exc:
