@@ -3,11 +3,20 @@
 Phases, in order, after a warm-up of each system:
 
 1. raw chain, open loop   (``--rate`` arrivals/s for ``--duration`` s): latency at low load
-2. Lockgate,  open loop   (the same arrivals)
+2. Lockgate,  open loop   (the same arrivals); the broker counts what each executed
+   candidate cost it (``bench.path``): messages per process, deliveries per durable
 3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
-4. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals)
-5. fairness: a steady tenant at a low rate, alone and then beside a tenant flooding at
+4. raw fetch, closed loop (the same chain consumed a batch at a time, as the services
+   did before they pulled continuously: the earlier baseline, for continuity)
+5. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals)
+6. rejected,  closed loop (``--concurrency`` proposers, ``--reject-count`` calls of a tool
+   no turn offers): the path intake refuses alone, recorded and answered
+7. fairness: a steady tenant at a low rate, alone and then beside a tenant flooding at
    200 candidates/s for 10 s (``bench.fairness``), under the demo bundle's flood limits
+
+The raw chain (``bench.rawchain``) is the limit of this design on this stack: six
+durables, each hop a continuous-pull delivery, a load, an append and an ack, with the
+services' own consumer and event store. The ratio is Lockgate's throughput to it.
 
 Phases 1-4 measure the pipeline, so they run with the demo bundle's limits raised a
 hundredfold (the limit counters still run, nothing is refused); phase 5 restarts
@@ -48,9 +57,11 @@ from bench import policy as policy_bench
 from bench.cpu import CpuMeter
 from bench.fairness import QUICK_FAIRNESS, Fairness, FairnessPlan, run_fairness
 from bench.gateway import LOAD_CASES, Proposer
+from bench.path import PathCost, counts
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
+from lockgate.runtime.natsserver import free_port
 from lockgate.testing.system import REPO, System, bundle_copy
 from lockgate.worlds.casenotes.world import World
 
@@ -64,6 +75,7 @@ class Plan:
     concurrency: int
     count: int
     raw_count: int
+    reject_count: int
     warmup: int
     op_timeout_s: float
     phase_max_s: float
@@ -71,9 +83,9 @@ class Plan:
 
 
 DEFAULT = Plan(rate_per_s=20, duration_s=15, concurrency=64, count=1500, raw_count=6000,
-               warmup=64, op_timeout_s=30, phase_max_s=120)
+               reject_count=6000, warmup=64, op_timeout_s=30, phase_max_s=120)
 QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, count=200, raw_count=1000,
-             warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS)
+             reject_count=1000, warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS)
 
 
 def progress(text: str) -> None:
@@ -110,6 +122,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         concurrency=min(args.concurrency or base.concurrency, LOAD_CASES),
         count=args.count or base.count,
         raw_count=args.raw_count or base.raw_count,
+        reject_count=base.reject_count,
         warmup=base.warmup,
         op_timeout_s=base.op_timeout_s,
         phase_max_s=base.phase_max_s,
@@ -156,37 +169,57 @@ def raised_limits(text: str, factor: int = 100) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness | None]:
+@dataclass
+class Run:
+    """What one benchmark run measured."""
+
+    phases: list[Phase]
+    notes: list[str]
+    fairness: Fairness | None
+    path: PathCost | None
+
+
+async def run(plan: Plan, root: Path) -> Run:
     """Start everything under ``root``, run the phases, stop everything."""
     policies = bundle_copy(root, raised_limits(DEMO_BUNDLE.read_text()))
-    system = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)})
+    system = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)},
+                    monitor_port=free_port())
     spec = ChainSpec()
+    fetch_spec = ChainSpec(tenant="bench-fetch", durable_prefix="raw-fetch-", mode="fetch")
     nonce = random_id()[:8]
     workers = WorkerProcess("", spec, root / "log" / "rawchain.log",
                             max_s=10 * plan.phase_max_s + 300)
+    fetch_workers = WorkerProcess("", fetch_spec, root / "log" / "rawchain-fetch.log",
+                                  max_s=10 * plan.phase_max_s + 300)
     proposer: Proposer | None = None
     driver: ChainDriver | None = None
+    fetch_driver: ChainDriver | None = None
     nc = None
     notes: list[str] = []
+    path: PathCost | None = None
     try:
         progress(f"starting nats-server, six services and the case-notes adapter under {root}")
         await system.start(timeout_s=60)
         nc = await system.connect()  # the raw chain runs as the topology owner
-        await ensure_consumers(nc.jetstream(), spec)
         admin = system.credentials("admin")
-        workers.url = system.url.replace("://", f"://{admin.user}:{admin.password}@", 1)
-        await workers.start()
-        progress(f"raw chain: durables {spec.durable(1)}..{spec.durable(spec.stages)} "
-                 f"on tenant {spec.tenant}, one worker process")
+        for s, w in ((spec, workers), (fetch_spec, fetch_workers)):
+            await ensure_consumers(nc.jetstream(), s)
+            w.url = system.url.replace("://", f"://{admin.user}:{admin.password}@", 1)
+            await w.start()
+            progress(f"raw chain ({s.mode}): durables {s.durable(1)}..{s.durable(s.stages)} "
+                     f"on tenant {s.tenant}, one worker process")
         driver = ChainDriver(nc, spec, nonce)
         await driver.start()
+        fetch_driver = ChainDriver(nc, fetch_spec, f"{nonce}f")  # event ids differ from the other chain's
+        await fetch_driver.start()
         proposer = Proposer(system.url, nonce, credentials=system.credentials("agent-tenant-a"),
                             host=system.credentials("host"))
         await proposer.start()
 
         warm = plan.warmup
         progress(f"warm-up: {warm} raw chains, {warm} Lockgate proposals")
-        for fire in (driver.fire("warm"), proposer.fire("warm", plan.op_timeout_s)):
+        for fire in (driver.fire("warm"), fetch_driver.fire("warm"),
+                     proposer.fire("warm", plan.op_timeout_s)):
             await load.closed_loop(Phase("warm", "warm"), fire, concurrency=8, count=warm,
                                    op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
 
@@ -195,6 +228,8 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness 
         pids.update({name: proc.pid for name, proc in system.processes.items()})
         if workers.proc is not None:
             pids["rawchain worker"] = workers.proc.pid
+        if fetch_workers.proc is not None:
+            pids["rawfetch worker"] = fetch_workers.proc.pid
         pids["bench drivers"] = os.getpid()
 
         async def measured(phase: Phase, work: Awaitable[Phase]) -> Phase:
@@ -217,8 +252,12 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness 
         progress(f"Lockgate, {open_mode}")
         await reseed(system)
         lg_open = Phase("lockgate", open_mode)
+        await asyncio.sleep(1.0)  # the raw phase's last acks and heartbeats are not counted
+        before = await counts(system.monitor_port)
         phases.append(await measured(lg_open, open_loop(
             lg_open, proposer.fire("open", plan.op_timeout_s))))
+        await asyncio.sleep(1.0)  # the last candidates' settling (locks, holds) is counted
+        path = PathCost.between(before, await counts(system.monitor_port), lg_open.ok)
 
         closed_mode = f"closed x{plan.concurrency}"
         progress(f"raw chain, {closed_mode}, {plan.raw_count} chains")
@@ -227,6 +266,12 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness 
             raw_closed, driver.fire("closed"), concurrency=plan.concurrency,
             count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s))
         phases.append(raw_closed)
+        progress(f"raw fetch, {closed_mode}, {plan.raw_count} chains")
+        fetch_closed = Phase("raw fetch", closed_mode)
+        await measured(fetch_closed, load.closed_loop(
+            fetch_closed, fetch_driver.fire("closed"), concurrency=plan.concurrency,
+            count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s))
+        phases.append(fetch_closed)
         progress(f"Lockgate, {closed_mode}, {plan.count} proposals")
         ledger_open = await ledger_size(system)
         await reseed(system)
@@ -235,10 +280,17 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness 
             lg_closed, proposer.fire("closed", plan.op_timeout_s),
             concurrency=plan.concurrency, count=plan.count, op_timeout_s=plan.op_timeout_s,
             max_s=plan.phase_max_s)))
+        progress(f"rejected, {closed_mode}, {plan.reject_count} calls of a tool no turn offers")
+        rejected = Phase("rejected", closed_mode)
+        phases.append(await measured(rejected, load.closed_loop(
+            rejected, proposer.fire("reject", plan.op_timeout_s, tool="no.such_tool", expect="rejected"),
+            concurrency=plan.concurrency, count=plan.reject_count, op_timeout_s=plan.op_timeout_s,
+            max_s=plan.phase_max_s)))
 
         progress("checking what was stored")
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
         notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
+        notes.append("raw fetch:  " + await check_raw(fetch_driver, fetch_spec, "closed", fetch_closed))
         for phase, ledger in ((lg_open, ledger_open), (lg_closed, await ledger_size(system))):
             notes.append(f"lockgate {phase.mode.split()[0]}: {ledger} notes in the case-notes "
                          f"ledger for {phase.ok} executed responses")
@@ -255,11 +307,12 @@ async def run(plan: Plan, root: Path) -> tuple[list[Phase], list[str], Fairness 
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return phases, notes, fairness
+        return Run(phases, notes, fairness, path)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
-                       workers.stop(), nc.close() if nc else None):
+                       fetch_driver.stop() if fetch_driver else None, workers.stop(),
+                       fetch_workers.stop(), nc.close() if nc else None):
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer
@@ -276,10 +329,14 @@ def summary(phases: list[Phase]) -> dict[str, float | None]:
         return None if math.isnan(x) else round(x, digits)
 
     lg, raw = pick("lockgate", "closed").per_s, pick("raw chain", "closed").per_s
+    fetch = pick("raw fetch", "closed").per_s
     return {
         "lockgate_per_s": num(lg, 1),
         "raw_chain_per_s": num(raw, 1),
+        "raw_fetch_per_s": num(fetch, 1),
         "throughput_ratio": num(lg / raw if raw else math.nan, 4),
+        "fetch_ratio": num(lg / fetch if fetch else math.nan, 4),
+        "rejected_per_s": num(pick("rejected", "closed").per_s, 1),
         "lockgate_p50_ms": num(pick("lockgate", "open").latency_ms(0.5), 2),
         "lockgate_p99_ms": num(pick("lockgate", "open").latency_ms(0.99), 2),
         "raw_p50_ms": num(pick("raw chain", "open").latency_ms(0.5), 2),
@@ -308,7 +365,8 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
         sys.stdout.flush()
     root_dir = tempfile.mkdtemp(prefix="lockgate-bench-")
     try:
-        phases, notes, fairness = await run(plan, Path(root_dir))
+        measured = await run(plan, Path(root_dir))
+        phases, notes, fairness = measured.phases, measured.notes, measured.fairness
     finally:
         if args.keep:
             progress(f"kept {root_dir}")
@@ -331,6 +389,18 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
     for n in notes:
         print(n)
     figures: dict[str, float | int | None] = dict(summary(phases))
+    lg_open = next(p for p in phases if p.system == "lockgate" and p.mode.startswith("open"))
+    lg_closed = next(p for p in phases if p.system == "lockgate" and p.mode.startswith("closed"))
+    # Lockgate's own processes and the broker, saturated (not the drivers, not the raw chains).
+    own = {k: v for k, v in lg_closed.cpu_s.items() if "worker" not in k and "driver" not in k}
+    figures["cpu_ms_per_candidate"] = round(1000 * sum(own.values()) / lg_closed.ok, 2) \
+        if own and lg_closed.ok else None
+    if measured.path is not None:
+        print()
+        print(f"the path of one executed candidate, counted by the broker ({lg_open.mode}): "
+              "messages each process published and was delivered, deliveries per durable")
+        print(measured.path.table())
+        figures.update(measured.path.figures())
     ratio = figures["throughput_ratio"]
     if fairness is not None:
         print()

@@ -65,14 +65,17 @@ class Proposer:
                 await asyncio.sleep(0.5)
             self._pool.put_nowait(turn)
 
-    def fire(self, label: str, op_timeout_s: float) -> Fire:
-        """An operation for the load drivers: propose note ``i``, wait for its response."""
+    def fire(self, label: str, op_timeout_s: float, *, tool: str = TOOL, expect: str = "executed") -> Fire:
+        """An operation for the load drivers: propose note ``i``, wait for its response.
+
+        ``expect``: the status that counts as success (``denied`` for the rejected path).
+        """
 
         async def propose(i: int) -> str:
             turn = await self._pool.get()
             try:
                 response = await turn.propose(
-                    tool=TOOL,
+                    tool=tool,
                     arguments=json.dumps({"note": f"bench {label} {i}"}),
                     call_id=f"{self.nonce}-{label}-{i}",
                     timeout_s=op_timeout_s,
@@ -81,7 +84,7 @@ class Proposer:
                 return "timeout"
             finally:
                 self._pool.put_nowait(turn)
-            return "ok" if response.status == "executed" else f"{response.status}:{response.code}"
+            return "ok" if response.status == expect else f"{response.status}:{response.code}"
 
         return propose
 

@@ -9,9 +9,18 @@ learns of its end from a core subscription on the ``Stage6`` subjects, as Lockga
 learns of a response. A finished aggregate holds seven events: the driver's ``Stage0``
 and one from each of the six stages.
 
-Workers fetch in batches and handle a batch concurrently, as FastStream's pull
-subscribers under Lockgate's services do, and are idempotent like them: a stage that
-finds its own event already stored acks and does nothing.
+Two ways to consume, chosen per worker process (``--mode``):
+
+- ``pull`` (the baseline the ratio is taken against): each stage keeps a continuous
+  pull on its durable with the service kit's own consumer
+  (``lockgate.runtime.consumer.PullConsumer``, as many handlers at once as a service's
+  durable), so the chain is the best this stack does for an event-sourced six-hop
+  pipeline: one delivery, one load, one append and one ack per hop;
+- ``fetch`` (kept for continuity with earlier runs): each stage fetches a batch and
+  handles it concurrently, as FastStream's pull subscribers did under the services.
+
+Either way a stage is idempotent like a service: one that finds its own event already
+stored acks and does nothing.
 
 ``python -m bench.rawchain --url ...`` runs the six stages as one process; it stops
 at end of stdin (its parent went away), on SIGTERM/SIGINT, or after ``--max-seconds``.
@@ -26,7 +35,7 @@ import logging
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +54,7 @@ from lockgate.eventstore.base import (
 )
 from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
 from lockgate.eventstore.subjects import PREFIX, parse_event_subject
+from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.service import Subscription as ServiceSubscription
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import Durable, consumer_config
@@ -68,6 +78,10 @@ class ChainSpec:
     batch: int = ServiceSubscription.batch
     #: And their durables allow this many unacknowledged (``Durable.max_ack_pending``).
     max_ack_pending: int = Durable.max_ack_pending
+    #: ``pull`` (continuous, the kit's consumer) or ``fetch`` (a batch at a time).
+    mode: str = "pull"
+    #: Handlers of one stage at once (a service durable's ``Subscription.workers``).
+    workers: int = ServiceSubscription.workers
 
     def durable(self, k: int) -> str:
         """The durable of stage ``k`` (1-based)."""
@@ -117,15 +131,28 @@ class StageWorkers:
     errors: int = 0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _subs: list[JetStreamContext.PullSubscription] = field(default_factory=list)
+    _pulls: list[PullConsumer] = field(default_factory=list)
 
     async def start(self) -> None:
         """Bind every stage to its durable and start consuming."""
         js = self.nc.jetstream()
         store = JetStreamEventStore(self.nc, stream=self.spec.stream)
         for k in range(1, self.spec.stages + 1):
+            if self.spec.mode == "pull":
+                pull = PullConsumer(self.nc, self.spec.stream, self.spec.durable(k),
+                                    self._delivered(k, store), workers=self.spec.workers, log=log)
+                await pull.start()
+                self._pulls.append(pull)
+                continue
             sub = await js.pull_subscribe_bind(durable=self.spec.durable(k), stream=self.spec.stream)
             self._subs.append(sub)
             self._tasks.append(asyncio.create_task(self._consume(k, sub, store)))
+
+    def _delivered(self, k: int, store: JetStreamEventStore) -> Callable[[Delivery], Awaitable[None]]:
+        async def handle(delivery: Delivery) -> None:
+            await self._handle(k, delivery.raw_message, store)
+
+        return handle
 
     async def _consume(
         self, k: int, sub: JetStreamContext.PullSubscription, store: JetStreamEventStore
@@ -162,6 +189,9 @@ class StageWorkers:
 
     async def stop(self) -> None:
         """Stop consuming; unacked messages are redelivered to whoever binds next."""
+        for pull in self._pulls:
+            await pull.stop()
+        self._pulls.clear()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -250,6 +280,7 @@ class WorkerProcess:
             sys.executable, "-m", "bench.rawchain", "--url", self.url,
             "--tenant", self.spec.tenant, "--prefix", self.spec.durable_prefix,
             "--batch", str(self.spec.batch), "--max-seconds", str(self.max_s),
+            "--mode", self.spec.mode,
         ]
         with open(self.log_file, "ab") as log_handle:
             self.proc = await asyncio.create_subprocess_exec(
@@ -289,7 +320,7 @@ class WorkerProcess:
 async def _serve(args: argparse.Namespace) -> None:
     import nats
 
-    spec = ChainSpec(tenant=args.tenant, durable_prefix=args.prefix, batch=args.batch)
+    spec = ChainSpec(tenant=args.tenant, durable_prefix=args.prefix, batch=args.batch, mode=args.mode)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -327,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prefix", default=ChainSpec.durable_prefix)
     parser.add_argument("--batch", type=int, default=ChainSpec.batch)
     parser.add_argument("--max-seconds", type=float, default=900.0)
+    parser.add_argument("--mode", choices=("pull", "fetch"), default=ChainSpec.mode)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s rawchain %(levelname)s %(message)s")
     asyncio.run(_serve(args))

@@ -50,6 +50,8 @@ class System:
     server: NatsServer | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     deployment: Deployment | None = None
+    #: The broker's HTTP monitoring port on loopback (0: none); the benchmark reads it.
+    monitor_port: int = 0
 
     @property
     def url(self) -> str:
@@ -89,7 +91,7 @@ class System:
         self.deployment = ensure_deployment(self.root, Settings(var_dir=self.root).roles())
         self.server = NatsServer(
             store_dir=self.root / "nats", log_file=self.root / "log" / "nats.log",
-            config_text="include ./accounts.conf",
+            config_text="include ./accounts.conf", monitor_port=self.monitor_port,
         )
         self.server.start()
         nc = await self.connect()

@@ -1,0 +1,91 @@
+"""What one executed candidate costs on the broker, counted by the broker itself.
+
+Read from nats-server's monitoring endpoints around a phase: ``/connz`` gives every
+connection's messages in (published by the process) and out (delivered to it), named
+``lockgate-<service>`` or ``adapter.<name>``; ``/jsz`` gives every durable consumer's
+deliveries; ``/varz`` the server's totals. Divided by the phase's executed candidates,
+these are the path's length as numbers, so a change that adds a round trip shows up
+in ``make bench`` as one more message per candidate, whatever the timings did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+def _get(port: int, path: str) -> dict[str, object]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:  # noqa: S310
+        return json.loads(reply.read())  # type: ignore[no-any-return]
+
+
+@dataclass
+class Counts:
+    """Broker-side counters at one moment."""
+
+    sent: Counter[str] = field(default_factory=Counter)
+    received: Counter[str] = field(default_factory=Counter)
+    deliveries: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def read(cls, port: int) -> Counts:
+        counts = cls()
+        connz = _get(port, "/connz?limit=1024")
+        for conn in connz.get("connections", []):  # type: ignore[union-attr]
+            name = str(conn.get("name") or "unnamed").removeprefix("lockgate-")
+            counts.sent[name] += int(conn.get("in_msgs", 0))
+            counts.received[name] += int(conn.get("out_msgs", 0))
+        jsz = _get(port, "/jsz?consumers=true&accounts=true")
+        for account in jsz.get("account_details", []):  # type: ignore[union-attr]
+            for stream in account.get("stream_detail", []):
+                for consumer in stream.get("consumer_detail", []) or []:
+                    delivered = consumer.get("delivered", {}).get("consumer_seq", 0)
+                    counts.deliveries[consumer["name"]] += int(delivered)
+        return counts
+
+
+async def counts(port: int) -> Counts:
+    """The counters now (read off the event loop)."""
+    return await asyncio.to_thread(Counts.read, port)
+
+
+@dataclass(frozen=True)
+class PathCost:
+    """Broker messages per executed candidate, by process and by durable."""
+
+    per: int
+    sent: dict[str, float]
+    received: dict[str, float]
+    deliveries: dict[str, float]
+
+    @classmethod
+    def between(cls, before: Counts, after: Counts, per: int) -> PathCost:
+        def rate(a: Counter[str], b: Counter[str]) -> dict[str, float]:
+            return {k: (b[k] - a[k]) / per for k in sorted(b) if b[k] - a[k] > 0}
+
+        n = max(1, per)
+        return cls(n, rate(before.sent, after.sent), rate(before.received, after.received),
+                   rate(before.deliveries, after.deliveries))
+
+    def table(self) -> str:
+        """Per process: messages published and delivered; per durable: deliveries."""
+        lines = [f"{'process':<20} {'published':>9} {'delivered':>9}"]
+        for name in sorted(set(self.sent) | set(self.received)):
+            lines.append(f"{name:<20} {self.sent.get(name, 0):>9.1f} {self.received.get(name, 0):>9.1f}")
+        lines.append(f"{'all':<20} {sum(self.sent.values()):>9.1f} {sum(self.received.values()):>9.1f}")
+        lines.append("")
+        lines.append(f"{'durable':<20} {'deliveries':>10}")
+        for name, n in self.deliveries.items():
+            lines.append(f"{name:<20} {n:>10.2f}")
+        lines.append(f"{'all':<20} {sum(self.deliveries.values()):>10.2f}")
+        return "\n".join(lines)
+
+    def figures(self) -> dict[str, float]:
+        """For the JSON line."""
+        return {
+            "messages_per_candidate": round(sum(self.sent.values()), 1),
+            "deliveries_per_candidate": round(sum(self.deliveries.values()), 2),
+        }
