@@ -45,8 +45,8 @@ from lockgate.eventstore.base import (
 )
 from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
 from lockgate.eventstore.subjects import PREFIX, parse_event_subject
-from lockgate.runtime.service import Subscription as ServiceSubscription
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.spec import Consumer
 from lockgate.runtime.topology import Durable, consumer_config
 
 log = logging.getLogger("bench.rawchain")
@@ -64,8 +64,8 @@ class ChainSpec:
     durable_prefix: str = "raw-"
     stream: str = STREAM
     stages: int = STAGES
-    #: Lockgate's services fetch this many at a time (``Subscription.batch``).
-    batch: int = ServiceSubscription.batch
+    #: Lockgate's services fetch this many at a time (``Consumer.batch`` of their specs).
+    batch: int = Consumer.batch
     #: And their durables allow this many unacknowledged (``Durable.max_ack_pending``).
     max_ack_pending: int = Durable.max_ack_pending
 

@@ -12,6 +12,7 @@ from faststream.nats import NatsMessage
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.service import Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import NORMALIZATION
 from lockgate.runtime.topology import ensure_topology
 
 LOG = logging.getLogger("test")
@@ -32,7 +33,7 @@ async def test_a_slow_handler_does_not_hold_up_the_messages_after_it(fresh_serve
         else:
             fast_done.set()
 
-    add_durable(broker, Subscription("normalization", handler), LOG, service)
+    add_durable(broker, Subscription(NORMALIZATION.consumer("normalization"), handler), LOG, service)
     await app.start()
     try:
         js = nc.jetstream()

@@ -69,6 +69,7 @@ from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.spec import Consumer
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime.topology import EVENTS, REPORTS, consumer_config, durable
 
@@ -535,19 +536,16 @@ def add_status(
 
 @dataclass(frozen=True)
 class Subscription:
-    """One durable consumer of a service and the handler of its messages.
+    """One durable consumer of a service (from its spec) and the handler of its messages.
 
     ``abandon`` records that the consumer gave a message up; by default what the
     durable's stream calls for (``abandon_event``, ``abandon_report``). The candidates'
     consumer must say (intake's own refusal).
     """
 
-    durable: str
+    consumer: Consumer
     handler: Callable[[NatsMessage], Awaitable[None]]
-    batch: int = 16
     abandon: Abandon | None = None
-    workers: int = 16
-    """Handlers of this consumer running at once in one process."""
 
 
 async def as_message(msg: NatsMessage) -> NatsMessage:
@@ -580,7 +578,7 @@ def add_durable(
     Raises:
         ValueError: a candidates' consumer without its own ``abandon``.
     """
-    d = durable(sub.durable)
+    d = durable(sub.consumer.name)
     abandon = sub.abandon
     if abandon is None:
         if d.stream == EVENTS:
@@ -609,8 +607,8 @@ def add_durable(
         stream=JStream(d.stream, declare=False),
         durable=d.name,
         config=consumer_config(d, ack_wait_s),
-        pull_sub=PullSub(batch_size=sub.batch, timeout=1.0),
-        max_workers=sub.workers,
+        pull_sub=PullSub(batch_size=sub.consumer.batch, timeout=1.0),
+        max_workers=sub.consumer.workers,
         ack_policy=AckPolicy.MANUAL,
     )(entry)
 

@@ -10,28 +10,20 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from lockgate.contracts import subjects
 from lockgate.contracts.status import ConsumerProgress as ConsumerProgress
 from lockgate.contracts.status import ProcessStatus as ProcessStatus
+from lockgate.runtime import specs
 
-#: The services ``make run`` supervises; each runs as ``python -m lockgate.<name>``.
-SERVICES: tuple[str, ...] = (
-    "intake",
-    "normalization",
-    "policy",
-    "approval",
-    "executor",
-    "reconciler",
-)
+#: The services ``make run`` supervises (their specs); each runs as ``python -m lockgate.<name>``.
+SERVICES: tuple[str, ...] = tuple(spec.name for spec in specs.SERVICES)
 
-#: The demo adapters ``make run`` supervises: (status name, python module).
-ADAPTERS: tuple[tuple[str, str], ...] = (
-    ("adapter.casenotes", "lockgate.worlds.casenotes"),
-    ("adapter.items", "lockgate.worlds.items"),
-)
+#: The demo adapters ``make run`` supervises (their specs): (status name, python module).
+ADAPTERS: tuple[tuple[str, str], ...] = tuple((a.status_name, a.module) for a in specs.ADAPTERS)
 
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (
-    tuple((name, f"lockgate.{name}") for name in SERVICES) + ADAPTERS
+    tuple((spec.status_name, spec.module) for spec in specs.SERVICES) + ADAPTERS
 )
 
 #: What a status answer looks like: ``{"service": name, "pid": int, "instance": str, ...}``.
@@ -72,7 +64,7 @@ def child_user(name: str) -> str:
 
 def status_subject(name: str) -> str:
     """The request/reply subject on which the process called ``name`` answers."""
-    return f"lg.status.{name}"
+    return subjects.status(name)
 
 
 def status_names() -> tuple[str, ...]:
