@@ -55,8 +55,8 @@ from lockgate.eventstore.base import (
 from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
 from lockgate.eventstore.subjects import PREFIX, parse_event_subject
 from lockgate.runtime.consumer import Delivery, PullConsumer
-from lockgate.runtime.service import Subscription as ServiceSubscription
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.spec import Consumer
 from lockgate.runtime.topology import Durable, consumer_config
 
 log = logging.getLogger("bench.rawchain")
@@ -74,14 +74,14 @@ class ChainSpec:
     durable_prefix: str = "raw-"
     stream: str = STREAM
     stages: int = STAGES
-    #: Lockgate's services fetch this many at a time (``Subscription.batch``).
-    batch: int = ServiceSubscription.batch
+    #: The fetch mode asks for this many at a time (``Consumer.batch`` of the specs).
+    batch: int = Consumer.batch
     #: And their durables allow this many unacknowledged (``Durable.max_ack_pending``).
     max_ack_pending: int = Durable.max_ack_pending
     #: ``pull`` (continuous, the kit's consumer) or ``fetch`` (a batch at a time).
     mode: str = "pull"
-    #: Handlers of one stage at once (a service durable's ``Subscription.workers``).
-    workers: int = ServiceSubscription.workers
+    #: Handlers of one stage at once (``Consumer.workers`` of the services' specs).
+    workers: int = Consumer.workers
 
     def durable(self, k: int) -> str:
         """The durable of stage ``k`` (1-based)."""

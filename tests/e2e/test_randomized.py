@@ -42,8 +42,9 @@ from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
+from lockgate.runtime.specs import ENDS_HOLD
 from lockgate.runtime.status import CHILDREN
-from lockgate.runtime.topology import ENDS_HOLD, LOCKS_BUCKET
+from lockgate.runtime.topology import LOCKS_BUCKET
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.adapter import CONTRACT as NOTE_CONTRACT
@@ -620,7 +621,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         "LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S),
         # The moment that strands a lock unless release comes from the record.
         "LOCKGATE_CRASH_LOG": str(root / "self-kills"),
-        "LOCKGATE_CRASH_EVENTS": ",".join(ENDS_HOLD),
+        "LOCKGATE_CRASH_EVENTS": ",".join(e.__name__ for e in ENDS_HOLD),
         "LOCKGATE_CRASH_TOOLS": NOTE,
         "LOCKGATE_CRASH_PROBABILITY": str(SELF_KILL_PROBABILITY),
         "LOCKGATE_CRASH_LIMIT": str(SELF_KILL_LIMIT),

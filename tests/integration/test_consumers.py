@@ -15,6 +15,7 @@ from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.service import Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import NORMALIZATION
 from lockgate.runtime.topology import ensure_topology
 
 LOG = logging.getLogger("test")
@@ -35,7 +36,7 @@ async def test_a_slow_handler_does_not_hold_up_the_messages_after_it(fresh_serve
         else:
             fast_done.set()
 
-    add_durable(broker, Subscription("normalization", handler), LOG, service)
+    add_durable(broker, Subscription(NORMALIZATION.consumer("normalization"), handler), LOG, service)
     await app.start()
     try:
         js = nc.jetstream()

@@ -18,9 +18,9 @@ from lockgate.authz.ledger import LimitLedger
 from lockgate.authz.limits import LimitState
 from lockgate.authz.source import BundleSource
 from lockgate.core.ids import random_id
+from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import encode_event
-from lockgate.intake.handlers import IntakeHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.settings import Settings
 from lockgate.testing.intents import T0, History

@@ -48,7 +48,8 @@ from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Retry, load_intent
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.topology import CAPABILITIES_BUCKET, ENDS_HOLD
+from lockgate.runtime.specs import ENDS_HOLD
+from lockgate.runtime.topology import CAPABILITIES_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
@@ -375,7 +376,7 @@ def ended_by(name: str, call_id: str = "call-1") -> History:
                  by="reconciler", why="found", resolution="completed")
 
 
-@pytest.mark.parametrize("name", ENDS_HOLD)
+@pytest.mark.parametrize("name", [e.__name__ for e in ENDS_HOLD])
 async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_the_record(
     ports: Ports, name: str
 ) -> None:

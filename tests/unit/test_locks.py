@@ -12,12 +12,14 @@ import pytest
 from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review
 from lockgate.authz import Decision
 from lockgate.contracts.messages import DecideReview, NormalizeResult
+from lockgate.eventstore.subjects import type_filter
 from lockgate.intent.aggregate import Aggregate, EffectIntent
 from lockgate.intent.codec import EVENT_TYPES, fold
 from lockgate.intent.locks import HOLDING, lock_key, may_hold
 from lockgate.normalization.domain import decide as normalize
 from lockgate.policy.domain import record
-from lockgate.runtime.topology import ENDS_HOLD, durable, type_filter
+from lockgate.runtime.specs import ENDS_HOLD
+from lockgate.runtime.topology import durable
 from lockgate.testing.intents import T0, History
 
 ENVELOPE = {"originator_id", "originator_version", "timestamp", "event_id", "correlation_id",
@@ -97,8 +99,8 @@ def test_every_event_that_can_end_a_hold_is_consumed_by_the_lock_durable() -> No
                     continue  # names an attempt this history does not have
                 if after is not None and not may_hold(after):
                     ends.add(name)
-    assert ends - BEFORE_ANY_HOLD == set(ENDS_HOLD)
-    assert set(durable("executor-locks").filters) == {type_filter(t) for t in ENDS_HOLD}
+    assert ends - BEFORE_ANY_HOLD == {e.__name__ for e in ENDS_HOLD}
+    assert set(durable("executor-locks").filters) == {type_filter(e.__name__) for e in ENDS_HOLD}
 
 
 def test_the_lock_key_is_a_valid_bucket_key_per_tenant_and_resource() -> None:

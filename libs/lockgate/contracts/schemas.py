@@ -1,53 +1,120 @@
 """Generate ``schemas/``: JSON Schemas of every event and wire message, and an AsyncAPI document.
 
 The files are derived from the code and committed; a test fails when they drift.
-Regenerate with ``python -m lockgate.contracts.schemas``.
+Regenerate with ``python -m lockgate.contracts.schemas``. The AsyncAPI channels, who sends
+and receives on each, and which process appends and is handed each event are read off
+the processes' specs (``lockgate.runtime.specs``): a channel no spec uses is not listed.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from lockgate.contracts import messages
-from lockgate.contracts.responses import ModelResponse
+from lockgate.contracts.channels import Channel
 from lockgate.intent.codec import EVENT_TYPES
+from lockgate.runtime import specs
+from lockgate.runtime.spec import EVERY_PROCESS_ANSWERS
 
 SCHEMAS_DIR = Path(__file__).resolve().parents[3] / "schemas"
 
-WIRE: dict[str, type[Any]] = {
-    name: cls
-    for name, cls in vars(messages).items()
-    if isinstance(cls, type) and issubclass(cls, msgspec.Struct) and cls.__module__ == messages.__name__
-}
-WIRE["ModelResponse"] = ModelResponse
+#: Who publishes every adapter's subjects: the adapter SDK, in each adapter process.
+ADAPTERS = "adapters"
 
-#: Subject → (who publishes, message name, description): the AsyncAPI channels.
-CHANNELS: dict[str, tuple[str, str, str]] = {
-    "lg.run.{tenant}.open": ("trusted host", "OpenRun", "Open a run with authoritative context (reply RunOpened)."),
-    "lg.turn.{tenant}.{run}": ("agent runtime", "OpenTurn", "Open a turn; the reply is the catalogue snapshot (TurnOpened)."),
-    "lg.propose.{tenant}.{run}": ("agent runtime", "Candidate", "One tool call exactly as the model emitted it (stream LG_CANDIDATES)."),
-    "lg.response.{tenant}.{run}.{candidate}": ("intake", "ModelResponse", "What the model sees (stream LG_RESPONSES)."),
-    "lg.review.{tenant}.{intent}.show.{reviewer}": ("reviewer", "ReviewView", "Show the open review (reply ReviewView; the request body is empty)."),
-    "lg.review.{tenant}.{intent}.decide.{reviewer}": ("reviewer", "DecideReview", "A reviewer's decision, recorded under the authenticated reviewer (reply Recorded or Refusal)."),
-    "lg.withdraw.{tenant}.{run}.{intent}.{user}": ("agent runtime, operator", "Withdraw", "Stop a candidate by its state (reply ModelResponse)."),
-    "lg.reconcile.{tenant}.{intent}.resolve.{operator}": ("operator", "ResolveOutcome", "Settle an unknown outcome, recorded under the authenticated operator (reply Recorded or Refusal)."),
-    "lg.exec.{capability}": ("executor", "ExecutionOrder", "An authorized attempt (stream LG_EXEC)."),
-    "lg.record.{capability}": ("adapter", "RecordRequest", "The events of one intent of this capability, to check an order against (reply IntentRecord, answered by the executor)."),
-    "lg.report.{capability}.{intent}": ("adapter", "AttemptReport", "An attempt transition (stream LG_REPORTS)."),
-    "lg.adapter.{capability}.describe": ("services", "Describe", "The adapter's contract (reply)."),
-    "lg.adapter.{capability}.normalize": ("normalization", "NormalizeRequest", "Canonicalise arguments (reply NormalizeResult)."),
-    "lg.adapter.{capability}.facts": ("policy, executor", "FactsRequest", "Fresh facts about a resource (reply Facts)."),
-    "lg.adapter.{capability}.query": ("reconciler", "QueryRequest", "Did the effect with this identity happen? (reply QueryResult)."),
-}
+
+@dataclass
+class _Use:
+    sent_by: list[str] = field(default_factory=list)
+    received_by: list[str] = field(default_factory=list)
+
+
+def _add(names: list[str], name: str) -> None:
+    if name not in names:
+        names.append(name)
+
+
+def channel_uses() -> dict[Channel, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Every channel a spec names: (who sends on it, who receives it), in spec order."""
+    uses: dict[Channel, _Use] = {}
+
+    def use(channel: Channel) -> _Use:
+        return uses.setdefault(
+            channel, _Use(sent_by=list(channel.sent_by), received_by=list(channel.received_by)))
+
+    for spec in specs.SERVICES:
+        for consumer in spec.consumes:
+            if consumer.channel is not None:
+                _add(use(consumer.channel).received_by, spec.name)
+        for answer in spec.answers:
+            _add(use(answer.channel).received_by, spec.name)
+        for channel in (*spec.asks, *spec.publishes):
+            _add(use(channel).sent_by, spec.name)
+    for adapter in specs.ADAPTERS:
+        for channel in (*adapter.answers, *adapter.consumes):
+            _add(use(channel).received_by, ADAPTERS)
+        for channel in (*adapter.asks, *adapter.publishes):
+            _add(use(channel).sent_by, ADAPTERS)
+    for channel in EVERY_PROCESS_ANSWERS:
+        _add(use(channel).received_by, "every process")
+    return {c: (tuple(u.sent_by), tuple(u.received_by)) for c, u in uses.items()}
+
+
+def _wire() -> dict[str, type[Any]]:
+    """The wire messages: every struct of ``messages`` and every type a channel carries."""
+    wire: dict[str, type[Any]] = {
+        name: cls
+        for name, cls in vars(messages).items()
+        if isinstance(cls, type) and issubclass(cls, msgspec.Struct) and cls.__module__ == messages.__name__
+    }
+    for channel in channel_uses():
+        for cls in (channel.message, *channel.replies):
+            if cls is not None:
+                wire[cls.__name__] = cls
+    return wire
+
+
+WIRE: dict[str, type[Any]] = _wire()
 
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True) + "\n"
+
+
+def _ref(cls: type[Any]) -> dict[str, str]:
+    return {"$ref": f"./messages/{cls.__name__}.json"}
+
+
+def _channel(channel: Channel, sent_by: tuple[str, ...], received_by: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "address": channel.address,
+        "description": (f"{channel.description} Sent by: {', '.join(sent_by) or 'nobody'}. "
+                        f"Received by: {', '.join(received_by) or 'nobody'}."),
+    }
+    if channel.message is not None:
+        out["messages"] = {channel.message.__name__: _ref(channel.message)}
+    if channel.replies:
+        out["x-replies"] = {cls.__name__: _ref(cls) for cls in channel.replies}
+    return out
+
+
+def _event_flow() -> Iterator[tuple[str, dict[str, Any]]]:
+    """For each event: which services append it, and which durables (and reactions) are handed it."""
+    for name, cls in sorted(EVENT_TYPES.items()):
+        flow: dict[str, Any] = {
+            "appended_by": [s.name for s in specs.SERVICES if cls in s.may_append],
+            "handed_to": [f"{s.name}: {c.name} ({c.reaction})"
+                          for s in specs.SERVICES for c in s.consumes if cls in c.events],
+        }
+        if cls in specs.UNCONSUMED:
+            flow["unconsumed"] = specs.UNCONSUMED[cls]
+        yield name, flow
 
 
 def generate() -> dict[str, str]:
@@ -64,17 +131,15 @@ def generate() -> dict[str, str]:
         "info": {"title": "Lockgate", "version": "1",
                  "description": "Subjects Lockgate's services, agent runtimes and adapters use."},
         "channels": {
-            subject.replace(".", "_").replace("{", "").replace("}", ""): {
-                "address": subject,
-                "description": f"{description} Published by: {who}.",
-                "messages": {message: {"$ref": f"./messages/{message}.json"}},
-            }
-            for subject, (who, message, description) in CHANNELS.items()
+            channel.address.replace(".", "_").replace("{", "").replace("}", ""):
+                _channel(channel, sent_by, received_by)
+            for channel, (sent_by, received_by) in channel_uses().items()
         },
         "components": {
             "x-events": {
                 "address": "lg.evt.{tenant}.{intent}.{version}.{EventType}",
                 "messages": {n: {"$ref": f"./events/{n}.json"} for n in sorted(EVENT_TYPES)},
+                "x-flow": dict(_event_flow()),
             }
         },
     }

@@ -227,6 +227,31 @@ def parse_record(subject: str) -> str:
     return capability
 
 
+# -- between the executor and adapters ---------------------------------------------------
+
+#: Execution orders (stream ``LG_EXEC``), ``lg.exec.<capability>``.
+EXEC_ALL = "lg.exec.>"
+#: Interruptions of running attempts, ``lg.interrupt.<capability>``.
+INTERRUPT_ALL = "lg.interrupt.>"
+#: Adapters' reports (stream ``LG_REPORTS``), ``lg.report.<capability>.<intent>``.
+REPORT_ALL = "lg.report.>"
+
+#: What services ask an adapter, ``lg.adapter.<capability>.<verb>``.
+ADAPTER_VERBS = ("describe", "normalize", "facts", "query")
+#: Capability names are dotted (``case.add_note``): a subject wildcard stands for one
+#: token, so asking any capability one verb is matched for names of up to this many parts.
+MAX_CAPABILITY_PARTS = 4
+
+
+def adapter_all(verb: str) -> tuple[str, ...]:
+    """Every ``lg.adapter.<capability>.<verb>`` (one wildcard per capability name length)."""
+    if verb not in ADAPTER_VERBS:
+        raise ValueError(f"adapter verb {verb!r} is not one of {ADAPTER_VERBS}")
+    return tuple(
+        "lg.adapter." + ".".join(["*"] * n) + f".{verb}" for n in range(1, MAX_CAPABILITY_PARTS + 1)
+    )
+
+
 # -- liveness -----------------------------------------------------------------------------
 
 

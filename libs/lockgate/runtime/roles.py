@@ -38,7 +38,8 @@ Roles:
   and asks every process for its status, in its tenants.
 - the six services, each with its own durables, its own event types (an append is a
   publish on ``lg.evt.<tenant>.<intent>.<version>.<EventType>``), the buckets and
-  adapter verbs it uses, and ``allow_responses`` for the requests it answers.
+  adapter verbs it uses, and ``allow_responses`` for the requests it answers: all read
+  off its spec (``lockgate.runtime.specs``).
 - ``adapter-<name>`` answers ``lg.adapter.<capability>.*``, consumes
   ``lg.exec.<capability>`` and reports on ``lg.report.<capability>.*`` for its own
   capabilities only; it never writes the event store.
@@ -66,11 +67,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lockgate.contracts import subjects
-from lockgate.runtime.topology import (
+from lockgate.eventstore.subjects import type_filter
+from lockgate.runtime import specs
+from lockgate.runtime.spec import ServiceSpec
+from lockgate.runtime.streams import (
     BUDGETS_BUCKET,
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
-    DURABLES,
     EVENTS,
     EXEC,
     LOCKS_BUCKET,
@@ -165,14 +168,6 @@ def js_pull(stream: str, consumer: str) -> tuple[str, ...]:
     )
 
 
-def js_durable(name: str) -> tuple[str, ...]:
-    """``js_pull`` for one of the topology's durables, by name."""
-    for d in DURABLES:
-        if d.name == name:
-            return js_pull(d.stream, d.name)
-    raise KeyError(name)
-
-
 def kv_open(bucket: str) -> tuple[str, ...]:
     """``js.key_value(bucket)``: the bucket's stream info (read-only)."""
     return (f"$JS.API.STREAM.INFO.KV_{bucket}",)
@@ -201,16 +196,9 @@ def kv_write(bucket: str, keys: str = ">") -> tuple[str, ...]:
     return (f"$KV.{bucket}.{keys}",)
 
 
-#: Capability names are dotted (``case.add_note``): a subject wildcard stands for one
-#: token, so asking any capability one verb is granted for names of up to this many parts.
-MAX_CAPABILITY_PARTS = 4
-
-
 def adapter_ask(verb: str) -> tuple[str, ...]:
     """Ask any capability's adapter ``verb`` (``lg.adapter.<capability>.<verb>``)."""
-    return tuple(
-        "lg.adapter." + ".".join(["*"] * n) + f".{verb}" for n in range(1, MAX_CAPABILITY_PARTS + 1)
-    )
+    return subjects.adapter_all(verb)
 
 
 #: Load an aggregate or verify an order: direct get (``multi_last``) on the events stream.
@@ -219,7 +207,7 @@ EVENT_LOAD = f"{JS_API}.DIRECT.GET.{EVENTS}"
 
 def event_append(*event_types: str) -> tuple[str, ...]:
     """Append events of ``event_types`` (and only those) to any aggregate."""
-    return tuple(f"lg.evt.*.*.*.{t}" for t in event_types)
+    return tuple(type_filter(t) for t in event_types)
 
 
 # -- the roles ----------------------------------------------------------------------------
@@ -327,88 +315,8 @@ def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     )
 
 
-@dataclass(frozen=True)
-class _ServiceRow:
-    durables: tuple[str, ...]
-    appends: tuple[str, ...]
-    answers: tuple[str, ...] = ()
-    reads: tuple[str, ...] = ()
-    lists: tuple[str, ...] = ()
-    writes: tuple[str, ...] = ()
-    asks: tuple[str, ...] = ()
-    publishes: tuple[str, ...] = ()
-
-
-#: What each service does on NATS (see ``services/lockgate/<name>``).
-SERVICES: dict[str, _ServiceRow] = {
-    "intake": _ServiceRow(
-        durables=("intake", "intake-responses"),
-        appends=("CandidateReceived", "CandidateRejected"),
-        answers=(subjects.RUN_OPEN_ALL, subjects.TURN_ALL),
-        # LG_BUDGETS: the flood limits (rates, in-flight caps) intake admits by.
-        reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
-        lists=(CAPABILITIES_BUCKET,),
-        writes=(RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
-        asks=("describe",),
-        publishes=("lg.response.>",),
-    ),
-    "normalization": _ServiceRow(
-        durables=("normalization",),
-        appends=("CandidateNormalized", "NormalizationFailed"),
-        reads=(CAPABILITIES_BUCKET, RUNS_BUCKET),
-        asks=("normalize",),
-    ),
-    "policy": _ServiceRow(
-        durables=("policy", "policy-pauses", "policy-budgets"),
-        appends=("PolicyDecided",),
-        reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
-        writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
-        asks=("facts",),
-    ),
-    "approval": _ServiceRow(
-        durables=("approval", "approval-expiry"),
-        appends=(
-            "ReviewRequested", "ReviewApproved", "ReviewDenied", "ReviewExpired", "ApprovalRefused",
-        ),
-        reads=(RUNS_BUCKET,),
-        answers=tuple(subjects.review_all(verb) for verb in subjects.REVIEW_VERBS),
-    ),
-    "executor": _ServiceRow(
-        durables=(
-            "executor-gate", "executor-deadlines", "executor-reports",
-            "executor-locks",
-        ),
-        appends=(
-            "ExecutionAuthorized",
-            "GateRefused",
-            "AttemptSent",
-            "EffectCompleted",
-            "AttemptRejected",
-            "AttemptFailedBeforeSend",
-            "OutcomeUnknown",
-            "Reconciled",
-            "Withdrawn",
-            "InterruptionRequested",
-            "AttemptAcknowledged",
-            "ResultObserved",
-            "AttemptInterrupted",
-            "WithdrawalRequested",
-            "ReportRefused",
-        ),
-        answers=(subjects.WITHDRAW_ALL, subjects.RECORD_ALL),
-        reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
-        writes=(LOCKS_BUCKET,),
-        asks=("facts",),
-        publishes=("lg.exec.>", "lg.interrupt.>"),
-    ),
-    "reconciler": _ServiceRow(
-        durables=("reconciler",),
-        appends=("Reconciled",),
-        answers=(subjects.RESOLVE_ALL,),
-        reads=(CAPABILITIES_BUCKET,),
-        asks=("query",),
-    ),
-}
+#: What each service does on NATS, by name: its spec (``lockgate.runtime.specs``).
+SERVICES: dict[str, ServiceSpec] = {spec.name: spec for spec in specs.SERVICES}
 
 #: Every bucket ``connect_ports`` opens at startup, whatever the service uses.
 _OPENED_BY_EVERY_SERVICE = (
@@ -418,7 +326,7 @@ _OPENED_BY_EVERY_SERVICE = (
 
 
 def service_role(name: str) -> Role:
-    """The role of the service ``name`` (``intake``, ``normalization``, ...).
+    """The role of the service ``name`` (``intake``, ``normalization``, ...), from its spec.
 
     Services bind to durables the admin created; they never create or change streams
     or consumers, so only the read-only ``INFO`` API subjects are granted.
@@ -426,23 +334,23 @@ def service_role(name: str) -> Role:
     Raises:
         KeyError: no such service.
     """
-    row = SERVICES[name]
+    spec = SERVICES[name]
     publish: list[str] = []
-    for durable in row.durables:
-        publish += js_durable(durable)
+    for consumer in spec.consumes:
+        publish += js_pull(consumer.stream, consumer.name)
     publish.append(EVENT_LOAD)
     # Every consumer may give a message up on the record (lockgate.runtime.service).
-    publish += event_append(*row.appends, "ProcessingAbandoned")
+    publish += event_append(*(event.__name__ for event in spec.may_append))
     for bucket in _OPENED_BY_EVERY_SERVICE:
-        publish += kv_read(bucket) if bucket in row.reads else kv_open(bucket)
-    for bucket in row.lists:
+        publish += kv_read(bucket) if bucket in spec.reads else kv_open(bucket)
+    for bucket in spec.lists:
         publish += kv_list(bucket)
-    for bucket in row.writes:
+    for bucket in spec.writes:
         publish += kv_write(bucket)
-    for verb in row.asks:
-        publish += adapter_ask(verb)
-    publish += row.publishes
-    subscribe = [*row.answers, f"lg.status.{name}", _inbox(SERVICE_INBOX)]
+    for channel in (*spec.asks, *spec.publishes):
+        publish += channel.subjects
+    answers = (s for answer in spec.answers for s in answer.channel.subjects)
+    subscribe = [*answers, subjects.status(spec.status_name), _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
 
 
@@ -488,11 +396,8 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     )
 
 
-#: The demo deployment's adapter processes and the capabilities each serves.
-DEMO_ADAPTERS: dict[str, tuple[str, ...]] = {
-    "casenotes": ("case.add_note",),
-    "items": ("draft.prepare_private", "item.publish"),
-}
+#: The demo deployment's adapter processes and the capabilities each serves (their specs).
+DEMO_ADAPTERS: dict[str, tuple[str, ...]] = {a.name: a.capabilities for a in specs.ADAPTERS}
 #: The demo's people: reviewers and operators, each with the tenants they act in
 #: (empty: every tenant). ``user-42`` is also an actor of the case world, so the demo
 #: shows a person refused approval of their own request.

@@ -73,6 +73,7 @@ from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, 
 from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.spec import Consumer
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime.topology import EVENTS, REPORTS, Durable, durable
 
@@ -578,19 +579,16 @@ def add_status(
 
 @dataclass(frozen=True)
 class Subscription:
-    """One durable consumer of a service and the handler of its messages.
+    """One durable consumer of a service (from its spec) and the handler of its messages.
 
     ``abandon`` records that the consumer gave a message up; by default what the
     durable's stream calls for (``abandon_event``, ``abandon_report``). The candidates'
     consumer must say (intake's own refusal).
     """
 
-    durable: str
+    consumer: Consumer
     handler: Callable[[Delivery], Awaitable[None]]
-    batch: int = 16
     abandon: Abandon | None = None
-    workers: int = 16
-    """Handlers of this consumer running at once in one process."""
 
 
 async def as_message(msg: NatsMessage) -> NatsMessage:
@@ -624,7 +622,7 @@ def add_durable(
     Raises:
         ValueError: a candidates' consumer without its own ``abandon``.
     """
-    d = durable(sub.durable)
+    d = durable(sub.consumer.name)
     abandon = sub.abandon
     if abandon is None:
         if d.stream == EVENTS:
@@ -647,7 +645,7 @@ def add_durable(
     # Not a FastStream subscriber: its pull subscribers fetch (a probe and a waiting
     # pull per message at a pipeline's pace) and wrap every delivery in middlewares and
     # a task group; a continuous pull costs a delivery one message and one ack.
-    _bindings(broker).append(Binding(d, entry, sub.workers, log))
+    _bindings(broker).append(Binding(d, entry, sub.consumer.workers, log))
 
 
 @dataclass
@@ -667,6 +665,11 @@ _BINDINGS: weakref.WeakKeyDictionary[NatsBroker, list[Binding]] = weakref.WeakKe
 
 def _bindings(broker: NatsBroker) -> list[Binding]:
     return _BINDINGS.setdefault(broker, [])
+
+
+def bindings(broker: NatsBroker) -> tuple[Binding, ...]:
+    """The durables bound on ``broker`` (what its app will consume once connected)."""
+    return tuple(_bindings(broker))
 
 
 async def start_consumers(broker: NatsBroker, nc: Client) -> None:

@@ -5,31 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-#: The services ``make run`` supervises; each runs as ``python -m lockgate.<name>``.
-SERVICES: tuple[str, ...] = (
-    "intake",
-    "normalization",
-    "policy",
-    "approval",
-    "executor",
-    "reconciler",
-)
+from lockgate.contracts import subjects
+from lockgate.contracts.status import ConsumerProgress as ConsumerProgress
+from lockgate.contracts.status import ProcessStatus as ProcessStatus
+from lockgate.runtime import specs
 
-#: The demo adapters ``make run`` supervises: (status name, python module).
-ADAPTERS: tuple[tuple[str, str], ...] = (
-    ("adapter.casenotes", "lockgate.worlds.casenotes"),
-    ("adapter.items", "lockgate.worlds.items"),
-)
+#: The services ``make run`` supervises (their specs); each runs as ``python -m lockgate.<name>``.
+SERVICES: tuple[str, ...] = tuple(spec.name for spec in specs.SERVICES)
+
+#: The demo adapters ``make run`` supervises (their specs): (status name, python module).
+ADAPTERS: tuple[tuple[str, str], ...] = tuple((a.status_name, a.module) for a in specs.ADAPTERS)
 
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (
-    tuple((name, f"lockgate.{name}") for name in SERVICES) + ADAPTERS
+    tuple((spec.status_name, spec.module) for spec in specs.SERVICES) + ADAPTERS
 )
 
 #: What a status answer looks like: ``{"service": name, "pid": int, "instance": str, ...}``.
@@ -38,33 +32,6 @@ Status = dict[str, object]
 #: A durable with undelivered work and nothing settled for this long, or a handler
 #: running this long, is stuck: ``lockgate status`` says so and the supervisor restarts it.
 STALL_S = 30.0
-
-
-class ConsumerProgress(msgspec.Struct, frozen=True):
-    """One durable as its service sees it: work waiting on the server, and what it did lately."""
-
-    #: Messages the server has not delivered yet (-1: the server did not say).
-    pending: int
-    #: Seconds since this process last settled one of its messages.
-    idle_s: float
-    #: Age of the oldest handler still running (0 when none runs).
-    busy_s: float
-
-
-class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """A service's answer on ``lg.status.<name>``."""
-
-    service: str
-    pid: int
-    instance: str = ""
-    #: Connected and serving (its ports are built).
-    ready: bool = True
-    consumers: dict[str, ConsumerProgress] = msgspec.field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The answer as JSON-ready builtins."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
-        return out
 
 
 def problem(answer: Status | None, stall_s: float = STALL_S) -> str | None:
@@ -97,7 +64,7 @@ def child_user(name: str) -> str:
 
 def status_subject(name: str) -> str:
     """The request/reply subject on which the process called ``name`` answers."""
-    return f"lg.status.{name}"
+    return subjects.status(name)
 
 
 def status_names() -> tuple[str, ...]:

@@ -1,5 +1,8 @@
 """Streams, buckets and durable consumers: created explicitly with nats-py, once.
 
+The streams' and buckets' names are ``lockgate.runtime.streams``'; the durables are
+derived from the services' specs (``lockgate.runtime.specs``).
+
 FastStream's ``declare=True`` overwrites an existing stream's configuration with its
 own defaults, and nats-py binds an existing durable without applying a new config;
 so Lockgate owns its topology here and services only bind to it.
@@ -21,73 +24,33 @@ from nats.js.api import (
 )
 from nats.js.errors import BadRequestError, NotFoundError
 
+from lockgate.contracts import subjects
 from lockgate.eventstore.jetstream import events_stream_config
-from lockgate.eventstore.subjects import type_filter
+from lockgate.runtime.spec import SHARED_PENDING, Consumer
+from lockgate.runtime.specs import SERVICES
+from lockgate.runtime.streams import BUDGETS_BUCKET as BUDGETS_BUCKET
+from lockgate.runtime.streams import CANDIDATES as CANDIDATES
+from lockgate.runtime.streams import CAPABILITIES_BUCKET as CAPABILITIES_BUCKET
+from lockgate.runtime.streams import CATALOGUES_BUCKET as CATALOGUES_BUCKET
+from lockgate.runtime.streams import EVENTS as EVENTS
+from lockgate.runtime.streams import EXEC as EXEC
+from lockgate.runtime.streams import LOCKS_BUCKET as LOCKS_BUCKET
+from lockgate.runtime.streams import PROGRESS_BUCKET as PROGRESS_BUCKET
+from lockgate.runtime.streams import REPORTS as REPORTS
+from lockgate.runtime.streams import RESPONSES as RESPONSES
+from lockgate.runtime.streams import RUNS_BUCKET as RUNS_BUCKET
 
-CANDIDATES = "LG_CANDIDATES"
-EXEC = "LG_EXEC"
-REPORTS = "LG_REPORTS"
-RESPONSES = "LG_RESPONSES"
-EVENTS = "LG_EVENTS"
-RUNS_BUCKET = "LG_RUNS"
-CATALOGUES_BUCKET = "LG_CATALOGUES"
-CAPABILITIES_BUCKET = "LG_CAPABILITIES"
-#: Per-resource locks that serialize effects whose contracts ask for it. Entries
-#: expire after ``LOCK_TTL_S`` so a lock left by a crashed executor frees itself.
-LOCKS_BUCKET = "LG_LOCKS"
-#: Denials of one consequence per run, for policy's progress checkpoint.
-PROGRESS_BUCKET = "LG_PROGRESS"
-PROGRESS_TTL_S = 7 * 24 * 3600.0
-#: Budget counters (one key per budget, scope and window); old windows expire.
-BUDGETS_BUCKET = "LG_BUDGETS"
-BUDGETS_TTL_S = 8 * 24 * 3600.0
+#: How long an entry of ``LG_LOCKS`` lives: a lock left by a crashed executor frees itself.
 LOCK_TTL_S = 300.0
+#: How long policy's progress checkpoint remembers denials (``LG_PROGRESS``).
+PROGRESS_TTL_S = 7 * 24 * 3600.0
+#: How long a budget window's counter lives (``LG_BUDGETS``): old windows expire.
+BUDGETS_TTL_S = 8 * 24 * 3600.0
 #: Largest candidate message ``LG_CANDIDATES`` stores (``max_msg_size``). The broker's
 #: own ``max_payload`` is larger (4 MB on the embedded server) so that a candidate of a
 #: megabyte reaches intake and is refused on the record; past this size the stream
 #: refuses it (JetStream error 10054), and the SDK says so before publishing.
 MAX_CANDIDATE_MESSAGE_BYTES = 2 * 1024 * 1024
-
-#: Events the model learns of: intake answers the agent runtime when one is recorded.
-MODEL_VISIBLE = (
-    "CandidateRejected",
-    "NormalizationFailed",
-    "PolicyDecided",
-    "ReviewRequested",
-    "ReviewDenied",
-    "ReviewExpired",
-    "GateRefused",
-    "EffectCompleted",
-    "AttemptRejected",
-    "OutcomeUnknown",
-    "Reconciled",
-    "Withdrawn",
-    "WithdrawalRequested",
-    "InterruptionRequested",
-    "AttemptInterrupted",
-    "ProcessingAbandoned",
-)
-
-#: Events after which an intent may no longer hold its resource lock
-#: (``lockgate.intent.locks``): the executor releases the lock on each of them, from the
-#: record, whatever happened to the process that appended it. A unit test derives this
-#: list from the aggregate, so an event that can end a hold cannot be left out.
-ENDS_HOLD = (
-    "GateRefused",
-    "EffectCompleted",
-    "AttemptRejected",
-    "AttemptInterrupted",
-    "Withdrawn",
-    "Reconciled",
-    "ProcessingAbandoned",
-)
-
-
-#: Unacknowledged messages a shared durable holds (delivered and not yet settled, or
-#: nak'd to come back later). Every tenant's candidates pass the same durables, so this
-#: is kept well above what one tenant can have in flight (intake's per-tenant cap, 128
-#: in the demo bundle): one tenant's stuck or slow work fills at most an eighth of it.
-SHARED_PENDING = 1024
 
 
 @dataclass(frozen=True)
@@ -107,45 +70,14 @@ class Durable:
     timers: bool = False
 
 
-def _events(name: str, *types: str, max_ack_pending: int = SHARED_PENDING, timers: bool = False) -> Durable:
-    return Durable(EVENTS, name, tuple(type_filter(t) for t in types),
-                   max_ack_pending=max_ack_pending, timers=timers)
+def durable_of(consumer: Consumer) -> Durable:
+    """The durable a service spec's consumer is on the server."""
+    return Durable(consumer.stream, consumer.name, consumer.filters,
+                   max_ack_pending=consumer.max_ack_pending, timers=consumer.timers)
 
 
-#: Timer consumers hold one message per open deadline (nak'd with a delay until it
-#: falls due), so their pending limit bounds how many deadlines can be open at once.
-TIMERS = 100_000
-
-
-DURABLES: tuple[Durable, ...] = (
-    Durable(CANDIDATES, "intake", ("lg.propose.>",)),
-    _events("intake-responses", *MODEL_VISIBLE),
-    _events("normalization", "CandidateReceived"),
-    _events("policy", "CandidateNormalized"),
-    _events("policy-pauses", "PolicyDecided", max_ack_pending=TIMERS, timers=True),
-    # Every event that can end an intent (a PolicyDecided only when it denies): budget
-    # holds and intake's in-flight holds are settled from the record.
-    _events(
-        "policy-budgets",
-        "EffectCompleted", "Reconciled", "AttemptRejected", "GateRefused", "Withdrawn",
-        "ReviewDenied", "ReviewExpired", "AttemptInterrupted", "ProcessingAbandoned",
-        "NormalizationFailed", "PolicyDecided",
-    ),
-    _events("approval", "PolicyDecided"),
-    _events("approval-expiry", "ReviewRequested", max_ack_pending=TIMERS, timers=True),
-    # The gate waits (Retry) for a resource lock and for facts.
-    _events("executor-gate", "PolicyDecided", "ReviewApproved", "AttemptFailedBeforeSend", "Reconciled",
-            timers=True),
-    # The executor publishes an order right after appending its ExecutionAuthorized; the
-    # deadline consumer sends any order that was not (the executor died in between).
-    _events("executor-deadlines", "ExecutionAuthorized", max_ack_pending=TIMERS, timers=True),
-    # The handler that appends one of them releases at once too (a fast path); this
-    # durable is what makes release survive a crash right after the append.
-    _events("executor-locks", *ENDS_HOLD),
-    Durable(REPORTS, "executor-reports", ("lg.report.>",)),
-    # The reconciler asks again (Retry) while no adapter answers its query.
-    _events("reconciler", "OutcomeUnknown", timers=True),
-)
+#: Every durable consumer, derived from the services' specs (``lockgate.runtime.specs``).
+DURABLES: tuple[Durable, ...] = tuple(durable_of(c) for s in SERVICES for c in s.consumes)
 
 
 def durable(name: str) -> Durable:
@@ -166,12 +98,13 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
     return [
         events_stream_config(EVENTS, replicas=replicas, duplicate_window_s=two_minutes),
         # Work queues: a message is gone once its consumer acknowledged it.
-        _work_queue(CANDIDATES, "lg.propose.>", replicas, max_msg_size=MAX_CANDIDATE_MESSAGE_BYTES),
-        _work_queue(EXEC, "lg.exec.>", replicas),
-        _work_queue(REPORTS, "lg.report.>", replicas),
+        _work_queue(CANDIDATES, subjects.PROPOSE_ALL, replicas,
+                    max_msg_size=MAX_CANDIDATE_MESSAGE_BYTES),
+        _work_queue(EXEC, subjects.EXEC_ALL, replicas),
+        _work_queue(REPORTS, subjects.REPORT_ALL, replicas),
         StreamConfig(
             name=RESPONSES,
-            subjects=["lg.response.>"],
+            subjects=[subjects.RESPONSES_ALL],
             storage=StorageType.FILE,
             num_replicas=replicas,
             duplicate_window=two_minutes,

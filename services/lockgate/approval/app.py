@@ -9,7 +9,6 @@ from faststream.nats import NatsMessage
 
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
-from lockgate.contracts import subjects
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
@@ -20,6 +19,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import APPROVAL as SPEC
 
 log = logging.getLogger("lockgate.approval")
 
@@ -28,20 +28,21 @@ def create_app(settings: Settings) -> FastStream:
     """Build the approval app (connects only when run)."""
     app, broker, service = service_app(
         settings,
-        "approval",
+        SPEC.name,
         lambda ports: ApprovalHandlers(
             ports, utc_now, review_ttl_s=settings.review_ttl_s,
             bundles=BundleSource(settings.policy_dir),
         ),
     )
 
-    @broker.subscriber(subjects.review_all("decide"), queue="approval")
     async def decide(msg: NatsMessage) -> bytes:
         return await answer(service.handlers.decide(msg.raw_message.subject, msg.body), log, "decide")
 
-    @broker.subscriber(subjects.review_all("show"), queue="approval")
     async def show(msg: NatsMessage) -> bytes:
         return await answer(service.handlers.show(msg.raw_message.subject), log, "show")
+
+    for subject, reply in SPEC.requests({"decide": decide, "show": show}):
+        broker.subscriber(subject, queue=SPEC.name)(reply)
 
     async def on_decided(msg: Delivery) -> None:
         await service.handlers.decided(recorded_event(msg))
@@ -49,6 +50,6 @@ def create_app(settings: Settings) -> FastStream:
     async def on_review(msg: Delivery) -> None:
         await service.handlers.review_opened(recorded_event(msg))
 
-    add_durable(broker, Subscription("approval", on_decided), log, service)
-    add_durable(broker, Subscription("approval-expiry", on_review), log, service)
+    for consumer, entry in SPEC.subscriptions({"decided": on_decided, "review_opened": on_review}):
+        add_durable(broker, Subscription(consumer, entry), log, service)
     return app

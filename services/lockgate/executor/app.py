@@ -8,7 +8,6 @@ from faststream import FastStream
 from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
-from lockgate.contracts import subjects
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
@@ -22,6 +21,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import EXECUTOR as SPEC
 
 log = logging.getLogger("lockgate.executor")
 
@@ -33,16 +33,17 @@ def create_app(settings: Settings) -> FastStream:
         return ExecutorHandlers(ports, BundleSource(settings.policy_dir), utc_now,
                                 report_key=report_key(settings))
 
-    app, broker, service = service_app(settings, "executor", build)
+    app, broker, service = service_app(settings, SPEC.name, build)
 
-    @broker.subscriber(subjects.RECORD_ALL, queue="executor")
     async def record(msg: NatsMessage) -> bytes:
         return await answer(service.handlers.record(msg.raw_message.subject, msg.body), log, "record")
 
-    @broker.subscriber(subjects.WITHDRAW_ALL, queue="executor")
     async def withdraw(msg: NatsMessage) -> bytes:
         return await answer(
             service.handlers.withdraw(msg.raw_message.subject, msg.body), log, "withdraw")
+
+    for subject, reply in SPEC.requests({"record": record, "withdraw": withdraw}):
+        broker.subscriber(subject, queue=SPEC.name)(reply)
 
     async def on_ready(msg: Delivery) -> None:
         await service.handlers.ready(recorded_event(msg))
@@ -57,8 +58,8 @@ def create_app(settings: Settings) -> FastStream:
         raw = msg.raw_message
         await service.handlers.report(raw.data, raw.subject, int(raw.metadata.sequence.stream))
 
-    add_durable(broker, Subscription("executor-gate", on_ready), log, service)
-    add_durable(broker, Subscription("executor-deadlines", on_deadline, batch=64), log, service)
-    add_durable(broker, Subscription("executor-reports", on_report), log, service)
-    add_durable(broker, Subscription("executor-locks", on_settled), log, service)
+    entries = {"ready": on_ready, "deadline": on_deadline,
+               "report": on_report, "settled": on_settled}
+    for consumer, entry in SPEC.subscriptions(entries):
+        add_durable(broker, Subscription(consumer, entry), log, service)
     return app

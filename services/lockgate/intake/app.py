@@ -8,6 +8,7 @@ from faststream import FastStream
 from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
+from lockgate.contracts import subjects
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
@@ -21,6 +22,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import INTAKE as SPEC
 
 log = logging.getLogger("lockgate.intake")
 
@@ -37,17 +39,18 @@ def create_app(settings: Settings) -> FastStream:
         # The bundle's limits apply here, before normalization and policy.
         return IntakeHandlers(ports, settings, utc_now, BundleSource(settings.policy_dir))
 
-    app, broker, service = service_app(settings, "intake", build)
+    app, broker, service = service_app(settings, SPEC.name, build)
 
-    @broker.subscriber("lg.run.*.open", queue="intake")
     async def open_run(msg: NatsMessage) -> bytes:
-        tenant = msg.raw_message.subject.split(".")[2]
+        tenant = subjects.parse_run_open(msg.raw_message.subject)
         return await answer(service.handlers.open_run(tenant, msg.body), log, "open run")
 
-    @broker.subscriber("lg.turn.*.*", queue="intake")
     async def open_turn(msg: NatsMessage) -> bytes:
-        _, _, tenant, run_id = msg.raw_message.subject.split(".")
+        tenant, run_id = subjects.parse_turn(msg.raw_message.subject)
         return await answer(service.handlers.open_turn(tenant, run_id, msg.body), log, "open turn")
+
+    for subject, reply in SPEC.requests({"open_run": open_run, "open_turn": open_turn}):
+        broker.subscriber(subject, queue=SPEC.name)(reply)
 
     async def on_candidate(msg: Delivery) -> None:
         raw = msg.raw_message
@@ -60,6 +63,9 @@ def create_app(settings: Settings) -> FastStream:
     async def on_visible_event(msg: Delivery) -> None:
         await service.handlers.respond(recorded_event(msg))
 
-    add_durable(broker, Subscription("intake", on_candidate, abandon=unprocessable), log, service)
-    add_durable(broker, Subscription("intake-responses", on_visible_event), log, service)
+    # A candidate given up is intake's own refusal on the record (no intent exists yet).
+    abandon = {"candidate": unprocessable}
+    for consumer, entry in SPEC.subscriptions({"candidate": on_candidate, "respond": on_visible_event}):
+        sub = Subscription(consumer, entry, abandon=abandon.get(consumer.reaction))
+        add_durable(broker, sub, log, service)
     return app

@@ -17,6 +17,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import NORMALIZATION as SPEC
 
 log = logging.getLogger("lockgate.normalization")
 
@@ -24,11 +25,12 @@ log = logging.getLogger("lockgate.normalization")
 def create_app(settings: Settings) -> FastStream:
     """Build the normalization app (connects only when run)."""
     app, broker, service = service_app(
-        settings, "normalization", lambda ports: NormalizationHandlers(ports, utc_now)
+        settings, SPEC.name, lambda ports: NormalizationHandlers(ports, utc_now)
     )
 
     async def on_received(msg: Delivery) -> None:
         await service.handlers.received(recorded_event(msg), deliveries(msg))
 
-    add_durable(broker, Subscription("normalization", on_received), log, service)
+    for consumer, entry in SPEC.subscriptions({"received": on_received}):
+        add_durable(broker, Subscription(consumer, entry), log, service)
     return app

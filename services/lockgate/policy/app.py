@@ -19,6 +19,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import POLICY as SPEC
 
 log = logging.getLogger("lockgate.policy")
 
@@ -31,7 +32,7 @@ def create_app(settings: Settings) -> FastStream:
         log.info("policy bundle %s loaded from %s", bundles.current().revision, settings.policy_dir)
         return PolicyHandlers(ports, bundles, utc_now)
 
-    app, broker, service = service_app(settings, "policy", build)
+    app, broker, service = service_app(settings, SPEC.name, build)
 
     async def on_normalized(msg: Delivery) -> None:
         await service.handlers.normalized(recorded_event(msg), deliveries(msg))
@@ -39,10 +40,10 @@ def create_app(settings: Settings) -> FastStream:
     async def on_paused(msg: Delivery) -> None:
         await service.handlers.paused(recorded_event(msg))
 
-    add_durable(broker, Subscription("policy", on_normalized), log, service)
     async def on_settled(msg: Delivery) -> None:
         await service.handlers.settled(recorded_event(msg))
 
-    add_durable(broker, Subscription("policy-pauses", on_paused), log, service)
-    add_durable(broker, Subscription("policy-budgets", on_settled), log, service)
+    entries = {"normalized": on_normalized, "paused": on_paused, "settled": on_settled}
+    for consumer, entry in SPEC.subscriptions(entries):
+        add_durable(broker, Subscription(consumer, entry), log, service)
     return app

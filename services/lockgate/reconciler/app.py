@@ -7,7 +7,6 @@ import logging
 from faststream import FastStream
 from faststream.nats import NatsMessage
 
-from lockgate.contracts import subjects
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
@@ -20,6 +19,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import RECONCILER as SPEC
 
 log = logging.getLogger("lockgate.reconciler")
 
@@ -27,16 +27,19 @@ log = logging.getLogger("lockgate.reconciler")
 def create_app(settings: Settings) -> FastStream:
     """Build the reconciler app (connects only when run)."""
     app, broker, service = service_app(
-        settings, "reconciler", lambda ports: ReconcilerHandlers(ports, utc_now)
+        settings, SPEC.name, lambda ports: ReconcilerHandlers(ports, utc_now)
     )
 
-    @broker.subscriber(subjects.RESOLVE_ALL, queue="reconciler")
     async def resolve(msg: NatsMessage) -> bytes:
         return await answer(
             service.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
 
+    for subject, reply in SPEC.requests({"resolve": resolve}):
+        broker.subscriber(subject, queue=SPEC.name)(reply)
+
     async def on_unknown(msg: Delivery) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))
 
-    add_durable(broker, Subscription("reconciler", on_unknown), log, service)
+    for consumer, entry in SPEC.subscriptions({"unknown": on_unknown}):
+        add_durable(broker, Subscription(consumer, entry), log, service)
     return app

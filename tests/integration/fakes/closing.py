@@ -16,6 +16,7 @@ from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.entry import run_service
 from lockgate.runtime.service import Abandonment, Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import INTAKE
 
 log = logging.getLogger("fakes.closing")
 
@@ -31,7 +32,7 @@ def create_app(settings: Settings) -> FastStream:
     async def never(msg: Delivery, why: Abandonment) -> None:
         return None
 
-    add_durable(broker, Subscription("intake", on_candidate, abandon=never), log, service)
+    add_durable(broker, Subscription(INTAKE.consumer("intake"), on_candidate, abandon=never), log, service)
     return app
 
 

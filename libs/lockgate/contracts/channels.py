@@ -1,0 +1,132 @@
+"""Every subject family on the broker, as a value: its address, its wildcards, what travels on it.
+
+A process's spec (``lockgate.runtime.specs``) names the channels it answers, asks, publishes
+and consumes; its broker permissions, its subscriptions and the AsyncAPI document
+(``lockgate.contracts.schemas``) are derived from those names. The subjects themselves
+come from ``lockgate.contracts.subjects``. The events stream (``lg.evt.>``) is not a
+channel here: a spec names the event classes it appends and consumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from lockgate.contracts import messages as m
+from lockgate.contracts import subjects
+from lockgate.contracts.responses import ModelResponse
+from lockgate.contracts.status import ProcessStatus
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A family of subjects and what travels on it.
+
+    ``address`` is the AsyncAPI form (``lg.run.{tenant}.open``); ``subjects`` are the
+    wildcards that match every subject of the family (what a subscription or a grant
+    names). ``message`` is the body sent (``None``: empty, or not a wire type),
+    ``replies`` what a request may be answered with. ``sent_by`` and ``received_by``
+    name the parties outside the specs that send on it or read it (people and programs
+    at the edge); the processes that do are read off their specs.
+    """
+
+    address: str
+    subjects: tuple[str, ...]
+    message: type[msgspec.Struct] | None
+    description: str
+    replies: tuple[type[msgspec.Struct], ...] = ()
+    sent_by: tuple[str, ...] = ()
+    received_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.subjects:
+            raise ValueError(f"channel {self.address} matches no subject")
+
+
+RUN_OPEN = Channel(
+    "lg.run.{tenant}.open", (subjects.RUN_OPEN_ALL,), m.OpenRun,
+    "Open a run with authoritative context.",
+    replies=(m.RunOpened, m.Refusal), sent_by=("trusted host",),
+)
+TURN = Channel(
+    "lg.turn.{tenant}.{run}", (subjects.TURN_ALL,), m.OpenTurn,
+    "Open a turn; the reply is the catalogue snapshot offered in it.",
+    replies=(m.TurnOpened, m.Refusal), sent_by=("agent runtime",),
+)
+PROPOSE = Channel(
+    "lg.propose.{tenant}.{run}", (subjects.PROPOSE_ALL,), m.Candidate,
+    "One tool call exactly as the model emitted it (stream LG_CANDIDATES).",
+    sent_by=("agent runtime",),
+)
+RESPONSE = Channel(
+    "lg.response.{tenant}.{run}.{candidate}", (subjects.RESPONSES_ALL,), ModelResponse,
+    "What the model sees (stream LG_RESPONSES).",
+    received_by=("agent runtime",),
+)
+REVIEW_SHOW = Channel(
+    "lg.review.{tenant}.{intent}.show.{reviewer}", (subjects.review_all("show"),), None,
+    "Show the open review (the request body is empty).",
+    replies=(m.ReviewView, m.Refusal), sent_by=("reviewer",),
+)
+REVIEW_DECIDE = Channel(
+    "lg.review.{tenant}.{intent}.decide.{reviewer}", (subjects.review_all("decide"),),
+    m.DecideReview,
+    "A reviewer's decision, recorded under the authenticated reviewer.",
+    replies=(m.Recorded, m.Refusal), sent_by=("reviewer",),
+)
+WITHDRAW = Channel(
+    "lg.withdraw.{tenant}.{run}.{intent}.{user}", (subjects.WITHDRAW_ALL,), m.Withdraw,
+    "Stop a candidate by its state; the reply says where it stands.",
+    replies=(ModelResponse, m.Refusal), sent_by=("agent runtime", "operator"),
+)
+RESOLVE = Channel(
+    "lg.reconcile.{tenant}.{intent}.resolve.{operator}", (subjects.RESOLVE_ALL,),
+    m.ResolveOutcome,
+    "Settle an unknown outcome, recorded under the authenticated operator.",
+    replies=(m.Recorded, m.NotResolved, m.Refusal), sent_by=("operator",),
+)
+EXEC = Channel(
+    "lg.exec.{capability}", (subjects.EXEC_ALL,), m.ExecutionOrder,
+    "An authorized attempt (stream LG_EXEC).",
+)
+INTERRUPT = Channel(
+    "lg.interrupt.{capability}", (subjects.INTERRUPT_ALL,), None,
+    "Stop a running attempt of an interruptible capability ({intent_id, attempt_id}); "
+    "best effort, the attempt's report says how it ended.",
+)
+RECORD = Channel(
+    "lg.record.{capability}", (subjects.RECORD_ALL,), m.RecordRequest,
+    "The events of one intent of this capability, to check an order against.",
+    replies=(m.IntentRecord, m.Refusal),
+)
+REPORT = Channel(
+    "lg.report.{capability}.{intent}", (subjects.REPORT_ALL,), m.AttemptReport,
+    "An attempt transition (stream LG_REPORTS).",
+)
+ADAPTER_DESCRIBE = Channel(
+    "lg.adapter.{capability}.describe", subjects.adapter_all("describe"), None,
+    "The contract the adapter serves.",
+    replies=(m.Describe, m.Refusal),
+)
+ADAPTER_NORMALIZE = Channel(
+    "lg.adapter.{capability}.normalize", subjects.adapter_all("normalize"), m.NormalizeRequest,
+    "Canonicalise arguments with run context.",
+    replies=(m.NormalizeResult, m.Refusal),
+)
+ADAPTER_FACTS = Channel(
+    "lg.adapter.{capability}.facts", subjects.adapter_all("facts"), m.FactsRequest,
+    "Fresh facts about a resource, for an actor.",
+    replies=(m.Facts, m.Refusal),
+)
+ADAPTER_QUERY = Channel(
+    "lg.adapter.{capability}.query", subjects.adapter_all("query"), m.QueryRequest,
+    "Did the effect with this identity happen?",
+    replies=(m.QueryResult, m.Refusal),
+)
+STATUS = Channel(
+    "lg.status.{name}", (subjects.STATUS_ALL,), None,
+    "Is the process alive, and do its durables make progress (the request body is empty).",
+    replies=(ProcessStatus,), sent_by=("operator", "supervisor"),
+)
+

@@ -1,0 +1,215 @@
+"""The shape in which a process declares its wiring, once.
+
+A service's spec names, with the classes and constants themselves: the event classes each
+of its durable consumers is handed and the reaction (a method of its handlers) that
+handles them, the events it appends, the requests it answers and by which reaction, the
+buckets it reads, lists and writes, the adapter requests it asks and the subjects it
+publishes. An adapter's spec names the capabilities it serves; the adapter SDK fixes the
+subjects every adapter uses.
+
+Everything else is derived from the specs (``lockgate.runtime.specs``): the durable
+consumers (``topology.DURABLES``), the broker permissions (``roles.service_role``), what
+``make run`` supervises (``status.CHILDREN``), each app's subscriptions
+(``ServiceSpec.subscriptions``, ``ServiceSpec.requests``) and the AsyncAPI channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from lockgate.contracts import channels
+from lockgate.contracts.channels import Channel
+from lockgate.eventstore.subjects import type_filter
+from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.runtime.streams import EVENTS
+
+#: Unacknowledged messages a shared durable holds (delivered and not yet settled, or
+#: nak'd to come back later). Every tenant's candidates pass the same durables, so this
+#: is kept well above what one tenant can have in flight (intake's per-tenant cap, 128
+#: in the demo bundle): one tenant's stuck or slow work fills at most an eighth of it.
+SHARED_PENDING = 1024
+#: Timer consumers hold one message per open deadline (nak'd with a delay until it
+#: falls due), so their pending limit bounds how many deadlines can be open at once.
+TIMERS = 100_000
+
+#: What every consumer may append whatever its spec says: giving a message up is
+#: recorded on its intent (``lockgate.runtime.service``, DESIGN invariant 7).
+GIVING_UP: tuple[type[Event], ...] = (EffectIntent.ProcessingAbandoned,)
+
+#: What every process answers, whatever its spec says: ``lg.status.<its status name>``.
+EVERY_PROCESS_ANSWERS: tuple[Channel, ...] = (channels.STATUS,)
+
+
+def _events_only(where: str, events: Sequence[object]) -> None:
+    strays = [e for e in events if not (isinstance(e, type) and issubclass(e, Event))]
+    if strays:
+        raise TypeError(f"{where}: {strays!r} are not event classes of EffectIntent")
+
+
+@dataclass(frozen=True)
+class Consumer:
+    """One durable pull consumer of a service: what it is handed and the reaction to it.
+
+    On the events stream it is handed ``events`` (classes of ``EffectIntent``); on another
+    stream (candidates, reports) every message of ``channel``. ``timers``: its reaction asks
+    for messages again later on purpose (``Retry``), so only failures count toward giving
+    one up. ``batch`` and ``workers`` are how many messages one process fetches at once
+    and handles at once.
+    """
+
+    name: str
+    reaction: str
+    events: tuple[type[Event], ...] = ()
+    channel: Channel | None = None
+    stream: str = EVENTS
+    timers: bool = False
+    max_ack_pending: int = SHARED_PENDING
+    batch: int = 16
+    workers: int = 16
+
+    def __post_init__(self) -> None:
+        if self.stream == EVENTS and (self.channel is not None or not self.events):
+            raise ValueError(f"{self.name}: a consumer of {EVENTS} names the events it is handed")
+        if self.stream != EVENTS and (self.channel is None or self.events):
+            raise ValueError(f"{self.name}: a consumer of {self.stream} names its channel")
+        if len(set(self.events)) != len(self.events):
+            raise ValueError(f"{self.name}: an event named twice")
+        _events_only(self.name, self.events)
+
+    @property
+    def filters(self) -> tuple[str, ...]:
+        """The consumer's subject filters on its stream."""
+        if self.channel is not None:
+            return self.channel.subjects
+        return tuple(type_filter(event.__name__) for event in self.events)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A request a process answers, and the reaction that answers it."""
+
+    channel: Channel
+    reaction: str
+
+
+H = TypeVar("H")
+
+
+def _paired(what: str, declared: Sequence[str], entries: Mapping[str, object]) -> None:
+    missing, unknown = set(declared) - set(entries), set(entries) - set(declared)
+    if missing or unknown:
+        raise ValueError(f"{what}: no entry for {sorted(missing)}; not in the spec: {sorted(unknown)}")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What a service consumes, appends, answers and may touch: the one place it is written.
+
+    ``consumes``: its durables, each with its events and reaction. ``appends``: the event
+    types it records (and ``GIVING_UP``, which every consumer may). ``answers``: the
+    requests it serves. ``reads``, ``lists``, ``writes``: buckets by name
+    (``lockgate.runtime.streams``). ``asks``: the adapter requests it makes.
+    ``publishes``: what it publishes besides events (responses, orders, interruptions).
+    """
+
+    name: str
+    consumes: tuple[Consumer, ...]
+    appends: tuple[type[Event], ...]
+    answers: tuple[Answer, ...] = ()
+    reads: tuple[str, ...] = ()
+    lists: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    asks: tuple[Channel, ...] = ()
+    publishes: tuple[Channel, ...] = ()
+
+    def __post_init__(self) -> None:
+        durables = [c.name for c in self.consumes]
+        if len(set(durables)) != len(durables):
+            raise ValueError(f"{self.name}: a durable named twice in {durables}")
+        reactions = [c.reaction for c in self.consumes] + [a.reaction for a in self.answers]
+        if len(set(reactions)) != len(reactions):
+            raise ValueError(f"{self.name}: a reaction bound twice in {reactions}")
+        _events_only(self.name, self.appends)
+
+    @property
+    def module(self) -> str:
+        """The module ``python -m`` runs the service as."""
+        return f"lockgate.{self.name}"
+
+    @property
+    def status_name(self) -> str:
+        """Where it answers ``lg.status.<name>``."""
+        return self.name
+
+    @property
+    def may_append(self) -> tuple[type[Event], ...]:
+        """Its own event types, and what every consumer may append (``GIVING_UP``)."""
+        return (*self.appends, *(e for e in GIVING_UP if e not in self.appends))
+
+    def consumer(self, name: str) -> Consumer:
+        """The durable consumer called ``name``.
+
+        Raises:
+            KeyError: the service has no such durable.
+        """
+        for c in self.consumes:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no durable {name!r}")
+
+    def subscriptions(self, entries: Mapping[str, H]) -> list[tuple[Consumer, H]]:
+        """Each durable paired with the entry of its reaction (``entries``: reaction → entry).
+
+        Raises:
+            ValueError: ``entries`` misses a reaction of the spec, or names one it lacks.
+        """
+        _paired(f"{self.name} durables", [c.reaction for c in self.consumes], entries)
+        return [(c, entries[c.reaction]) for c in self.consumes]
+
+    def requests(self, entries: Mapping[str, H]) -> list[tuple[str, H]]:
+        """Each subject the service answers, paired with the entry of its reaction.
+
+        Raises:
+            ValueError: ``entries`` misses a reaction of the spec, or names one it lacks.
+        """
+        _paired(f"{self.name} requests", [a.reaction for a in self.answers], entries)
+        return [(s, entries[a.reaction]) for a in self.answers for s in a.channel.subjects]
+
+
+#: The subjects every adapter uses: the adapter SDK (``lockgate.adapters.sdk``) serves
+#: them for each capability the adapter process runs.
+ADAPTER_ANSWERS: tuple[Channel, ...] = (
+    channels.ADAPTER_DESCRIBE, channels.ADAPTER_NORMALIZE, channels.ADAPTER_FACTS,
+    channels.ADAPTER_QUERY,
+)
+ADAPTER_CONSUMES: tuple[Channel, ...] = (channels.EXEC, channels.INTERRUPT)
+ADAPTER_PUBLISHES: tuple[Channel, ...] = (channels.REPORT,)
+ADAPTER_ASKS: tuple[Channel, ...] = (channels.RECORD,)
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """An adapter process: its name, its module and the capabilities it serves.
+
+    It never writes the event store; what it does on the broker is the SDK's, the same
+    for every adapter (``ADAPTER_ANSWERS`` and the rest), for its own capabilities only.
+    """
+
+    name: str
+    module: str
+    capabilities: tuple[str, ...]
+    answers: tuple[Channel, ...] = ADAPTER_ANSWERS
+    consumes: tuple[Channel, ...] = ADAPTER_CONSUMES
+    publishes: tuple[Channel, ...] = ADAPTER_PUBLISHES
+    asks: tuple[Channel, ...] = ADAPTER_ASKS
+
+    def __post_init__(self) -> None:
+        if not self.capabilities:
+            raise ValueError(f"adapter {self.name} serves no capability")
+
+    @property
+    def status_name(self) -> str:
+        """Where the process answers ``lg.status.<name>`` (``adapter.casenotes``)."""
+        return f"adapter.{self.name}"

@@ -1,0 +1,212 @@
+"""Every Lockgate process's spec: what it consumes and by which reaction, appends, answers, touches.
+
+This is the one place the wiring is written (``lockgate.runtime.spec`` for the shape).
+The durables, the broker permissions, what ``make run`` supervises, each app's
+subscriptions and the AsyncAPI channels are derived from it, and a unit test checks
+that every event has a producer and a consumer, or a reason in ``UNCONSUMED`` why none.
+
+Which event types reach which reaction is declared here and nowhere else; a reaction
+that acts on only some outcomes of an event it is handed (a ``PolicyDecided`` that
+allows) says so at its top.
+"""
+
+from __future__ import annotations
+
+from lockgate.contracts import channels
+from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.runtime.spec import TIMERS, AdapterSpec, Answer, Consumer, ServiceSpec
+from lockgate.runtime.streams import (
+    BUDGETS_BUCKET,
+    CANDIDATES,
+    CAPABILITIES_BUCKET,
+    CATALOGUES_BUCKET,
+    LOCKS_BUCKET,
+    PROGRESS_BUCKET,
+    REPORTS,
+    RUNS_BUCKET,
+)
+
+#: Events the model learns of: intake answers the agent runtime when one is recorded.
+MODEL_VISIBLE: tuple[type[Event], ...] = (
+    EffectIntent.CandidateRejected,
+    EffectIntent.NormalizationFailed,
+    EffectIntent.PolicyDecided,
+    EffectIntent.ReviewRequested,
+    EffectIntent.ReviewDenied,
+    EffectIntent.ReviewExpired,
+    EffectIntent.GateRefused,
+    EffectIntent.EffectCompleted,
+    EffectIntent.AttemptRejected,
+    EffectIntent.OutcomeUnknown,
+    EffectIntent.Reconciled,
+    EffectIntent.Withdrawn,
+    EffectIntent.WithdrawalRequested,
+    EffectIntent.InterruptionRequested,
+    EffectIntent.AttemptInterrupted,
+    EffectIntent.ProcessingAbandoned,
+)
+
+#: Events after which an intent may no longer hold its resource lock
+#: (``lockgate.intent.locks``): the executor releases the lock on each of them, from the
+#: record, whatever happened to the process that appended it. A unit test derives this
+#: list from the aggregate, so an event that can end a hold cannot be left out.
+ENDS_HOLD: tuple[type[Event], ...] = (
+    EffectIntent.GateRefused,
+    EffectIntent.EffectCompleted,
+    EffectIntent.AttemptRejected,
+    EffectIntent.AttemptInterrupted,
+    EffectIntent.Withdrawn,
+    EffectIntent.Reconciled,
+    EffectIntent.ProcessingAbandoned,
+)
+
+#: Every event that can end an intent (a ``PolicyDecided`` only when it denies): budget
+#: holds and intake's in-flight holds are settled from the record.
+ENDS_INTENT: tuple[type[Event], ...] = (
+    EffectIntent.EffectCompleted,
+    EffectIntent.Reconciled,
+    EffectIntent.AttemptRejected,
+    EffectIntent.GateRefused,
+    EffectIntent.Withdrawn,
+    EffectIntent.ReviewDenied,
+    EffectIntent.ReviewExpired,
+    EffectIntent.AttemptInterrupted,
+    EffectIntent.ProcessingAbandoned,
+    EffectIntent.NormalizationFailed,
+    EffectIntent.PolicyDecided,
+)
+
+INTAKE = ServiceSpec(
+    "intake",
+    consumes=(
+        Consumer("intake", "candidate", channel=channels.PROPOSE, stream=CANDIDATES),
+        Consumer("intake-responses", "respond", MODEL_VISIBLE),
+    ),
+    appends=(EffectIntent.CandidateReceived, EffectIntent.CandidateRejected),
+    answers=(Answer(channels.RUN_OPEN, "open_run"), Answer(channels.TURN, "open_turn")),
+    # LG_BUDGETS: the flood limits (rates, in-flight caps) intake admits by.
+    reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
+    lists=(CAPABILITIES_BUCKET,),
+    writes=(RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
+    asks=(channels.ADAPTER_DESCRIBE,),
+    publishes=(channels.RESPONSE,),
+)
+
+NORMALIZATION = ServiceSpec(
+    "normalization",
+    consumes=(Consumer("normalization", "received", (EffectIntent.CandidateReceived,)),),
+    appends=(EffectIntent.CandidateNormalized, EffectIntent.NormalizationFailed),
+    reads=(CAPABILITIES_BUCKET, RUNS_BUCKET),
+    asks=(channels.ADAPTER_NORMALIZE,),
+)
+
+POLICY = ServiceSpec(
+    "policy",
+    consumes=(
+        Consumer("policy", "normalized", (EffectIntent.CandidateNormalized,)),
+        Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,), max_ack_pending=TIMERS,
+                 timers=True),
+        Consumer("policy-budgets", "settled", ENDS_INTENT),
+    ),
+    appends=(EffectIntent.PolicyDecided,),
+    reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
+    writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
+    asks=(channels.ADAPTER_FACTS,),
+)
+
+APPROVAL = ServiceSpec(
+    "approval",
+    consumes=(
+        Consumer("approval", "decided", (EffectIntent.PolicyDecided,)),
+        Consumer("approval-expiry", "review_opened", (EffectIntent.ReviewRequested,),
+                 max_ack_pending=TIMERS, timers=True),
+    ),
+    appends=(
+        EffectIntent.ReviewRequested,
+        EffectIntent.ReviewApproved,
+        EffectIntent.ReviewDenied,
+        EffectIntent.ReviewExpired,
+        EffectIntent.ApprovalRefused,
+    ),
+    answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide")),
+    reads=(RUNS_BUCKET,),
+)
+
+EXECUTOR = ServiceSpec(
+    "executor",
+    consumes=(
+        # The gate waits (Retry) for a resource lock and for facts.
+        Consumer(
+            "executor-gate", "ready",
+            (EffectIntent.PolicyDecided, EffectIntent.ReviewApproved,
+             EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
+            timers=True,
+        ),
+        # The gate publishes an order right after appending its ExecutionAuthorized; the
+        # deadline consumer sends any order that was not (the executor died in between).
+        Consumer("executor-deadlines", "deadline", (EffectIntent.ExecutionAuthorized,),
+                 max_ack_pending=TIMERS, timers=True, batch=64),
+        Consumer("executor-reports", "report", channel=channels.REPORT, stream=REPORTS),
+        # The handler that appends one of them releases at once too (a fast path); this
+        # durable is what makes release survive a crash right after the append.
+        Consumer("executor-locks", "settled", ENDS_HOLD),
+    ),
+    appends=(
+        EffectIntent.ExecutionAuthorized,
+        EffectIntent.GateRefused,
+        EffectIntent.AttemptSent,
+        EffectIntent.EffectCompleted,
+        EffectIntent.AttemptRejected,
+        EffectIntent.AttemptFailedBeforeSend,
+        EffectIntent.OutcomeUnknown,
+        EffectIntent.Reconciled,
+        EffectIntent.Withdrawn,
+        EffectIntent.InterruptionRequested,
+        EffectIntent.AttemptAcknowledged,
+        EffectIntent.ResultObserved,
+        EffectIntent.AttemptInterrupted,
+        EffectIntent.WithdrawalRequested,
+        EffectIntent.ReportRefused,
+    ),
+    answers=(Answer(channels.WITHDRAW, "withdraw"), Answer(channels.RECORD, "record")),
+    reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
+    writes=(LOCKS_BUCKET,),
+    asks=(channels.ADAPTER_FACTS,),
+    publishes=(channels.EXEC, channels.INTERRUPT),
+)
+
+RECONCILER = ServiceSpec(
+    "reconciler",
+    # It asks again (Retry) while no adapter answers its query.
+    consumes=(Consumer("reconciler", "unknown", (EffectIntent.OutcomeUnknown,), timers=True),),
+    appends=(EffectIntent.Reconciled,),
+    answers=(Answer(channels.RESOLVE, "resolve"),),
+    reads=(CAPABILITIES_BUCKET,),
+    asks=(channels.ADAPTER_QUERY,),
+)
+
+#: The services, in the order ``make run`` starts them.
+SERVICES: tuple[ServiceSpec, ...] = (INTAKE, NORMALIZATION, POLICY, APPROVAL, EXECUTOR, RECONCILER)
+
+#: The demo deployment's adapter processes.
+CASENOTES = AdapterSpec("casenotes", "lockgate.worlds.casenotes", ("case.add_note",))
+ITEMS = AdapterSpec("items", "lockgate.worlds.items", ("draft.prepare_private", "item.publish"))
+ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS)
+
+#: Events no durable is handed, and why that is right.
+UNCONSUMED: dict[type[Event], str] = {
+    EffectIntent.ApprovalRefused: (
+        "on the record for the audit; the review stays open, and another reviewer's "
+        "decision is what moves the intent on"),
+    EffectIntent.AttemptSent: (
+        "progress of an attempt, on the record; the attempt's deadline (from "
+        "ExecutionAuthorized) turns the silence after it into OutcomeUnknown"),
+    EffectIntent.AttemptAcknowledged: (
+        "progress of an attempt, on the record; its end (EffectCompleted, AttemptRejected, "
+        "OutcomeUnknown) is what others react to"),
+    EffectIntent.ResultObserved: (
+        "progress of an attempt, on the record; the receipt's check that follows it ends "
+        "the attempt"),
+    EffectIntent.ReportRefused: (
+        "a report that proved nothing, kept for the audit; it changes no state"),
+}

@@ -1,0 +1,23 @@
+"""The streams and key-value buckets Lockgate keeps on the broker, by name.
+
+Their configuration is ``lockgate.runtime.topology``'s; the specs
+(``lockgate.runtime.specs``) name them for what each process reads, writes and consumes.
+"""
+
+from __future__ import annotations
+
+CANDIDATES = "LG_CANDIDATES"
+EXEC = "LG_EXEC"
+REPORTS = "LG_REPORTS"
+RESPONSES = "LG_RESPONSES"
+EVENTS = "LG_EVENTS"
+RUNS_BUCKET = "LG_RUNS"
+CATALOGUES_BUCKET = "LG_CATALOGUES"
+CAPABILITIES_BUCKET = "LG_CAPABILITIES"
+#: Per-resource locks that serialize effects whose contracts ask for it (entries expire,
+#: so a lock left by a crashed executor frees itself).
+LOCKS_BUCKET = "LG_LOCKS"
+#: Denials of one consequence per run, for policy's progress checkpoint.
+PROGRESS_BUCKET = "LG_PROGRESS"
+#: Budget counters (one key per budget, scope and window); old windows expire.
+BUDGETS_BUCKET = "LG_BUDGETS"

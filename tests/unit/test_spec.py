@@ -1,0 +1,313 @@
+"""The processes' specs: every event produced and consumed, every reaction real, every subject granted."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+from faststream import FastStream
+from faststream.nats import NatsBroker
+
+from lockgate.adapters.sdk import exec_subject, interrupt_subject, report_subject, request_subject
+from lockgate.approval.app import create_app as approval_app
+from lockgate.approval.handlers import ApprovalHandlers
+from lockgate.contracts import channels, schemas, subjects
+from lockgate.contracts.channels import Channel
+from lockgate.eventstore.subjects import event_subject
+from lockgate.executor.app import create_app as executor_app
+from lockgate.executor.handlers import ExecutorHandlers
+from lockgate.intake.app import create_app as intake_app
+from lockgate.intake.handlers import IntakeHandlers
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import EVENT_TYPES
+from lockgate.normalization.app import create_app as normalization_app
+from lockgate.normalization.handlers import NormalizationHandlers
+from lockgate.policy.app import create_app as policy_app
+from lockgate.policy.handlers import PolicyHandlers
+from lockgate.reconciler.app import create_app as reconciler_app
+from lockgate.reconciler.handlers import ReconcilerHandlers
+from lockgate.runtime import roles, status, topology
+from lockgate.runtime.roles import adapter_role, service_role
+from lockgate.runtime.service import bindings
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.spec import AdapterSpec, Consumer, ServiceSpec
+from lockgate.runtime.specs import (
+    ADAPTERS,
+    ENDS_HOLD,
+    ENDS_INTENT,
+    INTAKE,
+    MODEL_VISIBLE,
+    SERVICES,
+    UNCONSUMED,
+)
+from lockgate.runtime.streams import EVENTS, REPORTS
+
+TENANT, RUN, INTENT, CAPABILITY = "tenant-a", "run-1", "0" * 32, "case.add_note"
+
+#: Each service's handlers (where its reactions live) and its app factory.
+PROCESSES: dict[str, tuple[type, Callable[[Settings], FastStream]]] = {
+    "intake": (IntakeHandlers, intake_app),
+    "normalization": (NormalizationHandlers, normalization_app),
+    "policy": (PolicyHandlers, policy_app),
+    "approval": (ApprovalHandlers, approval_app),
+    "executor": (ExecutorHandlers, executor_app),
+    "reconciler": (ReconcilerHandlers, reconciler_app),
+}
+
+#: One concrete subject of each channel, built as the code that sends on it builds it.
+SAMPLES: dict[Channel, Callable[[str], str]] = {
+    channels.RUN_OPEN: lambda _cap: subjects.run_open_subject(TENANT),
+    channels.TURN: lambda _cap: subjects.turn_subject(TENANT, RUN),
+    channels.PROPOSE: lambda _cap: subjects.propose_subject(TENANT, RUN),
+    channels.RESPONSE: lambda _cap: subjects.response_subject(TENANT, RUN, INTENT),
+    channels.REVIEW_SHOW: lambda _cap: subjects.review(TENANT, INTENT, "show", "alice"),
+    channels.REVIEW_DECIDE: lambda _cap: subjects.review(TENANT, INTENT, "decide", "alice"),
+    channels.WITHDRAW: lambda _cap: subjects.withdraw(TENANT, RUN, INTENT, "agent-tenant-a"),
+    channels.RESOLVE: lambda _cap: subjects.resolve(TENANT, INTENT, "ops"),
+    channels.EXEC: exec_subject,
+    channels.INTERRUPT: interrupt_subject,
+    channels.RECORD: subjects.record,
+    channels.REPORT: lambda cap: report_subject(cap, INTENT),
+    channels.ADAPTER_DESCRIBE: lambda cap: request_subject(cap, "describe"),
+    channels.ADAPTER_NORMALIZE: lambda cap: request_subject(cap, "normalize"),
+    channels.ADAPTER_FACTS: lambda cap: request_subject(cap, "facts"),
+    channels.ADAPTER_QUERY: lambda cap: request_subject(cap, "query"),
+    channels.STATUS: lambda _cap: subjects.status("intake"),
+}
+
+EVERY_CHANNEL = [v for v in vars(channels).values() if isinstance(v, Channel)]
+
+
+def covers(pattern: str, subject: str) -> bool:
+    """True when every subject ``subject`` matches (it may hold wildcards) matches ``pattern``."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or s[i] == ">":
+            return False
+        if token != "*" and token != s[i]:
+            return False
+    return len(p) == len(s)
+
+
+def permitted(grants: Iterable[str], subject: str) -> bool:
+    """True when one of ``grants`` (a role's allow-list) covers ``subject``."""
+    return any(covers(g, subject) for g in grants)
+
+
+def named(spec: ServiceSpec | AdapterSpec) -> str:
+    return spec.name
+
+
+def evt(name: str) -> str:
+    return event_subject(TENANT, INTENT, 3, name)
+
+
+# -- events: produced, consumed, named by class ------------------------------------------
+
+
+def test_every_event_type_has_a_producer() -> None:
+    produced = {event for spec in SERVICES for event in spec.may_append}
+    assert {name for name, cls in EVENT_TYPES.items() if cls not in produced} == set()
+
+
+def test_every_event_type_is_consumed_or_says_why_not() -> None:
+    consumed = {event for spec in SERVICES for c in spec.consumes for event in c.events}
+    for name, cls in EVENT_TYPES.items():
+        assert (cls in consumed) != (cls in UNCONSUMED), (
+            f"{name}: no durable is handed it and UNCONSUMED gives no reason" if cls not in consumed
+            else f"{name}: consumed, yet UNCONSUMED says why it is not")
+    assert all(reason.strip() for reason in UNCONSUMED.values())
+
+
+def test_specs_name_event_classes_not_strings() -> None:
+    named_anywhere = [
+        *MODEL_VISIBLE, *ENDS_HOLD, *ENDS_INTENT, *UNCONSUMED,
+        *(e for spec in SERVICES for e in spec.appends),
+        *(e for spec in SERVICES for c in spec.consumes for e in c.events),
+    ]
+    for event in named_anywhere:
+        assert isinstance(event, type), f"{event!r} is not a class"
+        assert EVENT_TYPES.get(event.__name__) is event, f"{event!r} is not an event of the codec"
+
+
+def test_a_durables_filters_match_exactly_its_events() -> None:
+    for spec in SERVICES:
+        for c in spec.consumes:
+            if c.stream != EVENTS:
+                continue
+            matched = {n for n in EVENT_TYPES if any(covers(f, evt(n)) for f in c.filters)}
+            assert matched == {e.__name__ for e in c.events}, c.name
+
+
+# -- reactions: each one exists, and each app binds exactly its spec ---------------------
+
+
+def test_every_service_has_its_handlers_and_app_named_here() -> None:
+    assert set(PROCESSES) == {spec.name for spec in SERVICES}
+
+
+@pytest.mark.parametrize("spec", SERVICES, ids=named)
+def test_every_reaction_is_a_coroutine_of_the_services_handlers(spec: ServiceSpec) -> None:
+    handlers, _ = PROCESSES[spec.name]
+    for reaction in [c.reaction for c in spec.consumes] + [a.reaction for a in spec.answers]:
+        method = getattr(handlers, reaction, None)
+        assert method is not None, f"{handlers.__name__} has no reaction {reaction!r}"
+        assert inspect.iscoroutinefunction(method), f"{handlers.__name__}.{reaction} is not async"
+
+
+def bound(app: FastStream) -> tuple[dict[str, tuple[str, tuple[str, ...], int, int]], set[str]]:
+    """What an app subscribes to: its durables (stream, filters, pending, workers), its subjects.
+
+    Read off the kit's durable bindings and FastStream's subscribers: wiring only,
+    nothing connects.
+    """
+    assert isinstance(app.broker, NatsBroker)
+    durables = {b.durable.name: (b.durable.stream, b.durable.filters, b.durable.max_ack_pending,
+                                 b.workers) for b in bindings(app.broker)}
+    core = {sub.subject.broker_address for sub in app.broker.subscribers}  # type: ignore[attr-defined]
+    return durables, core
+
+
+@pytest.mark.parametrize("spec", SERVICES, ids=named)
+def test_each_app_binds_exactly_what_its_spec_declares(spec: ServiceSpec) -> None:
+    _, create_app = PROCESSES[spec.name]
+    durables, core = bound(create_app(Settings()))
+    assert durables == {c.name: (c.stream, c.filters, c.max_ack_pending, c.workers)
+                        for c in spec.consumes}
+    answered = {s for a in spec.answers for s in a.channel.subjects}
+    assert core == answered | {subjects.status(spec.status_name)}
+
+
+def test_an_app_must_bind_every_reaction_and_no_other() -> None:
+    async def entry(_: object) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="respond"):
+        INTAKE.subscriptions({"candidate": entry})
+    with pytest.raises(ValueError, match="typo"):
+        INTAKE.subscriptions({"candidate": entry, "respond": entry, "typo": entry})
+    with pytest.raises(ValueError, match="open_turn"):
+        INTAKE.requests({"open_run": entry})
+
+
+def test_a_spec_refuses_a_consumer_without_events_and_a_reaction_bound_twice() -> None:
+    received = EffectIntent.CandidateReceived
+    ok = Consumer("a", "same", (received,))
+    with pytest.raises(ValueError):
+        Consumer("b", "react")  # on the events stream, handed nothing
+    with pytest.raises(ValueError):
+        Consumer("c", "react", (received,), stream=REPORTS)
+    with pytest.raises(TypeError):
+        Consumer("d", "react", ("CandidateReceived",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ServiceSpec("x", consumes=(ok, Consumer("e", "same", ok.events)), appends=())
+
+
+# -- derived tables ---------------------------------------------------------------------
+
+
+def test_the_topology_is_the_specs_consumers() -> None:
+    names = [c.name for spec in SERVICES for c in spec.consumes]
+    assert len(names) == len(set(names)), "a durable name used by two services"
+    assert {d.name: (d.stream, d.filters, d.max_ack_pending, d.timers) for d in topology.DURABLES} == {
+        c.name: (c.stream, c.filters, c.max_ack_pending, c.timers)
+        for spec in SERVICES for c in spec.consumes}
+
+
+def test_what_make_run_supervises_is_every_spec_and_each_module_runs() -> None:
+    assert status.SERVICES == tuple(roles.SERVICES) == tuple(spec.name for spec in SERVICES)
+    assert [name for name, _ in status.CHILDREN] == [
+        *(s.status_name for s in SERVICES), *(a.status_name for a in ADAPTERS)]
+    for _, module in status.CHILDREN:
+        assert importlib.util.find_spec(f"{module}.__main__") is not None, module
+    assert {a.name: a.capabilities for a in ADAPTERS} == roles.DEMO_ADAPTERS
+
+
+def test_every_channel_is_used_by_a_spec_and_listed_in_asyncapi() -> None:
+    used = schemas.channel_uses()
+    assert [c.address for c in EVERY_CHANNEL if c not in used] == []
+    listed = {c["address"] for c in _asyncapi()["channels"].values()}
+    assert listed == {c.address for c in EVERY_CHANNEL}
+    for channel, (sent_by, received_by) in used.items():
+        assert sent_by and received_by, f"{channel.address}: nobody sends or nobody receives"
+
+
+def _asyncapi() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(schemas.generate()["asyncapi.json"])
+    return loaded
+
+
+@pytest.mark.parametrize("channel", EVERY_CHANNEL, ids=lambda c: c.address)
+def test_a_channels_wildcards_match_the_subjects_its_senders_build(channel: Channel) -> None:
+    assert channel in SAMPLES, f"{channel.address}: add a sample subject"
+    assert permitted(channel.subjects, SAMPLES[channel](CAPABILITY))
+
+
+# -- roles: every subject a process uses is granted ----------------------------------------
+
+
+@pytest.mark.parametrize("spec", SERVICES, ids=named)
+def test_a_service_role_grants_every_subject_its_spec_uses(spec: ServiceSpec) -> None:
+    role = service_role(spec.name)
+    for c in spec.consumes:
+        for api in (f"$JS.API.CONSUMER.INFO.{c.stream}.{c.name}",
+                    f"$JS.API.CONSUMER.MSG.NEXT.{c.stream}.{c.name}",
+                    f"$JS.ACK.{c.stream}.{c.name}.1.1.7.7.1700000000000000000.0"):
+            assert permitted(role.publish, api), api
+    for event in spec.may_append:
+        assert permitted(role.publish, evt(event.__name__)), event.__name__
+    for answer in spec.answers:
+        for wildcard in answer.channel.subjects:
+            assert permitted(role.subscribe, wildcard), wildcard
+    assert permitted(role.subscribe, subjects.status(spec.status_name))
+    for channel in (*spec.asks, *spec.publishes):
+        assert permitted(role.publish, SAMPLES[channel](CAPABILITY)), channel.address
+    for bucket in spec.reads:
+        assert permitted(role.publish, f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.k"), bucket
+    for bucket in spec.writes:
+        assert permitted(role.publish, f"$KV.{bucket}.k"), bucket
+
+
+@pytest.mark.parametrize("spec", SERVICES, ids=named)
+def test_a_service_role_grants_nothing_its_spec_does_not_name(spec: ServiceSpec) -> None:
+    role = service_role(spec.name)
+    for name, cls in EVENT_TYPES.items():
+        assert permitted(role.publish, evt(name)) == (cls in spec.may_append), name
+    theirs = [c for other in SERVICES if other is not spec for c in other.consumes]
+    for c in theirs:
+        assert not permitted(role.publish, f"$JS.API.CONSUMER.MSG.NEXT.{c.stream}.{c.name}"), c.name
+    for bucket in {b for other in SERVICES for b in other.writes} - set(spec.writes):
+        assert not permitted(role.publish, f"$KV.{bucket}.k"), bucket
+    answered = {a.channel for a in spec.answers}
+    for channel in EVERY_CHANNEL:
+        if channel not in answered and channel is not channels.STATUS:
+            assert not permitted(role.subscribe, SAMPLES[channel](CAPABILITY)), channel.address
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=named)
+def test_an_adapter_role_grants_what_the_sdk_does_for_its_own_capabilities(
+    adapter: AdapterSpec,
+) -> None:
+    role = adapter_role(adapter.capabilities, adapter.name)
+    assert permitted(role.subscribe, subjects.status(adapter.status_name))
+    others = {c for a in ADAPTERS for c in a.capabilities} - set(adapter.capabilities)
+    for capability, mine in [*((c, True) for c in adapter.capabilities),
+                             *((c, False) for c in others)]:
+        for channel in (*adapter.answers, *adapter.consumes):
+            subject = SAMPLES[channel](capability)
+            if channel is channels.EXEC:  # consumed through its own durable, created by the SDK
+                granted = any(i.local.startswith(f"{roles.IMPORTED_JS_API}.CONSUMER.CREATE.")
+                              and i.local.endswith("." + subject) for i in role.imports)
+            else:
+                granted = permitted(role.subscribe, subject)
+            assert granted == mine, (capability, channel.address)
+        for channel in (*adapter.publishes, *adapter.asks):
+            assert permitted(role.publish, SAMPLES[channel](capability)) == mine, (
+                capability, channel.address)
+
