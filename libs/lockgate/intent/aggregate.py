@@ -16,6 +16,14 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
 from eventsourcing.utils import get_topic
 
+from lockgate.contracts.vocabulary import (
+    AttemptStage,
+    DecisionOutcome,
+    Finding,
+    ReportStage,
+    Resolution,
+)
+
 E = TypeVar("E", bound="Event")
 
 
@@ -112,7 +120,7 @@ class Attempt:
         self.attempt_id = attempt_id
         self.authorized_version = authorized_version
         self.deadline_at = deadline_at
-        self.stage = "authorized"
+        self.stage = AttemptStage.AUTHORIZED
         self.reason: str | None = None
         #: An adapter reported crossing the send boundary (the effect may exist).
         self.crossed = False
@@ -122,7 +130,7 @@ class Settlement:
     """What last settled an attempt's outcome: a reconciliation, or the adapter's report."""
 
     def __init__(
-        self, event: str, attempt_id: str, finding: str, resolution: str, by: str,
+        self, event: str, attempt_id: str, finding: Finding, resolution: Resolution, by: str,
         receipt: dict[str, str], at: datetime, event_id: str,
     ) -> None:
         self.event = event
@@ -235,7 +243,7 @@ class EffectIntent(Aggregate):
         """
 
         class_version: ClassVar[int] = 2
-        outcome: str
+        outcome: DecisionOutcome
         policy_revision: str
         reasons: list[str]
         determining: list[str]
@@ -253,15 +261,15 @@ class EffectIntent(Aggregate):
             agg.policy_revision = self.policy_revision
             agg.facts = self.facts
             agg.reservations = list(self.reservations)
-            if self.outcome == "deny":
+            if self.outcome == DecisionOutcome.DENY:
                 agg.state = State.DENIED
                 agg.reason = self.reasons[0] if self.reasons else "policy.denied"
-            elif self.outcome == "pause":
+            elif self.outcome == DecisionOutcome.PAUSE:
                 if agg.state is not State.PAUSED:
                     agg.paused_at = self.timestamp
                 agg.state = State.PAUSED
                 agg.reason = self.reasons[0] if self.reasons else "policy.paused"
-            elif self.outcome == "allow":
+            elif self.outcome == DecisionOutcome.ALLOW:
                 agg.state = State.ALLOWED
             else:  # require_approval: waiting for the review to be opened
                 agg.state = State.NORMALIZED
@@ -363,7 +371,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "sent", True
+            attempt.stage, attempt.crossed = AttemptStage.SENT, True
 
     class AttemptAcknowledged(Event):
         """The remote system accepted the request (it may still be working on it)."""
@@ -375,7 +383,7 @@ class EffectIntent(Aggregate):
             if agg.state is State.AUTHORIZED:  # its ``sent`` report is still on its way
                 agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "acknowledged", True
+            attempt.stage, attempt.crossed = AttemptStage.ACKNOWLEDGED, True
 
     class ResultObserved(Event):
         """The adapter saw the remote system's result; the receipt is being checked."""
@@ -386,7 +394,7 @@ class EffectIntent(Aggregate):
             if agg.state is State.AUTHORIZED:
                 agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "observed", True
+            attempt.stage, attempt.crossed = AttemptStage.OBSERVED, True
 
     class AttemptInterrupted(Event):
         """An interruptible attempt was stopped before its effect completed."""
@@ -397,7 +405,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.INTERRUPTED
             agg.reason = "attempt.interrupted"
-            agg.attempt(self.attempt_id).stage = "interrupted"
+            agg.attempt(self.attempt_id).stage = AttemptStage.INTERRUPTED
 
     class EffectCompleted(Event):
         """The effect happened; the receipt is its evidence.
@@ -423,9 +431,9 @@ class EffectIntent(Aggregate):
             agg.receipt = self.receipt
             agg.result = self.result
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "completed", True
+            attempt.stage, attempt.crossed = AttemptStage.COMPLETED, True
             agg.settlement = Settlement(
-                "EffectCompleted", self.attempt_id, "confirmed", "completed",
+                "EffectCompleted", self.attempt_id, Finding.CONFIRMED, Resolution.COMPLETED,
                 self.provenance.get("adapter", ""), dict(self.receipt), self.timestamp, self.event_id)
 
     class AttemptRejected(Event):
@@ -439,7 +447,7 @@ class EffectIntent(Aggregate):
             agg.state = State.FAILED
             agg.reason = self.reason
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.reason = "rejected", self.reason
+            attempt.stage, attempt.reason = AttemptStage.REJECTED, self.reason
 
     class AttemptFailedBeforeSend(Event):
         """The attempt never crossed its send boundary; the same intent may try again."""
@@ -451,7 +459,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.ALLOWED
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.reason = "failed_before_send", self.reason
+            attempt.stage, attempt.reason = AttemptStage.FAILED_BEFORE_SEND, self.reason
 
     class OutcomeUnknown(Event):
         """The attempt may have happened; nothing repeats it until reconciled."""
@@ -461,7 +469,7 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.UNKNOWN
-            agg.attempt(self.attempt_id).stage = "unknown"
+            agg.attempt(self.attempt_id).stage = AttemptStage.UNKNOWN
 
     class Reconciled(Event):
         """What a query by identity (or an operator) established about an unknown outcome.
@@ -475,34 +483,35 @@ class EffectIntent(Aggregate):
 
         class_version: ClassVar[int] = 2
         attempt_id: str
-        finding: str
+        finding: Finding
         receipt: dict[str, str]
         by: str
         why: str
-        resolution: str
+        resolution: Resolution
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             """Version 1 had no resolution: confirmed completed, anything else needed a person."""
-            state["resolution"] = "completed" if state.get("finding") == "confirmed" else "operator"
+            confirmed = state.get("finding") == Finding.CONFIRMED
+            state["resolution"] = (Resolution.COMPLETED if confirmed else Resolution.OPERATOR).value
 
         def apply(self, agg: EffectIntent) -> None:
             attempt = agg.attempt(self.attempt_id)
             agg.settlement = Settlement(
                 "Reconciled", self.attempt_id, self.finding, self.resolution, self.by,
                 dict(self.receipt), self.timestamp, self.event_id)
-            if self.resolution == "completed":
+            if self.resolution == Resolution.COMPLETED:
                 agg.state = State.COMPLETED
                 agg.receipt = self.receipt
-                attempt.stage = "completed"
+                attempt.stage = AttemptStage.COMPLETED
                 return
-            attempt.stage = "absent"
-            if self.resolution == "retry":
+            attempt.stage = AttemptStage.ABSENT
+            if self.resolution == Resolution.RETRY:
                 agg.state = State.ALLOWED
-            elif self.resolution == "withdrawn":
+            elif self.resolution == Resolution.WITHDRAWN:
                 agg.state = State.WITHDRAWN
                 agg.reason = "proposal.withdrawn"
-            elif self.resolution == "not_executed":
+            elif self.resolution == Resolution.NOT_EXECUTED:
                 agg.state = State.FAILED
                 agg.reason = "reconciled.not-executed"
             else:
@@ -553,7 +562,7 @@ class EffectIntent(Aggregate):
 
         neutral: ClassVar[bool] = True
         attempt_id: str
-        stage: str
+        stage: ReportStage
         reason: str
         adapter: str
 
@@ -629,7 +638,7 @@ class EffectIntent(Aggregate):
         self.destination = ""
         self.effect_class = ""
         self.digest: str | None = None
-        self.decision: str | None = None
+        self.decision: DecisionOutcome | None = None
         self.policy_revision: str | None = None
         self.facts: dict[str, str | int | bool] = {}
         self.review_id: str | None = None
@@ -644,7 +653,7 @@ class EffectIntent(Aggregate):
         #: The last report or reconciliation that settled an attempt's outcome.
         self.settlement: Settlement | None = None
         #: (attempt id, stage, reason) of every refused report on record.
-        self.refused_reports: set[tuple[str, str, str]] = set()
+        self.refused_reports: set[tuple[str, ReportStage, str]] = set()
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
         #: Reviewers whose approval policy refused, with the reason (this review).
