@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
 from lockgate.intent.codec import fold
@@ -65,9 +66,9 @@ class History:
             serializer="jcs", contract_revision=contract_revision,
         )
 
-    def decided(self, outcome: str = "allow", reasons: list[str] | None = None,
+    def decided(self, outcome: str = DecisionOutcome.ALLOW, reasons: list[str] | None = None,
                 policy_revision: str = "pol-1") -> History:
-        """Record a policy decision."""
-        return self.add(EffectIntent.PolicyDecided, outcome=outcome, policy_revision=policy_revision,
+        """Record a policy decision (``outcome``: a ``DecisionOutcome`` or its value)."""
+        return self.add(EffectIntent.PolicyDecided, outcome=DecisionOutcome(outcome), policy_revision=policy_revision,
                         reasons=reasons or [], determining=[], facts={}, digest=self.intent.digest or "",
                         reservations=[])

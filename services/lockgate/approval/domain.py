@@ -7,6 +7,7 @@ from typing import Any
 
 from lockgate.authz import Decision
 from lockgate.contracts.messages import DecideReview, ReviewView
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import canonical_json
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -36,7 +37,7 @@ def request_review(
     intent: EffectIntent, *, ttl_s: float, cause: str, now: datetime
 ) -> list[Event]:
     """``ReviewRequested`` when policy asked for a human, else nothing."""
-    if intent.state is not State.NORMALIZED or intent.decision != "require_approval":
+    if intent.state is not State.NORMALIZED or intent.decision != DecisionOutcome.REQUIRE_APPROVAL:
         return []
     return [
         EffectIntent.ReviewRequested.next(
@@ -124,7 +125,7 @@ def decide_review(
         raise ReviewProblem("review.digest-mismatch")
     ids: dict[str, Any] = dict(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
     if cmd.approve:
-        if permission is None or permission.outcome != "allow":
+        if permission is None or permission.outcome != DecisionOutcome.ALLOW:
             reasons = permission.reasons if permission is not None else ("policy.unavailable",)
             reason = (reasons or ("policy.no-permit",))[0]
             if intent.refused_approvals.get(reviewer) == reason:
