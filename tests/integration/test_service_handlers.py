@@ -38,7 +38,7 @@ from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import encode_event
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
 from lockgate.policy.handlers import PAUSE_AFTER, PolicyHandlers
@@ -308,7 +308,8 @@ async def test_dispatch_publishes_no_order_once_a_withdrawal_was_requested(ports
     authorization = await store_history(ports, h)
     stored = await ports.store.load("tenant-a", h.intent_id)
     await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
-        h.intent, now=T0, event_id="w1", causation_id="w", attempt_id="a1", by="runtime", why=""))])
+        h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), attempt_id="a1", by="runtime",
+        why=""))])
     await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
     await executor_handlers(ports).dispatch(authorization)
     with pytest.raises(NotFoundError):
@@ -393,7 +394,7 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
         assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()  # held, under the lock
         stored = await ports.store.load("tenant-a", h.intent_id)
         await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
-            h.intent, now=T0, event_id="w1", causation_id="w", by="runtime", why=""))])
+            h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), by="runtime", why=""))])
         return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
                           "writes_suspended": False, "actor_may_add_note": True,
                           "sensitive": False, "version": 4}, "revision": "4"}

@@ -4,16 +4,28 @@ Modelled with the ``eventsourcing`` package: events are classes nested in the ag
 (frozen dataclasses, each with a ``class_version``), and ``apply`` is the only place
 state changes. Services never call command methods: their pure ``decide`` functions
 build events with ``Event.next`` and the store folds them back (``codec.fold``).
+
+Every event is built with typed keyword fields: the type checker sees each event class
+as the dataclass it is at runtime, so a misspelt, missing or mistyped field fails
+``mypy --strict`` where the event is built, not when it is folded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar, dataclass_transform
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
+from eventsourcing.domain import (
+    Aggregate,
+    AggregateCreated,
+    MetaDomainEvent,
+    OriginatorIDError,
+    OriginatorVersionError,
+)
 from eventsourcing.utils import get_topic
 
 from lockgate.contracts.vocabulary import (
@@ -25,6 +37,7 @@ from lockgate.contracts.vocabulary import (
 )
 
 E = TypeVar("E", bound="Event")
+P = ParamSpec("P")
 
 
 class State(StrEnum):
@@ -64,16 +77,44 @@ _TERMINAL = frozenset(
 MAY_HAVE_BEEN_SENT = frozenset({State.AUTHORIZED, State.SENT, State.UNKNOWN})
 
 
-class Event(Aggregate.Event):
+@dataclass(frozen=True)
+class Stamp:
+    """What a deciding function says of an event it builds: when, its id, and its cause.
+
+    ``offset`` places the event after the state it follows: 1 for the next one, 2 for
+    the one after it in the same batch.
+    """
+
+    now: datetime
+    event_id: str
+    causation_id: str
+    offset: int = 1
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+class _EventClass(MetaDomainEvent):
+    """The library's event metaclass, declared to type checkers as what it does.
+
+    ``MetaDomainEvent`` makes every event class a frozen dataclass when the class is
+    created, which a type checker cannot see; declared a dataclass transform, each
+    event's own annotations become its typed constructor. Keyword-only is for the
+    checker alone (the runtime dataclass accepts positions too): an event's own fields
+    are always passed by name, so two fields of one type cannot be swapped unseen.
+    """
+
+
+class Event(Aggregate.Event, metaclass=_EventClass):
     """Base of every ``EffectIntent`` event: the envelope Lockgate adds to the library's."""
 
     class_version: ClassVar[int] = 1
     #: True for an event that records something beside the intent's state (it may
     #: follow a terminal state); any other event after a terminal state moves nothing.
     neutral: ClassVar[bool] = False
-    event_id: str
-    correlation_id: str
-    causation_id: str
+    # Positional like the library's envelope before them: ``next`` passes the whole
+    # envelope by position (which is how its signature leaves the rest to ``P``).
+    event_id: str = field(kw_only=False)
+    correlation_id: str = field(kw_only=False)
+    causation_id: str = field(kw_only=False)
 
     def mutate(self, aggregate: Any) -> Any:
         """Fold this event into ``aggregate``.
@@ -96,19 +137,30 @@ class Event(Aggregate.Event):
 
     @classmethod
     def next(
-        cls: type[E], state: EffectIntent, *, now: datetime, event_id: str, causation_id: str,
-        offset: int = 1, **fields: Any,
+        cls: Callable[Concatenate[UUID, int, datetime, str, str, str, P], E],
+        state: EffectIntent, stamp: Stamp, /, *args: P.args, **fields: P.kwargs,
     ) -> E:
-        """Build the event that would follow ``state`` (``offset`` for later ones in a batch)."""
-        return cls(  # type: ignore[call-arg]
-            originator_id=state.id,
-            originator_version=state.version + offset,
-            timestamp=now,
-            event_id=event_id,
-            correlation_id=state.run_id,
-            causation_id=causation_id,
-            **fields,
+        """Build the event that would follow ``state``, its own fields given by name.
+
+        The envelope comes from ``state`` (the intent, its version, its run) and
+        ``stamp``; ``cls``'s constructor after the envelope types ``fields``, so
+        ``EffectIntent.AttemptSent.next(intent, stamp, atempt_id=...)`` fails type
+        checking. Not for an intent's first event, which follows nothing.
+
+        Raises:
+            TypeError: ``cls`` is an event that creates an intent.
+        """
+        if _creates(cls):
+            raise TypeError(f"{cls!r} creates an intent: it follows no state")
+        return cls(
+            state.id, state.version + stamp.offset, stamp.now, stamp.event_id, state.run_id,
+            stamp.causation_id, *args, **fields,
         )
+
+
+def _creates(cls: object) -> bool:
+    """True for an event class that creates an intent (its envelope names the class)."""
+    return isinstance(cls, type) and issubclass(cls, AggregateCreated)
 
 
 class Attempt:

@@ -11,7 +11,7 @@ from lockgate.authz.intents import NO_EVIDENCE, Evidence, judge
 from lockgate.contracts.messages import Facts
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 #: Outcomes that let an intent go on, and so take budget.
 ADMITTED = frozenset({DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL})
@@ -61,9 +61,7 @@ def record(
     return [
         EffectIntent.PolicyDecided.next(
             intent,
-            now=now,
-            event_id=derived_id("policy", cause),
-            causation_id=cause,
+            Stamp(now=now, event_id=derived_id("policy", cause), causation_id=cause),
             outcome=decision.outcome,
             policy_revision=decision.revision,
             reasons=list(decision.reasons),
@@ -83,8 +81,9 @@ def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now:
         return []
     return [
         EffectIntent.PolicyDecided.next(
-            intent, now=now, event_id=derived_id("pause-expired", cause), causation_id=cause,
-            outcome=DecisionOutcome.DENY, policy_revision=bundle.revision, reasons=["policy.pause-expired"],
+            intent, Stamp(now=now, event_id=derived_id("pause-expired", cause), causation_id=cause),
+            outcome=DecisionOutcome.DENY, policy_revision=bundle.revision,
+            reasons=["policy.pause-expired"],
             determining=[], facts={}, digest=intent.digest or "", reservations=[],
         )
     ]

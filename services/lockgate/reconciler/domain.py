@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import NotResolved, QueryResult
 from lockgate.contracts.vocabulary import Finding, QueryFinding, Resolution
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 #: Recovery options under which an effect proven absent may be tried again, as the
 #: same intent with the same idempotency key.
@@ -44,14 +43,14 @@ def reconcile(
     current = intent.current_attempt
     if current is None or current.attempt_id != attempt_id:
         return []
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("reconcile", cause), causation_id=cause)
+    stamp = Stamp(now=now, event_id=derived_id("reconcile", cause), causation_id=cause)
     finding = QueryFinding(found.finding)
     if finding is QueryFinding.FOUND:
         return [
             EffectIntent.Reconciled.next(
-                intent, attempt_id=attempt_id, finding=Finding.CONFIRMED, receipt=dict(found.receipt),
+                intent, stamp, attempt_id=attempt_id, finding=Finding.CONFIRMED, receipt=dict(found.receipt),
                 by="reconciler", why="a query by the intent's identity found the effect",
-                resolution=Resolution.COMPLETED, **ids,
+                resolution=Resolution.COMPLETED,
             )
         ]
     if finding is QueryFinding.ABSENT:
@@ -63,9 +62,9 @@ def reconcile(
             why, resolution = "", Resolution.OPERATOR
         return [
             EffectIntent.Reconciled.next(
-                intent, attempt_id=attempt_id, finding=Finding.ABSENT, receipt={},
+                intent, stamp, attempt_id=attempt_id, finding=Finding.ABSENT, receipt={},
                 by="reconciler", why="a query by the intent's identity found no effect" + why,
-                resolution=resolution, **ids,
+                resolution=resolution,
             )
         ]
     return []
@@ -148,7 +147,7 @@ def resolve(
         resolution = Resolution.RETRY if may_retry(contract) else Resolution.NOT_EXECUTED
     return [
         EffectIntent.Reconciled.next(
-            intent, now=now, event_id=resolution_id(cause), causation_id=cause,
+            intent, Stamp(now=now, event_id=resolution_id(cause), causation_id=cause),
             attempt_id=current.attempt_id, finding=established, receipt=dict(receipt),
             by=f"operator:{by[:64]}", why=why[:300], resolution=resolution,
         )
