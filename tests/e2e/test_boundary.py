@@ -23,7 +23,7 @@ from lockgate.contracts import subjects
 from lockgate.contracts.messages import DecideReview
 from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime.topology import (
     BUDGETS_BUCKET,
@@ -259,7 +259,7 @@ async def test_forged_approval_with_a_service_credential_is_caught_at_the_gate(
         intent = fold(decode_event(e) for e in loaded.events)
         assert intent is not None and intent.review_id is not None
         forged = EffectIntent.ReviewApproved.next(
-            intent, now=T0, event_id=uuid.uuid4().hex, causation_id="forged",
+            intent, Stamp(now=T0, event_id=uuid.uuid4().hex, causation_id="forged"),
             review_id=intent.review_id, reviewer="mallory", digest="sha256:" + "f" * 64,
             policy_revision=intent.policy_revision or "", contract_revision=intent.contract_revision)
         await store.append(loaded, [encode_event(forged)])

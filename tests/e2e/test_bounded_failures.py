@@ -79,7 +79,7 @@ async def test_a_service_gives_up_an_event_it_keeps_failing_on_and_the_model_is_
     run_id = f"corrupt-{uuid.uuid4().hex[:8]}"
     await corrupt_run(system, run_id)
     intent_id = intent_id_for(TENANT, run_id, "call-1")
-    received = EffectIntent.CandidateReceived(  # type: ignore[call-arg]
+    received = EffectIntent.CandidateReceived(
         originator_id=uuid.UUID(hex=intent_id), originator_version=1, timestamp=T0,
         originator_topic=INTENT_TOPIC, event_id=derived_id("test", intent_id), correlation_id=run_id,
         causation_id="test", tenant=TENANT, run_id=run_id, turn_id="turn-1", call_id="call-1",

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from lockgate.contracts.messages import AttemptReport
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Abandonment, abandon_event, abandon_report, load_intent
@@ -64,7 +64,7 @@ async def test_an_event_given_up_is_recorded_even_when_its_aggregate_does_not_fo
                                        [encode_event(e) for e in h.events])
     # An event that decodes but does not apply: an attempt the intent never authorized.
     broken = EffectIntent.EffectCompleted.next(
-        h.intent, now=T0, event_id="broken", causation_id="c", attempt_id="nope", receipt={},
+        h.intent, Stamp(now=T0, event_id="broken", causation_id="c"), attempt_id="nope", receipt={},
         result={}, provenance={})
     history = await ports.store.append(history, [encode_event(broken)])
     last = history.events[-1]

@@ -31,7 +31,7 @@ from lockgate.contracts.messages import (
     Refusal,
 )
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent import EffectIntent, Event, encode_event, fold
+from lockgate.intent import EffectIntent, Event, Stamp, encode_event, fold
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
 from lockgate.worlds.casenotes import CONTRACT, DEMO_CREDENTIAL, CaseNotesAdapter, World
 
@@ -66,7 +66,7 @@ class Intent:
         agg = fold(self.events)
         assert agg is not None
         event = event_type.next(
-            agg, now=NOW, event_id=uuid.uuid4().hex, causation_id="test", **fields
+            agg, Stamp(now=NOW, event_id=uuid.uuid4().hex, causation_id="test"), **fields
         )
         await self._store(event)
         return event.originator_version

@@ -22,7 +22,7 @@ def readme_adapter() -> dict[str, Any]:
     section = text[text.index("## Writing a capability and its adapter"):]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert code is not None, "the README lost its adapter example"
-    assert len(code.group(1).splitlines()) < 40
+    assert len(code.group(1).splitlines()) <= 40
     namespace: dict[str, Any] = {"__name__": "readme_adapter"}
     exec(compile(code.group(1), str(README), "exec"), namespace)  # noqa: S102 - our own README
     return namespace

@@ -24,6 +24,7 @@ from nats.aio.client import Client
 
 from lockgate.adapters.sdk import boundary_msg_id, report_subject
 from lockgate.contracts.messages import AttemptReport, ExecutionOrder
+from lockgate.contracts.vocabulary import ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.app import create_app
 from lockgate.executor.domain import report_token
@@ -32,7 +33,7 @@ from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime.keys import report_key
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.topology import EXEC, ensure_topology
+from lockgate.runtime.topology import EXEC, REPORTS, ensure_topology
 from lockgate.testing.intents import History
 
 CAPABILITY = "case.add_note"
@@ -154,3 +155,30 @@ async def test_redelivered_orders_and_a_restarted_executor_keep_the_same_tokens(
     finally:
         await restarted.stop()
     assert (executor.var_dir / "secrets" / "report.key").read_bytes() == key
+
+
+async def test_a_report_stage_nobody_knows_is_refused_as_other_and_the_executor_goes_on(
+    executor: Running,
+) -> None:
+    """An adapter's stage is hostile input: decoded as ``other``, never a consumer error."""
+    h, order = await authorized(executor)
+    subject = report_subject(CAPABILITY, h.intent_id)
+    js = executor.nc.jetstream()
+    for token in ("0" * 64, order.report_token):  # forged, then with the order's own proof
+        await js.publish(subject, msgspec.json.encode({
+            "tenant": "tenant-a", "intent_id": h.intent_id, "attempt_id": order.attempt_id,
+            "stage": "teleported", "token": token}), headers={"Nats-Msg-Id": uuid.uuid4().hex})
+    sent = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=order.attempt_id,
+                         stage=ReportStage.SENT, token=order.report_token)
+    await publish(executor, sent, msg_id=boundary_msg_id(order.attempt_id))
+
+    deadline = time.monotonic() + 10
+    while (await js.stream_info(REPORTS)).state.messages:  # a work queue: acked is gone
+        assert time.monotonic() < deadline, "reports left unacknowledged"
+        await asyncio.sleep(0.05)
+    events = await events_until(executor, h, EffectIntent.AttemptSent)
+    refused = [e for e in events if isinstance(e, EffectIntent.ReportRefused)]
+    assert [(e.attempt_id, e.stage, e.reason) for e in refused] == [
+        (order.attempt_id, ReportStage.OTHER, "report.token-mismatch")]
+    assert not any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events)
+    assert fold(events).state is State.SENT  # type: ignore[union-attr]

@@ -40,7 +40,7 @@ from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import encode_event
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
 from lockgate.policy.handlers import PAUSE_AFTER, PolicyHandlers
@@ -313,7 +313,8 @@ async def test_the_deadline_backstop_sends_no_order_once_a_withdrawal_was_reques
     authorization = await store_history(ports, h)
     stored = await ports.store.load("tenant-a", h.intent_id)
     await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
-        h.intent, now=T0, event_id="w1", causation_id="w", attempt_id="a1", by="runtime", why=""))])
+        h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), attempt_id="a1", by="runtime",
+        why=""))])
     await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
     with pytest.raises(Retry):  # the deadline is still ahead
         await executor_handlers(ports).deadline(authorization)
@@ -422,7 +423,7 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
         assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()  # held, under the lock
         stored = await ports.store.load("tenant-a", h.intent_id)
         await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
-            h.intent, now=T0, event_id="w1", causation_id="w", by="runtime", why=""))])
+            h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), by="runtime", why=""))])
         return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
                           "writes_suspended": False, "actor_may_add_note": True,
                           "sensitive": False, "version": 4}, "revision": "4"}

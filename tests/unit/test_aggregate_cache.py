@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from lockgate.eventstore.base import AggregateHistory, NewEvent
 from lockgate.eventstore.memory import MemoryEventStore
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 from lockgate.intent.cache import AggregateCache
 from lockgate.intent.codec import encode_event
 from lockgate.runtime.service import decide_and_append, load_intent
@@ -104,7 +104,7 @@ async def test_a_decision_on_a_stale_history_conflicts_and_is_made_again_on_the_
         assert intent is not None
         if intent.state is not State.ALLOWED:
             return []
-        return [EffectIntent.GateRefused.next(intent, now=T0, event_id="refused", causation_id="c",
+        return [EffectIntent.GateRefused.next(intent, Stamp(T0, "refused", "c"),
                                               reason="gate.policy-changed", gate_facts={})]
 
     assert await decide_and_append(store, "tenant-a", h.intent_id, step, cache=cache) == []

@@ -134,7 +134,7 @@ def test_codec_upcasts_older_class_versions(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_model_view_discloses_only_model_controlled_fields() -> None:
     h = History()
-    h.events[0] = EffectIntent.CandidateRejected(  # type: ignore[call-arg]
+    h.events[0] = EffectIntent.CandidateRejected(
         originator_id=h.events[0].originator_id, originator_version=1,
         timestamp=h.events[0].timestamp, originator_topic=h.events[0].originator_topic,  # type: ignore[attr-defined]
         event_id="e", correlation_id="r", causation_id="c", tenant="tenant-a", run_id="run-1",

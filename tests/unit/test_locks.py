@@ -12,8 +12,9 @@ import pytest
 from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review
 from lockgate.authz import Decision
 from lockgate.contracts.messages import DecideReview, NormalizeResult
+from lockgate.contracts.vocabulary import DecisionOutcome, Finding, Resolution
 from lockgate.eventstore.subjects import type_filter
-from lockgate.intent.aggregate import Aggregate, EffectIntent
+from lockgate.intent.aggregate import Aggregate, EffectIntent, Stamp
 from lockgate.intent.codec import EVENT_TYPES, fold
 from lockgate.intent.locks import HOLDING, lock_key, may_hold
 from lockgate.normalization.domain import decide as normalize
@@ -26,9 +27,9 @@ ENVELOPE = {"originator_id", "originator_version", "timestamp", "event_id", "cor
             "causation_id", "originator_topic"}
 #: Values of the fields whose value decides what an event does.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "outcome": ("allow", "deny", "pause", "require_approval"),
-    "resolution": ("completed", "retry", "operator", "not_executed", "withdrawn"),
-    "finding": ("confirmed", "absent"),
+    "outcome": tuple(DecisionOutcome),
+    "resolution": tuple(Resolution),
+    "finding": tuple(Finding),
 }
 #: Events only appended before an intent can hold anything: their deciders require a
 #: state before the gate (the test below holds them to it), so the lock durable need not
@@ -92,7 +93,7 @@ def test_every_event_that_can_end_a_hold_is_consumed_by_the_lock_durable() -> No
             continue
         for h in holding().values():
             for fields in samples(cls):
-                event = cls.next(h.intent, now=T0, event_id="e", causation_id="c", **fields)
+                event = cls.next(h.intent, Stamp(now=T0, event_id="e", causation_id="c"), **fields)
                 try:
                     after = fold([*h.events, event])
                 except KeyError:

@@ -12,7 +12,7 @@ from lockgate.contracts.disclosure import model_view
 from lockgate.core.errors import LockgateError, TransientError
 from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
 from lockgate.eventstore.subjects import NotAnEventSubject
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import EventDecodeError, encode_event
 from lockgate.runtime.service import (
     BOUNDS,
@@ -89,7 +89,7 @@ def test_backoff_grows_and_is_capped() -> None:
 
 def normalized_after(intent: EffectIntent, event_id: str, offset: int = 1) -> EffectIntent.Event:
     return EffectIntent.CandidateNormalized.next(
-        intent, now=intent.modified_on, event_id=event_id, causation_id="c", offset=offset,
+        intent, Stamp(now=intent.modified_on, event_id=event_id, causation_id="c", offset=offset),
         arguments={},
         resource={}, destination="", effect_class="write", digest=f"sha256:{event_id}",
         serializer="s", contract_revision="r")

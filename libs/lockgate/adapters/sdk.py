@@ -75,6 +75,7 @@ from lockgate.contracts.messages import (
     QueryResult,
     Refusal,
 )
+from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore import EventStoreUnavailable, RecordedEvent
@@ -176,7 +177,7 @@ class SendBoundary:
     def __init__(
         self,
         on_cross: Callable[[], Awaitable[None]],
-        on_progress: Callable[[str, dict[str, str]], Awaitable[None]] | None = None,
+        on_progress: Callable[[ReportStage, dict[str, str]], Awaitable[None]] | None = None,
     ) -> None:
         self._on_cross = on_cross
         self._on_progress = on_progress
@@ -216,13 +217,14 @@ class SendBoundary:
 
     async def acknowledged(self, remote_ref: str = "") -> None:
         """The remote system accepted the request (``remote_ref``: its id for it)."""
-        await self._progress("acknowledged", {"remote_ref": remote_ref} if remote_ref else {})
+        await self._progress(
+            ReportStage.ACKNOWLEDGED, {"remote_ref": remote_ref} if remote_ref else {})
 
     async def observed(self) -> None:
         """The remote system's result is in; the adapter is checking it."""
-        await self._progress("observed", {})
+        await self._progress(ReportStage.OBSERVED, {})
 
-    async def _progress(self, stage: str, receipt: dict[str, str]) -> None:
+    async def _progress(self, stage: ReportStage, receipt: dict[str, str]) -> None:
         if not self._crossed:
             raise RuntimeError(f"{stage} before the send boundary was crossed")
         if self._on_progress is not None:
@@ -645,7 +647,7 @@ class CapabilityWorker:
         return await self._execute(order, msg)
 
     async def _execute(self, order: ExecutionOrder, msg: Msg) -> str:
-        async def progress(stage: str, receipt: dict[str, str]) -> None:
+        async def progress(stage: ReportStage, receipt: dict[str, str]) -> None:
             await self._report(order, stage, receipt=receipt)
 
         boundary = SendBoundary(lambda: self._cross(order), progress)
@@ -677,17 +679,18 @@ class CapabilityWorker:
             await self._claim_sent(order)
             boundary.mark_crossed()
         await self._report(
-            order, "completed", receipt=dict(completed.receipt), result=dict(completed.result)
+            order, ReportStage.COMPLETED, receipt=dict(completed.receipt),
+            result=dict(completed.result),
         )
         return "ack"
 
     async def _failed(self, order: ExecutionOrder, boundary: SendBoundary, exc: Exception) -> str:
         """Report how ``execute`` failed, or nothing once the boundary was crossed."""
         if isinstance(exc, Rejected):
-            await self._report(order, "rejected", reason=exc.reason, detail=exc.detail)
+            await self._report(order, ReportStage.REJECTED, reason=exc.reason, detail=exc.detail)
             return "ack"
         if isinstance(exc, Interrupted):
-            await self._report(order, "interrupted", reason=exc.reason, detail=exc.detail)
+            await self._report(order, ReportStage.INTERRUPTED, reason=exc.reason, detail=exc.detail)
             return "ack"
         if boundary.crossed:
             # The effect may have happened: say nothing; the executor's deadline
@@ -704,7 +707,8 @@ class CapabilityWorker:
         else:
             log.error("%s attempt %s failed", self.capability, order.attempt_id, exc_info=exc)
             reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
-        await self._report(order, "failed_before_send", reason=reason, detail=detail, claim=True)
+        await self._report(
+            order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail, claim=True)
         return "ack"
 
     async def _cross(self, order: ExecutionOrder) -> None:
@@ -770,11 +774,11 @@ class CapabilityWorker:
 
     async def _claim_sent(self, order: ExecutionOrder) -> bool:
         """Claim the attempt's send boundary as crossed; True when this claim was the first."""
-        return await self._report(order, "sent", claim=True)
+        return await self._report(order, ReportStage.SENT, claim=True)
 
     async def _claim_not_sent(self, order: ExecutionOrder, reason: str, detail: str) -> None:
         """Claim the boundary as not crossed: a withdrawal, or an order that must not run."""
-        stage = "withdrawn" if reason == "order.withdrawn" else "refused_order"
+        stage = ReportStage.WITHDRAWN if reason == "order.withdrawn" else ReportStage.REFUSED_ORDER
         await self._report(order, stage, reason=reason, detail=detail, claim=True)
 
     async def _keep_alive(self, msg: Msg) -> None:
@@ -787,7 +791,7 @@ class CapabilityWorker:
     async def _report(
         self,
         order: ExecutionOrder,
-        stage: str,
+        stage: ReportStage,
         *,
         reason: str | None = None,
         detail: str = "",

@@ -61,9 +61,12 @@ import yaml
 from lockgate.authz.budgets import NO_LIMIT
 from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate, evaluate_approval
 from lockgate.authz.intents import review_context
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.errors import LockgateError
 
-OUTCOMES = ("allow", "require_approval", "deny")
+OUTCOMES = (DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL, DecisionOutcome.DENY)
+#: The reviewer's question has two answers.
+APPROVAL_OUTCOMES = (DecisionOutcome.ALLOW, DecisionOutcome.DENY)
 #: What the services give Cedar when a case does not say (see lockgate.authz.intents).
 DEFAULT_CONTEXT: Mapping[str, Any] = {
     "effect_class": "write", "digest": "", "destination": "", "data_classes": [],
@@ -101,7 +104,7 @@ class Case:
     path: Path
     index: int
     request: AuthzRequest
-    expect: str
+    expect: DecisionOutcome
     reasons: frozenset[str] | None = None
     expect_errors: bool = False
     action: str = "propose"
@@ -126,12 +129,12 @@ class CaseResult:
         return not self.problems
 
     @property
-    def expected(self) -> str:
+    def expected(self) -> DecisionOutcome:
         """The outcome the case expects."""
         return self.case.expect
 
     @property
-    def actual(self) -> str:
+    def actual(self) -> DecisionOutcome:
         """The outcome the bundle decided."""
         return self.decision.outcome
 
@@ -259,9 +262,9 @@ def _case(path: Path, index: int, row: object) -> Case:
     if action not in ACTIONS:
         raise fail(f"action must be one of {list(ACTIONS)}, got {action!r}")
     expect = row["expect"]
-    outcomes = ("allow", "deny") if action == "approve" else OUTCOMES
+    outcomes = APPROVAL_OUTCOMES if action == "approve" else OUTCOMES
     if expect not in outcomes:
-        raise fail(f"expect must be one of {list(outcomes)}, got {expect!r}")
+        raise fail(f"expect must be one of {[o.value for o in outcomes]}, got {expect!r}")
     if action == "approve":
         proposer = _text(row.get("proposer"), "proposer", fail)
         delegation_of = row.get("proposer_delegation", "")
@@ -292,7 +295,7 @@ def _case(path: Path, index: int, row: object) -> Case:
         roles=tuple(roles),
         delegation=delegation,
     )
-    return Case(name=name, path=path, index=index, request=request, expect=expect,
+    return Case(name=name, path=path, index=index, request=request, expect=DecisionOutcome(expect),
                 reasons=reasons, expect_errors=expect_errors, action=action)
 
 

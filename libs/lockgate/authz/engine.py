@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from lockgate.authz.config import CONFIG_FILE, BundleConfig
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 
@@ -45,7 +46,7 @@ class AuthzRequest:
 class Decision:
     """The outcome and what determined it. ``reasons`` are forbid ids, in bundle order."""
 
-    outcome: str  # allow | require_approval | deny
+    outcome: DecisionOutcome
     revision: str
     reasons: tuple[str, ...]
     determining: tuple[str, ...]
@@ -198,7 +199,7 @@ def _denial(bundle: PolicyBundle, determining: tuple[str, ...], errors: tuple[st
         (r for r in determining if bundle.effects.get(r) == "forbid"), key=lambda r: bundle.order.get(r, 0)
     )
     reasons = tuple(forbids) or (("policy.evaluation-error",) if errors else ("policy.no-permit",))
-    return Decision("deny", bundle.revision, reasons, determining, errors)
+    return Decision(DecisionOutcome.DENY, bundle.revision, reasons, determining, errors)
 
 
 def evaluate_approval(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
@@ -212,7 +213,7 @@ def evaluate_approval(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     determining = tuple(answer.diagnostics.reasons)
     if errors or not answer.allowed:
         return _denial(bundle, determining, errors)
-    return Decision("allow", bundle.revision, (), determining)
+    return Decision(DecisionOutcome.ALLOW, bundle.revision, (), determining)
 
 
 def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
@@ -226,10 +227,10 @@ def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     more = tuple(str(e) for e in unattended.diagnostics.errors)
     if unattended.allowed and not more:
         return Decision(
-            "allow", bundle.revision, (), determining + tuple(unattended.diagnostics.reasons)
+            DecisionOutcome.ALLOW, bundle.revision, (), determining + tuple(unattended.diagnostics.reasons)
         )
     return Decision(
-        "require_approval",
+        DecisionOutcome.REQUIRE_APPROVAL,
         bundle.revision,
         ("policy.approval-required",),
         determining + tuple(unattended.diagnostics.reasons),

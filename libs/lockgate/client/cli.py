@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import ClientError, Gateway, connect
+from lockgate.contracts.vocabulary import Finding
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token, random_id
 from lockgate.runtime.deployment import (
@@ -297,7 +298,7 @@ async def _reconcile(args: argparse.Namespace, where: Where) -> int:
     try:
         event = await gw.resolve_outcome(
             tenant=_token(args.tenant, "tenant"), candidate_id=_token(args.intent, "intent"),
-            finding="confirmed" if args.confirmed else "absent", why=args.why,
+            finding=Finding.CONFIRMED if args.confirmed else Finding.ABSENT, why=args.why,
         )
     finally:
         await gw.close()

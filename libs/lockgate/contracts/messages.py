@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.vocabulary import QueryFinding, ReportStage
 
 
 class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,9 +155,12 @@ class QueryRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class QueryResult(msgspec.Struct, frozen=True, kw_only=True):
-    """``found`` with its receipt, ``absent``, or ``unknown`` (the query itself failed)."""
+    """``found`` with its receipt, ``absent``, or ``unknown`` (the query itself failed).
 
-    finding: str
+    Any other finding reads as ``unknown``: it is no evidence either way.
+    """
+
+    finding: QueryFinding
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
 
 
@@ -189,12 +193,14 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     (the remote system refused; nothing happened), ``interrupted``, ``failed_before_send``,
     ``refused_order`` (the order did not match the record, or its attempt is over),
     ``withdrawn`` (refused because a withdrawal was requested before the send boundary).
+    Any other stage reads as ``other``: the report is hostile input, refused or ignored,
+    never a decoding error.
     """
 
     tenant: str
     intent_id: str
     attempt_id: str
-    stage: str
+    stage: ReportStage
     reason: str | None = None
     detail: str = ""
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
@@ -250,7 +256,9 @@ class Recorded(msgspec.Struct, frozen=True):
 class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """An operator settles an unknown outcome: ``confirmed`` or ``absent``, and why.
 
-    Who is the authenticated operator the subject names, never the payload.
+    Who is the authenticated operator the subject names, never the payload. ``finding``
+    is a ``Finding`` value, read as text here: the reconciler refuses any other one with
+    ``reconcile.bad-finding`` (a reason code), not as a malformed message.
     """
 
     finding: str
@@ -272,7 +280,9 @@ class NotResolved(msgspec.Struct, frozen=True, kw_only=True):
     settled_by: str = ""
     """``Reconciled`` or ``EffectCompleted``."""
     finding: str = ""
+    """The settling ``Finding`` (empty when nothing settled the outcome)."""
     resolution: str = ""
+    """The settling ``Resolution`` (empty when nothing settled the outcome)."""
     by: str = ""
     receipt: dict[str, str] = msgspec.field(default_factory=dict)
     settled_at: datetime | None = None

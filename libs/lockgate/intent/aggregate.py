@@ -4,19 +4,40 @@ Modelled with the ``eventsourcing`` package: events are classes nested in the ag
 (frozen dataclasses, each with a ``class_version``), and ``apply`` is the only place
 state changes. Services never call command methods: their pure ``decide`` functions
 build events with ``Event.next`` and the store folds them back (``codec.fold``).
+
+Every event is built with typed keyword fields: the type checker sees each event class
+as the dataclass it is at runtime, so a misspelt, missing or mistyped field fails
+``mypy --strict`` where the event is built, not when it is folded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar, dataclass_transform
 from uuid import UUID
 
-from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
+from eventsourcing.domain import (
+    Aggregate,
+    AggregateCreated,
+    MetaDomainEvent,
+    OriginatorIDError,
+    OriginatorVersionError,
+)
 from eventsourcing.utils import get_topic
 
+from lockgate.contracts.vocabulary import (
+    AttemptStage,
+    DecisionOutcome,
+    Finding,
+    ReportStage,
+    Resolution,
+)
+
 E = TypeVar("E", bound="Event")
+P = ParamSpec("P")
 
 
 class State(StrEnum):
@@ -56,16 +77,44 @@ _TERMINAL = frozenset(
 MAY_HAVE_BEEN_SENT = frozenset({State.AUTHORIZED, State.SENT, State.UNKNOWN})
 
 
-class Event(Aggregate.Event):
+@dataclass(frozen=True)
+class Stamp:
+    """What a deciding function says of an event it builds: when, its id, and its cause.
+
+    ``offset`` places the event after the state it follows: 1 for the next one, 2 for
+    the one after it in the same batch.
+    """
+
+    now: datetime
+    event_id: str
+    causation_id: str
+    offset: int = 1
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+class _EventClass(MetaDomainEvent):
+    """The library's event metaclass, declared to type checkers as what it does.
+
+    ``MetaDomainEvent`` makes every event class a frozen dataclass when the class is
+    created, which a type checker cannot see; declared a dataclass transform, each
+    event's own annotations become its typed constructor. Keyword-only is for the
+    checker alone (the runtime dataclass accepts positions too): an event's own fields
+    are always passed by name, so two fields of one type cannot be swapped unseen.
+    """
+
+
+class Event(Aggregate.Event, metaclass=_EventClass):
     """Base of every ``EffectIntent`` event: the envelope Lockgate adds to the library's."""
 
     class_version: ClassVar[int] = 1
     #: True for an event that records something beside the intent's state (it may
     #: follow a terminal state); any other event after a terminal state moves nothing.
     neutral: ClassVar[bool] = False
-    event_id: str
-    correlation_id: str
-    causation_id: str
+    # Positional like the library's envelope before them: ``next`` passes the whole
+    # envelope by position (which is how its signature leaves the rest to ``P``).
+    event_id: str = field(kw_only=False)
+    correlation_id: str = field(kw_only=False)
+    causation_id: str = field(kw_only=False)
 
     def mutate(self, aggregate: Any) -> Any:
         """Fold this event into ``aggregate``.
@@ -88,19 +137,30 @@ class Event(Aggregate.Event):
 
     @classmethod
     def next(
-        cls: type[E], state: EffectIntent, *, now: datetime, event_id: str, causation_id: str,
-        offset: int = 1, **fields: Any,
+        cls: Callable[Concatenate[UUID, int, datetime, str, str, str, P], E],
+        state: EffectIntent, stamp: Stamp, /, *args: P.args, **fields: P.kwargs,
     ) -> E:
-        """Build the event that would follow ``state`` (``offset`` for later ones in a batch)."""
-        return cls(  # type: ignore[call-arg]
-            originator_id=state.id,
-            originator_version=state.version + offset,
-            timestamp=now,
-            event_id=event_id,
-            correlation_id=state.run_id,
-            causation_id=causation_id,
-            **fields,
+        """Build the event that would follow ``state``, its own fields given by name.
+
+        The envelope comes from ``state`` (the intent, its version, its run) and
+        ``stamp``; ``cls``'s constructor after the envelope types ``fields``, so
+        ``EffectIntent.AttemptSent.next(intent, stamp, atempt_id=...)`` fails type
+        checking. Not for an intent's first event, which follows nothing.
+
+        Raises:
+            TypeError: ``cls`` is an event that creates an intent.
+        """
+        if _creates(cls):
+            raise TypeError(f"{cls!r} creates an intent: it follows no state")
+        return cls(
+            state.id, state.version + stamp.offset, stamp.now, stamp.event_id, state.run_id,
+            stamp.causation_id, *args, **fields,
         )
+
+
+def _creates(cls: object) -> bool:
+    """True for an event class that creates an intent (its envelope names the class)."""
+    return isinstance(cls, type) and issubclass(cls, AggregateCreated)
 
 
 class Attempt:
@@ -112,7 +172,7 @@ class Attempt:
         self.attempt_id = attempt_id
         self.authorized_version = authorized_version
         self.deadline_at = deadline_at
-        self.stage = "authorized"
+        self.stage = AttemptStage.AUTHORIZED
         self.reason: str | None = None
         #: An adapter reported crossing the send boundary (the effect may exist).
         self.crossed = False
@@ -122,7 +182,7 @@ class Settlement:
     """What last settled an attempt's outcome: a reconciliation, or the adapter's report."""
 
     def __init__(
-        self, event: str, attempt_id: str, finding: str, resolution: str, by: str,
+        self, event: str, attempt_id: str, finding: Finding, resolution: Resolution, by: str,
         receipt: dict[str, str], at: datetime, event_id: str,
     ) -> None:
         self.event = event
@@ -235,7 +295,7 @@ class EffectIntent(Aggregate):
         """
 
         class_version: ClassVar[int] = 2
-        outcome: str
+        outcome: DecisionOutcome
         policy_revision: str
         reasons: list[str]
         determining: list[str]
@@ -253,15 +313,15 @@ class EffectIntent(Aggregate):
             agg.policy_revision = self.policy_revision
             agg.facts = self.facts
             agg.reservations = list(self.reservations)
-            if self.outcome == "deny":
+            if self.outcome == DecisionOutcome.DENY:
                 agg.state = State.DENIED
                 agg.reason = self.reasons[0] if self.reasons else "policy.denied"
-            elif self.outcome == "pause":
+            elif self.outcome == DecisionOutcome.PAUSE:
                 if agg.state is not State.PAUSED:
                     agg.paused_at = self.timestamp
                 agg.state = State.PAUSED
                 agg.reason = self.reasons[0] if self.reasons else "policy.paused"
-            elif self.outcome == "allow":
+            elif self.outcome == DecisionOutcome.ALLOW:
                 agg.state = State.ALLOWED
             else:  # require_approval: waiting for the review to be opened
                 agg.state = State.NORMALIZED
@@ -363,7 +423,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "sent", True
+            attempt.stage, attempt.crossed = AttemptStage.SENT, True
 
     class AttemptAcknowledged(Event):
         """The remote system accepted the request (it may still be working on it)."""
@@ -375,7 +435,7 @@ class EffectIntent(Aggregate):
             if agg.state is State.AUTHORIZED:  # its ``sent`` report is still on its way
                 agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "acknowledged", True
+            attempt.stage, attempt.crossed = AttemptStage.ACKNOWLEDGED, True
 
     class ResultObserved(Event):
         """The adapter saw the remote system's result; the receipt is being checked."""
@@ -386,7 +446,7 @@ class EffectIntent(Aggregate):
             if agg.state is State.AUTHORIZED:
                 agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "observed", True
+            attempt.stage, attempt.crossed = AttemptStage.OBSERVED, True
 
     class AttemptInterrupted(Event):
         """An interruptible attempt was stopped before its effect completed."""
@@ -397,7 +457,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.INTERRUPTED
             agg.reason = "attempt.interrupted"
-            agg.attempt(self.attempt_id).stage = "interrupted"
+            agg.attempt(self.attempt_id).stage = AttemptStage.INTERRUPTED
 
     class EffectCompleted(Event):
         """The effect happened; the receipt is its evidence.
@@ -423,9 +483,9 @@ class EffectIntent(Aggregate):
             agg.receipt = self.receipt
             agg.result = self.result
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = "completed", True
+            attempt.stage, attempt.crossed = AttemptStage.COMPLETED, True
             agg.settlement = Settlement(
-                "EffectCompleted", self.attempt_id, "confirmed", "completed",
+                "EffectCompleted", self.attempt_id, Finding.CONFIRMED, Resolution.COMPLETED,
                 self.provenance.get("adapter", ""), dict(self.receipt), self.timestamp, self.event_id)
 
     class AttemptRejected(Event):
@@ -439,7 +499,7 @@ class EffectIntent(Aggregate):
             agg.state = State.FAILED
             agg.reason = self.reason
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.reason = "rejected", self.reason
+            attempt.stage, attempt.reason = AttemptStage.REJECTED, self.reason
 
     class AttemptFailedBeforeSend(Event):
         """The attempt never crossed its send boundary; the same intent may try again."""
@@ -451,7 +511,7 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.ALLOWED
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.reason = "failed_before_send", self.reason
+            attempt.stage, attempt.reason = AttemptStage.FAILED_BEFORE_SEND, self.reason
 
     class OutcomeUnknown(Event):
         """The attempt may have happened; nothing repeats it until reconciled."""
@@ -461,7 +521,7 @@ class EffectIntent(Aggregate):
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.UNKNOWN
-            agg.attempt(self.attempt_id).stage = "unknown"
+            agg.attempt(self.attempt_id).stage = AttemptStage.UNKNOWN
 
     class Reconciled(Event):
         """What a query by identity (or an operator) established about an unknown outcome.
@@ -475,34 +535,35 @@ class EffectIntent(Aggregate):
 
         class_version: ClassVar[int] = 2
         attempt_id: str
-        finding: str
+        finding: Finding
         receipt: dict[str, str]
         by: str
         why: str
-        resolution: str
+        resolution: Resolution
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             """Version 1 had no resolution: confirmed completed, anything else needed a person."""
-            state["resolution"] = "completed" if state.get("finding") == "confirmed" else "operator"
+            confirmed = state.get("finding") == Finding.CONFIRMED
+            state["resolution"] = (Resolution.COMPLETED if confirmed else Resolution.OPERATOR).value
 
         def apply(self, agg: EffectIntent) -> None:
             attempt = agg.attempt(self.attempt_id)
             agg.settlement = Settlement(
                 "Reconciled", self.attempt_id, self.finding, self.resolution, self.by,
                 dict(self.receipt), self.timestamp, self.event_id)
-            if self.resolution == "completed":
+            if self.resolution == Resolution.COMPLETED:
                 agg.state = State.COMPLETED
                 agg.receipt = self.receipt
-                attempt.stage = "completed"
+                attempt.stage = AttemptStage.COMPLETED
                 return
-            attempt.stage = "absent"
-            if self.resolution == "retry":
+            attempt.stage = AttemptStage.ABSENT
+            if self.resolution == Resolution.RETRY:
                 agg.state = State.ALLOWED
-            elif self.resolution == "withdrawn":
+            elif self.resolution == Resolution.WITHDRAWN:
                 agg.state = State.WITHDRAWN
                 agg.reason = "proposal.withdrawn"
-            elif self.resolution == "not_executed":
+            elif self.resolution == Resolution.NOT_EXECUTED:
                 agg.state = State.FAILED
                 agg.reason = "reconciled.not-executed"
             else:
@@ -553,7 +614,7 @@ class EffectIntent(Aggregate):
 
         neutral: ClassVar[bool] = True
         attempt_id: str
-        stage: str
+        stage: ReportStage
         reason: str
         adapter: str
 
@@ -629,7 +690,7 @@ class EffectIntent(Aggregate):
         self.destination = ""
         self.effect_class = ""
         self.digest: str | None = None
-        self.decision: str | None = None
+        self.decision: DecisionOutcome | None = None
         self.policy_revision: str | None = None
         self.facts: dict[str, str | int | bool] = {}
         self.review_id: str | None = None
@@ -644,7 +705,7 @@ class EffectIntent(Aggregate):
         #: The last report or reconciliation that settled an attempt's outcome.
         self.settlement: Settlement | None = None
         #: (attempt id, stage, reason) of every refused report on record.
-        self.refused_reports: set[tuple[str, str, str]] = set()
+        self.refused_reports: set[tuple[str, ReportStage, str]] = set()
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
         #: Reviewers whose approval policy refused, with the reason (this review).

@@ -67,7 +67,7 @@ from lockgate.eventstore.base import (
 )
 from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.eventstore.subjects import NotAnEventSubject
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
 from lockgate.runtime.consumer import Delivery, PullConsumer
@@ -408,8 +408,8 @@ def abandonment(intent: EffectIntent, why: Abandonment, trigger: str, now: datet
         return []
     return [
         EffectIntent.ProcessingAbandoned.next(
-            intent, now=now, event_id=derived_id("abandoned", why.durable, trigger),
-            causation_id=trigger, durable=why.durable, trigger=trigger, cause=why.cause,
+            intent, Stamp(now=now, event_id=derived_id("abandoned", why.durable, trigger),
+                          causation_id=trigger), durable=why.durable, trigger=trigger, cause=why.cause,
             deliveries=why.deliveries,
         )
     ]
@@ -439,7 +439,7 @@ async def record_abandonment(
         elif any(e.event_id == derived_id("abandoned", why.durable, trigger) for e in history.events):
             events = []
         else:
-            events = [EffectIntent.ProcessingAbandoned(  # type: ignore[call-arg]
+            events = [EffectIntent.ProcessingAbandoned(
                 originator_id=UUID(hex=intent_id), originator_version=history.version + 1,
                 timestamp=clock(), event_id=derived_id("abandoned", why.durable, trigger),
                 correlation_id="", causation_id=trigger, durable=why.durable, trigger=trigger,

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id, intent_id_for
-from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
+from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event, Stamp
 from lockgate.intent.codec import fold
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,7 +23,7 @@ class History:
                  holds: tuple[str, ...] = ()) -> None:
         self.intent_id = intent_id_for(tenant, run_id, call_id)
         self.events: list[Event] = [
-            EffectIntent.CandidateReceived(  # type: ignore[call-arg]
+            EffectIntent.CandidateReceived(
                 originator_id=UUID(hex=self.intent_id), originator_version=1, timestamp=T0,
                 originator_topic=INTENT_TOPIC, event_id=derived_id("t", self.intent_id, "1"),
                 correlation_id=run_id, causation_id="msg-1", tenant=tenant, run_id=run_id,
@@ -42,13 +43,19 @@ class History:
             raise ValueError("no events")
         return intent
 
-    def add(self, cls: type[Event], **fields: Any) -> History:
-        """Append the event ``cls`` with ``fields`` after the current ones."""
+    def stamp(self) -> Stamp:
+        """The stamp of the next event: a second after the last, with a derived id."""
         n = str(len(self.events) + 1)
-        self.events.append(cls.next(self.intent, now=T0 + timedelta(seconds=len(self.events)),
-                                    event_id=derived_id("t", self.intent_id, n), causation_id=n,
-                                    **fields))
-        return self
+        return Stamp(now=T0 + timedelta(seconds=len(self.events)),
+                     event_id=derived_id("t", self.intent_id, n), causation_id=n)
+
+    def add(self, cls: type[Event], **fields: Any) -> History:
+        """Append the event ``cls`` with ``fields`` after the current ones.
+
+        ``fields`` are not type-checked here: tests build odd events on purpose. The
+        helpers below build theirs with ``next`` directly, so mypy checks them.
+        """
+        return self.extend([cls.next(self.intent, self.stamp(), **fields)])
 
     def extend(self, events: list[Event]) -> History:
         """Append events a decision returned."""
@@ -57,17 +64,19 @@ class History:
 
     def normalized(self, digest: str = "sha256:d1", contract_revision: str = "rev-1") -> History:
         """Record a normalization of the note into case-123."""
-        return self.add(
-            EffectIntent.CandidateNormalized,
+        return self.extend([EffectIntent.CandidateNormalized.next(
+            self.intent, self.stamp(),
             arguments={"case_id": "case-123", "note": "hello"},
             resource={"type": "case", "id": "case-123", "tenant": "tenant-a"},
             destination="case-notes:tenant-a/case-123", effect_class="write", digest=digest,
             serializer="jcs", contract_revision=contract_revision,
-        )
+        )])
 
-    def decided(self, outcome: str = "allow", reasons: list[str] | None = None,
+    def decided(self, outcome: str = DecisionOutcome.ALLOW, reasons: list[str] | None = None,
                 policy_revision: str = "pol-1") -> History:
-        """Record a policy decision."""
-        return self.add(EffectIntent.PolicyDecided, outcome=outcome, policy_revision=policy_revision,
-                        reasons=reasons or [], determining=[], facts={}, digest=self.intent.digest or "",
-                        reservations=[])
+        """Record a policy decision (``outcome``: a ``DecisionOutcome`` or its value)."""
+        return self.extend([EffectIntent.PolicyDecided.next(
+            self.intent, self.stamp(), outcome=DecisionOutcome(outcome),
+            policy_revision=policy_revision, reasons=reasons or [], determining=[], facts={},
+            digest=self.intent.digest or "", reservations=[],
+        )])

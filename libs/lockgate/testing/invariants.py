@@ -9,6 +9,7 @@ from typing import Any
 from eventsourcing.domain import EventSourcingError
 
 from lockgate.contracts.disclosure import model_view
+from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import MAY_HAVE_BEEN_SENT, EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
@@ -78,11 +79,11 @@ def violations(
                 terminal_refusal = True  # given up before any order could be out
             if isinstance(e, EffectIntent.CandidateNormalized):
                 normalized = e
-            elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "allow" or isinstance(e, EffectIntent.ReviewApproved):
+            elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.ALLOW or isinstance(e, EffectIntent.ReviewApproved):
                 allowed_digests.add(e.digest)
             elif isinstance(e, (EffectIntent.CandidateRejected, EffectIntent.NormalizationFailed,
                                 EffectIntent.ReviewDenied, EffectIntent.ReviewExpired,
-                                EffectIntent.GateRefused)) or isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "deny":
+                                EffectIntent.GateRefused)) or isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.DENY:
                 terminal_refusal = True
             elif isinstance(e, EffectIntent.ExecutionAuthorized):
                 if normalized is None:
@@ -98,10 +99,10 @@ def violations(
                 intent_keys.add(e.intent_key)
             elif isinstance(e, EffectIntent.OutcomeUnknown):
                 uncertain = True
-            elif isinstance(e, EffectIntent.Reconciled) and e.resolution == "retry":
+            elif isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.RETRY:
                 uncertain = False  # proven absent, and the contract allows the same intent again
             elif isinstance(e, EffectIntent.EffectCompleted) or (
-                isinstance(e, EffectIntent.Reconciled) and e.resolution == "completed"
+                isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED
             ):
                 completed += 1
         if foldable and folded is not None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from lockgate.authz import Decision
 from lockgate.contracts.messages import DecideReview, ReviewView
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import canonical_json
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 SUMMARY_MAX_CHARS = 600
 
@@ -36,14 +37,12 @@ def request_review(
     intent: EffectIntent, *, ttl_s: float, cause: str, now: datetime
 ) -> list[Event]:
     """``ReviewRequested`` when policy asked for a human, else nothing."""
-    if intent.state is not State.NORMALIZED or intent.decision != "require_approval":
+    if intent.state is not State.NORMALIZED or intent.decision != DecisionOutcome.REQUIRE_APPROVAL:
         return []
     return [
         EffectIntent.ReviewRequested.next(
             intent,
-            now=now,
-            event_id=derived_id("approval", cause),
-            causation_id=cause,
+            Stamp(now=now, event_id=derived_id("approval", cause), causation_id=cause),
             review_id=derived_id("review", intent.intent_id, intent.digest or ""),
             digest=intent.digest or "",
             policy_revision=intent.policy_revision or "",
@@ -65,7 +64,7 @@ def expire(intent: EffectIntent, review_id: str, *, cause: str, now: datetime) -
         return []
     return [
         EffectIntent.ReviewExpired.next(
-            intent, now=now, event_id=derived_id("expiry", cause), causation_id=cause,
+            intent, Stamp(now=now, event_id=derived_id("expiry", cause), causation_id=cause),
             review_id=review_id,
         )
     ]
@@ -122,37 +121,33 @@ def decide_review(
         raise ReviewProblem("review.expired")
     if cmd.digest != intent.digest:
         raise ReviewProblem("review.digest-mismatch")
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
+    stamp = Stamp(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
     if cmd.approve:
-        if permission is None or permission.outcome != "allow":
+        if permission is None or permission.outcome != DecisionOutcome.ALLOW:
             reasons = permission.reasons if permission is not None else ("policy.unavailable",)
             reason = (reasons or ("policy.no-permit",))[0]
             if intent.refused_approvals.get(reviewer) == reason:
                 raise ReviewProblem(reason)  # the same refusal is on the record already
             return [
                 EffectIntent.ApprovalRefused.next(
-                    intent, review_id=cmd.review_id, reviewer=reviewer,
-                    reason=reason,
+                    intent, replace(stamp, event_id=derived_id("approval-refused", cause, reason)),
+                    review_id=cmd.review_id, reviewer=reviewer, reason=reason,
                     policy_revision=permission.revision if permission else "",
                     determining=list(permission.determining if permission else ()),
-                    now=now, event_id=derived_id("approval-refused", cause, reason),
-                    causation_id=cause,
                 )
             ]
         return [
             EffectIntent.ReviewApproved.next(
-                intent,
+                intent, stamp,
                 review_id=cmd.review_id,
                 reviewer=reviewer,
                 digest=intent.digest,
                 policy_revision=intent.policy_revision or "",
                 contract_revision=intent.contract_revision,
-                **ids,
             )
         ]
     return [
         EffectIntent.ReviewDenied.next(
-            intent, review_id=cmd.review_id, reviewer=reviewer, reason=cmd.reason[:300],
-            **ids,
+            intent, stamp, review_id=cmd.review_id, reviewer=reviewer, reason=cmd.reason[:300],
         )
     ]

@@ -9,6 +9,7 @@ from lockgate.authz.intents import Evidence, judge_approval
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import DecideReview, Recorded, Refusal
 from lockgate.contracts.subjects import NotACommandSubject, parse_review
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
@@ -31,7 +32,9 @@ class ApprovalHandlers:
     async def decided(self, recorded: RecordedEvent) -> None:
         """Open a review when policy required one."""
         decided = decode_event(recorded)
-        if not isinstance(decided, EffectIntent.PolicyDecided) or decided.outcome != "require_approval":
+        if not isinstance(decided, EffectIntent.PolicyDecided) or (
+            decided.outcome != DecisionOutcome.REQUIRE_APPROVAL
+        ):
             return  # most decisions need no human: no load, nothing to do
 
         async def step(intent: EffectIntent | None) -> list[Event]:

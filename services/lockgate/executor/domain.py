@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,8 +14,15 @@ from jsonschema import Draft202012Validator
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import AttemptReport, ExecutionOrder, Facts
+from lockgate.contracts.vocabulary import (
+    AttemptStage,
+    DecisionOutcome,
+    Finding,
+    ReportStage,
+    Resolution,
+)
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 #: Attempts that failed before their send boundary are retried at most this often.
 MAX_ATTEMPTS = 3
@@ -22,15 +30,20 @@ DETAIL_MAX_CHARS = 300
 #: Stages after which the effect may exist (or was refused by the world): no new
 #: attempt may start. An attempt reconciled as ``absent`` with the contract's leave to
 #: retry, or one that failed before its send boundary, does not block.
-_MAY_HAVE_HAPPENED = {
-    "sent", "acknowledged", "observed", "completed", "unknown", "rejected", "interrupted",
-}
+_MAY_HAVE_HAPPENED = frozenset({
+    AttemptStage.SENT, AttemptStage.ACKNOWLEDGED, AttemptStage.OBSERVED, AttemptStage.COMPLETED,
+    AttemptStage.UNKNOWN, AttemptStage.REJECTED, AttemptStage.INTERRUPTED,
+})
 #: Stages of an attempt that is in flight past its send boundary.
-_IN_FLIGHT = ("sent", "acknowledged", "observed")
+_IN_FLIGHT = frozenset({AttemptStage.SENT, AttemptStage.ACKNOWLEDGED, AttemptStage.OBSERVED})
+#: Stages of an attempt whose order is out and not settled: authorized, or in flight.
+_OPEN = _IN_FLIGHT | {AttemptStage.AUTHORIZED}
 
 
-def _refuse(intent: EffectIntent, reason: str, facts: dict[str, Any], ids: dict[str, Any]) -> list[Event]:
-    return [EffectIntent.GateRefused.next(intent, reason=reason, gate_facts=facts, **ids)]
+def _refuse(
+    intent: EffectIntent, reason: str, facts: dict[str, str | int | bool], stamp: Stamp
+) -> list[Event]:
+    return [EffectIntent.GateRefused.next(intent, stamp, reason=reason, gate_facts=facts)]
 
 
 def gate(
@@ -54,31 +67,34 @@ def gate(
     """
     if intent.state is not State.ALLOWED:
         return []
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("gate", cause), causation_id=cause)
+    stamp = Stamp(now=now, event_id=derived_id("gate", cause), causation_id=cause)
     used = dict(facts.facts)
     if contract is None or contract.revision != intent.contract_revision:
-        return _refuse(intent, "gate.mapping-changed", used, ids)
+        return _refuse(intent, "gate.mapping-changed", used, stamp)
     reviewed = intent.review_id is not None
     if reviewed:
         if intent.approval_digest != intent.digest:
-            return _refuse(intent, "gate.approval-mismatch", used, ids)
+            return _refuse(intent, "gate.approval-mismatch", used, stamp)
         if intent.review_expires_at is None or now >= intent.review_expires_at:
-            return _refuse(intent, "gate.review-expired", used, ids)
-    elif intent.decision != "allow":
-        return _refuse(intent, "gate.no-decision", used, ids)
+            return _refuse(intent, "gate.review-expired", used, stamp)
+    elif intent.decision != DecisionOutcome.ALLOW:
+        return _refuse(intent, "gate.no-decision", used, stamp)
     if any(a.stage in _MAY_HAVE_HAPPENED for a in intent.attempts):
-        return _refuse(intent, "gate.prior-attempt", used, ids)
+        return _refuse(intent, "gate.prior-attempt", used, stamp)
     if len(intent.attempts) >= MAX_ATTEMPTS:
-        return _refuse(intent, "gate.attempts-exhausted", used, ids)
+        return _refuse(intent, "gate.attempts-exhausted", used, stamp)
     if not budget_held:
-        return _refuse(intent, "gate.budget-missing", used, ids)
-    acceptable = ("allow", "require_approval") if reviewed else ("allow",)
+        return _refuse(intent, "gate.budget-missing", used, stamp)
+    acceptable = (
+        (DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL) if reviewed
+        else (DecisionOutcome.ALLOW,)
+    )
     if decision.outcome not in acceptable:
         reason = decision.reasons[0] if decision.reasons else "gate.policy-changed"
-        return _refuse(intent, reason, used, ids)
+        return _refuse(intent, reason, used, stamp)
     return [
         EffectIntent.ExecutionAuthorized.next(
-            intent,
+            intent, stamp,
             attempt_id=derived_id("attempt", intent.intent_id, str(len(intent.attempts) + 1)),
             intent_key=derived_id("intent-key", intent.intent_id, intent.digest or ""),
             digest=intent.digest or "",
@@ -86,7 +102,6 @@ def gate(
             contract_revision=contract.revision,
             gate_facts=used,
             deadline_at=now + timedelta(seconds=contract.outcome_deadline_s),
-            **ids,
         )
     ]
 
@@ -120,13 +135,6 @@ def check_report(
     return None
 
 
-#: Stages a report may name; any other is recorded as ``other``.
-REPORT_STAGES = frozenset({
-    "sent", "acknowledged", "observed", "completed", "rejected", "interrupted",
-    "failed_before_send", "refused_order", "withdrawn",
-})
-
-
 def refuse_report(
     intent: EffectIntent, report: AttemptReport, reason: str, *, cause: str, now: datetime
 ) -> list[Event]:
@@ -137,12 +145,15 @@ def refuse_report(
     """
     attempts = {a.attempt_id for a in intent.attempts}
     attempt_id = report.attempt_id if report.attempt_id in attempts else ""
-    stage = report.stage if report.stage in REPORT_STAGES else "other"
+    # Decoded reports hold a member already (any unknown stage reads as OTHER); one built
+    # in this process may hold any string, and reads the same way.
+    stage = ReportStage(report.stage)
     if (attempt_id, stage, reason) in intent.refused_reports:
         return []
+    event_id = derived_id("report-refused", intent.intent_id, attempt_id, stage, reason)
     return [EffectIntent.ReportRefused.next(
-        intent, now=now, event_id=derived_id("report-refused", intent.intent_id, attempt_id, stage, reason),
-        causation_id=cause, attempt_id=attempt_id, stage=stage, reason=reason,
+        intent, Stamp(now=now, event_id=event_id, causation_id=cause),
+        attempt_id=attempt_id, stage=stage, reason=reason,
         adapter=report.adapter[:64],
     )]
 
@@ -198,7 +209,9 @@ def checked_result(result: dict[str, Any], contract: CapabilityContract | None) 
 #: SDK publishes each of them, and ``sent``, under one message id per attempt: the first
 #: stored wins and the stream drops the others (see ``lockgate.adapters.sdk``), so a
 #: stored one proves no worker crossed, or will cross, that attempt's boundary.
-NOT_SENT = ("failed_before_send", "refused_order", "withdrawn")
+NOT_SENT = frozenset({
+    ReportStage.FAILED_BEFORE_SEND, ReportStage.REFUSED_ORDER, ReportStage.WITHDRAWN,
+})
 
 
 def on_report(
@@ -222,43 +235,46 @@ def on_report(
         attempt = intent.attempt(report.attempt_id)
     except KeyError:
         return []
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("report", cause), causation_id=cause)
+    stamp = Stamp(now=now, event_id=derived_id("report", cause), causation_id=cause)
     detail = report.detail[:DETAIL_MAX_CHARS]
+    reported = ReportStage(report.stage)
     stage = attempt.stage
     withdrawal = intent.withdrawal
     if withdrawal is not None and withdrawal.attempt_id != attempt.attempt_id:
         withdrawal = None  # pragma: no cover - a withdrawal is requested for the current attempt
     crossing: Event | None = None
-    if report.stage == "sent" and stage == "authorized":
-        crossing = EffectIntent.AttemptSent.next(intent, attempt_id=attempt.attempt_id, **ids)
-    elif report.stage == "acknowledged" and stage in ("authorized", "sent"):
+    if reported is ReportStage.SENT and stage is AttemptStage.AUTHORIZED:
+        crossing = EffectIntent.AttemptSent.next(intent, stamp, attempt_id=attempt.attempt_id)
+    elif reported is ReportStage.ACKNOWLEDGED and stage in (
+        AttemptStage.AUTHORIZED, AttemptStage.SENT
+    ):
         crossing = EffectIntent.AttemptAcknowledged.next(
-            intent, attempt_id=attempt.attempt_id,
-            remote_ref=report.receipt.get("remote_ref", "")[:256], **ids)
-    elif report.stage == "observed" and stage in ("authorized", "sent", "acknowledged"):
-        crossing = EffectIntent.ResultObserved.next(intent, attempt_id=attempt.attempt_id, **ids)
+            intent, stamp, attempt_id=attempt.attempt_id,
+            remote_ref=report.receipt.get("remote_ref", "")[:256])
+    elif reported is ReportStage.OBSERVED and stage in _OPEN:
+        crossing = EffectIntent.ResultObserved.next(intent, stamp, attempt_id=attempt.attempt_id)
     if crossing is not None:
         if withdrawal is None or attempt.crossed or intent.interruption_requested:
             return [crossing]
         # The worker claimed the boundary before it saw the withdrawal: too late to
         # withdraw, so ask it to stop instead.
         return [crossing, EffectIntent.InterruptionRequested.next(
-            intent, offset=2, now=now, event_id=derived_id("report", cause, "interrupt"),
-            causation_id=cause, attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why,
+            intent, replace(stamp, event_id=derived_id("report", cause, "interrupt"), offset=2),
+            attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why,
         )]
-    if report.stage in NOT_SENT and withdrawal is not None and not attempt.crossed and stage in (
-        "authorized", "unknown"
+    if reported in NOT_SENT and withdrawal is not None and not attempt.crossed and stage in (
+        AttemptStage.AUTHORIZED, AttemptStage.UNKNOWN
     ):
         # The boundary was claimed as not crossed after the withdrawal was on record:
         # no worker can send this attempt any more (from the deadline's OutcomeUnknown
         # too: the claim is the evidence the record was waiting for).
-        return [EffectIntent.Withdrawn.next(intent, by=withdrawal.by, why=withdrawal.why, **ids)]
-    if report.stage == "interrupted" and stage in _IN_FLIGHT and intent.interruption_requested:
+        return [EffectIntent.Withdrawn.next(intent, stamp, by=withdrawal.by, why=withdrawal.why)]
+    if reported is ReportStage.INTERRUPTED and stage in _IN_FLIGHT and intent.interruption_requested:
         return [EffectIntent.AttemptInterrupted.next(
-            intent, attempt_id=attempt.attempt_id, detail=detail, **ids)]
-    if report.stage == "completed":
+            intent, stamp, attempt_id=attempt.attempt_id, detail=detail)]
+    if reported is ReportStage.COMPLETED:
         receipt = {k[:64]: v[:256] for k, v in list(report.receipt.items())[:16]}
-        if stage == "authorized" or stage in _IN_FLIGHT:
+        if stage in _OPEN:
             provenance = {
                 "adapter": report.adapter[:64],
                 "capability": intent.tool,
@@ -267,33 +283,35 @@ def on_report(
             }
             return [
                 EffectIntent.EffectCompleted.next(
-                    intent, attempt_id=attempt.attempt_id, receipt=receipt,
-                    result=checked_result(report.result, contract), provenance=provenance, **ids,
+                    intent, stamp, attempt_id=attempt.attempt_id, receipt=receipt,
+                    result=checked_result(report.result, contract), provenance=provenance,
                 )
             ]
-        if stage == "unknown":
+        if stage is AttemptStage.UNKNOWN:
             # A late report is evidence: it settles the unknown outcome.
             return [
                 EffectIntent.Reconciled.next(
-                    intent, attempt_id=attempt.attempt_id, finding="confirmed", receipt=receipt,
-                    by="adapter-report", why="the adapter reported completion after the deadline",
-                    resolution="completed", **ids,
+                    intent, stamp, attempt_id=attempt.attempt_id, finding=Finding.CONFIRMED,
+                    receipt=receipt, by="adapter-report",
+                    why="the adapter reported completion after the deadline",
+                    resolution=Resolution.COMPLETED,
                 )
             ]
         return []
-    if report.stage == "rejected" and (stage == "authorized" or stage in _IN_FLIGHT):
+    if reported is ReportStage.REJECTED and stage in _OPEN:
         return [
             EffectIntent.AttemptRejected.next(
-                intent, attempt_id=attempt.attempt_id, reason=report.reason or "remote.rejected",
-                detail=detail, **ids,
+                intent, stamp, attempt_id=attempt.attempt_id,
+                reason=report.reason or "remote.rejected", detail=detail,
             )
         ]
-    if report.stage in ("failed_before_send", "refused_order") and stage == "authorized":
+    if reported in (ReportStage.FAILED_BEFORE_SEND, ReportStage.REFUSED_ORDER) and (
+        stage is AttemptStage.AUTHORIZED
+    ):
         return [
             EffectIntent.AttemptFailedBeforeSend.next(
-                intent, attempt_id=attempt.attempt_id,
-                reason=report.reason or f"adapter.{report.stage}", detail=detail,
-                **ids,
+                intent, stamp, attempt_id=attempt.attempt_id,
+                reason=report.reason or f"adapter.{reported}", detail=detail,
             )
         ]
     return []
@@ -307,7 +325,7 @@ def on_deadline(
         attempt = intent.attempt(attempt_id)
     except KeyError:
         return []
-    if attempt.stage != "authorized" and attempt.stage not in _IN_FLIGHT:
+    if attempt.stage not in _OPEN:
         return []
     if intent.state not in (State.AUTHORIZED, State.SENT):
         return []
@@ -320,7 +338,7 @@ def on_deadline(
     )
     return [
         EffectIntent.OutcomeUnknown.next(
-            intent, now=now, event_id=derived_id("deadline", cause), causation_id=cause,
+            intent, Stamp(now=now, event_id=derived_id("deadline", cause), causation_id=cause),
             attempt_id=attempt_id, evidence=evidence,
         )
     ]
@@ -339,10 +357,10 @@ def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: dateti
     After the send boundary only ``InterruptionRequested`` can be recorded; the outcome
     is then settled like any other: by report, or by the deadline and reconciliation.
     """
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("withdraw", cause), causation_id=cause)
+    stamp = Stamp(now=now, event_id=derived_id("withdraw", cause), causation_id=cause)
     why = why[:DETAIL_MAX_CHARS]
     if intent.state in _WITHDRAWABLE:
-        return [EffectIntent.Withdrawn.next(intent, by=by, why=why, **ids)]
+        return [EffectIntent.Withdrawn.next(intent, stamp, by=by, why=why)]
     current = intent.current_attempt
     if current is None:
         return []
@@ -350,10 +368,10 @@ def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: dateti
         return []
     if intent.state in _ORDER_MAY_BE_OUT:
         return [EffectIntent.WithdrawalRequested.next(
-            intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
+            intent, stamp, attempt_id=current.attempt_id, by=by, why=why)]
     if intent.state is State.SENT:
         return [EffectIntent.InterruptionRequested.next(
-            intent, attempt_id=current.attempt_id, by=by, why=why, **ids)]
+            intent, stamp, attempt_id=current.attempt_id, by=by, why=why)]
     return []
 
 

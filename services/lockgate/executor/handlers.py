@@ -21,6 +21,7 @@ from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.contracts.subjects import NotACommandSubject, parse_withdraw
+from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import (
@@ -83,9 +84,9 @@ class ExecutorHandlers:
     async def ready(self, recorded: RecordedEvent) -> None:
         """Run the final gate for an intent that policy or a reviewer allowed."""
         trigger = decode_event(recorded)
-        if isinstance(trigger, EffectIntent.PolicyDecided) and trigger.outcome != "allow":
+        if isinstance(trigger, EffectIntent.PolicyDecided) and trigger.outcome != DecisionOutcome.ALLOW:
             return  # denied, paused, or waiting for a reviewer: not the gate's turn
-        if isinstance(trigger, EffectIntent.Reconciled) and trigger.resolution != "retry":
+        if isinstance(trigger, EffectIntent.Reconciled) and trigger.resolution != Resolution.RETRY:
             return  # settled, or waiting for an operator
 
         seen: list[EffectIntent] = []

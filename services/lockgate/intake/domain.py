@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
 from jsonschema import Draft202012Validator
@@ -139,7 +139,7 @@ def decide_candidate(
     c = inputs.candidate
     intent_id = inputs.target
     raw = c.arguments.encode()
-    common: dict[str, Any] = dict(
+    common = FirstEventFields(
         originator_id=UUID(hex=intent_id),
         originator_version=1,
         timestamp=now,
@@ -163,16 +163,39 @@ def decide_candidate(
     verdict = verdict or assess(inputs)
     if verdict.reason is not None or verdict.arguments is None:
         return reject(common, verdict.reason or "tool.arguments.malformed", verdict.field, verdict.detail)
-    return EffectIntent.CandidateReceived(  # type: ignore[call-arg]
+    return EffectIntent.CandidateReceived(
         arguments=verdict.arguments, contract_revision=verdict.contract_revision,
         holds=tuple(holds), **common
     )
 
 
-def reject(common: dict[str, Any], reason: str, field: str | None, detail: str, *,
+class FirstEventFields(TypedDict):
+    """What an intent's first event says whether it is received or rejected: its
+    envelope and the call it records (the events' own fields, so mypy checks the two)."""
+
+    originator_id: UUID
+    originator_version: int
+    timestamp: datetime
+    originator_topic: str
+    event_id: str
+    correlation_id: str
+    causation_id: str
+    tenant: str
+    run_id: str
+    turn_id: str
+    call_id: str
+    actor: str
+    tool: str
+    raw_digest: str
+    raw_size_bytes: int
+    catalogue_digest: str
+    candidate_digest: str
+
+
+def reject(common: FirstEventFields, reason: str, field: str | None, detail: str, *,
            retry_after_s: float | None = None) -> Event:
     """``CandidateRejected`` with the envelope fields ``common``."""
-    return EffectIntent.CandidateRejected(  # type: ignore[call-arg]
+    return EffectIntent.CandidateRejected(
         reason=reason, field=field, detail=safe_text(detail, DETAIL_MAX_CHARS),
         retry_after_s=retry_after_s, **common
     )

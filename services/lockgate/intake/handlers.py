@@ -26,6 +26,7 @@ from lockgate.contracts.messages import (
     TurnOpened,
 )
 from lockgate.contracts.subjects import is_client_token, response_subject, run_key, turn_key
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import digest
 from lockgate.core.ids import intent_id_for, is_subject_token, random_id, reused_call_id_intent
 from lockgate.core.text import safe_text
@@ -316,7 +317,9 @@ class IntakeHandlers:
         knows the revision of, so a release is one compare-and-set per limit).
         """
         event = decode_event(recorded)
-        if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in ("deny", "pause"):
+        if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in (
+            DecisionOutcome.DENY, DecisionOutcome.PAUSE
+        ):
             return  # the next step (review or execution) is what the model learns of
         # An intent's first event is its whole history (intake's refusals: most of a flood).
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,

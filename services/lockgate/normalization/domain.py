@@ -9,7 +9,7 @@ from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import NormalizeResult
 from lockgate.core.canonical import SERIALIZER_ID, digest
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 
 def consequence(intent: EffectIntent, contract: CapabilityContract, result: NormalizeResult) -> dict[str, Any]:
@@ -40,28 +40,28 @@ def decide(
     """
     if intent.state is not State.PROPOSED:
         return []
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("normalization", cause), causation_id=cause)
+    stamp = Stamp(now=now, event_id=derived_id("normalization", cause), causation_id=cause)
     if contract is None or contract.revision != intent.contract_revision:
         return [
             EffectIntent.NormalizationFailed.next(
-                intent, reason="capability.changed", field=None, detail="", **ids
+                intent, stamp, reason="capability.changed", field=None, detail=""
             )
         ]
     if result is None:
         return [
             EffectIntent.NormalizationFailed.next(
-                intent, reason="capability.unavailable", field=None, detail="", **ids
+                intent, stamp, reason="capability.unavailable", field=None, detail=""
             )
         ]
     if result.reason is not None:
         return [
             EffectIntent.NormalizationFailed.next(
-                intent, reason=result.reason, field=result.field, detail="", **ids
+                intent, stamp, reason=result.reason, field=result.field, detail=""
             )
         ]
     return [
         EffectIntent.CandidateNormalized.next(
-            intent,
+            intent, stamp,
             arguments=result.arguments,
             resource=result.resource,
             destination=result.destination,
@@ -69,6 +69,5 @@ def decide(
             digest=digest(consequence(intent, contract, result)),
             serializer=SERIALIZER_ID,
             contract_revision=contract.revision,
-            **ids,
         )
     ]

@@ -9,8 +9,12 @@ from lockgate.authz import Decision, PolicyBundle
 from lockgate.authz.config import Budget
 from lockgate.authz.intents import NO_EVIDENCE, Evidence, judge
 from lockgate.contracts.messages import Facts
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+
+#: Outcomes that let an intent go on, and so take budget.
+ADMITTED = frozenset({DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL})
 
 
 def evaluate_for(
@@ -24,18 +28,18 @@ def evaluate_for(
     without asking Cedar again: nothing has changed that could change the answer.
     """
     if facts is None:
-        return Decision("pause", bundle.revision, ("facts.unavailable",), ())
+        return Decision(DecisionOutcome.PAUSE, bundle.revision, ("facts.unavailable",), ())
     if repeated_denials >= bundle.config.progress.max_repeated_denials:
-        return Decision("deny", bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
+        return Decision(DecisionOutcome.DENY, bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
     return judge(bundle, intent, facts, evidence)
 
 
 def admit(decision: Decision, exhausted: Budget | None) -> Decision:
     """Admission after permission: an exhausted budget pauses or denies what was allowed."""
-    if exhausted is None or decision.outcome not in ("allow", "require_approval"):
+    if exhausted is None or decision.outcome not in ADMITTED:
         return decision
     return Decision(
-        exhausted.on_exhausted, decision.revision, (f"budget.{exhausted.name}.exhausted",),
+        DecisionOutcome(exhausted.on_exhausted), decision.revision, (f"budget.{exhausted.name}.exhausted",),
         decision.determining,
     )
 
@@ -57,9 +61,7 @@ def record(
     return [
         EffectIntent.PolicyDecided.next(
             intent,
-            now=now,
-            event_id=derived_id("policy", cause),
-            causation_id=cause,
+            Stamp(now=now, event_id=derived_id("policy", cause), causation_id=cause),
             outcome=decision.outcome,
             policy_revision=decision.revision,
             reasons=list(decision.reasons),
@@ -79,8 +81,9 @@ def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now:
         return []
     return [
         EffectIntent.PolicyDecided.next(
-            intent, now=now, event_id=derived_id("pause-expired", cause), causation_id=cause,
-            outcome="deny", policy_revision=bundle.revision, reasons=["policy.pause-expired"],
+            intent, Stamp(now=now, event_id=derived_id("pause-expired", cause), causation_id=cause),
+            outcome=DecisionOutcome.DENY, policy_revision=bundle.revision,
+            reasons=["policy.pause-expired"],
             determining=[], facts={}, digest=intent.digest or "", reservations=[],
         )
     ]

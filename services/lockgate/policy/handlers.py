@@ -15,11 +15,12 @@ from lockgate.authz import Decision
 from lockgate.authz.ledger import BudgetContention, BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
+from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
-from lockgate.policy.domain import admit, evaluate_for, expire_pause, record
+from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import count_effect, gather
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
@@ -53,7 +54,7 @@ class PolicyHandlers:
         """
         for event in decided:
             if isinstance(event, EffectIntent.PolicyDecided):
-                if event.reservations or event.outcome == "pause":
+                if event.reservations or event.outcome is DecisionOutcome.PAUSE:
                     self._reserved_nothing.pop(event.originator_id.hex, None)
                 else:
                     self._reserved_nothing[event.originator_id.hex] = None
@@ -97,14 +98,14 @@ class PolicyHandlers:
                 left = await self.ledger.remaining(bundle.config.budgets, intent, self.clock())
                 evidence = replace(evidence, budget_remaining=left)
             decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated, evidence=evidence)
-            if decision.outcome in ("allow", "require_approval") and bundle.config.budgets:
+            if decision.outcome in ADMITTED and bundle.config.budgets:
                 cost = evidence.contract.budget_cost if evidence.contract else 1
                 held, exhausted = await self.ledger.reserve(
                     bundle.config.budgets, intent, cost, self.clock())
                 decision = admit(decision, exhausted)
         except (BudgetContention, NatsError, TimeoutError):
             # Budgets are evidence too: without them nothing is admitted, and nothing denied.
-            decision = Decision("pause", bundle.revision, ("budgets.unavailable",), ())
+            decision = Decision(DecisionOutcome.PAUSE, bundle.revision, ("budgets.unavailable",), ())
         events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
         if not events and held:
             await self.ledger.settle(held, intent.intent_id, consumed=False)
@@ -129,7 +130,7 @@ class PolicyHandlers:
         if not decided or not isinstance(decided[0], EffectIntent.PolicyDecided):
             return
         event = decided[0]
-        if event.outcome != "deny" or event.reasons[:1] == ["run.progress-stalled"]:
+        if event.outcome != DecisionOutcome.DENY or event.reasons[:1] == ["run.progress-stalled"]:
             return
         key = progress_key(tenant, event.correlation_id, event.digest)
         facts_key = digest(dict(event.facts))
@@ -154,7 +155,7 @@ class PolicyHandlers:
     async def paused(self, recorded: RecordedEvent) -> None:
         """Ask again for the evidence a paused decision lacks; deny once the pause times out."""
         trigger = decode_event(recorded)
-        if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != "pause":
+        if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != DecisionOutcome.PAUSE:
             return
         bundle = self.bundles.current()
 
@@ -172,7 +173,8 @@ class PolicyHandlers:
                     return expired
                 raise Retry(bundle.config.pause.recheck_s, "evidence still missing") from None
             events = await self._decide(intent, facts, recorded.event_id)
-            again = [e for e in events if isinstance(e, EffectIntent.PolicyDecided) and e.outcome == "pause"]
+            again = [e for e in events
+                     if isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.PAUSE]
             if again:  # still waiting (a budget, say): no new event, ask again later
                 expired = expire_pause(intent, bundle, cause=recorded.event_id, now=self.clock())
                 if expired:
@@ -195,7 +197,7 @@ class PolicyHandlers:
             return  # decided here, with no budget held: nothing to settle, nothing to count
         if recorded.event_type in _ONLY_IF_DENIED:
             trigger = decode_event(recorded)
-            if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != "deny":
+            if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != DecisionOutcome.DENY:
                 return  # allowed, paused or waiting for a reviewer: nothing to settle yet
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
                                    trigger=recorded, cache=self.ports.cache)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import NotResolved, QueryResult
+from lockgate.contracts.vocabulary import Finding, QueryFinding, Resolution
 from lockgate.core.ids import derived_id
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 #: Recovery options under which an effect proven absent may be tried again, as the
 #: same intent with the same idempotency key.
@@ -43,27 +43,28 @@ def reconcile(
     current = intent.current_attempt
     if current is None or current.attempt_id != attempt_id:
         return []
-    ids: dict[str, Any] = dict(now=now, event_id=derived_id("reconcile", cause), causation_id=cause)
-    if found.finding == "found":
+    stamp = Stamp(now=now, event_id=derived_id("reconcile", cause), causation_id=cause)
+    finding = QueryFinding(found.finding)
+    if finding is QueryFinding.FOUND:
         return [
             EffectIntent.Reconciled.next(
-                intent, attempt_id=attempt_id, finding="confirmed", receipt=dict(found.receipt),
+                intent, stamp, attempt_id=attempt_id, finding=Finding.CONFIRMED, receipt=dict(found.receipt),
                 by="reconciler", why="a query by the intent's identity found the effect",
-                resolution="completed", **ids,
+                resolution=Resolution.COMPLETED,
             )
         ]
-    if found.finding == "absent":
+    if finding is QueryFinding.ABSENT:
         if intent.withdrawal_requested or intent.interruption_requested:
-            why, resolution = "; it was asked to stop, so it stays undone", "withdrawn"
+            why, resolution = "; it was asked to stop, so it stays undone", Resolution.WITHDRAWN
         elif may_retry(contract):
-            why, resolution = "; the contract allows the same intent again", "retry"
+            why, resolution = "; the contract allows the same intent again", Resolution.RETRY
         else:
-            why, resolution = "", "operator"
+            why, resolution = "", Resolution.OPERATOR
         return [
             EffectIntent.Reconciled.next(
-                intent, attempt_id=attempt_id, finding="absent", receipt={},
+                intent, stamp, attempt_id=attempt_id, finding=Finding.ABSENT, receipt={},
                 by="reconciler", why="a query by the intent's identity found no effect" + why,
-                resolution=resolution, **ids,
+                resolution=resolution,
             )
         ]
     return []
@@ -118,6 +119,8 @@ def resolve(
 ) -> list[Event]:
     """An operator settles an unknown outcome; who and why go on the record.
 
+    ``finding`` is the operator's word as it came (``confirmed`` or ``absent``).
+
     Raises:
         ResolutionRefused: no such intent; ``reconcile.already-settled`` when a report,
             the reconciler or another operator settled the outcome first (racing this
@@ -130,20 +133,22 @@ def resolve(
         settled = intent.settlement is not None
         code = "reconcile.already-settled" if settled else "reconcile.nothing-open"
         raise ResolutionRefused(code, intent)
-    if finding not in ("confirmed", "absent"):
-        raise ResolutionRefused("reconcile.bad-finding")
+    try:
+        established = Finding(finding)
+    except ValueError:
+        raise ResolutionRefused("reconcile.bad-finding") from None
     if not by.strip() or not why.strip():
         raise ResolutionRefused("reconcile.who-and-why-required")
-    if finding == "confirmed":
-        resolution = "completed"
+    if established is Finding.CONFIRMED:
+        resolution = Resolution.COMPLETED
     elif intent.withdrawal_requested or intent.interruption_requested:
-        resolution = "withdrawn"
+        resolution = Resolution.WITHDRAWN
     else:
-        resolution = "retry" if may_retry(contract) else "not_executed"
+        resolution = Resolution.RETRY if may_retry(contract) else Resolution.NOT_EXECUTED
     return [
         EffectIntent.Reconciled.next(
-            intent, now=now, event_id=resolution_id(cause), causation_id=cause,
-            attempt_id=current.attempt_id, finding=finding, receipt=dict(receipt),
+            intent, Stamp(now=now, event_id=resolution_id(cause), causation_id=cause),
+            attempt_id=current.attempt_id, finding=established, receipt=dict(receipt),
             by=f"operator:{by[:64]}", why=why[:300], resolution=resolution,
         )
     ]

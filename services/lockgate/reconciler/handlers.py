@@ -13,6 +13,7 @@ from lockgate.contracts.messages import (
     ResolveOutcome,
 )
 from lockgate.contracts.subjects import NotACommandSubject, parse_resolve
+from lockgate.contracts.vocabulary import QueryFinding
 from lockgate.core.ids import derived_id
 from lockgate.eventstore.base import ConcurrencyConflict, EventStoreUnavailable, RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -54,7 +55,7 @@ class ReconcilerHandlers:
                 found = await self.ports.adapters.query(intent.tool, request)
             except AdapterUnavailable as exc:
                 raise Retry(backoff_s(deliveries, base_s=1.0, cap_s=60.0), "query unanswered") from exc
-            if found.finding not in ("found", "absent"):
+            if QueryFinding(found.finding) is QueryFinding.UNKNOWN:
                 # Wait and ask again: an inconclusive answer is not evidence either way.
                 raise Retry(backoff_s(deliveries, base_s=1.0, cap_s=60.0), "query inconclusive")
             contract = await self.ports.registry.get(intent.tool)

@@ -28,6 +28,7 @@ from lockgate.contracts.messages import (
     QueryRequest,
     QueryResult,
 )
+from lockgate.contracts.vocabulary import QueryFinding
 from lockgate.runtime.settings import Settings
 from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL, CaseWorldError, World
 
@@ -166,5 +167,5 @@ class CaseNotesAdapter(Adapter):
             self._world.find_note, self._credential, req.tenant, req.intent_key
         )
         if receipt is None:
-            return QueryResult(finding="absent")
-        return QueryResult(finding="found", receipt=receipt)
+            return QueryResult(finding=QueryFinding.ABSENT)
+        return QueryResult(finding=QueryFinding.FOUND, receipt=receipt)

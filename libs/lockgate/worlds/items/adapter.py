@@ -41,6 +41,7 @@ from lockgate.contracts.messages import (
     QueryRequest,
     QueryResult,
 )
+from lockgate.contracts.vocabulary import QueryFinding
 from lockgate.runtime.settings import Settings
 from lockgate.worlds.items.world import DEMO_CREDENTIAL, ItemsWorldError, ResponseLost, World
 
@@ -278,11 +279,11 @@ class _ItemsAdapter(Adapter):
     async def query(self, req: QueryRequest) -> QueryResult:
         """Look the item up by the intent key it was created with."""
         if await self._take("query_unavailable"):
-            return QueryResult(finding="unknown")  # the server did not answer the lookup
+            return QueryResult(finding=QueryFinding.UNKNOWN)  # the server did not answer the lookup
         receipt = await asyncio.to_thread(self._find, req.tenant, req.intent_key)
         if receipt is None:
-            return QueryResult(finding="absent")
-        return QueryResult(finding="found", receipt=receipt)
+            return QueryResult(finding=QueryFinding.ABSENT)
+        return QueryResult(finding=QueryFinding.FOUND, receipt=receipt)
 
     async def _take(self, fault: str) -> bool:
         return await asyncio.to_thread(self._world.take_fault, self.server, fault)
