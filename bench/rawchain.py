@@ -89,12 +89,12 @@ class ChainSpec:
 
     def filter(self, k: int) -> str:
         """What stage ``k`` consumes: the previous stage's event, any aggregate, any version."""
-        return f"{PREFIX}.{self.tenant}.*.*.Stage{k - 1}"
+        return f"{PREFIX}.{self.tenant}.*.*.Stage{k - 1}.*"
 
     @property
     def done_subject(self) -> str:
         """The subjects of the last stage's events: a chain is done when one is published."""
-        return f"{PREFIX}.{self.tenant}.*.*.Stage{self.stages}"
+        return f"{PREFIX}.{self.tenant}.*.*.Stage{self.stages}.*"
 
     def event_types(self) -> list[str]:
         """The event types of a finished aggregate, in order."""

@@ -13,7 +13,7 @@ from lockgate.approval.domain import ReviewProblem, decide_review, expire, reque
 from lockgate.authz import Decision
 from lockgate.contracts.messages import DecideReview, NormalizeResult
 from lockgate.contracts.vocabulary import DecisionOutcome, Finding, Resolution
-from lockgate.eventstore.subjects import type_filter
+from lockgate.eventstore.subjects import legacy_type_filter, type_filter
 from lockgate.intent.aggregate import Aggregate, EffectIntent, Stamp
 from lockgate.intent.codec import EVENT_TYPES, fold
 from lockgate.intent.locks import HOLDING, lock_key, may_hold
@@ -101,7 +101,8 @@ def test_every_event_that_can_end_a_hold_is_consumed_by_the_lock_durable() -> No
                 if after is not None and not may_hold(after):
                     ends.add(name)
     assert ends - BEFORE_ANY_HOLD == {e.__name__ for e in ENDS_HOLD}
-    assert set(durable("executor-locks").filters) == {type_filter(e.__name__) for e in ENDS_HOLD}
+    assert set(durable("executor-locks").filters) == {
+        f(e.__name__) for e in ENDS_HOLD for f in (type_filter, legacy_type_filter)}
 
 
 def test_the_lock_key_is_a_valid_bucket_key_per_tenant_and_resource() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,12 +18,12 @@ from lockgate.approval.app import create_app as approval_app
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.contracts import channels, schemas, subjects
 from lockgate.contracts.channels import Channel
-from lockgate.eventstore.subjects import event_subject
+from lockgate.eventstore.subjects import NO_ROUTE, event_subject
 from lockgate.executor.app import create_app as executor_app
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.app import create_app as intake_app
 from lockgate.intake.handlers import IntakeHandlers
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import EVENT_TYPES
 from lockgate.normalization.app import create_app as normalization_app
 from lockgate.normalization.handlers import NormalizationHandlers
@@ -136,13 +137,43 @@ def test_specs_name_event_classes_not_strings() -> None:
         assert EVENT_TYPES.get(event.__name__) is event, f"{event!r} is not an event of the codec"
 
 
-def test_a_durables_filters_match_exactly_its_events() -> None:
+def every_route(cls: type[Event]) -> tuple[str, ...]:
+    """Every route an event of ``cls`` can be stored on (its vocabulary's values)."""
+    if not cls.routed_by:
+        return (NO_ROUTE,)
+    vocabulary = typing.get_type_hints(cls)[cls.routed_by]
+    return tuple(member.value for member in vocabulary)
+
+
+def test_a_durables_filters_match_exactly_its_events_on_their_routes() -> None:
     for spec in SERVICES:
         for c in spec.consumes:
             if c.stream != EVENTS:
                 continue
-            matched = {n for n in EVENT_TYPES if any(covers(f, evt(n)) for f in c.filters)}
-            assert matched == {e.__name__ for e in c.events}, c.name
+            matched = {
+                (n, r) for n, cls in EVENT_TYPES.items() for r in every_route(cls)
+                if any(covers(f, event_subject(TENANT, INTENT, 3, n, r)) for f in c.filters)
+            }
+            assert matched == {(e.__name__, r) for e in c.events
+                               for r in c.routes_of(e) or every_route(e)}, c.name
+            # Events stored before subjects carried a route: by type, as they were filtered.
+            legacy = {n for n in EVENT_TYPES
+                      if any(covers(f, f"lg.evt.{TENANT}.{INTENT}.3.{n}") for f in c.filters)}
+            assert legacy == {e.__name__ for e in c.events}, c.name
+
+
+def test_a_decision_reaches_only_the_consumers_that_act_on_its_outcome() -> None:
+    handed = {
+        outcome: {c.name for spec in SERVICES for c in spec.consumes if any(
+            covers(f, event_subject(TENANT, INTENT, 3, "PolicyDecided", outcome)) for f in c.filters)}
+        for outcome in every_route(EffectIntent.PolicyDecided)
+    }
+    assert handed == {
+        "allow": {"executor-gate"},
+        "require_approval": {"approval"},
+        "deny": {"intake-responses", "policy-budgets"},
+        "pause": {"intake-responses", "policy-pauses"},
+    }
 
 
 # -- reactions: each one exists, and each app binds exactly its spec ---------------------

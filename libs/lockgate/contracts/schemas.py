@@ -137,7 +137,7 @@ def generate() -> dict[str, str]:
         },
         "components": {
             "x-events": {
-                "address": "lg.evt.{tenant}.{intent}.{version}.{EventType}",
+                "address": "lg.evt.{tenant}.{intent}.{version}.{EventType}.{route}",
                 "messages": {n: {"$ref": f"./events/{n}.json"} for n in sorted(EVENT_TYPES)},
                 "x-flow": dict(_event_flow()),
             }

@@ -39,11 +39,15 @@ class EventStoreUnavailable(EventStoreError, TransientError):
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append: its id (the deduplication key), type name and encoded body."""
+    """An event to append: its id (the deduplication key), type name, encoded body and route.
+
+    ``route``: the last token of its subject (``lockgate.eventstore.subjects``).
+    """
 
     event_id: str
     event_type: str
     data: bytes
+    route: str = "_"
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,7 +216,7 @@ class JetStreamEventStore:
         if not events:
             return history
         subjects = [
-            event_subject(history.tenant, history.intent_id, history.version + i, e.event_type)
+            event_subject(history.tenant, history.intent_id, history.version + i, e.event_type, e.route)
             for i, e in enumerate(events, start=1)
         ]
         guard = {

@@ -47,7 +47,7 @@ class MemoryEventStore:
                 raise ConcurrencyConflict(history.tenant, history.intent_id, history.version)
             recorded = []
             for offset, new in enumerate(events, start=1):
-                event_subject(history.tenant, history.intent_id, 1, new.event_type)
+                event_subject(history.tenant, history.intent_id, 1, new.event_type, new.route)
                 self._sequence += 1
                 recorded.append(
                     RecordedEvent(

@@ -1,5 +1,12 @@
 """Subjects of the event store, built in one place.
 
+An event's subject is ``lg.evt.<tenant>.<intent>.<version>.<EventType>.<route>``. The
+route is the value that decides who acts on the event, for the few events where that
+is not their type alone (a ``PolicyDecided`` by its outcome, a ``Reconciled`` by its
+resolution), and ``_`` for every other: a consumer filters on it and is handed only
+what it acts on. Subjects stored before routes existed have no route token; they still
+load, parse and match ``legacy_type_filter``.
+
 The server does not check that ``Nats-Expected-Last-Subject-Sequence-Subject`` matches
 the subject being published, so both come from the functions below.
 """
@@ -11,6 +18,8 @@ from typing import NamedTuple
 from lockgate.core.ids import is_subject_token
 
 PREFIX = "lg.evt"
+#: The route of an event whose type alone says who acts on it.
+NO_ROUTE = "_"
 
 
 class NotAnEventSubject(ValueError):
@@ -24,6 +33,7 @@ class EventAddress(NamedTuple):
     intent_id: str
     version: int
     event_type: str
+    route: str = NO_ROUTE
 
 
 def _check(tenant: str, intent_id: str) -> None:
@@ -33,12 +43,16 @@ def _check(tenant: str, intent_id: str) -> None:
         raise ValueError(f"intent id {intent_id!r} is not a valid subject token")
 
 
-def event_subject(tenant: str, intent_id: str, version: int, event_type: str) -> str:
-    """Return ``lg.evt.<tenant>.<intent_id>.<version>.<EventType>``."""
+def event_subject(
+    tenant: str, intent_id: str, version: int, event_type: str, route: str = NO_ROUTE
+) -> str:
+    """Return ``lg.evt.<tenant>.<intent_id>.<version>.<EventType>.<route>``."""
     _check(tenant, intent_id)
     if not is_subject_token(event_type):
         raise ValueError(f"event type {event_type!r} is not a valid subject token")
-    return f"{PREFIX}.{tenant}.{intent_id}.{version}.{event_type}"
+    if not is_subject_token(route):
+        raise ValueError(f"route {route!r} is not a valid subject token")
+    return f"{PREFIX}.{tenant}.{intent_id}.{version}.{event_type}.{route}"
 
 
 def aggregate_filter(tenant: str, intent_id: str) -> str:
@@ -50,11 +64,16 @@ def aggregate_filter(tenant: str, intent_id: str) -> str:
 def first_event_filter(tenant: str, intent_id: str) -> str:
     """Return the filter that matches the aggregate's first event only."""
     _check(tenant, intent_id)
-    return f"{PREFIX}.{tenant}.{intent_id}.1.*"
+    return f"{PREFIX}.{tenant}.{intent_id}.1.>"
 
 
-def type_filter(event_type: str) -> str:
-    """Return the filter that matches one event type across all aggregates."""
+def type_filter(event_type: str, route: str = "*") -> str:
+    """Return the filter that matches one event type (on one route) across all aggregates."""
+    return f"{PREFIX}.*.*.*.{event_type}.{route}"
+
+
+def legacy_type_filter(event_type: str) -> str:
+    """The filter of one event type as subjects were before they carried a route."""
     return f"{PREFIX}.*.*.*.{event_type}"
 
 
@@ -65,6 +84,6 @@ def parse_event_subject(subject: str) -> EventAddress:
         NotAnEventSubject: when ``subject`` is not an event subject.
     """
     parts = subject.split(".")
-    if len(parts) != 6 or ".".join(parts[:2]) != PREFIX or not parts[4].isdigit():
+    if len(parts) not in (6, 7) or ".".join(parts[:2]) != PREFIX or not parts[4].isdigit():
         raise NotAnEventSubject(f"not an event subject: {subject!r}")
-    return EventAddress(parts[2], parts[3], int(parts[4]), parts[5])
+    return EventAddress(parts[2], parts[3], int(parts[4]), parts[5], *parts[6:])

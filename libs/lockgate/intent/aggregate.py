@@ -110,6 +110,9 @@ class Event(Aggregate.Event, metaclass=_EventClass):
     #: True for an event that records something beside the intent's state (it may
     #: follow a terminal state); any other event after a terminal state moves nothing.
     neutral: ClassVar[bool] = False
+    #: The field whose value is the event's route (its subject's last token), for an
+    #: event whose consumers act on one value of it only; empty for every other.
+    routed_by: ClassVar[str] = ""
     # Positional like the library's envelope before them: ``next`` passes the whole
     # envelope by position (which is how its signature leaves the rest to ``P``).
     event_id: str = field(kw_only=False)
@@ -295,6 +298,7 @@ class EffectIntent(Aggregate):
         """
 
         class_version: ClassVar[int] = 2
+        routed_by: ClassVar[str] = "outcome"
         outcome: DecisionOutcome
         policy_revision: str
         reasons: list[str]
@@ -534,6 +538,7 @@ class EffectIntent(Aggregate):
         """
 
         class_version: ClassVar[int] = 2
+        routed_by: ClassVar[str] = "resolution"
         attempt_id: str
         finding: Finding
         receipt: dict[str, str]

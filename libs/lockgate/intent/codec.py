@@ -14,6 +14,7 @@ from uuid import UUID
 import msgspec
 
 from lockgate.eventstore.base import NewEvent, RecordedEvent
+from lockgate.eventstore.subjects import NO_ROUTE
 from lockgate.intent.aggregate import EffectIntent, Event
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -38,13 +39,20 @@ class EventDecodeError(ValueError):
 
 def encode_event(event: Event) -> NewEvent:
     """Return the storable form of ``event``."""
-    name = type(event).__name__
+    cls = type(event)
     data = msgspec.to_builtins(event)
     return NewEvent(
         event_id=event.event_id,
-        event_type=name,
-        data=_encoder.encode({"v": type(event).class_version, "data": data}),
+        event_type=cls.__name__,
+        data=_encoder.encode({"v": cls.class_version, "data": data}),
+        route=route(event),
     )
+
+
+def route(event: Event) -> str:
+    """The last token of ``event``'s subject: the value its consumers filter on, or ``_``."""
+    field = type(event).routed_by
+    return str(getattr(event, field)) if field else NO_ROUTE
 
 
 def decode_event(recorded: RecordedEvent) -> Event:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from lockgate.contracts import channels
 from lockgate.contracts.channels import Channel
-from lockgate.eventstore.subjects import type_filter
+from lockgate.eventstore.subjects import legacy_type_filter, type_filter
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.runtime.streams import EVENTS
 
@@ -52,8 +52,10 @@ def _events_only(where: str, events: Sequence[object]) -> None:
 class Consumer:
     """One durable pull consumer of a service: what it is handed and the reaction to it.
 
-    On the events stream it is handed ``events`` (classes of ``EffectIntent``); on another
-    stream (candidates, reports) every message of ``channel``. ``timers``: its reaction asks
+    On the events stream it is handed ``events`` (classes of ``EffectIntent``); of a
+    routed event (``Event.routed_by``) only the routes named in ``routes``, when it names
+    the event there (its filter then carries them, so the broker hands it nothing else).
+    On another stream (candidates, reports) it is handed every message of ``channel``. ``timers``: its reaction asks
     for messages again later on purpose (``Retry``), so only failures count toward giving
     one up. ``batch`` and ``workers`` are how many messages one process fetches at once
     and handles at once.
@@ -62,6 +64,7 @@ class Consumer:
     name: str
     reaction: str
     events: tuple[type[Event], ...] = ()
+    routes: tuple[tuple[type[Event], tuple[str, ...]], ...] = ()
     channel: Channel | None = None
     stream: str = EVENTS
     timers: bool = False
@@ -77,13 +80,27 @@ class Consumer:
         if len(set(self.events)) != len(self.events):
             raise ValueError(f"{self.name}: an event named twice")
         _events_only(self.name, self.events)
+        for event, routes in self.routes:
+            if event not in self.events or not event.routed_by or not routes:
+                raise ValueError(f"{self.name}: {event.__name__} is not a routed event it is handed")
+
+    def routes_of(self, event: type[Event]) -> tuple[str, ...] | None:
+        """The routes of ``event`` this consumer is handed (``None``: every one)."""
+        return dict(self.routes).get(event)
 
     @property
     def filters(self) -> tuple[str, ...]:
         """The consumer's subject filters on its stream."""
         if self.channel is not None:
             return self.channel.subjects
-        return tuple(type_filter(event.__name__) for event in self.events)
+        filters: list[str] = []
+        for event in self.events:
+            name = event.__name__
+            routes = self.routes_of(event)
+            filters += [type_filter(name, r) for r in routes] if routes else [type_filter(name)]
+            # Events stored before subjects carried a route (their handlers still check).
+            filters.append(legacy_type_filter(name))
+        return tuple(filters)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ allows) says so at its top.
 from __future__ import annotations
 
 from lockgate.contracts import channels
+from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.runtime.spec import TIMERS, AdapterSpec, Answer, Consumer, ServiceSpec
 from lockgate.runtime.streams import (
@@ -61,7 +62,7 @@ ENDS_HOLD: tuple[type[Event], ...] = (
 )
 
 #: Every event that can end an intent (a ``PolicyDecided`` only when it denies): budget
-#: holds and intake's in-flight holds are settled from the record.
+#: holds are settled from the record.
 ENDS_INTENT: tuple[type[Event], ...] = (
     EffectIntent.EffectCompleted,
     EffectIntent.Reconciled,
@@ -80,7 +81,9 @@ INTAKE = ServiceSpec(
     "intake",
     consumes=(
         Consumer("intake", "candidate", channel=channels.PROPOSE, stream=CANDIDATES),
-        Consumer("intake-responses", "respond", MODEL_VISIBLE),
+        # A decision to allow or to ask a reviewer is not news to the model: what follows is.
+        Consumer("intake-responses", "respond", MODEL_VISIBLE,
+                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY, DecisionOutcome.PAUSE)),)),
     ),
     appends=(EffectIntent.CandidateReceived, EffectIntent.CandidateRejected),
     answers=(Answer(channels.RUN_OPEN, "open_run"), Answer(channels.TURN, "open_turn")),
@@ -104,9 +107,11 @@ POLICY = ServiceSpec(
     "policy",
     consumes=(
         Consumer("policy", "normalized", (EffectIntent.CandidateNormalized,)),
-        Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,), max_ack_pending=TIMERS,
-                 timers=True),
-        Consumer("policy-budgets", "settled", ENDS_INTENT),
+        Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,),
+                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.PAUSE,)),),
+                 max_ack_pending=TIMERS, timers=True),
+        Consumer("policy-budgets", "settled", ENDS_INTENT,
+                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),)),
     ),
     appends=(EffectIntent.PolicyDecided,),
     reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
@@ -117,7 +122,8 @@ POLICY = ServiceSpec(
 APPROVAL = ServiceSpec(
     "approval",
     consumes=(
-        Consumer("approval", "decided", (EffectIntent.PolicyDecided,)),
+        Consumer("approval", "decided", (EffectIntent.PolicyDecided,),
+                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.REQUIRE_APPROVAL,)),)),
         Consumer("approval-expiry", "review_opened", (EffectIntent.ReviewRequested,),
                  max_ack_pending=TIMERS, timers=True),
     ),
@@ -140,6 +146,8 @@ EXECUTOR = ServiceSpec(
             "executor-gate", "ready",
             (EffectIntent.PolicyDecided, EffectIntent.ReviewApproved,
              EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
+            routes=((EffectIntent.PolicyDecided, (DecisionOutcome.ALLOW,)),
+                    (EffectIntent.Reconciled, (Resolution.RETRY,))),
             timers=True,
         ),
         # The gate publishes an order right after appending its ExecutionAuthorized; the
