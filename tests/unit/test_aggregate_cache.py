@@ -110,3 +110,21 @@ async def test_a_decision_on_a_stale_history_conflicts_and_is_made_again_on_the_
     assert await decide_and_append(store, "tenant-a", h.intent_id, step, cache=cache) == []
     final = await store.load("tenant-a", h.intent_id)
     assert [e.event_type for e in final.events][-1] == "Withdrawn"  # nothing written over it
+
+
+async def test_nothing_to_do_on_a_known_terminal_history_needs_no_load() -> None:
+    """A timer that comes due after the effect settled: the intent is final where this
+    process last saw it, so the step's 'nothing to do' holds for the store too."""
+    store, cache = CountingStore(), AggregateCache()
+    h = History().normalized().decided("deny")
+    history = await stored(store, h.events)
+    cache.remember(history, tuple(h.events))
+    store.loads = 0
+
+    async def step(intent: EffectIntent | None) -> list[Event]:
+        assert intent is not None and intent.state is State.DENIED
+        return []
+
+    assert await decide_and_append(store, "tenant-a", h.intent_id, step,
+                                   trigger=history.events[1], cache=cache) == []
+    assert store.loads == 0

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import msgspec
 import pytest
 
 from lockgate.authz import Decision
+from lockgate.authz.config import BundleConfig
+from lockgate.authz.engine import PolicyBundle
+from lockgate.authz.intents import Evidence, judge
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
-from lockgate.contracts.messages import AttemptReport, Facts, QueryResult
+from lockgate.contracts.messages import AttemptReport, Facts, QueryResult, RunContext
 from lockgate.executor.domain import (
     check_report,
+    decided_before,
     gate,
     on_deadline,
     on_report,
@@ -25,6 +30,7 @@ from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.reconciler.domain import ResolutionRefused, not_resolved, reconcile, resolve
 from lockgate.testing.intents import T0, History
 from lockgate.testing.invariants import violations
+from lockgate.testing.system import REPO
 
 CONTRACT = CapabilityContract(name="case.add_note", description="d",
                               argument_schema={"type": "object"}, outcome_deadline_s=30)
@@ -576,3 +582,47 @@ def test_an_interrupted_attempt_proven_absent_is_not_tried_again() -> None:
     (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
                            cause="q", now=T0)
     assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"
+
+
+# -- the gate's decision, when nothing it depends on changed ---------------------------------
+
+DEMO = PolicyBundle.load(REPO / "deploy" / "policies")
+CASE_FACTS = Facts(facts={"exists": True, "tenant": "tenant-a", "status": "open", "writes_suspended": False,
+                          "actor_may_add_note": True, "sensitive": False, "version": 4})
+RUN = RunContext(run_id="run-1", tenant="tenant-a", actor="user-42", context={"case_id": "case-123"},
+                 delegation=None, stage="default", opened_at=T0)
+
+
+def decided_on(facts: Facts, bundle: PolicyBundle = DEMO) -> History:
+    """Normalized, then decided by ``bundle`` on ``facts`` as policy would record it."""
+    h = History().normalized()
+    decision = judge(bundle, h.intent, facts, Evidence(run=RUN))
+    return h.add(EffectIntent.PolicyDecided, outcome=decision.outcome, policy_revision=bundle.revision,
+                 reasons=list(decision.reasons), determining=list(decision.determining),
+                 facts=dict(facts.facts), digest=h.intent.digest or "", reservations=[])
+
+
+@pytest.mark.parametrize("sensitive", [False, True])
+def test_on_the_facts_policy_recorded_the_gate_reuses_its_answer_and_it_is_cedars(sensitive: bool) -> None:
+    facts = Facts(facts={**CASE_FACTS.facts, "sensitive": sensitive})
+    h = decided_on(facts)
+    reused = decided_before(DEMO, h.intent, facts)
+    assert reused is not None
+    assert reused.outcome == judge(DEMO, h.intent, facts, Evidence(run=RUN)).outcome == h.intent.decision
+
+
+def test_fresh_facts_that_differ_another_revision_or_a_bundle_with_budgets_are_asked_anew() -> None:
+    h = decided_on(CASE_FACTS)
+    assert decided_before(DEMO, h.intent, Facts(facts={**CASE_FACTS.facts, "status": "closed"})) is None
+    assert decided_before(replace(DEMO, revision="another"), h.intent, CASE_FACTS) is None
+    assert decided_before(replace(DEMO, uses_prior_effects=True), h.intent, CASE_FACTS) is None
+    budgets = BundleConfig.model_validate({"budgets": [
+        {"name": "b", "scope": "tenant", "window_s": 86400, "max_count": 10}]})
+    assert decided_before(replace(DEMO, config=budgets), h.intent, CASE_FACTS) is None
+
+
+def test_a_denial_is_never_reused() -> None:
+    closed = Facts(facts={**CASE_FACTS.facts, "status": "closed"})
+    h = decided_on(closed)
+    assert h.intent.state is State.DENIED
+    assert decided_before(DEMO, h.intent, closed) is None

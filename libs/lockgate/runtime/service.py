@@ -341,7 +341,9 @@ async def decide_and_append(
     (``lockgate.intent.cache``): exactly the one at ``trigger`` when it holds the one
     before it, and no load at all. A history that may be behind the store decides only
     optimistically: should it find nothing to do, the store is asked before that is
-    believed. The cache learns every history loaded and appended here.
+    believed, unless the intent is already in a terminal state there (final: a timer
+    that comes due after the effect settled costs no load). The cache learns every
+    history loaded and appended here.
 
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
@@ -356,7 +358,11 @@ async def decide_and_append(
         else:
             known, trusted = await load_known(store, tenant, intent_id, cache), True
         first = False
-        events = list(await step(fold(known.events)))
+        intent = fold(known.events)
+        # A terminal state is final (only neutral events follow it), so what a step finds
+        # nothing to do about there it would find nothing to do about on any later history.
+        trusted = trusted or (intent is not None and intent.state.terminal)
+        events = list(await step(intent))
         if not events:
             if trusted:
                 return []

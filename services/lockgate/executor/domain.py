@@ -12,6 +12,7 @@ import msgspec
 from jsonschema import Draft202012Validator
 
 from lockgate.authz import Decision
+from lockgate.authz.engine import PolicyBundle
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import AttemptReport, ExecutionOrder, Facts
 from lockgate.contracts.vocabulary import (
@@ -44,6 +45,28 @@ def _refuse(
     intent: EffectIntent, reason: str, facts: dict[str, str | int | bool], stamp: Stamp
 ) -> list[Event]:
     return [EffectIntent.GateRefused.next(intent, stamp, reason=reason, gate_facts=facts)]
+
+
+def decided_before(bundle: PolicyBundle, intent: EffectIntent, facts: Facts) -> Decision | None:
+    """Policy's own decision, when the gate would ask Cedar exactly what policy asked.
+
+    A Cedar decision is a function of the bundle and the request alone. The request is
+    built from the intent (fixed since normalization), its run (never changes once
+    opened), its contract (the gate refuses a changed one before it gets here), the
+    resource's facts and two pieces of evidence that change over time: prior effects
+    and budgets left. So when the bundle is the revision policy decided with, uses
+    neither of those, and the fresh facts are the ones policy recorded, asking again
+    would return what policy returned: that answer is the gate's, with no evaluation.
+    Anything else (``None``) is evaluated anew.
+    """
+    if (bundle.revision != intent.policy_revision or bundle.uses_prior_effects
+            or bundle.config.budgets or intent.decision is None):
+        return None
+    if intent.decision not in (DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL):
+        return None  # a denial or a pause came from more than Cedar
+    if dict(facts.facts) != intent.facts:
+        return None
+    return Decision(intent.decision, bundle.revision, (), ())
 
 
 def gate(

@@ -26,6 +26,7 @@ from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import (
     check_report,
+    decided_before,
     gate,
     on_deadline,
     on_report,
@@ -111,12 +112,14 @@ class ExecutorHandlers:
             except AdapterUnavailable as exc:
                 raise Retry(1.0, "no fresh facts for the final gate") from exc
             bundle = self.bundles.current()
-            evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
-            if bundle.config.budgets:
-                left = await BudgetLedger(self.ports.budgets).remaining(
-                    bundle.config.budgets, intent, self.clock())
-                evidence = replace(evidence, budget_remaining=left)
-            decision = judge(bundle, intent, facts, evidence)
+            decision = decided_before(bundle, intent, facts)
+            if decision is None:
+                evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
+                if bundle.config.budgets:
+                    left = await BudgetLedger(self.ports.budgets).remaining(
+                        bundle.config.budgets, intent, self.clock())
+                    evidence = replace(evidence, budget_remaining=left)
+                decision = judge(bundle, intent, facts, evidence)
             decided = gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
                            budget_held=await self._budget_held(intent))
             for event in decided:
