@@ -34,8 +34,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 lint: $(STAMP)
-	$(BIN)/ruff check libs services tests
-	$(BIN)/mypy --strict libs services
+	$(BIN)/ruff check libs services tests bench
+	$(BIN)/mypy --strict libs services bench
 
 clean:
 	rm -rf var

@@ -8,7 +8,8 @@ Phases, in order, after a warm-up of each system:
 3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
 4. raw fetch, closed loop (the same chain consumed a batch at a time, as the services
    did before they pulled continuously: the earlier baseline, for continuity)
-5. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals)
+5. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals), then open
+   loop at half the rate it sustained: latency under real load, short of saturation
 6. rejected,  closed loop (``--concurrency`` proposers, ``--reject-count`` calls of a tool
    no turn offers): the path intake refuses alone, recorded and answered
 7. fairness: a steady tenant at a low rate, alone and then beside a tenant flooding at
@@ -280,6 +281,16 @@ async def run(plan: Plan, root: Path) -> Run:
             lg_closed, proposer.fire("closed", plan.op_timeout_s),
             concurrency=plan.concurrency, count=plan.count, op_timeout_s=plan.op_timeout_s,
             max_s=plan.phase_max_s)))
+        ledger_closed = await ledger_size(system)
+        half_rate = round(lg_closed.per_s / 2, 1) if lg_closed.per_s == lg_closed.per_s else 0.0
+        if half_rate >= 1:
+            half_mode = f"open {half_rate:g}/s x {plan.duration_s:g}s (half)"
+            progress(f"Lockgate, {half_mode} of its saturated rate")
+            await reseed(system)
+            lg_half = Phase("lockgate", half_mode)
+            phases.append(await measured(lg_half, load.open_loop(
+                lg_half, proposer.fire("half", plan.op_timeout_s), rate_per_s=half_rate,
+                duration_s=plan.duration_s, op_timeout_s=plan.op_timeout_s)))
         progress(f"rejected, {closed_mode}, {plan.reject_count} calls of a tool no turn offers")
         rejected = Phase("rejected", closed_mode)
         phases.append(await measured(rejected, load.closed_loop(
@@ -291,8 +302,11 @@ async def run(plan: Plan, root: Path) -> Run:
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
         notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
         notes.append("raw fetch:  " + await check_raw(fetch_driver, fetch_spec, "closed", fetch_closed))
-        for phase, ledger in ((lg_open, ledger_open), (lg_closed, await ledger_size(system))):
-            notes.append(f"lockgate {phase.mode.split()[0]}: {ledger} notes in the case-notes "
+        ledgers = [(lg_open, ledger_open), (lg_closed, ledger_closed)]
+        if half_rate >= 1:
+            ledgers.append((lg_half, await ledger_size(system)))
+        for phase, ledger in ledgers:
+            notes.append(f"lockgate {phase.mode}: {ledger} notes in the case-notes "
                          f"ledger for {phase.ok} executed responses")
         fairness = None
         if plan.fairness is not None:
@@ -330,6 +344,7 @@ def summary(phases: list[Phase]) -> dict[str, float | None]:
 
     lg, raw = pick("lockgate", "closed").per_s, pick("raw chain", "closed").per_s
     fetch = pick("raw fetch", "closed").per_s
+    half = next((p for p in phases if p.system == "lockgate" and p.mode.endswith("(half)")), None)
     return {
         "lockgate_per_s": num(lg, 1),
         "raw_chain_per_s": num(raw, 1),
@@ -337,6 +352,8 @@ def summary(phases: list[Phase]) -> dict[str, float | None]:
         "throughput_ratio": num(lg / raw if raw else math.nan, 4),
         "fetch_ratio": num(lg / fetch if fetch else math.nan, 4),
         "rejected_per_s": num(pick("rejected", "closed").per_s, 1),
+        "half_rate_per_s": num(half.offered / half.planned_s if half and half.planned_s else math.nan, 1),
+        "lockgate_half_p99_ms": num(half.latency_ms(0.99) if half else math.nan, 2),
         "lockgate_p50_ms": num(pick("lockgate", "open").latency_ms(0.5), 2),
         "lockgate_p99_ms": num(pick("lockgate", "open").latency_ms(0.99), 2),
         "raw_p50_ms": num(pick("raw chain", "open").latency_ms(0.5), 2),

@@ -230,7 +230,7 @@ def measure(size: int, seconds: float, slice_n: int = 200) -> SizeResult:
         raise RuntimeError(f"generated {len(bundle.order)} policies, wanted {size}")
     pool = requests(gen)
     decisions = [evaluate(bundle, r) for r in pool]
-    outcomes = Counter(d.outcome for d in decisions)
+    outcomes = Counter(str(d.outcome) for d in decisions)
     errors = [e for d in decisions for e in d.errors]
     if errors:
         raise RuntimeError(f"generated requests fail to evaluate: {errors[:3]}")
