@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
@@ -225,8 +225,9 @@ async def test_a_pause_without_evidence_times_out_into_a_denial(ports: Ports) ->
 
 async def test_a_turn_offers_only_capabilities_whose_adapter_is_alive(ports: Ports) -> None:
     kv = await ports.js.key_value(CAPABILITIES_BUCKET)
-    for key in await kv.keys():
-        await kv.delete(key)
+    with contextlib.suppress(NoKeysError):
+        for key in await kv.keys():
+            await kv.delete(key)
     stale = T0 - timedelta(seconds=60)
     await kv.put("case.add_note", msgspec.json.encode(Describe(CONTRACT, "casenotes", alive_at=T0)))
     await kv.put("item.publish", msgspec.json.encode(Describe(PUBLISH_CONTRACT, "items", alive_at=stale)))
@@ -236,6 +237,29 @@ async def test_a_turn_offers_only_capabilities_whose_adapter_is_alive(ports: Por
         type=RunOpened)
     turn = msgspec.json.decode(await intake.open_turn("tenant-a", opened.run_id, b"{}"), type=TurnOpened)
     assert [t.name for t in turn.tools] == ["case.add_note"]  # the items adapter went quiet
+
+
+async def test_a_turn_opened_again_under_its_id_answers_with_its_first_snapshot(ports: Ports) -> None:
+    """A turn is one snapshot: opening it again (a retry whose answer was lost, another
+    intake) answers with the catalogue it was opened with, so intake may keep it."""
+    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
+    with contextlib.suppress(NoKeysError):
+        for key in await kv.keys():
+            await kv.delete(key)
+    await kv.put("case.add_note", msgspec.json.encode(Describe(CONTRACT, "casenotes", alive_at=T0)))
+    intake = IntakeHandlers(ports, SETTINGS, lambda: T0 + timedelta(seconds=2))
+    opened = msgspec.json.decode(
+        await intake.open_run("tenant-a", msgspec.json.encode(OpenRun(tenant="tenant-a", actor="user-42"))),
+        type=RunOpened)
+    first = msgspec.json.decode(
+        await intake.open_turn("tenant-a", opened.run_id, b'{"turn_id": "turn-7"}'), type=TurnOpened)
+    await kv.put("item.publish", msgspec.json.encode(Describe(PUBLISH_CONTRACT, "items", alive_at=T0)))
+    other = IntakeHandlers(ports, SETTINGS, lambda: T0 + timedelta(seconds=2))  # a replica
+    again = msgspec.json.decode(
+        await other.open_turn("tenant-a", opened.run_id, b'{"turn_id": "turn-7"}'), type=TurnOpened)
+    assert again == first and [t.name for t in again.tools] == ["case.add_note"]
+    fresh = msgspec.json.decode(await other.open_turn("tenant-a", opened.run_id, b"{}"), type=TurnOpened)
+    assert sorted(t.name for t in fresh.tools) == ["case.add_note", "item.publish"]
 
 
 async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: Ports, nc: Client) -> None:

@@ -8,7 +8,7 @@ import logging
 from collections import OrderedDict
 
 import msgspec
-from nats.js.errors import InvalidKeyError, KeyNotFoundError
+from nats.js.errors import InvalidKeyError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.sdk import HEARTBEAT_S
 from lockgate.authz.config import Limit
@@ -58,6 +58,8 @@ ALIVE_WITHIN_S = 3 * HEARTBEAT_S
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).
 _CATALOGUES_CACHED = 1024
+#: Turns whose catalogue key intake keeps in memory.
+_TURNS_CACHED = 65_536
 
 
 def stand_in_id(read: Read) -> str:
@@ -78,6 +80,8 @@ class IntakeHandlers:
         self.bundles = bundles
         self.limits = LimitLedger(ports.budgets)
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
+        #: Turn entry → its catalogue's key, for turns this process opened or read.
+        self._turns: OrderedDict[str, str] = OrderedDict()
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -120,10 +124,33 @@ class IntakeHandlers:
         catalogue_digest = digest(msgspec.to_builtins(catalogue))
         key = catalogue_digest.removeprefix("sha256:")
         await self.ports.catalogues.put(key, msgspec.json.encode(catalogue))
-        await self.ports.runs.put(turn_key(tenant, run_id, turn_id), key.encode())
+        entry = turn_key(tenant, run_id, turn_id)
+        try:
+            await self.ports.runs.create(entry, key.encode())
+        except KeyWrongLastSequenceError:
+            # Opened before (a retry whose answer was lost, a replica): a turn is one
+            # snapshot, so the answer is the catalogue it was opened with.
+            known, opened = await self._turn_catalogue(tenant, run_id, turn_id)
+            if known is None or opened is None:
+                return msgspec.json.encode(
+                    Refusal("service.unavailable", "the turn could not be read; ask again"))
+            return msgspec.json.encode(TurnOpened(turn_id=turn_id, catalogue_digest=known,
+                                                  tools=opened.tools))
+        self._keep_turn(entry, key, catalogue)
         return msgspec.json.encode(
             TurnOpened(turn_id=turn_id, catalogue_digest=catalogue_digest, tools=catalogue.tools)
         )
+
+    def _keep_turn(self, entry: str, key: str, catalogue: Catalogue) -> None:
+        """Remember a turn's catalogue: a turn never changes once opened."""
+        self._turns[entry] = key
+        self._turns.move_to_end(entry)
+        if len(self._turns) > _TURNS_CACHED:
+            self._turns.popitem(last=False)
+        self._catalogues[key] = catalogue
+        self._catalogues.move_to_end(key)
+        if len(self._catalogues) > _CATALOGUES_CACHED:
+            self._catalogues.popitem(last=False)
 
     async def _catalogue(self) -> Catalogue:
         """Every registered capability whose adapter's heartbeat is recent."""
@@ -143,20 +170,22 @@ class IntakeHandlers:
     async def _turn_catalogue(self, tenant: str, run_id: str, turn_id: str) -> tuple[str | None, Catalogue | None]:
         """The digest and content of the catalogue offered in a turn.
 
-        The turn's entry is read each time (a turn opened again under its id offers
-        what was current then); the catalogue itself is content-addressed, so it is
-        kept in memory once read.
+        A turn's entry is written once (opening it again answers with the same
+        snapshot), and the catalogue is content-addressed: both are kept in memory
+        once read, so a candidate of a known turn costs no read.
         """
+        entry = turn_key(tenant, run_id, turn_id)
         try:
-            key = ((await self.ports.runs.get(turn_key(tenant, run_id, turn_id))).value or b"").decode()
-            catalogue = self._catalogues.get(key)
-            if catalogue is None:
-                entry = await self.ports.catalogues.get(key)
-                catalogue = msgspec.json.decode(entry.value or b"", type=Catalogue)
-                self._catalogues[key] = catalogue
-                if len(self._catalogues) > _CATALOGUES_CACHED:
-                    self._catalogues.popitem(last=False)
-        except (KeyNotFoundError, InvalidKeyError, UnicodeDecodeError):
+            key = self._turns.get(entry)
+            catalogue = self._catalogues.get(key) if key is not None else None
+            if key is None or catalogue is None:
+                key = ((await self.ports.runs.get(entry)).value or b"").decode()
+                catalogue = self._catalogues.get(key)
+                if catalogue is None:
+                    catalogue = msgspec.json.decode(
+                        (await self.ports.catalogues.get(key)).value or b"", type=Catalogue)
+                self._keep_turn(entry, key, catalogue)
+        except (KeyNotFoundError, InvalidKeyError, UnicodeDecodeError, msgspec.MsgspecError):
             return None, None
         return "sha256:" + key, catalogue
 
