@@ -33,7 +33,7 @@ from lockgate.reconciler.app import create_app as reconciler_app
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime import roles, status, topology
 from lockgate.runtime.roles import adapter_role, service_role
-from lockgate.runtime.service import bindings
+from lockgate.runtime.service import answers, bindings
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.spec import AdapterSpec, Consumer, ServiceSpec
 from lockgate.runtime.specs import (
@@ -202,6 +202,7 @@ def bound(app: FastStream) -> tuple[dict[str, tuple[str, tuple[str, ...], int, i
     durables = {b.durable.name: (b.durable.stream, b.durable.filters, b.durable.max_ack_pending,
                                  b.workers) for b in bindings(app.broker)}
     core = {sub.subject.broker_address for sub in app.broker.subscribers}  # type: ignore[attr-defined]
+    core |= {a.subject for a in answers(app.broker)}
     return durables, core
 
 

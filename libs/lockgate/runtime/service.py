@@ -42,6 +42,8 @@ import msgspec
 from faststream import FastStream
 from faststream.nats import NatsBroker, NatsMessage
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
 from nats.errors import (
     ConnectionClosedError,
     ConnectionDrainingError,
@@ -678,19 +680,92 @@ def bindings(broker: NatsBroker) -> tuple[Binding, ...]:
     return tuple(_bindings(broker))
 
 
+@dataclass
+class Answering:
+    """A request subject a service answers, and the handler whose bytes are the reply.
+
+    Served on a plain subscription of the service's connection (queue group: the
+    service), each request in a task of its own, up to ``at_once``: the hot ones (an
+    adapter's record reads, three per order) skip FastStream's per-message machinery.
+    """
+
+    subject: str
+    queue: str
+    handler: Callable[[Delivery], Awaitable[bytes]]
+    log: logging.Logger
+    at_once: int = 64
+    subscription: NatsSubscription | None = None
+    running: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def start(self, nc: Client) -> None:
+        """Subscribe; each request is answered as it comes."""
+        limit = asyncio.Semaphore(self.at_once)
+
+        async def reply(msg: Msg) -> None:
+            async with limit:
+                try:
+                    data = await self.handler(Delivery(msg))
+                except Exception:  # noqa: BLE001 - a request is answered, never left to time out
+                    self.log.exception("answering %s failed", msg.subject)
+                    data = _UNAVAILABLE
+                if msg.reply:
+                    with contextlib.suppress(NatsError):
+                        await msg.respond(data)
+
+        async def received(msg: Msg) -> None:
+            task = asyncio.create_task(reply(msg))
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
+
+        self.subscription = await nc.subscribe(self.subject, queue=self.queue, cb=received)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Take no more requests; let those running be answered (up to ``timeout_s``)."""
+        if self.subscription is not None:
+            with contextlib.suppress(NatsError):
+                await self.subscription.unsubscribe()
+            self.subscription = None
+        if self.running:
+            await asyncio.wait(set(self.running), timeout=timeout_s)
+
+
+#: Each broker's request subjects, answered once its service connected.
+_ANSWERS: weakref.WeakKeyDictionary[NatsBroker, list[Answering]] = weakref.WeakKeyDictionary()
+
+
+def add_answer(
+    broker: NatsBroker, subject: str, queue: str, handler: Callable[[Delivery], Awaitable[bytes]],
+    log: logging.Logger,
+) -> None:
+    """Answer requests on ``subject`` (queue group ``queue``) with ``handler``'s bytes.
+
+    ``handler`` never raises (wrap it in ``answer``): what it returns is the reply.
+    """
+    _ANSWERS.setdefault(broker, []).append(Answering(subject, queue, handler, log))
+
+
+def answers(broker: NatsBroker) -> tuple[Answering, ...]:
+    """The request subjects bound on ``broker``."""
+    return tuple(_ANSWERS.get(broker, ()))
+
+
 async def start_consumers(broker: NatsBroker, nc: Client) -> None:
-    """Start pulling every durable bound on ``broker``, over ``nc``."""
+    """Start pulling every durable bound on ``broker``, and answering its requests, over ``nc``."""
     for b in _bindings(broker):
         if b.consumer is None:
             b.consumer = PullConsumer(nc, b.durable.stream, b.durable.name, b.entry,
                                       workers=b.workers, log=b.log)
             await b.consumer.start()
+    for a in _ANSWERS.get(broker, ()):
+        if a.subscription is None:
+            await a.start(nc)
 
 
 async def stop_consumers(broker: NatsBroker, timeout_s: float = 10.0) -> None:
     """Stop asking for messages; let running handlers settle theirs (up to ``timeout_s``)."""
     running = [b.consumer for b in _bindings(broker) if b.consumer is not None]
-    await asyncio.gather(*(c.stop(timeout_s) for c in running))
+    await asyncio.gather(*(c.stop(timeout_s) for c in running),
+                         *(a.stop(timeout_s) for a in _ANSWERS.get(broker, ())))
     for b in _bindings(broker):
         b.consumer = None
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
+    add_answer,
     add_durable,
     answer,
     recorded_event,
@@ -35,14 +35,14 @@ def create_app(settings: Settings) -> FastStream:
         ),
     )
 
-    async def decide(msg: NatsMessage) -> bytes:
+    async def decide(msg: Delivery) -> bytes:
         return await answer(service.handlers.decide(msg.raw_message.subject, msg.body), log, "decide")
 
-    async def show(msg: NatsMessage) -> bytes:
+    async def show(msg: Delivery) -> bytes:
         return await answer(service.handlers.show(msg.raw_message.subject), log, "show")
 
     for subject, reply in SPEC.requests({"decide": decide, "show": show}):
-        broker.subscriber(subject, queue=SPEC.name)(reply)
+        add_answer(broker, subject, SPEC.name, reply, log)
 
     async def on_decided(msg: Delivery) -> None:
         await service.handlers.decided(recorded_event(msg))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
 from lockgate.executor.handlers import ExecutorHandlers
@@ -14,6 +13,7 @@ from lockgate.runtime.context import Ports
 from lockgate.runtime.keys import report_key
 from lockgate.runtime.service import (
     Subscription,
+    add_answer,
     add_durable,
     answer,
     recorded_event,
@@ -35,15 +35,15 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, SPEC.name, build)
 
-    async def record(msg: NatsMessage) -> bytes:
+    async def record(msg: Delivery) -> bytes:
         return await answer(service.handlers.record(msg.raw_message.subject, msg.body), log, "record")
 
-    async def withdraw(msg: NatsMessage) -> bytes:
+    async def withdraw(msg: Delivery) -> bytes:
         return await answer(
             service.handlers.withdraw(msg.raw_message.subject, msg.body), log, "withdraw")
 
     for subject, reply in SPEC.requests({"record": record, "withdraw": withdraw}):
-        broker.subscriber(subject, queue=SPEC.name)(reply)
+        add_answer(broker, subject, SPEC.name, reply, log)
 
     async def on_ready(msg: Delivery) -> None:
         await service.handlers.ready(recorded_event(msg))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
@@ -15,6 +14,7 @@ from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
     Abandonment,
     Subscription,
+    add_answer,
     add_durable,
     answer,
     recorded_event,
@@ -41,16 +41,16 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, SPEC.name, build)
 
-    async def open_run(msg: NatsMessage) -> bytes:
+    async def open_run(msg: Delivery) -> bytes:
         tenant = subjects.parse_run_open(msg.raw_message.subject)
         return await answer(service.handlers.open_run(tenant, msg.body), log, "open run")
 
-    async def open_turn(msg: NatsMessage) -> bytes:
+    async def open_turn(msg: Delivery) -> bytes:
         tenant, run_id = subjects.parse_turn(msg.raw_message.subject)
         return await answer(service.handlers.open_turn(tenant, run_id, msg.body), log, "open turn")
 
     for subject, reply in SPEC.requests({"open_run": open_run, "open_turn": open_turn}):
-        broker.subscriber(subject, queue=SPEC.name)(reply)
+        add_answer(broker, subject, SPEC.name, reply, log)
 
     async def on_candidate(msg: Delivery) -> None:
         raw = msg.raw_message

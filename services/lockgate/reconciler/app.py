@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 
 from faststream import FastStream
-from faststream.nats import NatsMessage
 
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
+    add_answer,
     add_durable,
     answer,
     deliveries,
@@ -30,12 +30,12 @@ def create_app(settings: Settings) -> FastStream:
         settings, SPEC.name, lambda ports: ReconcilerHandlers(ports, utc_now)
     )
 
-    async def resolve(msg: NatsMessage) -> bytes:
+    async def resolve(msg: Delivery) -> bytes:
         return await answer(
             service.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
 
     for subject, reply in SPEC.requests({"resolve": resolve}):
-        broker.subscriber(subject, queue=SPEC.name)(reply)
+        add_answer(broker, subject, SPEC.name, reply, log)
 
     async def on_unknown(msg: Delivery) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))
