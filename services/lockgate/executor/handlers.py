@@ -14,13 +14,13 @@ from nats.js.errors import KeyNotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.adapters.record import answer_record
-from lockgate.adapters.sdk import interrupt_subject, parse_report_subject
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
-from lockgate.contracts.subjects import NotACommandSubject, parse_withdraw
+from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
+from lockgate.contracts.subjects import interrupt as interrupt_subject
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
