@@ -448,7 +448,7 @@ async def test_order_without_any_authorization_is_refused(served: Env) -> None:
 async def test_order_ahead_of_the_record_is_retried_then_refused(
     served: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sdk, "RETRY_DELAY_S", 0.05)
+    monkeypatch.setattr("lockgate.adapters.worker.RETRY_DELAY_S", 0.05)
     intent = served.intent()
     last = await intent.up_to_policy()
     await served.publish(intent.order(intent.att(1), last + 1))
@@ -700,7 +700,7 @@ async def test_a_rival_claim_of_the_boundary_keeps_a_worker_from_crossing(
     """Another delivery of the same attempt (stalled past its ack wait, say) claimed the
     boundary as not sent first: this worker's ``sent`` claim is a duplicate, so it does not
     write, and it keeps asking until the record says how the attempt ended."""
-    monkeypatch.setattr(sdk, "RETRY_DELAY_S", 0.05)
+    monkeypatch.setattr("lockgate.adapters.worker.RETRY_DELAY_S", 0.05)
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
@@ -738,7 +738,7 @@ async def test_a_worker_that_claims_the_boundary_too_late_writes_nothing(
     served: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stalled between its check and its claim for longer than claims are deduplicated."""
-    monkeypatch.setattr(sdk, "BOUNDARY_CLAIM_MAX_S", 0.0)
+    monkeypatch.setattr("lockgate.adapters.verify.BOUNDARY_CLAIM_MAX_S", 0.0)
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))

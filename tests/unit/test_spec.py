@@ -13,7 +13,6 @@ import pytest
 from faststream import FastStream
 from faststream.nats import NatsBroker
 
-from lockgate.adapters.sdk import exec_subject, interrupt_subject, report_subject, request_subject
 from lockgate.approval.app import create_app as approval_app
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.contracts import channels, schemas, subjects
@@ -69,14 +68,14 @@ SAMPLES: dict[Channel, Callable[[str], str]] = {
     channels.REVIEW_DECIDE: lambda _cap: subjects.review(TENANT, INTENT, "decide", "alice"),
     channels.WITHDRAW: lambda _cap: subjects.withdraw(TENANT, RUN, INTENT, "agent-tenant-a"),
     channels.RESOLVE: lambda _cap: subjects.resolve(TENANT, INTENT, "ops"),
-    channels.EXEC: exec_subject,
-    channels.INTERRUPT: interrupt_subject,
+    channels.EXEC: subjects.order,
+    channels.INTERRUPT: subjects.interrupt,
     channels.RECORD: subjects.record,
-    channels.REPORT: lambda cap: report_subject(cap, INTENT),
-    channels.ADAPTER_DESCRIBE: lambda cap: request_subject(cap, "describe"),
-    channels.ADAPTER_NORMALIZE: lambda cap: request_subject(cap, "normalize"),
-    channels.ADAPTER_FACTS: lambda cap: request_subject(cap, "facts"),
-    channels.ADAPTER_QUERY: lambda cap: request_subject(cap, "query"),
+    channels.REPORT: lambda cap: subjects.report(cap, INTENT),
+    channels.ADAPTER_DESCRIBE: lambda cap: subjects.adapter(cap, "describe"),
+    channels.ADAPTER_NORMALIZE: lambda cap: subjects.adapter(cap, "normalize"),
+    channels.ADAPTER_FACTS: lambda cap: subjects.adapter(cap, "facts"),
+    channels.ADAPTER_QUERY: lambda cap: subjects.adapter(cap, "query"),
     channels.STATUS: lambda _cap: subjects.status("intake"),
 }
 

@@ -9,6 +9,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     Describe,
     Facts,
@@ -51,7 +52,7 @@ class AdapterClient:
     async def _ask(self, capability: str, verb: str, body: object, answer: type[T]) -> T:
         try:
             reply = await self._nc.request(
-                f"lg.adapter.{capability}.{verb}",
+                subjects.adapter(capability, verb),
                 msgspec.json.encode(body),
                 timeout=self._timeout_s,
             )

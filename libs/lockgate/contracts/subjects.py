@@ -243,12 +243,56 @@ ADAPTER_VERBS = ("describe", "normalize", "facts", "query")
 MAX_CAPABILITY_PARTS = 4
 
 
-def adapter_all(verb: str) -> tuple[str, ...]:
-    """Every ``lg.adapter.<capability>.<verb>`` (one wildcard per capability name length)."""
+def _verb(verb: str) -> str:
     if verb not in ADAPTER_VERBS:
         raise ValueError(f"adapter verb {verb!r} is not one of {ADAPTER_VERBS}")
+    return verb
+
+
+def adapter(capability: str, verb: str) -> str:
+    """``lg.adapter.<capability>.<verb>``: ask a capability's adapter (a verb of ``ADAPTER_VERBS``)."""
+    return f"lg.adapter.{capability_key(capability)}.{_verb(verb)}"
+
+
+def order(capability: str) -> str:
+    """``lg.exec.<capability>``: where the executor publishes the capability's execution orders."""
+    return f"lg.exec.{capability_key(capability)}"
+
+
+def interrupt(capability: str) -> str:
+    """``lg.interrupt.<capability>``: where the executor asks the capability's workers to stop."""
+    return f"lg.interrupt.{capability_key(capability)}"
+
+
+def report(capability: str, intent_id: str) -> str:
+    """``lg.report.<capability>.<intent>``: where an adapter reports an intent's attempts."""
+    return f"lg.report.{capability_key(capability)}.{_token(intent_id, 'intent id')}"
+
+
+class ReportAddress(NamedTuple):
+    """The capability and intent a report's subject names."""
+
+    capability: str
+    intent_id: str
+
+
+def parse_report_subject(subject: str) -> ReportAddress | None:
+    """The capability and intent of a report subject, or ``None`` when it is not one.
+
+    Only the family is checked: whether the parts name the report's own capability and
+    intent is the executor's question (it records a report that does not as refused).
+    """
+    parts = subject.split(".")
+    if len(parts) < 4 or parts[:2] != ["lg", "report"]:
+        return None
+    return ReportAddress(".".join(parts[2:-1]), parts[-1])
+
+
+def adapter_all(verb: str) -> tuple[str, ...]:
+    """Every ``lg.adapter.<capability>.<verb>`` (one wildcard per capability name length)."""
     return tuple(
-        "lg.adapter." + ".".join(["*"] * n) + f".{verb}" for n in range(1, MAX_CAPABILITY_PARTS + 1)
+        "lg.adapter." + ".".join(["*"] * n) + f".{_verb(verb)}"
+        for n in range(1, MAX_CAPABILITY_PARTS + 1)
     )
 
 
@@ -258,6 +302,15 @@ def adapter_all(verb: str) -> tuple[str, ...]:
 def status(name: str) -> str:
     """``lg.status.<name>``: where the process called ``name`` answers (``adapter.casenotes``)."""
     return f"lg.status.{name}"
+
+
+def adapter_status(name: str) -> str:
+    """``lg.status.adapter.<name>``: where an adapter process, or one of its capabilities, answers.
+
+    ``name`` is the process's name or a capability's (both may be dotted, so it is not
+    checked as one token).
+    """
+    return status(f"adapter.{name}")
 
 
 STATUS_ALL = "lg.status.>"

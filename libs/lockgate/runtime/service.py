@@ -44,19 +44,10 @@ from faststream.nats import NatsBroker, NatsMessage
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
-from nats.errors import (
-    ConnectionClosedError,
-    ConnectionDrainingError,
-    ConnectionReconnectingError,
-    NoRespondersError,
-    NoServersError,
-    OutboundBufferLimitError,
-    StaleConnectionError,
-)
 from nats.errors import Error as NatsError
-from nats.js.errors import APIError, KeyWrongLastSequenceError, NoStreamResponseError
 from prometheus_client import Counter, Histogram, start_http_server
 
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import AttemptReport, Refusal
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import derived_id, is_subject_token
@@ -75,6 +66,8 @@ from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, 
 from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.settlement import backoff_s as backoff_s
+from lockgate.runtime.settlement import is_transient as is_transient
 from lockgate.runtime.spec import Consumer
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime.topology import EVENTS, REPORTS, Durable, durable
@@ -95,11 +88,6 @@ class Retry(LockgateError):
     def __init__(self, delay_s: float, why: str = "retry") -> None:
         super().__init__(why, code="service.retry")
         self.delay_s = delay_s
-
-
-def backoff_s(deliveries: int, *, base_s: float = 0.2, cap_s: float = 15.0) -> float:
-    """Exponential redelivery delay for the ``deliveries``-th delivery."""
-    return float(min(cap_s, base_s * 2 ** max(0, deliveries - 1)))
 
 
 def deliveries(msg: Delivery) -> int:
@@ -178,25 +166,6 @@ class Failures:
     def forget(self, key: int) -> None:
         """The message was settled."""
         self._seen.pop(key, None)
-
-
-_TRANSIENT = (
-    TimeoutError,  # nats.errors.TimeoutError is an asyncio.TimeoutError too
-    NoRespondersError, ConnectionClosedError, ConnectionReconnectingError, ConnectionDrainingError,
-    StaleConnectionError, OutboundBufferLimitError, NoServersError, NoStreamResponseError,
-    KeyWrongLastSequenceError,  # a compare-and-set that lost a race: try again
-)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for an error that says "not now" rather than "never"."""
-    if isinstance(exc, LockgateError):
-        return exc.retryable
-    if isinstance(exc, _TRANSIENT):
-        return True
-    if isinstance(exc, APIError):
-        return exc.code is not None and exc.code >= 500  # the server's trouble, not ours
-    return isinstance(exc, (ConnectionError, OSError)) and not isinstance(exc, NatsError)
 
 
 def give_up_now(bounds: Bounds, *, permanent: int, failing_for_s: float) -> str | None:
@@ -564,7 +533,7 @@ def add_status(
     """
     me = instance_id(service)
 
-    @broker.subscriber(f"lg.status.{service}", queue=f"status.{service}")
+    @broker.subscriber(subjects.status(service), queue=f"status.{service}")
     async def status(msg: NatsMessage) -> dict[str, Any]:
         now = time.monotonic()
         connected = ports()

@@ -230,7 +230,7 @@ def checked_result(result: dict[str, Any], contract: CapabilityContract | None) 
 
 #: Reports with which an adapter settles an attempt's send boundary as *not crossed*. The
 #: SDK publishes each of them, and ``sent``, under one message id per attempt: the first
-#: stored wins and the stream drops the others (see ``lockgate.adapters.sdk``), so a
+#: stored wins and the stream drops the others (see ``lockgate.adapters.verify``), so a
 #: stored one proves no worker crossed, or will cross, that attempt's boundary.
 NOT_SENT = frozenset({
     ReportStage.FAILED_BEFORE_SEND, ReportStage.REFUSED_ORDER, ReportStage.WITHDRAWN,

@@ -14,13 +14,14 @@ from nats.js.errors import KeyNotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.adapters.record import answer_record
-from lockgate.adapters.sdk import interrupt_subject, parse_report_subject
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
+from lockgate.contracts import subjects
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
-from lockgate.contracts.subjects import NotACommandSubject, parse_withdraw
+from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
+from lockgate.contracts.subjects import interrupt as interrupt_subject
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
@@ -43,11 +44,6 @@ from lockgate.runtime.evidence import gather
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
 
 log = logging.getLogger("lockgate.executor")
-
-
-def exec_subject(capability: str) -> str:
-    """Where orders for ``capability`` are published."""
-    return f"lg.exec.{capability}"
 
 
 #: The run an operator names to withdraw any candidate of its tenants.
@@ -297,7 +293,7 @@ class ExecutorHandlers:
             self._sent.popitem(last=False)
         try:
             await self.ports.js.publish(
-                exec_subject(order.capability),
+                subjects.order(order.capability),
                 msgspec.json.encode(order),
                 headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
             )

@@ -1,0 +1,635 @@
+"""The worker: serves adapters' capabilities to Lockgate from one process.
+
+For each capability (``CapabilityWorker``) it
+
+- publishes ``Describe`` into the ``LG_CAPABILITIES`` bucket under the capability name,
+  and renews it every ``HEARTBEAT_S`` (catalogues offer only capabilities alive lately);
+- answers ``lg.adapter.<capability>.{describe,normalize,facts,query}`` (queue group
+  ``adapter.<capability>``, msgspec JSON; a bad request gets a ``Refusal``) and
+  ``lg.status.adapter.<capability>``;
+- consumes ``lg.exec.<capability>`` from ``LG_EXEC`` through its own durable pull
+  consumer, and executes an order only after checking it against the record
+  (``lockgate.adapters.verify``), which it asks the executor for (``OrderRecord``);
+- checks the record again when the adapter crosses the send boundary, and claims it;
+- reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
+  ``Nats-Msg-Id: <attempt_id>:<stage>`` (or the boundary's claim id) so a redelivered
+  order reports nothing twice, echoing the order's ``report_token`` (the executor's
+  proof that it sent the order).
+
+After the send boundary the effect may have happened; from there an unexpected error
+reports nothing at all, and the executor's deadline records the silence as
+``OutcomeUnknown``. The adapter never writes the event store.
+
+``serve`` runs the workers of several adapters on one connection; ``run_adapter`` is the
+entry point of an adapter process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from collections import Counter as _Tally
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue
+from prometheus_client import Counter, start_http_server
+
+from lockgate.adapters.api import (
+    Adapter,
+    BoundaryRefused,
+    Interrupted,
+    NotSent,
+    Rejected,
+    SendBoundary,
+    bounded,
+)
+from lockgate.adapters.record import OrderRecord, Record
+from lockgate.adapters.verify import (
+    AuthorizationNotVisible,
+    OrderRefused,
+    attempt_open,
+    boundary_msg_id,
+    claimed_in_time,
+    not_sent_stage,
+    report_msg_id,
+    verify_crossing,
+    verify_order,
+)
+from lockgate.contracts import subjects
+from lockgate.contracts.messages import (
+    AttemptReport,
+    Describe,
+    ExecutionOrder,
+    FactsRequest,
+    NormalizeRequest,
+    QueryRequest,
+    Refusal,
+)
+from lockgate.contracts.vocabulary import ReportStage
+from lockgate.core.errors import LockgateError
+from lockgate.core.ids import is_capability_name, is_subject_token
+from lockgate.eventstore import EventStoreUnavailable
+from lockgate.runtime.consumer import Delivery
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.settlement import Settlement, settle_as
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC
+
+log = logging.getLogger(__name__)
+
+#: Orders whose authorization is not visible yet (a lagging replica) are retried this
+#: often before they are refused as not matching the record.
+UNSEEN_AUTHORIZATION_RETRIES = 5
+#: How often an adapter renews its registration (its heartbeat).
+HEARTBEAT_S = 5.0
+#: Redelivery delay after a transient failure (event store, broker).
+RETRY_DELAY_S = 1.0
+
+#: Execute invocations per capability in this process.
+invocations: _Tally[str] = _Tally()
+
+INVOCATIONS = Counter(
+    "lockgate_adapter_invocations_total",
+    "Calls of an adapter's execute, per capability.",
+    ["capability"],
+)
+
+
+def consumer_name(capability: str) -> str:
+    """Return the durable consumer name of the adapter serving ``capability``."""
+    return "adapter-" + capability.replace(".", "_")
+
+
+def queue_group(capability: str) -> str:
+    """Return the queue group the adapter's replicas share."""
+    return f"adapter.{capability}"
+
+
+class _ReportNotPublished(Exception):
+    """Publishing a report failed; the order is retried."""
+
+
+class CapabilityWorker:
+    """Serves one adapter's capability on one connection: requests and execution orders."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        nc: Client,
+        *,
+        name: str,
+        ack_wait_s: float = 30.0,
+        batch: int = 16,
+        store: Record | None = None,
+        js_prefix: str = "$JS.API",
+    ) -> None:
+        self.adapter = adapter
+        self.contract = adapter.contract
+        self.capability = adapter.contract.name
+        if not is_capability_name(self.capability):
+            raise ValueError(f"capability name {self.capability!r} is not a capability name "
+                             "(lower-case dotted)")
+        self._nc = nc
+        # An adapter's account reaches the services' JetStream by import, under its own
+        # prefix (lockgate.runtime.roles).
+        self._js: JetStreamContext = nc.jetstream(prefix=js_prefix)
+        self._name = name
+        self._ack_wait_s = ack_wait_s
+        self._batch = batch
+        # The record of this capability's intents, asked of the executor (an adapter may
+        # not read the event store); tests may hand in a store of their own.
+        self._store: Record = store or OrderRecord(nc, self.capability)
+        self._subs: list[Subscription] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._beat: asyncio.Task[None] | None = None
+        #: Orders executing in this process, by attempt id (for interruptions).
+        self._running: dict[str, ExecutionOrder] = {}
+        self._kv: KeyValue | None = None
+        self._handlers: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
+            "describe": self._describe,
+            "normalize": self._normalize,
+            "facts": self._facts,
+            "query": self._query,
+        }
+
+    # -- start and stop ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Publish the description, answer requests and create the execution consumer."""
+        try:
+            kv = await self._js.key_value(CAPABILITIES_BUCKET)
+        except NotFoundError as exc:
+            raise LockgateError(
+                f"bucket {CAPABILITIES_BUCKET} is missing: create the topology first",
+                code="adapter.topology-missing",
+            ) from exc
+        self._kv = kv
+        await self._register()
+        self._beat = asyncio.create_task(self._heartbeat())
+        await self._js.add_consumer(
+            EXEC,
+            ConsumerConfig(
+                name=consumer_name(self.capability),
+                durable_name=consumer_name(self.capability),
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self._ack_wait_s,
+                max_deliver=-1,
+                filter_subject=subjects.order(self.capability),
+            ),
+        )
+        for operation in self._handlers:
+            sub = await self._nc.subscribe(
+                subjects.adapter(self.capability, operation),
+                queue=queue_group(self.capability),
+                cb=self._on_request,
+            )
+            self._subs.append(sub)
+        if self.contract.interruptible:
+            # Every worker hears it; only the one running the attempt acts.
+            self._subs.append(await self._nc.subscribe(
+                subjects.interrupt(self.capability), cb=self._on_interrupt))
+        status = await self._nc.subscribe(
+            subjects.adapter_status(self.capability),
+            queue=f"status.adapter.{self.capability}",
+            cb=self._on_status,
+        )
+        self._subs.append(status)
+
+    async def _on_interrupt(self, msg: Msg) -> None:
+        """Pass an interruption on to the adapter if its attempt runs here."""
+        try:
+            attempt_id = str(json.loads(msg.data)["attempt_id"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable interruption on %s", msg.subject)
+            return
+        order = self._running.get(attempt_id)
+        if order is not None:
+            await self.adapter.interrupt(order)
+
+    async def _on_status(self, msg: Msg) -> None:
+        """Answer ``lockgate status`` and the supervisor: this worker serves its capability."""
+        body = {"service": f"adapter.{self.capability}", "pid": os.getpid(),
+                "instance": f"{socket.gethostname()}:{os.getpid()}"}
+        await msg.respond(json.dumps(body).encode())
+
+    async def run_orders(self, stop: asyncio.Event) -> None:
+        """Fetch and handle execution orders until ``stop`` is set."""
+        sub = await self._js.pull_subscribe_bind(
+            consumer_name(self.capability), stream=EXEC
+        )
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                fetch = asyncio.create_task(sub.fetch(self._batch, timeout=5.0))
+                await asyncio.wait({fetch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    # Shutting down while idle. An order delivered in this instant is
+                    # not lost: unacknowledged, it is redelivered after ack_wait.
+                    fetch.cancel()
+                    break
+                try:
+                    msgs = fetch.result()
+                except (TimeoutError, NatsTimeout):
+                    # nats-py raises the builtin TimeoutError when a fetch finds nothing.
+                    continue
+                except NatsError as exc:  # disconnected: the client reconnects
+                    log.warning("fetch from %s failed: %r", EXEC, exc)
+                    await asyncio.sleep(RETRY_DELAY_S)
+                    continue
+                await asyncio.gather(*(self._on_order(m) for m in msgs))
+        finally:
+            stopped.cancel()
+            with contextlib.suppress(NatsError):
+                await sub.unsubscribe()
+
+    async def _register(self) -> None:
+        if self._kv is None:
+            raise LockgateError("adapter not started", code="adapter.not-started")
+        described = Describe(self.contract, adapter=self._name, alive_at=datetime.now(UTC))
+        await self._kv.put(subjects.capability_key(self.capability), msgspec.json.encode(described))
+
+    async def _heartbeat(self) -> None:
+        """Renew the registration so catalogues keep offering this capability."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self._register()
+            except (NatsError, TimeoutError) as exc:  # the broker is away: next beat
+                log.warning("heartbeat of %s not written: %r", self.capability, exc)
+
+    async def close(self) -> None:
+        """Stop answering requests and wait for the answers in flight."""
+        if self._beat is not None:
+            self._beat.cancel()
+        for sub in self._subs:
+            with contextlib.suppress(NatsError):
+                await sub.unsubscribe()
+        self._subs.clear()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- request/reply ----------------------------------------------------------------
+
+    def _description(self) -> Describe:
+        return Describe(self.contract, adapter=self._name)
+
+    async def _on_request(self, msg: Msg) -> None:
+        # One task per request: a slow facts lookup does not hold up the next request.
+        task = asyncio.create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg: Msg) -> None:
+        operation = msg.subject.rsplit(".", 1)[-1]
+        reply: msgspec.Struct
+        try:
+            reply = await self._handlers[operation](msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            reply = Refusal("request.malformed", bounded(str(exc)))
+        except Exception as exc:  # a refusal, never a dead subscription
+            log.exception("%s %s failed", self.capability, operation)
+            reply = Refusal("adapter.error", bounded(f"{type(exc).__name__}: {exc}"))
+        if msg.reply:
+            with contextlib.suppress(NatsError):
+                await msg.respond(msgspec.json.encode(reply))
+
+    async def _describe(self, data: bytes) -> msgspec.Struct:
+        return self._description()
+
+    async def _normalize(self, data: bytes) -> msgspec.Struct:
+        return await self.adapter.normalize(msgspec.json.decode(data, type=NormalizeRequest))
+
+    async def _facts(self, data: bytes) -> msgspec.Struct:
+        return await self.adapter.facts(msgspec.json.decode(data, type=FactsRequest))
+
+    async def _query(self, data: bytes) -> msgspec.Struct:
+        return await self.adapter.query(msgspec.json.decode(data, type=QueryRequest))
+
+    # -- execution orders -------------------------------------------------------------
+
+    async def _on_order(self, msg: Msg) -> None:
+        """Handle one order; whatever happens, the message is acked, naked or termed."""
+        try:
+            settle = await self._handle_order(msg)
+        except Exception:  # a swallowed error would be a lost message
+            log.exception("order on %s could not be handled; retrying", msg.subject)
+            settle = Settlement.NAK
+        with contextlib.suppress(NatsError):
+            await settle_as(Delivery(msg), settle, delay_s=RETRY_DELAY_S)
+
+    async def _handle_order(self, msg: Msg) -> Settlement:
+        try:
+            order = msgspec.json.decode(msg.data, type=ExecutionOrder)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            log.error("malformed order on %s, terminated: %s", msg.subject, bounded(str(exc)))
+            return Settlement.TERM
+        if not (is_subject_token(order.tenant) and is_subject_token(order.intent_id)):
+            log.error("order with invalid tenant or intent id on %s, terminated", msg.subject)
+            return Settlement.TERM
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+            verify_order(order, self.capability, history.events)
+        except EventStoreUnavailable as exc:
+            log.warning("event store unavailable: %s", exc)
+            return Settlement.NAK
+        except AuthorizationNotVisible as exc:
+            if msg.metadata.num_delivered < UNSEEN_AUTHORIZATION_RETRIES:
+                return Settlement.NAK
+            await self._claim_not_sent(order, "order.mismatch", str(exc))
+            return Settlement.ACK
+        except OrderRefused as exc:
+            log.warning("refused order %s/%s: %s", order.intent_id, order.attempt_id, exc.detail)
+            await self._claim_not_sent(order, exc.reason, exc.detail)
+            return Settlement.ACK
+        if msg.metadata.num_delivered > 1 and self.contract.idempotency is None:
+            # An earlier delivery may have crossed the send boundary and died before it
+            # could report. Without an idempotency key the remote system cannot tell a
+            # repeat from a new request, so nothing is repeated blindly: the executor's
+            # deadline records the outcome as unknown and the reconciler asks the world.
+            log.warning(
+                "%s attempt %s redelivered; not repeated (no idempotency key), left to reconciliation",
+                self.capability, order.attempt_id,
+            )
+            return Settlement.ACK
+        return await self._execute(order, msg)
+
+    async def _execute(self, order: ExecutionOrder, msg: Msg) -> Settlement:
+        async def progress(stage: ReportStage, receipt: dict[str, str]) -> None:
+            await self._report(order, stage, receipt=receipt)
+
+        boundary = SendBoundary(lambda: self._cross(order), progress)
+        invocations[self.capability] += 1
+        INVOCATIONS.labels(self.capability).inc()
+        heartbeat = asyncio.create_task(self._keep_alive(msg))
+        self._running[order.attempt_id] = order
+        try:
+            async with asyncio.timeout(self.contract.outcome_deadline_s):
+                completed = await self.adapter.execute(order, boundary)
+        except _ReportNotPublished:
+            return Settlement.NAK
+        except Exception as exc:  # mapped to a report or to silence
+            if boundary.refused is not None:
+                # Refused at the boundary, however the adapter passed the refusal on:
+                # what is due was reported there; nothing else is.
+                return boundary.refused.settle
+            return await self._failed(order, boundary, exc)
+        finally:
+            heartbeat.cancel()
+            self._running.pop(order.attempt_id, None)
+        if boundary.refused is not None:
+            log.error("%s attempt %s: execute returned although its send boundary was refused",
+                      self.capability, order.attempt_id)
+            return boundary.refused.settle
+        if not boundary.crossed:
+            # An adapter that forgot to cross: the effect is done, so the boundary is
+            # claimed without a check (a withdrawal cannot stop what already happened).
+            await self._claim_sent(order)
+            boundary.mark_crossed()
+        await self._report(
+            order, ReportStage.COMPLETED, receipt=dict(completed.receipt),
+            result=dict(completed.result),
+        )
+        return Settlement.ACK
+
+    async def _failed(
+        self, order: ExecutionOrder, boundary: SendBoundary, exc: Exception
+    ) -> Settlement:
+        """Report how ``execute`` failed, or nothing once the boundary was crossed."""
+        if isinstance(exc, Rejected):
+            await self._report(order, ReportStage.REJECTED, reason=exc.reason, detail=exc.detail)
+            return Settlement.ACK
+        if isinstance(exc, Interrupted):
+            await self._report(order, ReportStage.INTERRUPTED, reason=exc.reason, detail=exc.detail)
+            return Settlement.ACK
+        if boundary.crossed:
+            # The effect may have happened: say nothing; the executor's deadline
+            # turns the silence into OutcomeUnknown.
+            log.error(
+                "%s attempt %s failed after the send boundary: %r",
+                self.capability, order.attempt_id, exc,
+            )
+            return Settlement.ACK
+        if isinstance(exc, NotSent):
+            reason, detail = exc.reason, exc.detail
+        elif isinstance(exc, TimeoutError):
+            reason, detail = "adapter.timeout", "execute did not finish in time"
+        else:
+            log.error("%s attempt %s failed", self.capability, order.attempt_id, exc_info=exc)
+            reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
+        await self._report(
+            order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail, claim=True)
+        return Settlement.ACK
+
+    async def _cross(self, order: ExecutionOrder) -> None:
+        """Right before the remote write: check the record once more, then claim the boundary.
+
+        Raises:
+            BoundaryRefused: a withdrawal was requested, the attempt is over or past its
+                deadline, another delivery claimed the boundary first, or this worker
+                took too long to claim it.
+        """
+        checked_at = time.monotonic()
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+            agg = verify_crossing(order, self.capability, history.events, now=datetime.now(UTC))
+        except (EventStoreUnavailable, AuthorizationNotVisible) as exc:
+            raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
+        except OrderRefused as exc:
+            log.warning("refused order %s/%s at the send boundary: %s",
+                        order.intent_id, order.attempt_id, exc.detail)
+            await self._claim_not_sent(order, exc.reason, exc.detail)
+            raise BoundaryRefused(exc.reason, exc.detail) from None
+        attempt = agg.current_attempt
+        deadline = attempt.deadline_at if attempt is not None else None
+        crossed_before = attempt is not None and attempt.crossed
+        if not await self._claim_sent(order) and not crossed_before:
+            # Another delivery settled this boundary first (sent or not): only the record
+            # can say which, so the order comes again and is checked again.
+            raise BoundaryRefused("order.boundary-claimed", "another delivery claimed the boundary",
+                                  settle=Settlement.NAK)
+        if not claimed_in_time(checked_at, time.monotonic(), deadline, datetime.now(UTC)):
+            # Claimed as sent, yet too late to trust the check: nothing is written. The
+            # record says sent, so the outcome is reconciled by query.
+            log.error("%s attempt %s claimed its boundary too late; not written",
+                      self.capability, order.attempt_id)
+            raise BoundaryRefused("order.claimed-late", "claimed too late to write")
+        if not await self._still_current(order):
+            # A server restart forgets the ids of claims already consumed (it rebuilds its
+            # duplicate map from the messages still stored), so a rival claim may have been
+            # stored and acted on first without making this one a duplicate. The executor
+            # records what a claim meant before it consumes it: the record says so.
+            log.error("%s attempt %s ended before its claim was stored; not written",
+                      self.capability, order.attempt_id)
+            raise BoundaryRefused("order.claimed-late", "the attempt ended before the claim")
+
+    async def _still_current(self, order: ExecutionOrder) -> bool:
+        """True when the record still has ``order``'s attempt open (authorized or sent)."""
+        try:
+            history = await self._store.load(order.tenant, order.intent_id)
+        except EventStoreUnavailable as exc:
+            raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
+        return attempt_open(history.events, order.attempt_id)
+
+    async def _claim_sent(self, order: ExecutionOrder) -> bool:
+        """Claim the attempt's send boundary as crossed; True when this claim was the first."""
+        return await self._report(order, ReportStage.SENT, claim=True)
+
+    async def _claim_not_sent(self, order: ExecutionOrder, reason: str, detail: str) -> None:
+        """Claim the boundary as not crossed: a withdrawal, or an order that must not run."""
+        await self._report(order, not_sent_stage(reason), reason=reason, detail=detail, claim=True)
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        """Tell the server the order is still being worked on, so it is not redelivered."""
+        while True:
+            await asyncio.sleep(self._ack_wait_s / 3)
+            with contextlib.suppress(NatsError):
+                await msg.in_progress()
+
+    async def _report(
+        self,
+        order: ExecutionOrder,
+        stage: ReportStage,
+        *,
+        reason: str | None = None,
+        detail: str = "",
+        receipt: dict[str, str] | None = None,
+        result: dict[str, Any] | None = None,
+        claim: bool = False,
+    ) -> bool:
+        """Publish one report; ``claim``: as the attempt's claim of its send boundary.
+
+        Returns True when the stream stored it, False when it was a duplicate (for a
+        claim: another report settled the boundary first).
+
+        Raises:
+            _ReportNotPublished: the stream did not acknowledge it.
+        """
+        report = AttemptReport(
+            tenant=order.tenant,
+            intent_id=order.intent_id,
+            attempt_id=order.attempt_id,
+            stage=stage,
+            reason=reason,
+            detail=bounded(detail),
+            receipt=receipt or {},
+            result=result or {},
+            adapter=self._name,
+            reported_at=datetime.now(UTC),
+            token=order.report_token,
+        )
+        msg_id = boundary_msg_id(order.attempt_id) if claim else report_msg_id(order.attempt_id, stage)
+        try:
+            ack = await self._js.publish(
+                subjects.report(self.capability, order.intent_id),
+                msgspec.json.encode(report),
+                headers={"Nats-Msg-Id": msg_id},
+            )
+        except (TimeoutError, NatsError) as exc:
+            raise _ReportNotPublished(f"{stage} report not published: {exc!r}") from exc
+        return not ack.duplicate
+
+
+
+
+# -- entry points -----------------------------------------------------------------------
+
+
+async def serve(
+    adapters: Sequence[Adapter],
+    nc: Client,
+    *,
+    name: str,
+    stop: asyncio.Event,
+    ack_wait_s: float = 30.0,
+    ready: asyncio.Event | None = None,
+    js_prefix: str = "$JS.API",
+) -> None:
+    """Serve ``adapters`` on ``nc`` until ``stop`` is set.
+
+    Args:
+        adapters: one per capability; names must be distinct.
+        nc: a connected client; the topology (``ensure_topology``) must exist.
+        name: this adapter process's name, published in ``Describe``.
+        stop: set it to shut down after the orders in hand are settled.
+        ack_wait_s: how long an order may stay unacknowledged before redelivery.
+        ready: set once every capability is described, subscribed and consuming.
+        js_prefix: the JetStream API prefix of ``nc``'s account (its credentials say).
+
+    Raises:
+        ValueError: duplicate or malformed capability names.
+        LockgateError: the topology is missing.
+    """
+    names = [a.contract.name for a in adapters]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate capabilities: {names}")
+    workers = [
+        CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s, js_prefix=js_prefix)
+        for a in adapters
+    ]
+    consumers: list[asyncio.Task[None]] = []
+
+    async def status(msg: Msg) -> None:
+        body = {"service": f"adapter.{name}", "pid": os.getpid(), "capabilities": names}
+        await msg.respond(json.dumps(body).encode())
+
+    # The process answers for itself (the supervisor's view), each capability for itself.
+    process_status = await nc.subscribe(subjects.adapter_status(name), cb=status)
+    try:
+        for worker in workers:
+            await worker.start()
+        consumers = [asyncio.create_task(w.run_orders(stop)) for w in workers]
+        if ready is not None:
+            ready.set()
+        log.info("adapter %s serving %s", name, ", ".join(names))
+        await asyncio.gather(*consumers)
+    finally:
+        # Only on an error does a consumer still run here; its orders are redelivered.
+        with contextlib.suppress(Exception):
+            await process_status.unsubscribe()
+        for task in consumers:
+            task.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
+        for worker in workers:
+            await worker.close()
+
+
+async def run_adapter(
+    adapters: Sequence[Adapter], settings: Settings, *, name: str | None = None
+) -> None:
+    """Connect with ``settings`` and serve ``adapters`` until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port)
+    nc = await nats.connect(**settings.connect_options())  # type: ignore[arg-type]
+    try:
+        await serve(
+            adapters,
+            nc,
+            name=name or f"{socket.gethostname()}-{os.getpid()}",
+            stop=stop,
+            ack_wait_s=settings.ack_wait_s,
+            js_prefix=settings.js_prefix,
+        )
+    finally:
+        await nc.drain()
