@@ -153,3 +153,28 @@ async def test_an_event_id_reused_at_a_later_position_is_refused(store: EventSto
     with pytest.raises(ConcurrencyConflict):
         await store.append(h1, [ev("e1", "Again")])
     assert [e.event_type for e in (await store.load("tenant-a", "i1")).events] == ["Noted"]
+
+
+async def test_a_known_aggregate_loads_what_another_writer_appended_since(nc: Client) -> None:
+    """A store that loaded an aggregate goes on from where it left off: events another
+    writer appended (before and after other aggregates' events) all arrive, in order."""
+    js = nc.jetstream()
+    with contextlib.suppress(NotFoundError):
+        await js.delete_stream("LG_EVENTS")
+    await js.add_stream(events_stream_config())
+    mine, theirs = JetStreamEventStore(nc), JetStreamEventStore(nc)
+    h = await mine.append(await mine.load("tenant-a", "i1"), [ev("a1"), ev("a2")])
+    assert [e.event_id for e in (await mine.load("tenant-a", "i1")).events] == ["a1", "a2"]
+    other = await theirs.load("tenant-a", "i1")
+    other = await theirs.append(other, [ev("a3")])
+    await theirs.append(await theirs.load("tenant-a", "i2"), [ev("b1")])
+    await theirs.append(other, [ev("a4"), ev("a5")])
+    loaded = await mine.load("tenant-a", "i1")
+    assert [(e.version, e.event_id) for e in loaded.events] == [
+        (1, "a1"), (2, "a2"), (3, "a3"), (4, "a4"), (5, "a5")]
+    assert loaded.last_sequence > h.last_sequence
+    again = await mine.load("tenant-a", "i1")  # nothing new: the same history
+    assert again.events == loaded.events
+    # And a stale writer on what it knows is still refused by the server.
+    with pytest.raises(ConcurrencyConflict):
+        await mine.append(h, [ev("late")])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -52,6 +53,8 @@ _RELOAD_CODES = _CONFLICT_CODES | {10201}
 #: ``multi_last`` answers at most this many subjects; longer aggregates are paged.
 _MULTI_LAST_LIMIT = 1024
 _PAGE = 1024
+#: Aggregates a store remembers the history of (least recently used go first).
+HISTORIES_KEPT = 8192
 
 
 class _PubAck(msgspec.Struct):
@@ -128,9 +131,55 @@ class JetStreamEventStore:
         self._tokens = itertools.count()
         self._inbox: str | None = None
         self._inbox_ready = asyncio.Lock()
+        #: Histories this store loaded or appended lately (loads go on from them).
+        self._histories: OrderedDict[tuple[str, str], AggregateHistory] = OrderedDict()
 
     async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
-        """Return every event of the aggregate, in version order."""
+        """Return every event of the aggregate, in version order.
+
+        An aggregate this store loaded or appended lately is loaded from where it left
+        off: stored events never change and are never deleted (the stream denies it), so
+        its history is the one known plus whatever was stored after its last sequence,
+        asked for with one direct get (``next_by_subj`` from that sequence), which answers
+        with only the new events, or with none.
+        """
+        key = (tenant, intent_id)
+        known = self._histories.get(key)
+        if known is not None:
+            history = await self._load_after(known)
+        else:
+            history = await self._load_whole(tenant, intent_id)
+        self._keep(history)
+        return history
+
+    def _keep(self, history: AggregateHistory) -> None:
+        if not history.events:
+            return
+        key = (history.tenant, history.intent_id)
+        kept = self._histories.get(key)
+        if kept is not None and kept.version > history.version:
+            return  # a load overtaken by an append of this process
+        self._histories[key] = history
+        self._histories.move_to_end(key)
+        if len(self._histories) > HISTORIES_KEPT:
+            self._histories.popitem(last=False)
+
+    async def _load_after(self, known: AggregateHistory) -> AggregateHistory:
+        """``known`` and the aggregate's events stored after it."""
+        status, messages = await self._direct_get({
+            "seq": known.last_sequence + 1,
+            "next_by_subj": aggregate_filter(known.tenant, known.intent_id),
+            "batch": _PAGE,
+        })
+        if status not in ("204", "404"):
+            raise EventStoreUnavailable(f"direct get answered status {status}")
+        later = sorted((self._recorded(m) for m in messages), key=lambda e: e.sequence)
+        contiguous = all(e.version == known.version + i for i, e in enumerate(later, start=1))
+        if len(later) >= _PAGE or not contiguous:
+            return await self._load_whole(known.tenant, known.intent_id)
+        return replace(known, events=known.events + tuple(later))
+
+    async def _load_whole(self, tenant: str, intent_id: str) -> AggregateHistory:
         status, messages = await self._direct_get({"multi_last": [aggregate_filter(tenant, intent_id)]})
         if status == "413":  # more subjects than multi_last answers: page through them
             messages = await self._paged(tenant, intent_id)
@@ -249,7 +298,9 @@ class JetStreamEventStore:
                 )
                 for i, e in enumerate(events, start=1)
             )
-            return replace(history, events=history.events + recorded)
+            appended = replace(history, events=history.events + recorded)
+            self._keep(appended)
+            return appended
         if ack is not None and ack.error is not None and ack.error.err_code not in _RELOAD_CODES:
             raise EventStoreUnavailable(
                 f"append refused: {ack.error.err_code} {ack.error.description}"
