@@ -54,6 +54,7 @@ from lockgate.eventstore.base import (
 )
 from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
 from lockgate.eventstore.subjects import PREFIX, parse_event_subject
+from lockgate.runtime import loop
 from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.spec import Consumer
@@ -361,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("pull", "fetch"), default=ChainSpec.mode)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s rawchain %(levelname)s %(message)s")
-    asyncio.run(_serve(args))
+    loop.run(_serve(args))  # the services' loop and client settings: the same floor
     return 0
 
 

@@ -7,6 +7,8 @@ import os
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from lockgate.runtime.natsclient import coalesce_writes
+
 T = TypeVar("T")
 
 
@@ -14,7 +16,10 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to completion on uvloop's loop if available, else on asyncio's own.
 
     ``LOCKGATE_EVENT_LOOP=asyncio`` keeps the standard loop (to compare, or to debug).
+    The process's NATS clients write what one loop turn publishes together
+    (``lockgate.runtime.natsclient``).
     """
+    coalesce_writes()
     if os.environ.get("LOCKGATE_EVENT_LOOP", "uvloop") != "asyncio":
         try:
             import uvloop
