@@ -585,9 +585,12 @@ async def serve(
         for a in adapters
     ]
     consumers: list[asyncio.Task[None]] = []
+    serving: list[bool] = []
 
     async def status(msg: Msg) -> None:
-        body = {"service": f"adapter.{name}", "pid": os.getpid(), "capabilities": names}
+        # Ready once every capability is registered, answered and consumed.
+        body = {"service": f"adapter.{name}", "pid": os.getpid(), "capabilities": names,
+                "ready": bool(serving)}
         await msg.respond(json.dumps(body).encode())
 
     # The process answers for itself (the supervisor's view), each capability for itself.
@@ -596,6 +599,7 @@ async def serve(
         for worker in workers:
             await worker.start()
         consumers = [asyncio.create_task(w.run_orders(stop)) for w in workers]
+        serving.append(True)
         if ready is not None:
             ready.set()
         log.info("adapter %s serving %s", name, ", ".join(names))

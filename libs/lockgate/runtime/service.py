@@ -753,13 +753,19 @@ def service_app(
             start_http_server(settings.metrics_port, addr=settings.metrics_addr)
         await service.start(broker, settings)
 
+    consuming: list[bool] = []
+
     @app.after_startup
     async def consume() -> None:
         await start_consumers(broker, service.ports.nc)
+        consuming.append(True)  # ready: its status says so from now on
 
     @app.on_shutdown
     async def stop_consuming() -> None:
         await stop_consumers(broker)
 
-    add_status(broker, name, progress_of(broker), lambda: service.connected)
+    # Ready once it consumes and answers, not merely connected: a client told "ready"
+    # must find every durable pulled and every request subject answered.
+    add_status(broker, name, progress_of(broker),
+               lambda: service.connected if consuming else None)
     return app, broker, service

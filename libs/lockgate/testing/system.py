@@ -141,7 +141,12 @@ class System:
         return await connect_gateway(self.url, credentials=self.credentials(user), timeout_s=timeout_s)
 
     async def wait_ready(self, names: Sequence[str], timeout_s: float = 60.0) -> None:
-        """Poll ``lg.status.<name>`` until every one answers.
+        """Poll ``lg.status.<name>`` until every one answers that it is ready.
+
+        Answering is not enough: a service answers its status as soon as it connected,
+        and is ready once it consumes its durables and answers its requests; an adapter
+        once every capability is registered and served. A test that started between the
+        two opened a turn that did not offer the capability yet.
 
         Raises:
             TimeoutError: some did not answer within ``timeout_s``.
@@ -151,7 +156,7 @@ class System:
             deadline = time.monotonic() + timeout_s
             while True:
                 answers = await check_status(nc, names, timeout_s=0.5)
-                missing = [n for n, a in answers.items() if a is None]
+                missing = [n for n, a in answers.items() if a is None or a.get("ready") is False]
                 if not missing:
                     return
                 for name in missing:
