@@ -69,9 +69,8 @@ async def test_a_history_cut_at_the_trigger_is_the_state_the_trigger_saw() -> No
     assert [type(e).__name__ for e in known.events] == ["CandidateReceived", "CandidateNormalized"]
 
 
-async def test_nothing_to_do_on_a_history_that_may_be_behind_is_asked_of_the_store() -> None:
-    """This process knows the intent as allowed; another appended a withdrawal since. A
-    step that finds nothing to do on what it knows is run again on the stored history."""
+async def known_allowed_then_withdrawn() -> tuple[CountingStore, AggregateCache, History]:
+    """A cache that knows an intent as allowed; the store has it withdrawn since."""
     store, cache = CountingStore(), AggregateCache()
     h = History().normalized().decided("allow")
     history = await stored(store, h.events)
@@ -79,6 +78,13 @@ async def test_nothing_to_do_on_a_history_that_may_be_behind_is_asked_of_the_sto
     later = History().normalized().decided("allow")
     later.add(EffectIntent.Withdrawn, by="runtime", why="")
     await stored(store, later.events)
+    return store, cache, h
+
+
+async def test_nothing_to_do_on_a_history_that_may_be_behind_is_asked_of_the_store() -> None:
+    """This process knows the intent as allowed; another appended a withdrawal since. A
+    step that finds nothing to do on what it knows is run again on the stored history."""
+    store, cache, h = await known_allowed_then_withdrawn()
     seen: list[State] = []
 
     async def step(intent: EffectIntent | None) -> list[Event]:
@@ -92,13 +98,7 @@ async def test_nothing_to_do_on_a_history_that_may_be_behind_is_asked_of_the_sto
 
 
 async def test_a_decision_on_a_stale_history_conflicts_and_is_made_again_on_the_stored_one() -> None:
-    store, cache = CountingStore(), AggregateCache()
-    h = History().normalized().decided("allow")
-    history = await stored(store, h.events)
-    cache.remember(history, tuple(h.events))
-    later = History().normalized().decided("allow")
-    later.add(EffectIntent.Withdrawn, by="runtime", why="")
-    await stored(store, later.events)
+    store, cache, h = await known_allowed_then_withdrawn()
 
     async def step(intent: EffectIntent | None) -> list[Event]:
         assert intent is not None

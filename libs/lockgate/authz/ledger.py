@@ -20,6 +20,7 @@ from lockgate.authz.budgets import NO_LIMIT, Counter, keys, remaining, reserve, 
 from lockgate.authz.config import Budget, Limit
 from lockgate.authz.limits import LimitState, Refusal, admit, limit_key, release
 from lockgate.authz.limits import scope_value as limit_scope
+from lockgate.core.bounded import keep
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
 
@@ -170,10 +171,7 @@ class LimitLedger:
         return lock
 
     def _saw(self, key: str, state: LimitState, revision: int | None) -> None:
-        self._seen[key] = (state, revision)
-        self._seen.move_to_end(key)
-        if len(self._seen) > KEYS_KEPT:
-            self._seen.popitem(last=False)
+        keep(self._seen, key, (state, revision), KEYS_KEPT)
 
     async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
         """Apply ``change`` to the key's counter with compare-and-set.

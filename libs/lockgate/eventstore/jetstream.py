@@ -27,6 +27,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import StorageType, StreamConfig
 
+from lockgate.core.bounded import keep
 from lockgate.core.ids import random_id
 from lockgate.eventstore.base import (
     AggregateHistory,
@@ -159,10 +160,7 @@ class JetStreamEventStore:
         kept = self._histories.get(key)
         if kept is not None and kept.version > history.version:
             return  # a load overtaken by an append of this process
-        self._histories[key] = history
-        self._histories.move_to_end(key)
-        if len(self._histories) > HISTORIES_KEPT:
-            self._histories.popitem(last=False)
+        keep(self._histories, key, history, HISTORIES_KEPT)
 
     async def _load_after(self, known: AggregateHistory) -> AggregateHistory:
         """``known`` and the aggregate's events stored after it."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from lockgate.core.bounded import keep
 from lockgate.eventstore.base import AggregateHistory, RecordedEvent
 from lockgate.intent.aggregate import Event
 from lockgate.intent.codec import decode_event
@@ -94,6 +95,10 @@ class AggregateCache:
         self._known.pop(key, None)
         return None
 
+    def peek(self, tenant: str, intent_id: str) -> Known | None:
+        """What is known of an intent, as kept (no hit or miss is counted)."""
+        return self._known.get((tenant, intent_id))
+
     def at(self, tenant: str, intent_id: str, trigger: RecordedEvent) -> Known | None:
         """The history exactly as it was when ``trigger`` was stored, if this process knows it.
 
@@ -129,8 +134,4 @@ class AggregateCache:
         self._known.pop((tenant, intent_id), None)
 
     def _keep(self, key: tuple[str, str], known: Known) -> Known:
-        self._known[key] = known
-        self._known.move_to_end(key)
-        if len(self._known) > self._capacity:
-            self._known.popitem(last=False)
-        return known
+        return keep(self._known, key, known, self._capacity)

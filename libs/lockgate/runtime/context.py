@@ -18,6 +18,7 @@ from lockgate.adapters.client import AdapterClient
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.subjects import run_key
+from lockgate.core.bounded import keep
 from lockgate.core.ids import is_subject_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.cache import AggregateCache
@@ -68,10 +69,7 @@ class Ports:
         except KeyNotFoundError:
             return None
         run = msgspec.json.decode(entry.value or b"", type=RunContext)
-        self._runs[(tenant, run_id)] = run
-        if len(self._runs) > _RUNS_CACHED:
-            self._runs.popitem(last=False)
-        return run
+        return keep(self._runs, (tenant, run_id), run, _RUNS_CACHED)
 
 
 #: Runs kept in memory per process.

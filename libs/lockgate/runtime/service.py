@@ -355,9 +355,18 @@ async def decide_and_append(
 async def load_known(
     store: EventStore, tenant: str, intent_id: str, cache: AggregateCache | None = None,
 ) -> Known:
-    """Load an aggregate's history and decode it (and let ``cache`` keep it)."""
+    """Load an aggregate's history and decode it (and let ``cache`` keep it).
+
+    Events ``cache`` already holds decoded are not decoded again: only the new ones.
+    """
     history = await store.load(tenant, intent_id)
-    known = Known(history, tuple(decode_event(e) for e in history.events))
+    prior = cache.peek(tenant, intent_id) if cache is not None else None
+    decoded: tuple[Event, ...] = ()
+    if prior is not None and 0 < prior.history.version <= history.version \
+            and history.events[prior.history.version - 1].sequence == prior.history.last_sequence:
+        decoded = prior.events
+    fresh = history.events[len(decoded):]
+    known = Known(history, (*decoded, *(decode_event(e) for e in fresh)))
     if cache is not None:
         cache.remember(known.history, known.events)
     return known

@@ -23,6 +23,7 @@ from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Wi
 from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
 from lockgate.contracts.subjects import interrupt as interrupt_subject
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
+from lockgate.core.bounded import keep
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import (
@@ -174,10 +175,7 @@ class ExecutorHandlers:
         self._know(intent.intent_id, key)
 
     def _know(self, intent_id: str, key: str | None) -> None:
-        self._locks[intent_id] = key
-        self._locks.move_to_end(intent_id)
-        if len(self._locks) > _LOCKS_KNOWN:
-            self._locks.popitem(last=False)
+        keep(self._locks, intent_id, key, _LOCKS_KNOWN)
 
     async def settled(self, recorded: RecordedEvent) -> None:
         """Release the lock of an intent whose hold the recorded event may have ended.
@@ -288,9 +286,7 @@ class ExecutorHandlers:
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
         # Marked first: the deadline consumer is handed the same authorization meanwhile.
-        self._sent[authorized.attempt_id] = None
-        if len(self._sent) > _LOCKS_KNOWN:
-            self._sent.popitem(last=False)
+        keep(self._sent, authorized.attempt_id, None, _LOCKS_KNOWN)
         try:
             await self.ports.js.publish(
                 subjects.order(order.capability),

@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from lockgate.core.bounded import keep
 from lockgate.runtime.topology import LOCKS_BUCKET
 
 #: JetStream's "wrong last sequence": the key moved since the revision named.
@@ -106,7 +107,4 @@ class ResourceLocks:
         self._remember(key, int(ack.seq), b"" if delete else value)
 
     def _remember(self, key: str, revision: int, value: bytes) -> None:
-        self._known[key] = (revision, value)
-        self._known.move_to_end(key)
-        if len(self._known) > _REVISIONS_KEPT:
-            self._known.popitem(last=False)
+        keep(self._known, key, (revision, value), _REVISIONS_KEPT)

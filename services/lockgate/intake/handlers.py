@@ -27,6 +27,7 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.subjects import is_client_token, response_subject, run_key, turn_key
 from lockgate.contracts.vocabulary import DecisionOutcome
+from lockgate.core.bounded import keep
 from lockgate.core.canonical import digest
 from lockgate.core.ids import intent_id_for, is_subject_token, random_id, reused_call_id_intent
 from lockgate.core.text import safe_text
@@ -143,14 +144,8 @@ class IntakeHandlers:
 
     def _keep_turn(self, entry: str, key: str, catalogue: Catalogue) -> None:
         """Remember a turn's catalogue: a turn never changes once opened."""
-        self._turns[entry] = key
-        self._turns.move_to_end(entry)
-        if len(self._turns) > _TURNS_CACHED:
-            self._turns.popitem(last=False)
-        self._catalogues[key] = catalogue
-        self._catalogues.move_to_end(key)
-        if len(self._catalogues) > _CATALOGUES_CACHED:
-            self._catalogues.popitem(last=False)
+        keep(self._turns, entry, key, _TURNS_CACHED)
+        keep(self._catalogues, key, catalogue, _CATALOGUES_CACHED)
 
     async def _catalogue(self) -> Catalogue:
         """Every registered capability whose adapter's heartbeat is recent."""

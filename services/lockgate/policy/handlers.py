@@ -16,6 +16,7 @@ from lockgate.authz.ledger import BudgetContention, BudgetLedger
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.contracts.vocabulary import DecisionOutcome
+from lockgate.core.bounded import keep
 from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -57,9 +58,7 @@ class PolicyHandlers:
                 if event.reservations or event.outcome is DecisionOutcome.PAUSE:
                     self._reserved_nothing.pop(event.originator_id.hex, None)
                 else:
-                    self._reserved_nothing[event.originator_id.hex] = None
-                    if len(self._reserved_nothing) > _DECISIONS_KEPT:
-                        self._reserved_nothing.popitem(last=False)
+                    keep(self._reserved_nothing, event.originator_id.hex, None, _DECISIONS_KEPT)
         return self._count_denial(tenant, decided)
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
