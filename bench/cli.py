@@ -57,11 +57,14 @@ from bench import load, machine
 from bench import policy as policy_bench
 from bench.cpu import CpuMeter
 from bench.fairness import QUICK_FAIRNESS, Fairness, FairnessPlan, run_fairness
-from bench.gateway import LOAD_CASES, Proposer
+from bench.gateway import LOAD_CASES, TENANT, Proposer
+from bench.hops import Hops
+from bench.hops import measure as measure_hops
 from bench.path import PathCost, counts
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
+from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.runtime.natsserver import free_port
 from lockgate.testing.system import REPO, System, bundle_copy
 from lockgate.worlds.casenotes.world import World
@@ -178,6 +181,8 @@ class Run:
     notes: list[str]
     fairness: Fairness | None
     path: PathCost | None
+    #: Where the latency went, by phase mode (``bench.hops``).
+    hops: dict[str, Hops]
 
 
 async def run(plan: Plan, root: Path) -> Run:
@@ -299,6 +304,10 @@ async def run(plan: Plan, root: Path) -> Run:
             max_s=plan.phase_max_s)))
 
         progress("checking what was stored")
+        store = JetStreamEventStore(nc)
+        hops = {lg_open.mode: await measure_hops(store, TENANT, proposer.sent.get("open", []))}
+        if half_rate >= 1:
+            hops[lg_half.mode] = await measure_hops(store, TENANT, proposer.sent.get("half", []))
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
         notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
         notes.append("raw fetch:  " + await check_raw(fetch_driver, fetch_spec, "closed", fetch_closed))
@@ -321,7 +330,7 @@ async def run(plan: Plan, root: Path) -> Run:
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return Run(phases, notes, fairness, path)
+        return Run(phases, notes, fairness, path, hops)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
@@ -418,6 +427,11 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
               "messages each process published and was delivered, deliveries per durable")
         print(measured.path.table())
         figures.update(measured.path.figures())
+    for mode, hops in measured.hops.items():
+        print()
+        print(f"where the latency of an executed candidate goes ({mode}, {hops.sampled} sampled): "
+              "median gap between consecutive events of its record")
+        print(hops.table())
     ratio = figures["throughput_ratio"]
     if fairness is not None:
         print()

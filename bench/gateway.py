@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 
 import lockgate.client
+from bench.hops import Sent
 from bench.load import Fire
 from lockgate.client.sdk import Gateway, ResponseTimeout, Turn
 from lockgate.runtime.deployment import Credentials
@@ -36,6 +38,8 @@ class Proposer:
     #: The agent runtime's user and the trusted host's (None on a broker without users).
     credentials: Credentials | None = None
     host: Credentials | None = None
+    #: Executed candidates with when they were sent and answered, by label (``bench.hops``).
+    sent: dict[str, list[Sent]] = field(default_factory=dict)
     _pool: asyncio.Queue[Turn] = field(default_factory=asyncio.Queue)
 
     async def start(self, timeout_s: float = 30.0) -> None:
@@ -73,6 +77,7 @@ class Proposer:
 
         async def propose(i: int) -> str:
             turn = await self._pool.get()
+            sent_at = time.time()
             try:
                 response = await turn.propose(
                     tool=tool,
@@ -84,7 +89,10 @@ class Proposer:
                 return "timeout"
             finally:
                 self._pool.put_nowait(turn)
-            return "ok" if response.status == expect else f"{response.status}:{response.code}"
+            if response.status != expect:
+                return f"{response.status}:{response.code}"
+            self.sent.setdefault(label, []).append(Sent(response.candidate_id, sent_at, time.time()))
+            return "ok"
 
         return propose
 

@@ -625,7 +625,10 @@ async def run_adapter(
         loop.add_signal_handler(sig, stop.set)
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
-    nc = await nats.connect(**settings.connect_options())  # type: ignore[arg-type]
+    options = settings.connect_options()
+    # Named for the broker's connection list (and the bench's count of each process).
+    options.setdefault("name", "adapter." + "+".join(sorted(a.contract.name for a in adapters)))
+    nc = await nats.connect(**options)  # type: ignore[arg-type]
     try:
         await serve(
             adapters,

@@ -483,6 +483,7 @@ async def _log_error(exc: Exception) -> None:
 async def _open(url: str, credentials: Credentials | None, options: dict[str, Any]) -> Client:
     extra = dict(options)
     extra.setdefault("error_cb", _log_error)
+    extra.setdefault("name", f"gateway.{credentials.user if credentials else 'anonymous'}")
     if credentials is not None:
         extra.update(user=credentials.user, password=credentials.password,
                      inbox_prefix=credentials.inbox_prefix)
