@@ -220,6 +220,14 @@ REFUSED = [
     ("intake", "publish", f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS}.intake"),
     ("executor", "publish", f"$JS.API.STREAM.PURGE.{EVENTS}"),
     ("reconciler", "publish", f"$JS.API.CONSUMER.DELETE.{EVENTS}.executor-gate"),
+    # the projector reads the record and changes nothing: no event, no consumer, no purge
+    ("projector", "publish", f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived._"),
+    ("projector", "publish", f"$JS.API.CONSUMER.CREATE.{EVENTS}.intake.lg.evt.>"),
+    ("projector", "publish", f"$JS.API.CONSUMER.DURABLE.CREATE.{EVENTS}.intake"),
+    ("projector", "publish", f"$JS.API.STREAM.PURGE.{EVENTS}"),
+    ("projector", "publish", f"$KV.{LOCKS_BUCKET}.forged"),
+    ("projector", "publish", "lg.exec.case.add_note"),
+    ("projector", "subscribe", "lg.evt.>"),
 ]
 
 

@@ -150,3 +150,27 @@ def test_denials_collapse_to_unavailable() -> None:
     view = model_view(h.intent, CONTRACT)
     assert view is not None and (view.status, view.code) == ("unavailable", "operation.unavailable")
     assert "case" not in repr(view).replace("case.add_note", "")
+
+
+async def test_a_spurious_empty_key_listing_is_asked_again_before_a_turn_offers_nothing() -> None:
+    """nats-py's ``keys()`` can say "no keys" while keys exist (nats-io/nats.py#842)."""
+    from nats.js.errors import NoKeysError
+
+    from lockgate.contracts.registry import EMPTY_RETRIES_S, CapabilityRegistry
+
+    class Flaky:
+        def __init__(self, false_empties: int) -> None:
+            self.false_empties, self.asked = false_empties, 0
+
+        async def keys(self) -> list[str]:
+            self.asked += 1
+            if self.asked <= self.false_empties:
+                raise NoKeysError()
+            return ["item.publish", "case.add_note"]
+
+    once = Flaky(1)
+    assert await CapabilityRegistry(once).names() == ["case.add_note", "item.publish"]  # type: ignore[arg-type]
+    assert once.asked == 2
+    empty = Flaky(99)
+    assert await CapabilityRegistry(empty).names() == []  # type: ignore[arg-type]
+    assert empty.asked == len(EMPTY_RETRIES_S) + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import msgspec
@@ -12,6 +13,9 @@ from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Describe
 from lockgate.contracts.subjects import capability_key
 from lockgate.core.ids import is_capability_name
+
+#: Pauses before asking again when the bucket's key listing comes back empty.
+EMPTY_RETRIES_S = (0.01, 0.05)
 
 
 class CapabilityRegistry:
@@ -47,8 +51,18 @@ class CapabilityRegistry:
         return described.contract if described else None
 
     async def names(self) -> list[str]:
-        """Every registered capability name."""
-        try:
-            return sorted(await self._kv.keys())
-        except NoKeysError:
-            return []
+        """Every registered capability name.
+
+        nats-py's ``keys()`` watches the bucket and can say "no keys" before the keys
+        already on their way were counted (nats-io/nats.py#842): a turn opened then
+        offered no tool at all. An empty answer is therefore asked again before it is
+        believed; a bucket that is really empty costs a few more milliseconds.
+        """
+        for pause_s in (*EMPTY_RETRIES_S, None):
+            try:
+                return sorted(await self._kv.keys())
+            except NoKeysError:
+                if pause_s is None:
+                    return []
+                await asyncio.sleep(pause_s)
+        return []

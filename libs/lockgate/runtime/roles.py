@@ -354,6 +354,22 @@ def service_role(name: str) -> Role:
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
 
 
+#: The projector's status name and NATS user.
+PROJECTOR = "projector"
+
+
+def projector_role() -> Role:
+    """The projector: reads the events stream in order, and nothing else.
+
+    It reads with batched direct gets (the read every service has) and asks the stream
+    how far it goes; it creates no consumer, so it cannot change the services' durables,
+    and it appends nothing.
+    """
+    publish = (EVENT_LOAD, f"{JS_API}.STREAM.INFO.{EVENTS}")
+    subscribe = (subjects.status(PROJECTOR), _inbox(SERVICE_INBOX))
+    return Role(PROJECTOR, publish, subscribe, allow_responses=True)
+
+
 def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     """The adapter process ``name`` serving ``capabilities``, in an account of its own.
 
@@ -419,6 +435,7 @@ def roles(
     return [
         admin_role(),
         *(service_role(s) for s in SERVICES),
+        projector_role(),
         host_role(),
         *(agent_role(t) for t in tenants),
         *(reviewer_role(p, scope) for p, scope in reviewers.items()),

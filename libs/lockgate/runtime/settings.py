@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     #: When set, each service writes a cProfile of its whole run here when it stops.
     profile_dir: Path | None = None
+    #: Where the projector keeps the views and every query reads them:
+    #: ``postgresql://user:password@host:port/dbname``, ``sqlite:///path``, or empty for
+    #: ``<var_dir>/views.sqlite``.
+    views_url: str = ""
 
     def roles(self) -> list[Role]:
         """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""

@@ -21,9 +21,12 @@ SERVICES: tuple[str, ...] = tuple(spec.name for spec in specs.SERVICES)
 #: The demo adapters ``make run`` supervises (their specs): (status name, python module).
 ADAPTERS: tuple[tuple[str, str], ...] = tuple((a.status_name, a.module) for a in specs.ADAPTERS)
 
+#: The read side ``make run`` supervises: the projector, which keeps the views.
+READ_SIDE: tuple[tuple[str, str], ...] = (("projector", "lockgate.projector"),)
+
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (
-    tuple((spec.status_name, spec.module) for spec in specs.SERVICES) + ADAPTERS
+    tuple((spec.status_name, spec.module) for spec in specs.SERVICES) + READ_SIDE + ADAPTERS
 )
 
 #: What a status answer looks like: ``{"service": name, "pid": int, "instance": str, ...}``.

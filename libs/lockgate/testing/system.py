@@ -105,8 +105,8 @@ class System:
 
     def spawn(self, name: str, module: str, env: Mapping[str, str] | None = None) -> None:
         """Start one child process, as its own user (``env``: variables for this one only)."""
-        child_env = {**self.env(), **(env or {})}
-        child_env["LOCKGATE_CREDENTIALS_FILE"] = str(credentials_path(self.root, child_user(name)))
+        child_env = {**self.env(), "LOCKGATE_CREDENTIALS_FILE": str(
+            credentials_path(self.root, child_user(name))), **(env or {})}
         with open(self.log(name), "ab") as log:  # the child keeps its own copy
             self.processes[name] = subprocess.Popen(
                 [sys.executable, "-m", module], env=child_env, stdout=log, stderr=log, cwd=REPO,

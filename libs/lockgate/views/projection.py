@@ -1,0 +1,133 @@
+"""The projection: every Lockgate event, in stream order, folded into the views.
+
+An ``eventsourcing`` ``Projection`` over the views' store: ``process_event`` is handed
+each event with its ``Tracking`` (the stream position) and writes the event to the
+permanent record, the intent's row, its review and its budget shares, with the
+tracking, in one transaction. The intent itself is folded with the same aggregate the
+services decide on, from the events the views already hold (kept folded in memory
+for the intents seen last, so a step costs one transaction and no reads).
+
+Events arrive in stream order, so an intent's next event is always its folded
+version + 1. An event the views already hold (same id, same version) is handed over
+again and changes nothing; any other that is not the next (a gap, a different event at
+a version already held) stops the projector with ``ProjectionGap`` instead of guessing:
+a view that skipped an event would say something the record does not.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any, cast
+
+from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.projection import Projection
+
+from lockgate.core.bounded import keep
+from lockgate.core.errors import LockgateError
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.views.rows import (
+    BudgetUse,
+    EventRow,
+    budget_status,
+    intent_row,
+    iso,
+    opened_review,
+    review_change,
+)
+from lockgate.views.store import Change, Views
+
+#: Intents kept folded between their events (the rest are folded again from the views).
+FOLDED_KEPT = 4096
+
+
+class ProjectionGap(LockgateError):
+    """An event that does not follow what the views hold of its intent."""
+
+
+class IntentViews(Projection[TrackingRecorder]):
+    """Folds each event into the views, with its tracking, in one transaction."""
+
+    name = "lockgate-views"
+
+    def __init__(self, view: Views) -> None:
+        # The library types its views as tracking recorders; both backends are one.
+        super().__init__(cast(TrackingRecorder, view))
+        self.views = view
+        self._folded: OrderedDict[str, tuple[EffectIntent, datetime]] = OrderedDict()
+
+    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
+        """Apply ``domain_event`` (an ``EffectIntent`` event) at ``tracking``'s position.
+
+        Raises:
+            ProjectionGap: the event is not its intent's next.
+            TypeError: not a Lockgate event.
+        """
+        if not isinstance(domain_event, Event):
+            raise TypeError(f"not a Lockgate event: {type(domain_event).__name__}")
+        event = domain_event
+        intent_id = event.originator_id.hex
+        folded = self._recall(intent_id)
+        before = folded[0] if folded else None
+        expected = (before.version if before else 0) + 1
+        if event.originator_version < expected and self._holds(event):
+            return  # handed over again (a redelivery, a replay): applied once already
+        if event.originator_version != expected:
+            raise ProjectionGap(
+                f"intent {intent_id}: event {type(event).__name__} v{event.originator_version} "
+                f"at position {tracking.notification_id}, but the views hold v{expected - 1}")
+        self._folded.pop(intent_id, None)  # until the write commits, nothing is remembered
+        intent: EffectIntent = event.mutate(before)
+        created_at = folded[1] if folded else event.timestamp
+        change = self.change(event, intent, created_at, tracking.notification_id)
+        self.views.apply(change, tracking)
+        keep(self._folded, intent_id, (intent, created_at), FOLDED_KEPT)
+
+    @staticmethod
+    def change(event: Event, intent: EffectIntent, created_at: datetime, sequence: int) -> Change:
+        """Everything ``event`` changes in the views, ``intent`` folded through it (pure)."""
+        stored = encode_event(event)
+        row = EventRow(
+            sequence=sequence, tenant=intent.tenant, intent_id=intent.intent_id,
+            version=event.originator_version, event_type=stored.event_type,
+            event_id=event.event_id, recorded_at=iso(event.timestamp), data=stored.data.decode(),
+        )
+        opened = review = None
+        if isinstance(event, EffectIntent.ReviewRequested):
+            opened = opened_review(event, intent)
+        changed = review_change(event, intent)
+        if changed is not None and hasattr(event, "review_id"):
+            review = (str(event.review_id), changed[0], changed[1])
+        budgets: tuple[BudgetUse, ...] = ()
+        if intent.reservations and (isinstance(event, EffectIntent.PolicyDecided)
+                                    or intent.state.terminal):
+            status = budget_status(intent)
+            budgets = tuple(BudgetUse(tenant=intent.tenant, intent_id=intent.intent_id,
+                                      budget=b, status=status, updated_at=row.recorded_at)
+                            for b in intent.reservations)
+        return Change(event=row, intent=intent_row(intent, created_at=created_at,
+                                                   last_sequence=sequence),
+                      opened=opened, review=review, budgets=budgets)
+
+    def _holds(self, event: Event) -> bool:
+        """Whether the views hold ``event`` itself (its id, at its version)."""
+        return any(r.version == event.originator_version and r.event_id == event.event_id
+                   for r in self.views.events_of(event.originator_id.hex))
+
+    def _recall(self, intent_id: str) -> tuple[EffectIntent, datetime] | None:
+        """The intent as the views hold it, folded (``None``: no event of it yet)."""
+        if intent_id in self._folded:
+            self._folded.move_to_end(intent_id)
+            return self._folded[intent_id]
+        rows = self.views.events_of(intent_id)
+        if not rows:
+            return None
+        events = [decode_event(RecordedEvent(
+            tenant=r.tenant, intent_id=r.intent_id, version=r.version, event_type=r.event_type,
+            event_id=r.event_id, data=r.data.encode(), sequence=r.sequence)) for r in rows]
+        intent = fold(events)
+        if intent is None:
+            return None
+        return keep(self._folded, intent_id, (intent, events[0].timestamp), FOLDED_KEPT)

@@ -1,0 +1,184 @@
+"""What the views hold, as rows, and how each is derived from the record (pure).
+
+A view row is a function of an intent's events, never of anything else: the projector
+folds the events into the aggregate (the same ``EffectIntent`` the services decide
+on) and reads the rows off it, so a view can always be rebuilt from the record and
+says exactly what the record says.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from lockgate.contracts.disclosure import model_view
+from lockgate.intent.aggregate import EffectIntent, Event, State
+
+#: The model-facing status of an intent the model has not been told about yet.
+IN_PROGRESS = "in_progress"
+
+
+class EventRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of the permanent record, in the store's order."""
+
+    sequence: int
+    tenant: str
+    intent_id: str
+    version: int
+    event_type: str
+    event_id: str
+    recorded_at: str
+    data: str
+    """The event as JSON, in its class's current version."""
+
+
+class IntentRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One intent as a person looks for it."""
+
+    tenant: str
+    intent_id: str
+    run_id: str
+    actor: str
+    call_id: str
+    tool: str
+    effect_class: str
+    destination: str
+    state: str
+    reason: str | None
+    model_status: str
+    """What the model was (or will be) told: ``executed``, ``denied``, ... or ``in_progress``."""
+    attempts: int
+    attempt_stage: str | None
+    review_id: str | None
+    version: int
+    created_at: str
+    updated_at: str
+    last_sequence: int
+
+
+class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One review: what a person is asked to approve, and what became of it."""
+
+    review_id: str
+    tenant: str
+    intent_id: str
+    status: str
+    """``waiting``, ``approved``, ``denied``, ``expired``, ``superseded`` or ``closed``."""
+    tool: str
+    summary: str
+    digest: str
+    policy_revision: str
+    contract_revision: str
+    requested_at: str
+    expires_at: str
+    decided_by: str | None = None
+    decided_at: str | None = None
+    reason: str | None = None
+
+
+class BudgetUse(msgspec.Struct, frozen=True, kw_only=True):
+    """One intent's share of one budget counter."""
+
+    tenant: str
+    intent_id: str
+    budget: str
+    status: str
+    """``reserved`` while the intent is live, then ``consumed`` or ``released``."""
+    updated_at: str
+
+
+class BudgetTotal(msgspec.Struct, frozen=True, kw_only=True):
+    """A budget counter's shares by status."""
+
+    tenant: str
+    budget: str
+    reserved: int
+    consumed: int
+    released: int
+
+
+class DenialCount(msgspec.Struct, frozen=True, kw_only=True):
+    """How many intents ended refused for one reason."""
+
+    tenant: str
+    state: str
+    reason: str
+    intents: int
+    last_at: str
+
+
+class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One run and its candidates so far."""
+
+    tenant: str
+    run_id: str
+    actor: str
+    candidates: int
+    executed: int
+    first_at: str
+    last_at: str
+
+
+def iso(moment: datetime) -> str:
+    """A UTC timestamp that sorts as text (the views' one time format)."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+#: States in which nothing will happen to an intent without a person.
+NEEDS_A_PERSON = (State.UNKNOWN.value, State.NEEDS_OPERATOR.value)
+#: States that end an intent refused, by whom it does not matter.
+REFUSALS = (State.REJECTED.value, State.DENIED.value, State.REFUSED.value, State.FAILED.value)
+
+
+def intent_row(intent: EffectIntent, *, created_at: datetime, last_sequence: int) -> IntentRow:
+    """The intents view's row of ``intent`` as folded so far."""
+    view = model_view(intent, None)
+    current = intent.current_attempt
+    return IntentRow(
+        tenant=intent.tenant, intent_id=intent.intent_id, run_id=intent.run_id,
+        actor=intent.actor, call_id=intent.call_id, tool=intent.tool,
+        effect_class=intent.effect_class, destination=intent.destination,
+        state=intent.state.value, reason=intent.reason,
+        model_status=view.status if view is not None else IN_PROGRESS,
+        attempts=len(intent.attempts), attempt_stage=current.stage.value if current else None,
+        review_id=intent.review_id, version=intent.version, created_at=iso(created_at),
+        updated_at=iso(intent.modified_on), last_sequence=last_sequence,
+    )
+
+
+def review_change(event: Event, intent: EffectIntent) -> tuple[str, dict[str, str | None]] | None:
+    """How ``event`` changes its review's row: ``(status, fields)``, or ``None``.
+
+    ``ReviewRequested`` opens a review (status ``waiting``); a reviewer's decision or
+    the expiry closes it. A refused approval leaves it waiting (the reason is kept).
+    """
+    at = iso(event.timestamp)
+    if isinstance(event, EffectIntent.ReviewApproved):
+        return "approved", {"decided_by": event.reviewer, "decided_at": at, "reason": None}
+    if isinstance(event, EffectIntent.ReviewDenied):
+        return "denied", {"decided_by": event.reviewer, "decided_at": at, "reason": event.reason}
+    if isinstance(event, EffectIntent.ReviewExpired):
+        return "expired", {"decided_by": None, "decided_at": at, "reason": "review.expired"}
+    if isinstance(event, EffectIntent.ApprovalRefused):
+        return "waiting", {"decided_by": None, "decided_at": None, "reason": event.reason}
+    return None
+
+
+def opened_review(event: EffectIntent.ReviewRequested, intent: EffectIntent) -> ReviewRow:
+    """The row of the review ``event`` opens."""
+    return ReviewRow(
+        review_id=event.review_id, tenant=intent.tenant, intent_id=intent.intent_id,
+        status="waiting", tool=intent.tool, summary=event.summary, digest=event.digest,
+        policy_revision=event.policy_revision, contract_revision=event.contract_revision,
+        requested_at=iso(event.timestamp), expires_at=iso(event.expires_at),
+    )
+
+
+def budget_status(intent: EffectIntent) -> str:
+    """What became of the intent's budget shares: still reserved, consumed or released."""
+    if intent.state is State.COMPLETED:
+        return "consumed"
+    if intent.state.terminal:
+        return "released"
+    return "reserved"

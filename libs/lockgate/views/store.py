@@ -1,0 +1,367 @@
+"""The views' store: SQL tables kept by the projector, on SQLite or PostgreSQL.
+
+Each backend is the ``eventsourcing`` library's tracking recorder for that database
+(``SQLiteTrackingRecorder``, ``PostgresTrackingRecorder``) with Lockgate's tables
+added: an event's rows and the tracking of its stream position are written in one
+transaction (``apply``), and the library's single-row tracking refuses a position
+that is not past the last one, so a crash between two events, or an event handed
+over twice, can neither skip nor double-apply anything.
+
+The SQL is written once with ``?`` placeholders; the PostgreSQL backend turns them
+into ``%s``. Timestamps are ISO-8601 UTC text, which sorts the same on both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from urllib.parse import unquote, urlparse
+
+import msgspec
+from eventsourcing.persistence import InfrastructureFactory, Tracking, TrackingRecorder
+from eventsourcing.sqlite import SQLiteTrackingRecorder
+
+from lockgate.core.errors import LockgateError
+from lockgate.views.rows import (
+    NEEDS_A_PERSON,
+    REFUSALS,
+    BudgetTotal,
+    BudgetUse,
+    DenialCount,
+    EventRow,
+    IntentRow,
+    ReviewRow,
+    RunRow,
+)
+
+#: The tracking's application name: the position tracked is in the events stream.
+SOURCE = "LG_EVENTS"
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS lg_events (
+        sequence BIGINT PRIMARY KEY, tenant TEXT NOT NULL, intent_id TEXT NOT NULL,
+        version INTEGER NOT NULL, event_type TEXT NOT NULL, event_id TEXT NOT NULL,
+        recorded_at TEXT NOT NULL, data TEXT NOT NULL, UNIQUE (intent_id, version))""",
+    """CREATE TABLE IF NOT EXISTS lg_intents (
+        intent_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, run_id TEXT NOT NULL,
+        actor TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT NOT NULL,
+        effect_class TEXT NOT NULL, destination TEXT NOT NULL, state TEXT NOT NULL,
+        reason TEXT, model_status TEXT NOT NULL, attempts INTEGER NOT NULL,
+        attempt_stage TEXT, review_id TEXT, version INTEGER NOT NULL,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_sequence BIGINT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS lg_intents_by_position ON lg_intents (last_sequence)",
+    "CREATE INDEX IF NOT EXISTS lg_intents_by_state ON lg_intents (state, last_sequence)",
+    "CREATE INDEX IF NOT EXISTS lg_intents_by_run ON lg_intents (tenant, run_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS lg_intents_by_tenant ON lg_intents (tenant, last_sequence)",
+    """CREATE TABLE IF NOT EXISTS lg_reviews (
+        review_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, intent_id TEXT NOT NULL,
+        status TEXT NOT NULL, tool TEXT NOT NULL, summary TEXT NOT NULL, digest TEXT NOT NULL,
+        policy_revision TEXT NOT NULL, contract_revision TEXT NOT NULL,
+        requested_at TEXT NOT NULL, expires_at TEXT NOT NULL, decided_by TEXT,
+        decided_at TEXT, reason TEXT)""",
+    "CREATE INDEX IF NOT EXISTS lg_reviews_by_status ON lg_reviews (status, requested_at)",
+    "CREATE INDEX IF NOT EXISTS lg_reviews_by_intent ON lg_reviews (intent_id)",
+    """CREATE TABLE IF NOT EXISTS lg_budget_uses (
+        tenant TEXT NOT NULL, intent_id TEXT NOT NULL, budget TEXT NOT NULL,
+        status TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (intent_id, budget))""",
+    "CREATE INDEX IF NOT EXISTS lg_budget_uses_by_budget ON lg_budget_uses (tenant, budget)",
+)
+
+_INTENT_COLUMNS = tuple(IntentRow.__struct_fields__)
+_REVIEW_COLUMNS = tuple(ReviewRow.__struct_fields__)
+_EVENT_COLUMNS = tuple(EventRow.__struct_fields__)
+
+_UPSERT_INTENT = (
+    f"INSERT INTO lg_intents ({', '.join(_INTENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _INTENT_COLUMNS)}) ON CONFLICT (intent_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _INTENT_COLUMNS if c != "intent_id")
+)
+_INSERT_EVENT = (
+    f"INSERT INTO lg_events ({', '.join(_EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _EVENT_COLUMNS)})"
+)
+_INSERT_REVIEW = (
+    f"INSERT INTO lg_reviews ({', '.join(_REVIEW_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _REVIEW_COLUMNS)}) ON CONFLICT (review_id) DO NOTHING"
+)
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+class ViewsError(LockgateError):
+    """The views' store cannot be opened or is not what this code expects."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """Everything one event changes in the views, written with its tracking."""
+
+    event: EventRow
+    intent: IntentRow
+    #: A review the event opens (the intent's other waiting reviews are superseded).
+    opened: ReviewRow | None = None
+    #: The intent's current review's new status and fields.
+    review: tuple[str, str, dict[str, str | None]] | None = None
+    #: The intent's budget shares, each with its status now.
+    budgets: tuple[BudgetUse, ...] = ()
+
+
+class Views(Protocol):
+    """What the projector writes and every query reads."""
+
+    def apply(self, change: Change, tracking: Tracking) -> None:
+        """Write ``change`` and ``tracking`` in one transaction."""
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The last stream position applied (``None``: nothing yet)."""
+
+    def events_of(self, intent_id: str) -> list[EventRow]:
+        """Every event of one intent, in order (its timeline)."""
+
+    def intent(self, intent_id: str) -> IntentRow | None:
+        """One intent's row."""
+
+    def intents(self, *, tenant: str | None = None, state: str | None = None,
+                run_id: str | None = None, model_status: str | None = None,
+                before: int | None = None, limit: int = 100) -> list[IntentRow]:
+        """Intents, newest change first; ``before``: a ``last_sequence`` to page from."""
+
+    def reviews(self, *, tenant: str | None = None, status: str | None = "waiting",
+                intent_id: str | None = None, limit: int = 100) -> list[ReviewRow]:
+        """Reviews, oldest request first (the queue when ``status`` is ``waiting``)."""
+
+    def needing_a_person(self, *, tenant: str | None = None, limit: int = 100) -> list[IntentRow]:
+        """Intents whose outcome is unknown, or that wait for an operator."""
+
+    def denials(self, *, tenant: str | None = None) -> list[DenialCount]:
+        """Intents ended refused, counted by state and reason."""
+
+    def budgets(self, *, tenant: str | None = None) -> list[BudgetTotal]:
+        """Each budget counter's shares by status."""
+
+    def runs(self, *, tenant: str | None = None, limit: int = 100) -> list[RunRow]:
+        """Runs with their candidates, the most recently active first."""
+
+    def state_counts(self) -> dict[str, int]:
+        """How many intents are in each state."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class _SQLViews:
+    """The SQL of the views, shared by both backends (which supply ``_tx`` and ``_sql``)."""
+
+    # Both come from the library's recorder the backend also derives from.
+    datastore: Any
+    _insert_tracking: Callable[[Any, Tracking], None]
+
+    def _sql(self, statement: str) -> str:
+        return statement
+
+    @contextmanager
+    def _tx(self, *, commit: bool) -> Iterator[Any]:
+        with self.datastore.transaction(commit=commit) as cursor:
+            yield cursor
+
+    def close(self) -> None:
+        self.datastore.close()
+
+    def apply(self, change: Change, tracking: Tracking) -> None:
+        with self._tx(commit=True) as c:
+            c.execute(self._sql(_INSERT_EVENT), _values(change.event, _EVENT_COLUMNS))
+            c.execute(self._sql(_UPSERT_INTENT), _values(change.intent, _INTENT_COLUMNS))
+            intent_id = change.intent.intent_id
+            if change.opened is not None:
+                c.execute(self._sql(
+                    "UPDATE lg_reviews SET status = 'superseded' "
+                    "WHERE intent_id = ? AND status = 'waiting'"), (intent_id,))
+                c.execute(self._sql(_INSERT_REVIEW), _values(change.opened, _REVIEW_COLUMNS))
+            if change.review is not None:
+                review_id, status, fields = change.review
+                sets = ", ".join(f"{k} = ?" for k in fields)
+                c.execute(self._sql(f"UPDATE lg_reviews SET status = ?, {sets} WHERE review_id = ?"),
+                          (status, *fields.values(), review_id))
+            if change.intent.state != "awaiting_approval":
+                c.execute(self._sql(
+                    "UPDATE lg_reviews SET status = 'closed' WHERE intent_id = ? AND status = 'waiting'"),
+                    (intent_id,))
+            for use in change.budgets:
+                c.execute(self._sql(
+                    "INSERT INTO lg_budget_uses (tenant, intent_id, budget, status, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (intent_id, budget) DO UPDATE SET "
+                    "status = excluded.status, updated_at = excluded.updated_at"),
+                    (use.tenant, use.intent_id, use.budget, use.status, use.updated_at))
+            self._insert_tracking(c, tracking)
+
+    def _rows(self, cls: type[R], statement: str, params: Sequence[Any] = ()) -> list[R]:
+        with self._tx(commit=False) as c:
+            c.execute(self._sql(statement), tuple(params))
+            fetched = c.fetchall()
+        return [msgspec.convert(dict(row), cls) for row in fetched]
+
+    def events_of(self, intent_id: str) -> list[EventRow]:
+        return self._rows(EventRow, "SELECT * FROM lg_events WHERE intent_id = ? ORDER BY version",
+                          (intent_id,))
+
+    def intent(self, intent_id: str) -> IntentRow | None:
+        rows = self._rows(IntentRow, "SELECT * FROM lg_intents WHERE intent_id = ?", (intent_id,))
+        return rows[0] if rows else None
+
+    def intents(self, *, tenant: str | None = None, state: str | None = None,
+                run_id: str | None = None, model_status: str | None = None,
+                before: int | None = None, limit: int = 100) -> list[IntentRow]:
+        where, params = _where(tenant=tenant, state=state, run_id=run_id,
+                               model_status=model_status)
+        if before is not None:
+            where.append("last_sequence < ?")
+            params.append(before)
+        return self._rows(IntentRow, f"SELECT * FROM lg_intents {_and(where)} "
+                          "ORDER BY last_sequence DESC LIMIT ?", (*params, _bounded(limit)))
+
+    def reviews(self, *, tenant: str | None = None, status: str | None = "waiting",
+                intent_id: str | None = None, limit: int = 100) -> list[ReviewRow]:
+        where, params = _where(tenant=tenant, status=status, intent_id=intent_id)
+        return self._rows(ReviewRow, f"SELECT * FROM lg_reviews {_and(where)} "
+                          "ORDER BY requested_at, review_id LIMIT ?", (*params, _bounded(limit)))
+
+    def needing_a_person(self, *, tenant: str | None = None, limit: int = 100) -> list[IntentRow]:
+        where, params = _where(tenant=tenant)
+        where.append(f"state IN ({', '.join('?' for _ in NEEDS_A_PERSON)})")
+        return self._rows(IntentRow, f"SELECT * FROM lg_intents {_and(where)} "
+                          "ORDER BY updated_at LIMIT ?",
+                          (*params, *NEEDS_A_PERSON, _bounded(limit)))
+
+    def denials(self, *, tenant: str | None = None) -> list[DenialCount]:
+        where, params = _where(tenant=tenant)
+        where.append(f"state IN ({', '.join('?' for _ in REFUSALS)})")
+        return self._rows(
+            DenialCount,
+            "SELECT tenant, state, COALESCE(reason, '') AS reason, CAST(COUNT(*) AS INTEGER) AS intents, "
+            f"MAX(updated_at) AS last_at FROM lg_intents {_and(where)} "
+            "GROUP BY tenant, state, COALESCE(reason, '') ORDER BY intents DESC, reason",
+            (*params, *REFUSALS))
+
+    def budgets(self, *, tenant: str | None = None) -> list[BudgetTotal]:
+        where, params = _where(tenant=tenant)
+        return self._rows(
+            BudgetTotal,
+            "SELECT tenant, budget, "
+            "CAST(SUM(CASE WHEN status = 'reserved' THEN 1 ELSE 0 END) AS INTEGER) AS reserved, "
+            "CAST(SUM(CASE WHEN status = 'consumed' THEN 1 ELSE 0 END) AS INTEGER) AS consumed, "
+            "CAST(SUM(CASE WHEN status = 'released' THEN 1 ELSE 0 END) AS INTEGER) AS released "
+            f"FROM lg_budget_uses {_and(where)} GROUP BY tenant, budget ORDER BY tenant, budget",
+            params)
+
+    def runs(self, *, tenant: str | None = None, limit: int = 100) -> list[RunRow]:
+        where, params = _where(tenant=tenant)
+        return self._rows(
+            RunRow,
+            "SELECT tenant, run_id, MIN(actor) AS actor, CAST(COUNT(*) AS INTEGER) AS candidates, "
+            "CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS INTEGER) AS executed, "
+            "MIN(created_at) AS first_at, MAX(updated_at) AS last_at "
+            f"FROM lg_intents {_and(where)} GROUP BY tenant, run_id "
+            "ORDER BY last_at DESC LIMIT ?", (*params, _bounded(limit)))
+
+
+    def state_counts(self) -> dict[str, int]:
+        with self._tx(commit=False) as c:
+            c.execute(self._sql("SELECT state, COUNT(*) AS n FROM lg_intents GROUP BY state"))
+            return {str(row["state"]): int(row["n"]) for row in c.fetchall()}
+
+
+def _values(row: msgspec.Struct, columns: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(getattr(row, c) for c in columns)
+
+
+def _where(**equal: str | None) -> tuple[list[str], list[Any]]:
+    where = [f"{column} = ?" for column, value in equal.items() if value is not None]
+    return where, [value for value in equal.values() if value is not None]
+
+
+def _and(where: list[str]) -> str:
+    return f"WHERE {' AND '.join(where)}" if where else ""
+
+
+def _bounded(limit: int) -> int:
+    return max(1, min(int(limit), 1000))
+
+
+class SQLiteViews(_SQLViews, SQLiteTrackingRecorder):
+    """The views in one SQLite file (the embedded default, under ``var/``)."""
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), *_TABLES]
+
+
+def _postgres_views() -> type[TrackingRecorder]:
+    """The PostgreSQL backend (imported only when configured: psycopg is optional)."""
+    from eventsourcing.postgres import PostgresTrackingRecorder
+    from psycopg.sql import SQL
+
+    class PostgresViews(_SQLViews, PostgresTrackingRecorder):
+        """The views in a PostgreSQL schema (``LOCKGATE_VIEWS_URL=postgresql://...``)."""
+
+        def __init__(self, datastore: Any, **kwargs: Any) -> None:
+            super().__init__(datastore, **kwargs)
+            self.sql_create_statements.extend(SQL(self._sql(s)).format() for s in _TABLES)
+
+        def _sql(self, statement: str) -> str:
+            return _PLACEHOLDER.sub("%s", statement)
+
+    return PostgresViews
+
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def sqlite_path(var_dir: Path) -> Path:
+    """Where the embedded default keeps its views."""
+    return var_dir / "views.sqlite"
+
+
+def open_views(url: str = "", *, var_dir: Path | None = None) -> Views:
+    """Open (and create the tables of) the views at ``url``.
+
+    ``url`` is ``postgresql://user:password@host:port/dbname``, or
+    ``sqlite:///path/to/file``, or empty for ``<var_dir>/views.sqlite``.
+
+    Raises:
+        ViewsError: the URL is not one of those, or the database cannot be opened.
+    """
+    env: dict[str, str]
+    view_class: type[TrackingRecorder]
+    if url.startswith(("postgresql://", "postgres://")):
+        parsed = urlparse(url)
+        env = {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": unquote(parsed.path.lstrip("/")),
+            "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
+            "POSTGRES_PORT": str(parsed.port or 5432),
+            "POSTGRES_USER": unquote(parsed.username or ""),
+            "POSTGRES_PASSWORD": unquote(parsed.password or ""),
+        }
+        view_class = _postgres_views()
+    elif url.startswith("sqlite:///") or not url:
+        if url:
+            path = Path(url.removeprefix("sqlite:///"))
+        elif var_dir is not None:
+            path = sqlite_path(var_dir)
+        else:
+            raise ViewsError("no views URL and no var directory to keep them in")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path),
+               "SQLITE_LOCK_TIMEOUT": "10"}
+        view_class = SQLiteViews
+    else:
+        raise ViewsError(f"views URL {url.split(':', 1)[0]!r}: expected postgresql:// or sqlite:///")
+    try:
+        recorder = InfrastructureFactory.construct(env=env).tracking_recorder(view_class)
+    except Exception as exc:  # the library raises several types for "cannot open"
+        raise ViewsError(f"cannot open the views: {exc}") from exc
+    views: Views = recorder  # type: ignore[assignment]
+    return views

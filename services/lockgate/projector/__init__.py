@@ -1,0 +1,1 @@
+"""The projector: the event stream folded into the views every query reads."""

@@ -1,0 +1,90 @@
+"""The projection's loop: take the lease, read from the views' position, apply in order.
+
+The views' calls block (the library's recorders are synchronous), so each batch is
+applied on a worker thread while the event loop goes on answering status and reading
+the stream. A replica that does not get the lease stands by and asks again every
+``poll_s``; one that loses its footing (a failed write, a gap, an event it cannot read)
+stops projecting and gives the lease up, and the supervisor restarts it rather than
+it guessing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from eventsourcing.persistence import Tracking
+
+from lockgate.intent.aggregate import Event
+from lockgate.views.lease import Lease
+from lockgate.views.projection import IntentViews
+from lockgate.views.store import SOURCE, Views
+
+log = logging.getLogger(__name__)
+
+#: Batches of events (with their positions) after a position, until the event is set.
+Batches = Callable[[int | None, asyncio.Event], AsyncIterator[list[tuple[Event, Tracking]]]]
+
+
+@dataclass
+class Progress:
+    """What the projector did, for its status answer and its metrics."""
+
+    role: str = "starting"
+    """``starting``, ``standby``, ``projecting`` or ``stopped``."""
+    applied: int = 0
+    position: int | None = None
+    last_applied_at: float = field(default_factory=time.monotonic)
+    busy_since: float | None = None
+    error: str | None = None
+
+
+class Projector:
+    """One replica's projection of the event stream into ``views``."""
+
+    def __init__(self, views: Views, lease: Lease, batches: Batches, *, poll_s: float = 0.5) -> None:
+        self.views = views
+        self.lease = lease
+        self.batches = batches
+        self.poll_s = poll_s
+        self.progress = Progress()
+        self.projection = IntentViews(views)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Project until ``stop`` is set; on a failure give the lease up and re-raise."""
+        p = self.progress
+        try:
+            while not stop.is_set():
+                if not await asyncio.to_thread(self.lease.try_acquire):
+                    p.role = "standby"
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.poll_s)
+                    continue
+                p.role = "projecting"
+                p.position = await asyncio.to_thread(self.views.max_tracking_id, SOURCE)
+                p.last_applied_at = time.monotonic()
+                log.info("projecting from position %s", p.position)
+                async for batch in self.batches(p.position, stop):
+                    p.busy_since = time.monotonic()
+                    await asyncio.to_thread(self._apply, batch)
+                    p.busy_since = None
+        except BaseException as exc:
+            p.error = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("projection stopped")
+            raise
+        finally:
+            p.role = "stopped"
+            await asyncio.to_thread(self.lease.release)
+
+    def _apply(self, batch: list[tuple[Event, Tracking]]) -> None:
+        p = self.progress
+        for event, tracking in batch:
+            self.projection.process_event(event, tracking)
+            p.applied += 1
+            p.position = tracking.notification_id
+            p.last_applied_at = time.monotonic()

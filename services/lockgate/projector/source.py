@@ -1,0 +1,64 @@
+"""The events stream, read in order from a position: what the projection is handed.
+
+Batched direct gets (``next_by_subj`` over ``lg.evt.>`` from the next sequence), the
+read the event store's ``scan`` makes, which needs nothing on the server but the read
+grant every service has: the projector creates no consumer and can change none. When
+the views have caught up it asks again every ``IDLE_POLL_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from eventsourcing.persistence import Tracking
+from nats.aio.client import Client
+
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.aggregate import Event
+from lockgate.intent.codec import decode_event
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.streams import EVENTS
+from lockgate.views.store import SOURCE
+
+#: How long a caught-up projector waits before asking the stream again.
+IDLE_POLL_S = 0.1
+#: The most events applied in one go (one thread hand-over; each still its own transaction).
+BATCH = 256
+
+
+class StreamSource:
+    """Events after a position, in batches, until ``stop`` is set."""
+
+    def __init__(self, nc: Client, settings: Settings) -> None:
+        self.nc = nc
+        self.store = JetStreamEventStore(nc, api_prefix=settings.js_prefix)
+        self._js = nc.jetstream(prefix=settings.js_prefix)
+
+    async def batches(self, after: int | None,
+                      stop: asyncio.Event) -> AsyncIterator[list[tuple[Event, Tracking]]]:
+        """Yield what follows ``after`` (``None``: the stream's start), waiting for more.
+
+        Raises:
+            EventDecodeError: an event this code cannot read (the projection stops
+                rather than skip it).
+        """
+        position = after or 0
+        while not stop.is_set():
+            batch: list[tuple[Event, Tracking]] = []
+            async for recorded in self.store.scan(position + 1):
+                batch.append((decode_event(recorded), Tracking(SOURCE, recorded.sequence)))
+                position = recorded.sequence
+                if len(batch) >= BATCH:
+                    break
+            if batch:
+                yield batch
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), IDLE_POLL_S)
+
+    async def last_position(self) -> int:
+        """The stream's last sequence (how far the views could be)."""
+        info = await self._js.stream_info(EVENTS)
+        return int(info.state.last_seq)
