@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -19,8 +20,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+from nats.errors import Error as NatsError
 from pydantic import ValidationError
 
 from lockgate.client.demo import SCENARIOS, Scenario
@@ -35,6 +38,9 @@ from lockgate.runtime.deployment import (
     read_run_info,
 )
 from lockgate.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from lockgate.views.store import Views
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -240,55 +246,87 @@ async def _operator(where: Where, args: argparse.Namespace) -> Gateway:
     return await where.gateway(f"operator-{person}", principal=person)
 
 
-async def _events(args: argparse.Namespace, where: Where) -> int:
-    from lockgate.eventstore.jetstream import JetStreamEventStore
-    from lockgate.intent.codec import decode_event
+async def _views(where: Where, args: argparse.Namespace) -> Views:
+    """The views, once the projector says they hold every event stored before now.
 
-    tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
+    Asked as an operator on ``lg.status.projector``: the projector answering as the
+    lease holder reports how far the views lag the stream at that moment. If it does
+    not say 0 within ``--wait`` seconds, the views are read as they are and a note
+    on stderr says they may lag.
+    """
+    from lockgate.views.store import open_views
+
     gw = await _operator(where, args)
     try:
-        creds = where.credentials(gw.user)
-        store = JetStreamEventStore(gw.nc, api_prefix=creds.js_prefix if creds else "$JS.API")
-        history = await store.load(tenant, intent)
+        lag = await _views_lag(gw, float(getattr(args, "wait", 5.0)))
     finally:
         await gw.close()
-    if not history.events:
+    if lag != 0:
+        why = "the projector did not answer" if lag is None else f"{lag} events behind"
+        print(f"lockgate: the views may not show the latest events ({why})", file=sys.stderr)
+    return open_views(where.settings.views_url, var_dir=where.var_dir)
+
+
+async def _views_lag(gw: Gateway, wait_s: float) -> int | None:
+    """How many events the views lag the stream (``None``: no projector answered)."""
+    from lockgate.contracts import subjects
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    lag: int | None = None
+    while True:
+        inbox = gw.nc.new_inbox()
+        sub = await gw.nc.subscribe(inbox)
+        try:
+            await gw.nc.publish(subjects.status("projector"), b"", reply=inbox)
+            end = loop.time() + 0.5
+            while loop.time() < end:  # every replica answers; the one projecting has a lag
+                try:
+                    msg = await sub.next_msg(timeout=max(0.01, end - loop.time()))
+                except (TimeoutError, NatsError):
+                    break
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    lag = int(json.loads(msg.data)["consumers"]["views"]["pending"])
+                    break
+        finally:
+            await sub.unsubscribe()
+        if lag == 0 or loop.time() > deadline:
+            return lag
+        await asyncio.sleep(0.1)
+
+
+async def _events(args: argparse.Namespace, where: Where) -> int:
+    from lockgate.intent.codec import decode_event
+    from lockgate.views.rows import recorded
+
+    tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
+    views = await _views(where, args)
+    try:
+        rows = [r for r in views.events_of(intent) if r.tenant == tenant]
+    finally:
+        views.close()
+    if not rows:
         raise UsageError(f"no events for intent {intent} in tenant {tenant}")
-    for recorded in history.events:
-        body = msgspec.to_builtins(decode_event(recorded))
-        _print({"version": recorded.version, "type": recorded.event_type,
-                "sequence": recorded.sequence, "event": body})
+    for row in rows:
+        body = msgspec.to_builtins(decode_event(recorded(row)))
+        _print({"version": row.version, "type": row.event_type, "sequence": row.sequence,
+                "event": body})
     return 0
 
 
 async def _intents(args: argparse.Namespace, where: Where) -> int:
-    from lockgate.eventstore.jetstream import JetStreamEventStore
-    from lockgate.intent.codec import fold
-    from lockgate.testing.invariants import by_intent
-
-    gw = await _operator(where, args)
+    views = await _views(where, args)
     try:
-        creds = where.credentials(gw.user)
-        store = JetStreamEventStore(gw.nc, api_prefix=creds.js_prefix if creds else "$JS.API")
-        # A scan of the hot store: every live and recent intent (the projector's views
-        # will answer this without reading the stream).
-        histories = by_intent([e async for e in store.scan()])
+        rows = views.intents(tenant=args.tenant, state=args.state, limit=args.limit,
+                             before=args.before)
     finally:
-        await gw.close()
-    for intent_id, events in histories.items():
-        intent = fold(events)
-        if intent is None or (args.tenant and intent.tenant != args.tenant):
-            continue
-        if args.state and intent.state.value != args.state:
-            continue
-        current = intent.current_attempt
+        views.close()
+    for row in rows:
         _print({
-            "intent": intent_id, "tenant": intent.tenant, "run": intent.run_id,
-            "tool": intent.tool, "state": intent.state.value, "reason": intent.reason,
-            "attempts": len(intent.attempts),
-            "attempt": current.attempt_id if current else None,
-            "attempt_stage": current.stage if current else None,
-            "updated_at": intent.modified_on.isoformat(),
+            "intent": row.intent_id, "tenant": row.tenant, "run": row.run_id, "tool": row.tool,
+            "state": row.state, "reason": row.reason, "model_status": row.model_status,
+            "attempts": row.attempts, "attempt_stage": row.attempt_stage,
+            "updated_at": row.updated_at, "position": row.last_sequence,
         })
     return 0
 
@@ -409,9 +447,13 @@ def parser() -> argparse.ArgumentParser:
     fault.add_argument("--server", required=True, choices=("P", "Q"),
                        help="P (draft.prepare_private) or Q (item.publish)")
     fault.add_argument("--times", type=int, default=1)
-    it = command("intents", "list intents (as JSON lines), e.g. --state unknown")
+    it = command("intents", "list intents from the views (JSON lines, newest change first)")
     it.add_argument("--state", default=None, help="only intents in this state (unknown, needs_operator, …)")
     it.add_argument("--tenant", default=None)
+    it.add_argument("--limit", type=int, default=100, help="at most this many (up to 1000)")
+    it.add_argument("--before", type=int, default=None, metavar="POSITION",
+                    help="the page after the last line's position")
+    it.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(it, "operator")
     rc = command("reconcile", "settle an unknown outcome as an operator")
     rc.add_argument("intent")
@@ -439,9 +481,10 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("--digest", default=None, help="approve only if the review is of this digest")
         _as(r, "reviewer")
     sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
-    ev = command("events", "print an intent's stored events")
+    ev = command("events", "print an intent's events (its timeline in the views)")
     ev.add_argument("intent")
     ev.add_argument("--tenant", required=True)
+    ev.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(ev, "operator")
     return p
 

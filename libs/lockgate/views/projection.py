@@ -25,7 +25,6 @@ from eventsourcing.projection import Projection
 
 from lockgate.core.bounded import keep
 from lockgate.core.errors import LockgateError
-from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.views.rows import (
@@ -35,6 +34,7 @@ from lockgate.views.rows import (
     intent_row,
     iso,
     opened_review,
+    recorded,
     review_change,
 )
 from lockgate.views.store import Change, Views
@@ -124,9 +124,7 @@ class IntentViews(Projection[TrackingRecorder]):
         rows = self.views.events_of(intent_id)
         if not rows:
             return None
-        events = [decode_event(RecordedEvent(
-            tenant=r.tenant, intent_id=r.intent_id, version=r.version, event_type=r.event_type,
-            event_id=r.event_id, data=r.data.encode(), sequence=r.sequence)) for r in rows]
+        events = [decode_event(recorded(r)) for r in rows]
         intent = fold(events)
         if intent is None:
             return None

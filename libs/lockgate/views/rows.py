@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from lockgate.contracts.disclosure import model_view
+from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 
 #: The model-facing status of an intent the model has not been told about yet.
@@ -31,6 +32,13 @@ class EventRow(msgspec.Struct, frozen=True, kw_only=True):
     recorded_at: str
     data: str
     """The event as JSON, in its class's current version."""
+
+
+def recorded(row: EventRow) -> RecordedEvent:
+    """The stored form of an event row (what ``decode_event`` reads)."""
+    return RecordedEvent(tenant=row.tenant, intent_id=row.intent_id, version=row.version,
+                         event_type=row.event_type, event_id=row.event_id,
+                         data=row.data.encode(), sequence=row.sequence)
 
 
 class IntentRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -73,8 +73,14 @@ class Running:
                              ready=p.role in ("projecting", "standby"), consumers=consumers)
 
     async def answer(self, msg: Msg) -> None:
-        if msg.reply:
-            await msg.respond(msgspec.json.encode(self.status()))
+        """The status, with the lag against the stream as it is now: a reader that sees
+        ``pending`` 0 knows the views hold every event stored before it asked."""
+        if not msg.reply:
+            return
+        if self.projector.progress.role == "projecting":
+            with contextlib.suppress(Exception):
+                self.stream_last = await asyncio.wait_for(self.source.last_position(), 1.0)
+        await msg.respond(msgspec.json.encode(self.status()))
 
     def refresh_gauges(self) -> None:
         """Read the gauges off the views (on a thread: the views' calls block)."""
