@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -258,6 +258,7 @@ async def _act(call: Awaitable[T]) -> T:
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "The body cannot be parsed at all."),
         (401, "No token, or a forged, expired or refused one."),
         (403, "Outside your role or your tenants, or not permitted by policy."),
         (404, "Not in your tenants' views."),
@@ -268,9 +269,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _error(status: int, code: str, detail: str = "") -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=headers)
+def _error(status: int, code: str, detail: str = "",
+           headers: Mapping[str, str] | None = None) -> JSONResponse:
+    extra = {**(headers or {}), **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
+    return JSONResponse({"error": code, "detail": detail}, status_code=status, headers=extra)
 
 
 def create_app() -> FastAPI:
@@ -305,7 +307,8 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, f"http.{exc.status_code}", str(exc.detail)[:300])
+        # Starlette's own headers stay (a 405's Allow).
+        return _error(exc.status_code, f"http.{exc.status_code}", str(exc.detail)[:300], exc.headers)
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 

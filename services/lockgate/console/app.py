@@ -29,7 +29,7 @@ from lockgate.contracts.status import ProcessStatus
 from lockgate.runtime import loop
 from lockgate.runtime.roles import CONSOLE
 from lockgate.runtime.settings import Settings
-from lockgate.views.store import open_views
+from lockgate.views.store import Views, ViewsError, open_views
 
 log = logging.getLogger("lockgate.console")
 
@@ -78,7 +78,7 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
         return 1
     url = f"http://{HOST}:{sock.getsockname()[1]}/"
     key = await asyncio.to_thread(token_key, settings, console_settings)
-    views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
+    views = await _open_views(settings)
     people = People(_bare(settings), key, people_of(settings.reviewers, settings.operators),
                     idle_s=console_settings.idle_s)
     console = Console(views, people, poll_s=console_settings.poll_s)
@@ -115,6 +115,23 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
             await nc.drain()
         views.close()
         sock.close()
+
+
+async def _open_views(settings: Settings, attempts: int = 20) -> Views:
+    """The views; opening them races the projector's first start (both create the tables),
+    and the loser is told so: it tries again shortly.
+
+    Raises:
+        ViewsError: still not open after ``attempts`` tries.
+    """
+    for attempt in range(attempts):
+        try:
+            return await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
+        except ViewsError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.25)
+    raise AssertionError("unreachable")
 
 
 def _bare(settings: Settings) -> str:

@@ -125,6 +125,14 @@ class People:
         credentials = Credentials(
             user=role.name, password=claims.password, account=role.account,
             inbox_prefix=role.inbox_prefix, js_prefix=role.js_prefix, principal=role.principal)
+        refused: list[Exception] = []
+
+        async def on_error(exc: Exception) -> None:
+            # The broker says "Authorization Violation" to each try; the connect then
+            # fails with "no servers", so the reason is taken from here.
+            if "authorization" in str(exc).lower():
+                refused.append(exc)
+
         try:
             # Few reconnects: a connection the broker dropped for good is closed, and the
             # person's next request connects afresh (a first connection with unlimited
@@ -132,10 +140,10 @@ class People:
             gateway = await connect(
                 self.url, credentials=credentials, connect_timeout=self._connect_timeout_s,
                 max_reconnect_attempts=2, reconnect_time_wait=0.5, name=f"console.{role.name}",
+                error_cb=on_error,
             )
         except ClientError as exc:
-            cause = str(exc.__cause__ or exc).lower()
-            if "authorization" in cause:
+            if refused or "authorization" in str(exc.__cause__ or exc).lower():
                 raise NotAccepted(401, "auth.refused",
                                   "the broker refused this token's credentials") from None
             raise NotAccepted(503, "lockgate.unavailable", "the broker cannot be reached") from None
