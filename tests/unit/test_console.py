@@ -135,3 +135,11 @@ def test_the_page_never_turns_text_into_markup() -> None:
 
 def test_every_static_file_is_served_from_the_package() -> None:
     assert {p.name for p in Path(STATIC).iterdir()} == {"index.html", "console.js", "console.css"}
+
+
+def test_the_timeline_says_how_each_step_went() -> None:
+    assert domain.event_words("PolicyDecided", {"outcome": "deny"}) == "policy decided: deny"
+    assert domain.event_words("ReviewApproved", {"reviewer": "alice"}) == "a reviewer approved (by alice)"
+    assert domain.event_words("Reconciled", {"finding": "confirmed", "resolution": "completed",
+                                             "by": "operator:ops"}).startswith("the outcome was reconciled: confirmed")
+    assert domain.event_words("SomethingNew") == "SomethingNew"

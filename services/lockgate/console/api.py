@@ -169,9 +169,10 @@ def _payload(row: EventRow) -> dict[str, Any]:
 
 def event_of(row: EventRow) -> TimelineEvent:
     """The API's timeline entry for an event row."""
+    data = _payload(row)
     return TimelineEvent(sequence=row.sequence, version=row.version, type=row.event_type,
-                         words=domain.event_words(row.event_type), recorded_at=row.recorded_at,
-                         data=_payload(row))
+                         words=domain.event_words(row.event_type, data), recorded_at=row.recorded_at,
+                         data=data)
 
 
 def _merged(lists: Sequence[Sequence[T]], key: Callable[[T], Any], *, reverse: bool,
@@ -315,6 +316,10 @@ def create_app() -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(status_code=204)
 
     @app.get("/api/me", tags=["people"])
     async def me(who: Anyone) -> Me:

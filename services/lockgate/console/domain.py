@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockgate.intent.aggregate import State
@@ -82,9 +83,16 @@ EVENT_WORDS: dict[str, str] = {
 }
 
 
-def event_words(event_type: str) -> str:
-    """What an event means, in plain words."""
-    return EVENT_WORDS.get(event_type, event_type)
+def event_words(event_type: str, data: Mapping[str, object] | None = None) -> str:
+    """What an event means, in plain words, with the one fact that says how it went."""
+    words = EVENT_WORDS.get(event_type, event_type)
+    data = data or {}
+    if event_type == "PolicyDecided" and data.get("outcome"):
+        return f"{words}: {data['outcome']}"
+    if event_type == "Reconciled" and data.get("finding"):
+        return f"{words}: {data['finding']}, then {data.get('resolution', '?')} (by {data.get('by', '?')})"
+    who = data.get("reviewer") or data.get("by")
+    return f"{words} (by {who})" if who else words
 
 
 class Forbidden(Exception):

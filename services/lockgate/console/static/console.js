@@ -4,6 +4,7 @@
 
 (() => {
   const TOKEN_KEY = "lockgate.console.token";
+  const TERMINAL = ["rejected", "denied", "completed", "failed", "refused", "withdrawn", "interrupted"];
   const $ = (id) => document.getElementById(id);
   let token = "";
   let me = null;
@@ -246,7 +247,7 @@
       ["attempts", i.attempts], ["attempt stage", i.attempt_stage], ["destination", i.destination]]), { id: "detail-facts" }));
     const actions = $("detail-actions");
     actions.replaceChildren();
-    if (me.role === "operator") {
+    if (me.role === "operator" && !TERMINAL.includes(i.state)) {
       const why = el("input", { type: "text", placeholder: "why", maxLength: 300 });
       const stop = el("button", { type: "button", class: "withdraw", onclick: async () => {
         try {
