@@ -420,6 +420,7 @@ async def test_lockgate_token_issues_what_the_console_accepts(
                               capture_output=True, text=True, env=env, timeout=60, cwd="/")
         assert proc.returncode == 0, proc.stderr
         token = proc.stdout.strip()
+        assert f"open {http.base_url}" in proc.stderr  # where the console really is
         me = (await http.get("/api/me", headers=bearer(token))).json()
         assert (me["name"], me["role"]) == who
     proc = subprocess.run([sys.executable, "-m", "lockgate.client.cli", "token", "--as", "nobody"],

@@ -20,6 +20,7 @@ import argparse
 import base64
 import binascii
 import json
+import os
 import secrets
 import sys
 import time
@@ -102,6 +103,36 @@ def token_key(settings: Settings, console: ConsoleSettings) -> bytes:
                   what="console token key")
 
 
+class ConsoleInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a running console serves (``<var>/console.json``, no secrets in it)."""
+
+    url: str
+    pid: int
+
+
+def console_info_path(var_dir: Path) -> Path:
+    """Where the console says where it serves."""
+    return var_dir / "console.json"
+
+
+def write_console_info(var_dir: Path, info: ConsoleInfo) -> None:
+    """Say where the console serves, for ``lockgate token`` to print."""
+    path = console_info_path(var_dir)
+    staged = path.with_name(f".{path.name}.{info.pid}")
+    staged.write_bytes(msgspec.json.encode(info) + b"\n")
+    staged.replace(path)
+
+
+def read_console_info(var_dir: Path) -> ConsoleInfo | None:
+    """The running console's URL, or ``None`` (none wrote it, or it is gone)."""
+    try:
+        info = msgspec.json.decode(console_info_path(var_dir).read_bytes(), type=ConsoleInfo)
+        os.kill(info.pid, 0)
+    except (OSError, msgspec.MsgspecError):
+        return None
+    return info
+
+
 def seal(key: bytes, credentials: Credentials, *, ttl_s: float = DEFAULT_TTL_S,
          now: float | None = None) -> str:
     """A token for ``credentials``' user, valid for ``ttl_s`` seconds from ``now``.
@@ -178,8 +209,10 @@ def command(args: argparse.Namespace, where: Where) -> int:
     except ValueError as exc:
         raise LockgateError(str(exc), code="cli.usage") from None
     print(token, flush=True)
+    running = read_console_info(where.var_dir)
     port = ConsoleSettings().port
-    url = f"http://127.0.0.1:{port}/" if port else "the console's URL (`lockgate run` prints it)"
+    url = running.url if running else (
+        f"http://127.0.0.1:{port}/" if port else "the console's URL (`lockgate run` prints it)")
     print(json.dumps({"person": person, "role": kind, "expires_at": expires.isoformat()}),
           file=sys.stderr)
     print(f"open {url} and paste the token (or open {url}#token=<the token>); "

@@ -21,7 +21,7 @@ import nats
 import uvicorn
 from nats.aio.msg import Msg
 
-from lockgate.client.tokens import ConsoleSettings, token_key
+from lockgate.client.tokens import ConsoleInfo, ConsoleSettings, token_key, write_console_info
 from lockgate.console.api import Console, create_app
 from lockgate.console.people import People, people_of
 from lockgate.contracts import subjects
@@ -98,6 +98,8 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
     tasks = [asyncio.create_task(server.serve(sockets=[sock])),
              asyncio.create_task(console.follow()),
              asyncio.create_task(people.keep_tidy(console.stopping))]
+    with contextlib.suppress(OSError):
+        write_console_info(settings.var_dir, ConsoleInfo(url=url, pid=os.getpid()))
     log.info("console at %s", url)
     try:
         stopping = asyncio.create_task(stop.wait())
