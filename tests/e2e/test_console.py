@@ -407,6 +407,14 @@ async def test_the_stream_pushes_what_changed(
             await listening
 
 
+async def test_the_views_say_how_current_they_are(http: httpx.AsyncClient, tokens: dict[str, str]) -> None:
+    async def current() -> dict[str, Any] | None:
+        state: dict[str, Any] = (await http.get("/api/views", headers=bearer(tokens["bob"]))).json()
+        return state if state["lag"] == 0 else None
+    state = await until(current, what="the views caught up")
+    assert state["position"] > 0
+
+
 # -- the CLI hands out the tokens -------------------------------------------------------------------
 
 

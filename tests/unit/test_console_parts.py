@@ -143,3 +143,11 @@ def test_the_timeline_says_how_each_step_went() -> None:
     assert domain.event_words("Reconciled", {"finding": "confirmed", "resolution": "completed",
                                              "by": "operator:ops"}).startswith("the outcome was reconciled: confirmed")
     assert domain.event_words("SomethingNew") == "SomethingNew"
+
+
+def test_no_role_renders_an_empty_allow_list() -> None:
+    from lockgate.runtime.roles import Role, console_role, render_accounts
+
+    assert console_role().publish  # nats-server reads an empty list as "everything"
+    with pytest.raises(ValueError, match="empty publish allow-list"):
+        render_accounts({"nobody": (Role("nobody", (), ("_INBOX.>",)), "pw")})

@@ -472,6 +472,10 @@ def _quote(value: str) -> str:
 
 
 def _allow(kind: str, items: Iterable[str]) -> list[str]:
+    items = list(items)
+    if not items:
+        # nats-server reads an empty allow-list as no restriction at all (measured).
+        raise ValueError(f"an empty {kind} allow-list would allow every subject")
     return [f"            {kind}: {{ allow: [", *(f"              {_quote(i)}" for i in items),
             "            ] }"]
 

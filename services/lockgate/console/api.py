@@ -23,8 +23,10 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -49,13 +51,14 @@ from lockgate.console.models import (
     ReviewList,
     ReviewStatus,
     TimelineEvent,
+    ViewsState,
     Withdrawal,
     Withdrawn,
 )
 from lockgate.console.people import NotAccepted, People, Person
 from lockgate.contracts.vocabulary import Finding
 from lockgate.intent.aggregate import State
-from lockgate.views.rows import EventRow, IntentRow, ReviewRow
+from lockgate.views.rows import EventRow, IntentRow, ReviewRow, iso
 from lockgate.views.store import SOURCE, Views
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -95,10 +98,13 @@ class ApiError(Exception):
 class Console:
     """What the routes read and act through: the views, the people, the latest position."""
 
-    def __init__(self, views: Views, people: People, *, poll_s: float = 0.5) -> None:
+    def __init__(self, views: Views, people: People, *, poll_s: float = 0.5,
+                 lag: Callable[[], Awaitable[int | None]] | None = None) -> None:
         self.views = views
         self.people = people
         self.poll_s = poll_s
+        #: How many events the views lag the stream, as the projector says (None: unknown).
+        self.lag = lag
         self.position = 0
         self.stopping = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -230,6 +236,24 @@ IntentId = Annotated[str, PathParam(pattern=ID, description="The intent's (candi
 Tenant = Annotated[str | None, Query(pattern=ID, description="Only this tenant (one of yours).")]
 
 
+def _declared(dependant: Dependant) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _declared(sub)
+    return names
+
+
+async def known_query(request: Request) -> None:
+    """Refuse query parameters the route does not declare: a misspelt filter (``?stat=``)
+    would otherwise quietly answer with everything."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    unknown = sorted(set(request.query_params) - _declared(route.dependant))
+    if unknown:
+        raise ApiError(422, "request.malformed", f"unknown query parameter {unknown[0][:40]!r}")
+
+
 def _tenants(who: Person, asked: str | None) -> tuple[str, ...] | None:
     try:
         return domain.tenants_to_read(who.tenants, asked)
@@ -285,6 +309,7 @@ def create_app() -> FastAPI:
                      "bearer token from `lockgate token`. Fields marked untrusted hold model "
                      "or adapter text."),
         docs_url=None, redoc_url=None, openapi_url="/api/openapi.json",
+        dependencies=[Depends(known_query)],
     )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=ALLOWED_HOSTS)
 
@@ -326,6 +351,12 @@ def create_app() -> FastAPI:
         """Who the token is: their user, role and tenants."""
         return Me(user=who.user, name=who.name, role=who.kind, tenants=list(who.tenants),
                   expires_at=datetime.fromtimestamp(who.expires_at, UTC))
+
+    @app.get("/api/views", tags=["intents"])
+    async def views_state(who: Anyone, console: TheConsole) -> ViewsState:
+        """How far the views go, and how many events they lag the stream (null: unknown)."""
+        lag = await console.lag() if console.lag is not None else None
+        return ViewsState(position=console.position, lag=lag)
 
     @app.get("/api/intents", tags=["intents"])
     async def intents(
@@ -385,7 +416,7 @@ def create_app() -> FastAPI:
         data = {e.event_type: _payload(e) for e in events}
         normalized = data.get("CandidateNormalized", {})
         decided = data.get("PolicyDecided", {})
-        now = datetime.now(UTC).isoformat()
+        now = iso(datetime.now(UTC))  # the views' own format: it sorts as text
         return ReviewDetail(
             review=review_of(latest), intent=intent_of(row),
             decidable=(latest.status == "waiting" and row.state == State.AWAITING_APPROVAL

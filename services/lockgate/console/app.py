@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -19,7 +20,9 @@ from collections.abc import Iterator
 import msgspec
 import nats
 import uvicorn
+from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 
 from lockgate.client.tokens import ConsoleInfo, ConsoleSettings, token_key, write_console_info
 from lockgate.console.api import Console, create_app
@@ -27,7 +30,7 @@ from lockgate.console.people import People, people_of
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
 from lockgate.runtime import loop
-from lockgate.runtime.roles import CONSOLE
+from lockgate.runtime.roles import CONSOLE, PROJECTOR
 from lockgate.runtime.settings import Settings
 from lockgate.views.store import Views, ViewsError, open_views
 
@@ -81,13 +84,13 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
     views = await _open_views(settings)
     people = People(_bare(settings), key, people_of(settings.reviewers, settings.operators),
                     idle_s=console_settings.idle_s)
-    console = Console(views, people, poll_s=console_settings.poll_s)
+    nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{CONSOLE}")  # type: ignore[arg-type]
+    console = Console(views, people, poll_s=console_settings.poll_s, lag=lambda: views_lag(nc))
     app = create_app()
     app.state.console = console
     server = _Server(uvicorn.Config(
         app, log_level=settings.log_level.lower(), access_log=False, lifespan="off",
         timeout_graceful_shutdown=2, server_header=False, proxy_headers=False))
-    nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{CONSOLE}")  # type: ignore[arg-type]
     status = ConsoleStatus(service=CONSOLE, pid=os.getpid(), instance="serving", url=url)
 
     async def answer(msg: Msg) -> None:
@@ -117,6 +120,30 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
             await nc.drain()
         views.close()
         sock.close()
+
+
+async def views_lag(nc: Client, wait_s: float = 0.5) -> int | None:
+    """How many events the views lag the stream, as the projecting replica says (None: none said).
+
+    Every projector replica answers its status; only the one projecting has a ``views`` lag.
+    """
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish(subjects.status(PROJECTOR), b"", reply=inbox)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_s
+        while (left := end - loop.time()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except (TimeoutError, NatsError):
+                return None
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                return int(json.loads(msg.data)["consumers"]["views"]["pending"])
+        return None
+    finally:
+        with contextlib.suppress(NatsError):
+            await sub.unsubscribe()
 
 
 async def _open_views(settings: Settings, attempts: int = 20) -> Views:

@@ -48,6 +48,13 @@ class Me(_Out):
     expires_at: datetime
 
 
+class ViewsState(_Out):
+    """How current the views are."""
+
+    position: int = Field(description="The last stream position the views hold.")
+    lag: int | None = Field(description="Events stored but not yet in the views (null: the projector did not say).")
+
+
 class Intent(_Out):
     """One intent as the views hold it."""
 

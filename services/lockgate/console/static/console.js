@@ -266,9 +266,15 @@
 
   // -- keeping up to date ----------------------------------------------------------------
 
+  async function loadViews() {
+    const state = await api("/api/views");
+    $("views").textContent = state.lag === null ? "views: lag unknown"
+      : state.lag === 0 ? "views up to date" : "views " + state.lag + " events behind";
+  }
+
   async function refresh() {
     try {
-      await Promise.all([loadInbox(), loadOutcomes(), loadIntents(false)]);
+      await Promise.all([loadInbox(), loadOutcomes(), loadIntents(false), loadViews()]);
       if (openIntent) await showIntent(openIntent);
     } catch (error) {
       say("could not load: " + (error.code || error.message), true);
