@@ -357,18 +357,30 @@ async def test_intents_page_by_position_without_gaps_or_repeats(
     for i in range(3):
         await propose(gw, f"page {i}", case=f"case-load-1{i}")
     alice = bearer(tokens["alice"])
-    everything = (await http.get("/api/intents", params={"limit": 200}, headers=alice)).json()["items"]
-    paged: list[dict[str, Any]] = []
-    before = None
-    while True:
-        params: dict[str, Any] = {"limit": 2} | ({"before": before} if before is not None else {})
-        page = (await http.get("/api/intents", params=params, headers=alice)).json()
-        paged += page["items"]
-        before = page["next_before"]
-        if before is None:
+
+    async def snapshot() -> list[str]:
+        items = (await http.get("/api/intents", params={"limit": 200}, headers=alice)).json()["items"]
+        return [i["intent_id"] for i in items]
+
+    async def paged() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        before = None
+        while True:
+            params: dict[str, Any] = {"limit": 2} | ({"before": before} if before is not None else {})
+            page = (await http.get("/api/intents", params=params, headers=alice)).json()
+            assert all(before is None or i["position"] < before for i in page["items"])
+            out += page["items"]
+            before = page["next_before"]
+            if before is None:
+                return out
+
+    for _ in range(10):  # intents of earlier tests may still move: compare a quiet moment
+        first = await snapshot()
+        pages = await paged()
+        if first == await snapshot():
             break
-    assert [i["intent_id"] for i in paged][:len(everything)] == [i["intent_id"] for i in everything]
-    positions = [i["position"] for i in paged]
+    assert [i["intent_id"] for i in pages] == first
+    positions = [i["position"] for i in pages]
     assert positions == sorted(positions, reverse=True) and len(set(positions)) == len(positions)
     only = (await http.get("/api/intents", params={"state": "completed"}, headers=alice)).json()["items"]
     assert only and {i["state"] for i in only} == {"completed"}
