@@ -36,7 +36,11 @@ async def test_sensitive_note_waits_then_executes_once_approved(
     assert (world.invocations, len(world.ledger())) == before  # nothing reached the world
 
     review = await review_of(system, "tenant-a", pending.candidate_id)
-    assert "Escalated to legal." in review.summary and "case-sensitive" in review.summary
+    # The review object: what will happen and to what, the model's text apart, as data.
+    assert review.summary.startswith("Add a note to case case-sensitive")
+    assert review.shown == {"note": "Escalated to legal."}
+    assert review.visible_to == "everyone with access to case case-sensitive"
+    assert "once sent it cannot be stopped" in review.recovery
     with pytest.raises(Refused) as wrong:
         await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                                review_id=review.review_id, digest="sha256:" + "0" * 64, approve=True)

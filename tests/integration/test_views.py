@@ -86,7 +86,9 @@ def review(h: History, review_id: str = "rv-1") -> History:
     return h.add(EffectIntent.ReviewRequested, review_id=review_id, digest=h.intent.digest or "",
                  policy_revision="pol-1", contract_revision="rev-1",
                  summary="Adds a note to case-123, visible to the case team",
-                 expires_at=T0 + timedelta(hours=1))
+                 expires_at=T0 + timedelta(hours=1), action="Add a note to case case-123",
+                 visible_to="the case team", shown={"note": "hello"},
+                 preconditions=("case.status is open",), recovery=("once sent it cannot be stopped",))
 
 
 def test_an_executed_intent_is_one_row_and_its_whole_timeline_in_order(views: Views) -> None:
@@ -172,6 +174,9 @@ def test_the_review_queue_holds_what_waits_for_a_person_and_nothing_else(views: 
     assert queue[0].intent_id == waiting.intent_id
     assert queue[0].summary == "Adds a note to case-123, visible to the case team"
     assert queue[0].tool == "case.add_note" and queue[0].digest == "sha256:d1"
+    assert (queue[0].action, queue[0].visible_to, queue[0].shown) == (
+        "Add a note to case case-123", "the case team", {"note": "hello"})
+    assert queue[0].preconditions == ("case.status is open",)
     (done,) = views.reviews(status="approved")
     assert (done.review_id, done.decided_by) == ("rv-2", "alice")
     assert [r.review_id for r in views.reviews(status="superseded")] == ["rv-3"]
@@ -217,3 +222,22 @@ def test_intents_page_newest_change_first_and_filter(views: Views) -> None:
     rest = views.intents(tenant="tenant-a", before=first[-1].last_sequence, limit=10)
     assert [r.intent_id for r in rest] == ids[::-1][2:]
     assert [r.tenant for r in views.intents(state="proposed")] == ["tenant-b"]
+
+
+def test_a_store_of_another_shape_is_emptied_and_folded_again(
+    views: Views, request: pytest.FixtureRequest, tmp_path: Path,
+) -> None:
+    feed = Feed(views)
+    h = feed.history(executed())
+    assert views.max_tracking_id(SOURCE) == feed.position
+    with views.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+        c.execute(views._sql("UPDATE lg_meta SET value = ? WHERE name = 'shape'"),  # type: ignore[attr-defined]
+                  ("0",))
+    assert views.prepare() is True  # type: ignore[attr-defined]
+    assert views.max_tracking_id(SOURCE) is None
+    assert views.events_of(h.intent_id) == [] and views.intent(h.intent_id) is None
+    assert views.prepare() is False  # type: ignore[attr-defined]  # same shape: kept
+    again = Feed(views)
+    again.history(h)
+    row = views.intent(h.intent_id)
+    assert row is not None and row.state == "completed"

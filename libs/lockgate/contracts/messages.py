@@ -242,6 +242,15 @@ class ReviewView(msgspec.Struct, frozen=True, kw_only=True):
     destination: str
     expires_at: datetime
     state: str
+    #: The review object: what will happen, who sees it, the model's arguments to read
+    #: verbatim (untrusted text), the facts it rests on, what can be done if it goes wrong.
+    action: str = ""
+    visible_to: str = ""
+    shown: dict[str, str] = msgspec.field(default_factory=dict)
+    preconditions: tuple[str, ...] = ()
+    recovery: tuple[str, ...] = ()
+    policy_revision: str = ""
+    contract_revision: str = ""
 
 
 class Recorded(msgspec.Struct, frozen=True):

@@ -331,7 +331,14 @@ class EffectIntent(Aggregate):
                 agg.state = State.NORMALIZED
 
     class ReviewRequested(Event):
-        """A human must approve this exact consequence before it may happen."""
+        """A human must approve this exact consequence before it may happen.
+
+        The event is the review object as the reviewer is shown it: what will happen
+        (``action``), who will see it (``visible_to``), the model's arguments to read
+        verbatim (``shown``, untrusted text), the facts the approval rests on
+        (``preconditions``), what can be done if it goes wrong (``recovery``), the
+        expiry, the digest and the revisions it binds.
+        """
 
         review_id: str
         digest: str
@@ -339,11 +346,18 @@ class EffectIntent(Aggregate):
         contract_revision: str
         summary: str
         expires_at: datetime
+        # Added later, with defaults: reviews recorded before them read as the summary alone.
+        action: str = ""
+        visible_to: str = ""
+        shown: dict[str, str] = field(default_factory=dict)
+        preconditions: tuple[str, ...] = ()
+        recovery: tuple[str, ...] = ()
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.AWAITING_APPROVAL
             agg.review_id = self.review_id
             agg.review_expires_at = self.expires_at
+            agg.review = self
 
     class ReviewApproved(Event):
         """A reviewer approved; the approval is bound to digest and revisions."""
@@ -700,6 +714,8 @@ class EffectIntent(Aggregate):
         self.facts: dict[str, str | int | bool] = {}
         self.review_id: str | None = None
         self.review_expires_at: datetime | None = None
+        #: The review last opened, as the reviewer is shown it.
+        self.review: EffectIntent.ReviewRequested | None = None
         self.approval_digest: str | None = None
         self.intent_key: str | None = None
         self.attempts: list[Attempt] = []

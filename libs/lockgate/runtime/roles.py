@@ -238,6 +238,10 @@ def admin_role() -> Role:
     return Role("admin", (">",), (">",), allow_responses=False)
 
 
+#: The projector's status name and NATS user.
+PROJECTOR = "projector"
+
+
 def _edge(
     name: str, publish: Iterable[str], imports: Iterable[Import], *,
     subscribe: Iterable[str] = (), principal: str = "", tenants: Sequence[str] | None = None,
@@ -284,10 +288,11 @@ def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     """A reviewer (one person): shows and decides the reviews of ``tenants`` (or all)."""
     who = _token(person, "reviewer")
     name = f"reviewer-{who}"
+    reviews = (f"lg.review.{t}.*.{verb}.{who}" for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS)
+    # The projector's status: whether the review queue it reads is up to date.
     return _edge(
-        name,
-        (f"lg.review.{t}.*.{verb}.{who}" for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS),
-        [_service("lg.review.>")], principal=who, tenants=tenants,
+        name, (*reviews, subjects.status(PROJECTOR)),
+        [_service("lg.review.>"), _service(subjects.STATUS_ALL)], principal=who, tenants=tenants,
     )
 
 
@@ -352,10 +357,6 @@ def service_role(name: str) -> Role:
     answers = (s for answer in spec.answers for s in answer.channel.subjects)
     subscribe = [*answers, subjects.status(spec.status_name), _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
-
-
-#: The projector's status name and NATS user.
-PROJECTOR = "projector"
 
 
 def projector_role() -> Role:

@@ -135,7 +135,8 @@ APPROVAL = ServiceSpec(
         EffectIntent.ApprovalRefused,
     ),
     answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide")),
-    reads=(RUNS_BUCKET,),
+    # Runs for the reviewer's scope; capabilities for how a consequence reads.
+    reads=(RUNS_BUCKET, CAPABILITIES_BUCKET),
 )
 
 EXECUTOR = ServiceSpec(

@@ -83,6 +83,14 @@ class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
     decided_by: str | None = None
     decided_at: str | None = None
     reason: str | None = None
+    #: The review object (``ReviewRequested``): what will happen, who sees it, the
+    #: model's arguments to read verbatim (untrusted text), the facts it rests on,
+    #: what can be done if it goes wrong.
+    action: str = ""
+    visible_to: str = ""
+    shown: dict[str, str] = msgspec.field(default_factory=dict)
+    preconditions: tuple[str, ...] = ()
+    recovery: tuple[str, ...] = ()
 
 
 class BudgetUse(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,6 +188,8 @@ def opened_review(event: EffectIntent.ReviewRequested, intent: EffectIntent) -> 
         status="waiting", tool=intent.tool, summary=event.summary, digest=event.digest,
         policy_revision=event.policy_revision, contract_revision=event.contract_revision,
         requested_at=iso(event.timestamp), expires_at=iso(event.expires_at),
+        action=event.action, visible_to=event.visible_to, shown=dict(event.shown),
+        preconditions=tuple(event.preconditions), recovery=tuple(event.recovery),
     )
 
 

@@ -40,6 +40,10 @@ from lockgate.views.rows import (
 
 #: The tracking's application name: the position tracked is in the events stream.
 SOURCE = "LG_EVENTS"
+#: The views' shape. Views are derived, so a store of another shape is not migrated:
+#: its tables are dropped and the projector folds the stream into them again.
+SHAPE = "2"
+_VIEW_TABLES = ("lg_events", "lg_intents", "lg_reviews", "lg_budget_uses")
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS lg_events (
@@ -62,7 +66,8 @@ _TABLES = (
         status TEXT NOT NULL, tool TEXT NOT NULL, summary TEXT NOT NULL, digest TEXT NOT NULL,
         policy_revision TEXT NOT NULL, contract_revision TEXT NOT NULL,
         requested_at TEXT NOT NULL, expires_at TEXT NOT NULL, decided_by TEXT,
-        decided_at TEXT, reason TEXT)""",
+        decided_at TEXT, reason TEXT, action TEXT NOT NULL, visible_to TEXT NOT NULL,
+        shown TEXT NOT NULL, preconditions TEXT NOT NULL, recovery TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS lg_reviews_by_status ON lg_reviews (status, requested_at)",
     "CREATE INDEX IF NOT EXISTS lg_reviews_by_intent ON lg_reviews (intent_id)",
     """CREATE TABLE IF NOT EXISTS lg_budget_uses (
@@ -70,6 +75,9 @@ _TABLES = (
         status TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (intent_id, budget))""",
     "CREATE INDEX IF NOT EXISTS lg_budget_uses_by_budget ON lg_budget_uses (tenant, budget)",
 )
+
+#: Columns that hold JSON (a row field that is a list or a mapping).
+_JSON_COLUMNS = frozenset({"shown", "preconditions", "recovery"})
 
 _INTENT_COLUMNS = tuple(IntentRow.__struct_fields__)
 _REVIEW_COLUMNS = tuple(ReviewRow.__struct_fields__)
@@ -171,6 +179,35 @@ class _SQLViews:
     def close(self) -> None:
         self.datastore.close()
 
+    def _tracking_table(self) -> str:
+        return "tracking"
+
+    def prepare(self) -> bool:
+        """Create the tables; a store of another ``SHAPE`` is emptied first.
+
+        Returns:
+            True when the views were emptied (the projector starts from the stream's start).
+        """
+        with self._tx(commit=True) as c:
+            c.execute(self._sql(
+                "CREATE TABLE IF NOT EXISTS lg_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"))
+            c.execute(self._sql("SELECT value FROM lg_meta WHERE name = 'shape'"))
+            row = c.fetchone()
+            stale = row is not None and str(row["value"]) != SHAPE
+            legacy = row is None
+            if stale or legacy:
+                for table in _VIEW_TABLES:
+                    c.execute(self._sql(f"DROP TABLE IF EXISTS {table}"))
+        self.create_table()  # type: ignore[attr-defined]  # the library recorder's
+        with self._tx(commit=True) as c:
+            if stale or legacy:
+                c.execute(self._sql(f"DELETE FROM {self._tracking_table()} "
+                                    "WHERE application_name = ?"), (SOURCE,))
+            c.execute(self._sql(
+                "INSERT INTO lg_meta (name, value) VALUES ('shape', ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value"), (SHAPE,))
+        return stale
+
     def apply(self, change: Change, tracking: Tracking) -> None:
         with self._tx(commit=True) as c:
             c.execute(self._sql(_INSERT_EVENT), _values(change.event, _EVENT_COLUMNS))
@@ -202,7 +239,7 @@ class _SQLViews:
         with self._tx(commit=False) as c:
             c.execute(self._sql(statement), tuple(params))
             fetched = c.fetchall()
-        return [msgspec.convert(dict(row), cls) for row in fetched]
+        return [msgspec.convert(_fields(row), cls) for row in fetched]
 
     def events_of(self, intent_id: str) -> list[EventRow]:
         return self._rows(EventRow, "SELECT * FROM lg_events WHERE intent_id = ? ORDER BY version",
@@ -275,7 +312,13 @@ class _SQLViews:
 
 
 def _values(row: msgspec.Struct, columns: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(getattr(row, c) for c in columns)
+    return tuple(msgspec.json.encode(getattr(row, c)).decode() if c in _JSON_COLUMNS
+                 else getattr(row, c) for c in columns)
+
+
+def _fields(row: Any) -> dict[str, Any]:
+    return {k: msgspec.json.decode(v) if k in _JSON_COLUMNS and isinstance(v, str) else v
+            for k, v in dict(row).items()}
 
 
 def _where(**equal: str | None) -> tuple[list[str], list[Any]]:
@@ -312,6 +355,9 @@ def _postgres_views() -> type[TrackingRecorder]:
 
         def _sql(self, statement: str) -> str:
             return _PLACEHOLDER.sub("%s", statement)
+
+        def _tracking_table(self) -> str:
+            return f'"{self.datastore.schema}"."{self.tracking_table_name}"'
 
     return PostgresViews
 
@@ -359,8 +405,10 @@ def open_views(url: str = "", *, var_dir: Path | None = None) -> Views:
         view_class = SQLiteViews
     else:
         raise ViewsError(f"views URL {url.split(':', 1)[0]!r}: expected postgresql:// or sqlite:///")
+    env["CREATE_TABLE"] = "no"  # prepare() creates them, after checking the shape
     try:
         recorder = InfrastructureFactory.construct(env=env).tracking_recorder(view_class)
+        recorder.prepare()  # type: ignore[attr-defined]
     except Exception as exc:  # the library raises several types for "cannot open"
         raise ViewsError(f"cannot open the views: {exc}") from exc
     views: Views = recorder  # type: ignore[assignment]

@@ -6,9 +6,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from lockgate.authz import Decision
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.consequence import Reading, clean, render
 from lockgate.contracts.messages import DecideReview, ReviewView
 from lockgate.contracts.vocabulary import DecisionOutcome
-from lockgate.core.canonical import canonical_json
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
@@ -23,22 +24,47 @@ class ReviewProblem(Exception):
         self.code = code
 
 
-def summary(intent: EffectIntent) -> str:
+def reading(intent: EffectIntent, contract: CapabilityContract | None) -> Reading:
+    """How the intent's consequence reads, from its normalized request (deterministic)."""
+    return render(contract.consequence if contract else None, tool=intent.tool,
+                  actor=intent.actor, destination=intent.destination,
+                  arguments=intent.normalized_arguments, resource=intent.resource)
+
+
+def summary(intent: EffectIntent, contract: CapabilityContract | None = None) -> str:
     """A deterministic consequence summary: the same digest always reads the same."""
-    args = canonical_json(intent.normalized_arguments).decode()
-    text = (
-        f"{intent.actor} asks to {intent.tool} on {intent.resource.get('type', '?')} "
-        f"{intent.resource.get('id', '?')} ({intent.destination}) with {args}"
-    )
-    return text if len(text) <= SUMMARY_MAX_CHARS else text[: SUMMARY_MAX_CHARS - 1] + "…"
+    return clean(reading(intent, contract).summary, SUMMARY_MAX_CHARS)
+
+
+def preconditions(intent: EffectIntent) -> tuple[str, ...]:
+    """The facts the approval rests on: the final gate checks them again before it runs."""
+    return tuple(f"{name} is {value}" for name, value in sorted(intent.facts.items()))
+
+
+def recovery(contract: CapabilityContract | None) -> tuple[str, ...]:
+    """What can be done if it goes wrong, in the contract's own terms."""
+    if contract is None:
+        return ("an operator decides what happened",)
+    lines = [f"it counts as sent once the {contract.send_boundary}"]
+    lines.append("it can be interrupted while it runs" if contract.interruptible
+                 else "once sent it cannot be stopped")
+    if contract.idempotency is not None:
+        lines.append("a retry reuses the same effect, never a second one")
+    if contract.query_by_identity:
+        lines.append("an unknown outcome is looked up by the intent's identity")
+    if "operator" in contract.recovery:
+        lines.append("an operator settles what no lookup can")
+    return tuple(lines)
 
 
 def request_review(
-    intent: EffectIntent, *, ttl_s: float, cause: str, now: datetime
+    intent: EffectIntent, *, ttl_s: float, cause: str, now: datetime,
+    contract: CapabilityContract | None = None,
 ) -> list[Event]:
     """``ReviewRequested`` when policy asked for a human, else nothing."""
     if intent.state is not State.NORMALIZED or intent.decision != DecisionOutcome.REQUIRE_APPROVAL:
         return []
+    read = reading(intent, contract)
     return [
         EffectIntent.ReviewRequested.next(
             intent,
@@ -47,8 +73,13 @@ def request_review(
             digest=intent.digest or "",
             policy_revision=intent.policy_revision or "",
             contract_revision=intent.contract_revision,
-            summary=summary(intent),
+            summary=clean(read.summary, SUMMARY_MAX_CHARS),
             expires_at=now + timedelta(seconds=ttl_s),
+            action=read.action,
+            visible_to=read.visible_to,
+            shown=dict(read.shown),
+            preconditions=preconditions(intent),
+            recovery=recovery(contract),
         )
     ]
 
@@ -78,18 +109,27 @@ def show(intent: EffectIntent | None) -> ReviewView:
     """
     if intent is None or intent.state is not State.AWAITING_APPROVAL or intent.review_id is None:
         raise ReviewProblem("review.unknown")
+    # What was recorded is what is shown: the approval binds the bytes of that review.
+    review = intent.review
     return ReviewView(
         review_id=intent.review_id,
         candidate_id=intent.intent_id,
         tenant=intent.tenant,
         actor=intent.actor,
         tool=intent.tool,
-        summary=summary(intent),
+        summary=review.summary if review else summary(intent),
         digest=intent.digest or "",
         resource=dict(intent.resource),
         destination=intent.destination,
         expires_at=intent.review_expires_at or intent.modified_on,
         state=intent.state.value,
+        action=review.action if review else "",
+        visible_to=review.visible_to if review else "",
+        shown=dict(review.shown) if review else {},
+        preconditions=review.preconditions if review else (),
+        recovery=review.recovery if review else (),
+        policy_revision=review.policy_revision if review else (intent.policy_revision or ""),
+        contract_revision=review.contract_revision if review else intent.contract_revision,
     )
 
 

@@ -40,8 +40,10 @@ class ApprovalHandlers:
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:
                 return []
+            contract = await self.ports.registry.get(intent.tool) if intent.tool else None
             return request_review(
-                intent, ttl_s=self.review_ttl_s, cause=recorded.event_id, now=self.clock()
+                intent, ttl_s=self.review_ttl_s, cause=recorded.event_id, now=self.clock(),
+                contract=contract,
             )
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,

@@ -31,7 +31,7 @@ from lockgate.runtime import loop
 from lockgate.runtime.settings import Settings
 from lockgate.views.lease import lease_for
 from lockgate.views.rows import NEEDS_A_PERSON
-from lockgate.views.store import Views, open_views
+from lockgate.views.store import SOURCE, Views, open_views
 
 log = logging.getLogger("lockgate.projector")
 
@@ -58,17 +58,27 @@ class Running:
         self.views = views
         self.projector = projector
         self.stream_last = -1
+        #: The views' position as the store last said (a standby's view of the holder's work).
+        self.views_position: int | None = None
         self._counted = 0
 
     def status(self) -> ProcessStatus:
+        """Ready once projecting or standing by; ``views`` says how far they lag the stream.
+
+        Every replica reports the lag (a standby reads the views' position from the
+        store), so whichever answers a reader first answers right; only the projecting
+        one reports idle and busy times, by which a stuck projector is told apart.
+        """
         p = self.projector.progress
         now = time.monotonic()
         consumers = {}
-        if p.role == "projecting":
-            lag = max(0, self.stream_last - (p.position or 0)) if self.stream_last >= 0 else -1
+        position = p.position if p.role == "projecting" else self.views_position
+        if self.stream_last >= 0 and p.role in ("projecting", "standby"):
+            projecting = p.role == "projecting"
             consumers["views"] = ConsumerProgress(
-                pending=lag, idle_s=round(now - p.last_applied_at, 3),
-                busy_s=round(now - p.busy_since, 3) if p.busy_since else 0.0)
+                pending=max(0, self.stream_last - (position or 0)),
+                idle_s=round(now - p.last_applied_at, 3) if projecting else 0.0,
+                busy_s=round(now - p.busy_since, 3) if projecting and p.busy_since else 0.0)
         return ProcessStatus(service=NAME, pid=os.getpid(), instance=p.role,
                              ready=p.role in ("projecting", "standby"), consumers=consumers)
 
@@ -77,9 +87,10 @@ class Running:
         ``pending`` 0 knows the views hold every event stored before it asked."""
         if not msg.reply:
             return
-        if self.projector.progress.role == "projecting":
-            with contextlib.suppress(Exception):
-                self.stream_last = await asyncio.wait_for(self.source.last_position(), 1.0)
+        with contextlib.suppress(Exception):
+            self.stream_last = await asyncio.wait_for(self.source.last_position(), 1.0)
+            if self.projector.progress.role != "projecting":
+                self.views_position = await asyncio.to_thread(self.views.max_tracking_id, SOURCE)
         await msg.respond(msgspec.json.encode(self.status()))
 
     def refresh_gauges(self) -> None:
