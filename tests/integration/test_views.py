@@ -224,20 +224,39 @@ def test_intents_page_newest_change_first_and_filter(views: Views) -> None:
     assert [r.tenant for r in views.intents(state="proposed")] == ["tenant-b"]
 
 
-def test_a_store_of_another_shape_is_emptied_and_folded_again(
-    views: Views, request: pytest.FixtureRequest, tmp_path: Path,
+def test_a_store_of_another_shape_keeps_the_record_and_refolds_what_is_derived(
+    views: Views,
 ) -> None:
     feed = Feed(views)
-    h = feed.history(executed())
-    assert views.max_tracking_id(SOURCE) == feed.position
+    h = feed.history(review(executed().events and History(call_id="r1").normalized()
+                            .decided("require_approval")))
+    done = feed.history(executed("e2"))
+    record = views.events_of(h.intent_id) + views.events_of(done.intent_id)
     with views.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
         c.execute(views._sql("UPDATE lg_meta SET value = ? WHERE name = 'shape'"),  # type: ignore[attr-defined]
                   ("0",))
-    assert views.prepare() is True  # type: ignore[attr-defined]
-    assert views.max_tracking_id(SOURCE) is None
-    assert views.events_of(h.intent_id) == [] and views.intent(h.intent_id) is None
-    assert views.prepare() is False  # type: ignore[attr-defined]  # same shape: kept
-    again = Feed(views)
-    again.history(h)
+    views.prepare()  # type: ignore[attr-defined]
+    # The permanent record and its position stay; what is derived from it is gone ...
+    assert views.events_of(h.intent_id) + views.events_of(done.intent_id) == record
+    assert views.max_tracking_id(SOURCE) == feed.position
+    assert views.intent(h.intent_id) is None and views.reviews() == []
+    assert views.refold_pending()
+    # ... until it is folded again from the record, not from the stream.
+    assert IntentViews(views).refold(page=1) == 2
+    assert not views.refold_pending()
+    row = views.intent(done.intent_id)
+    assert row is not None and (row.state, row.model_status) == ("completed", "executed")
+    assert [r.review_id for r in views.reviews()] == ["rv-1"]
+    views.prepare()  # type: ignore[attr-defined]  # the same shape again: nothing to do
+    assert not views.refold_pending() and views.intent(done.intent_id) is not None
+
+
+def test_views_that_begin_after_an_intent_left_the_hot_store_start_at_its_mark(views: Views) -> None:
+    from lockgate.archiver.domain import archived
+
+    h = executed()
+    mark = archived(h.intent, now=T0 + timedelta(days=8))
+    Feed(views).send(mark)
     row = views.intent(h.intent_id)
-    assert row is not None and row.state == "completed"
+    assert row is not None and (row.state, row.archived, row.version) == (
+        "completed", True, len(h.events) + 1)

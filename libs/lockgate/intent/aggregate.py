@@ -667,6 +667,48 @@ class EffectIntent(Aggregate):
             agg.state = State.REFUSED
             agg.reason = "candidate.unprocessable"
 
+    class IntentArchived(Event, Aggregate.Created):
+        """The intent's earlier events left the hot store; the views keep every one.
+
+        The archiver appends it to an intent that ended, once the views hold all its
+        events, and then purges the events before it. It stays in the stream as the
+        intent's identity: a retried call id finds its intent (and its outcome) here,
+        never a free id to record again. Folded alone it is the ended intent, as far as
+        deciding needs it (who, which call, which bytes, how it ended); after the
+        intent's events it changes nothing but marks the intent archived.
+        """
+
+        neutral: ClassVar[bool] = True
+        tenant: str
+        run_id: str
+        turn_id: str
+        call_id: str
+        actor: str
+        tool: str
+        raw_digest: str
+        raw_size_bytes: int
+        catalogue_digest: str
+        contract_revision: str
+        candidate_digest: str
+        state: str
+        reason: str | None
+        archived_versions: int
+
+        def mutate(self, aggregate: Any) -> Any:
+            if aggregate is None:  # the history starts here: the ended intent, rebuilt
+                return super().mutate(None)
+            if self.originator_version != aggregate.version + 1:
+                raise OriginatorVersionError(self.originator_version, aggregate.version + 1)
+            aggregate.version = self.originator_version
+            aggregate.modified_on = self.timestamp
+            aggregate.archived = True
+            return aggregate
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State(self.state)
+            agg.reason = self.reason
+            agg.archived = True
+
     # -- state ----------------------------------------------------------------------
 
     def __init__(
@@ -739,6 +781,8 @@ class EffectIntent(Aggregate):
         self.retry_after_s = retry_after_s
         #: ``durable:trigger`` of every message a consumer gave up on.
         self.abandoned: list[str] = []
+        #: Its events before ``IntentArchived`` left the hot store (the views keep them).
+        self.archived = False
 
     @property
     def intent_id(self) -> str:

@@ -371,6 +371,22 @@ def projector_role() -> Role:
     return Role(PROJECTOR, publish, subscribe, allow_responses=True)
 
 
+#: The archiver's status name and NATS user.
+ARCHIVER = "archiver"
+
+
+def archiver_role() -> Role:
+    """The archiver: reads the record, marks an ended intent archived, purges before the mark.
+
+    The purge grant cannot be narrowed to one intent (its filter is in the request
+    body), so it is this role's alone, and the archiver checks on the record itself,
+    under optimistic concurrency, that what it purges has ended.
+    """
+    publish = (EVENT_LOAD, *event_append("IntentArchived"), f"{JS_API}.STREAM.PURGE.{EVENTS}")
+    subscribe = (subjects.status(ARCHIVER), _inbox(SERVICE_INBOX))
+    return Role(ARCHIVER, publish, subscribe, allow_responses=True)
+
+
 def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     """The adapter process ``name`` serving ``capabilities``, in an account of its own.
 
@@ -437,6 +453,7 @@ def roles(
         admin_role(),
         *(service_role(s) for s in SERVICES),
         projector_role(),
+        archiver_role(),
         host_role(),
         *(agent_role(t) for t in tenants),
         *(reviewer_role(p, scope) for p, scope in reviewers.items()),

@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     #: ``postgresql://user:password@host:port/dbname``, ``sqlite:///path``, or empty for
     #: ``<var_dir>/views.sqlite``.
     views_url: str = ""
+    #: How long after it ended an intent leaves the hot store (its events stay in the
+    #: views; a mark stays as its identity). 0: never.
+    archive_after_s: float = Field(default=7 * 24 * 3600.0, ge=0)
+    #: How often the archiver looks for intents that may leave.
+    archive_every_s: float = Field(default=60.0, gt=0)
 
     def roles(self) -> list[Role]:
         """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""

@@ -21,8 +21,10 @@ SERVICES: tuple[str, ...] = tuple(spec.name for spec in specs.SERVICES)
 #: The demo adapters ``make run`` supervises (their specs): (status name, python module).
 ADAPTERS: tuple[tuple[str, str], ...] = tuple((a.status_name, a.module) for a in specs.ADAPTERS)
 
-#: The read side ``make run`` supervises: the projector, which keeps the views.
-READ_SIDE: tuple[tuple[str, str], ...] = (("projector", "lockgate.projector"),)
+#: The read side ``make run`` supervises: the projector, which keeps the views, and
+#: the archiver, which moves what they hold out of the hot store.
+READ_SIDE: tuple[tuple[str, str], ...] = (
+    ("projector", "lockgate.projector"), ("archiver", "lockgate.archiver"))
 
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (

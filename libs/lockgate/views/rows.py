@@ -63,6 +63,8 @@ class IntentRow(msgspec.Struct, frozen=True, kw_only=True):
     created_at: str
     updated_at: str
     last_sequence: int
+    archived: bool = False
+    """Its events before ``IntentArchived`` left the hot store (the views keep them all)."""
 
 
 class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,6 +145,8 @@ def iso(moment: datetime) -> str:
 
 #: States in which nothing will happen to an intent without a person.
 NEEDS_A_PERSON = (State.UNKNOWN.value, State.NEEDS_OPERATOR.value)
+#: States in which nothing more happens to an intent.
+ENDED = tuple(s.value for s in State if s.terminal)
 #: States that end an intent refused, by whom it does not matter.
 REFUSALS = (State.REJECTED.value, State.DENIED.value, State.REFUSED.value, State.FAILED.value)
 
@@ -160,6 +164,7 @@ def intent_row(intent: EffectIntent, *, created_at: datetime, last_sequence: int
         attempts=len(intent.attempts), attempt_stage=current.stage.value if current else None,
         review_id=intent.review_id, version=intent.version, created_at=iso(created_at),
         updated_at=iso(intent.modified_on), last_sequence=last_sequence,
+        archived=intent.archived,
     )
 
 
