@@ -42,7 +42,7 @@ from lockgate.eventstore.base import ConcurrencyConflict, EventStore, EventStore
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.subjects import aggregate_filter
 from lockgate.intent.codec import decode_event, encode_event, fold
-from lockgate.runtime import loop
+from lockgate.runtime import loop, metrics
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.streams import EVENTS
 from lockgate.views.rows import IntentRow, iso
@@ -122,6 +122,7 @@ class Archiver:
 
 async def serve(settings: Settings, stop: asyncio.Event) -> int:
     """Archive every ``archive_every_s`` until ``stop`` is set."""
+    endpoint = metrics.start_endpoint(settings)
     nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
     archiver = Archiver(JetStreamEventStore(nc, api_prefix=settings.js_prefix),
@@ -131,7 +132,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
     async def answer(msg: Msg) -> None:
         if msg.reply:
             status = ProcessStatus(service=NAME, pid=os.getpid(),
-                                   instance=f"archived {archiver.archived}")
+                                   instance=f"archived {archiver.archived}",
+                                   metrics=metrics.url_of(endpoint))
             await msg.respond(msgspec.json.encode(status))
 
     status = await nc.subscribe(subjects.status(NAME), cb=answer)
@@ -154,6 +156,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         with contextlib.suppress(Exception):
             await nc.drain()
         views.close()
+        if endpoint is not None:
+            endpoint.stop()
 
 
 def main() -> None:

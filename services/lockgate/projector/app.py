@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 import msgspec
 import nats
 from nats.aio.msg import Msg
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge
 
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ConsumerProgress, ProcessStatus
 from lockgate.projector.runner import Projector
 from lockgate.projector.source import StreamSource
-from lockgate.runtime import loop
+from lockgate.runtime import loop, metrics
 from lockgate.runtime.settings import Settings
 from lockgate.views.lease import lease_for
 from lockgate.views.rows import NEEDS_A_PERSON
@@ -53,8 +53,10 @@ EVENTS = Counter("lockgate_projector_events_total", "Events applied to the views
 class Running:
     """The process's parts, for its status answer and its gauges."""
 
-    def __init__(self, source: StreamSource, views: Views, projector: Projector) -> None:
+    def __init__(self, source: StreamSource, views: Views, projector: Projector, *,
+                 metrics_url: str = "") -> None:
         self.source = source
+        self.metrics_url = metrics_url
         self.views = views
         self.projector = projector
         self.stream_last = -1
@@ -80,7 +82,8 @@ class Running:
                 idle_s=round(now - p.last_applied_at, 3) if projecting else 0.0,
                 busy_s=round(now - p.busy_since, 3) if projecting and p.busy_since else 0.0)
         return ProcessStatus(service=NAME, pid=os.getpid(), instance=p.role,
-                             ready=p.role in ("projecting", "standby"), consumers=consumers)
+                             ready=p.role in ("projecting", "standby"), consumers=consumers,
+                             metrics=self.metrics_url)
 
     async def answer(self, msg: Msg) -> None:
         """The status, with the lag against the stream as it is now: a reader that sees
@@ -126,13 +129,12 @@ class Running:
 
 async def serve(settings: Settings, stop: asyncio.Event) -> int:
     """Run until ``stop`` is set (0) or the projection fails (1: the supervisor restarts it)."""
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, addr=settings.metrics_addr)
+    endpoint = metrics.start_endpoint(settings)
     nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
     source = StreamSource(nc, settings)
     projector = Projector(views, lease_for(settings.views_url, settings.var_dir), source.batches)
-    running = Running(source, views, projector)
+    running = Running(source, views, projector, metrics_url=metrics.url_of(endpoint))
     status = await nc.subscribe(subjects.status(NAME), cb=running.answer)
     halt = asyncio.Event()
     projecting = asyncio.create_task(projector.run(halt))
@@ -152,6 +154,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         with contextlib.suppress(Exception):
             await nc.drain()
         views.close()
+        if endpoint is not None:
+            endpoint.stop()
 
 
 def main() -> None:
