@@ -45,6 +45,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import heapq
+import logging
 import re
 import threading
 from collections import OrderedDict, deque
@@ -105,6 +106,8 @@ from lockgate.runtime.settings import Settings
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 #: The type token of an event another application stored (not a Python identifier).
 FOREIGN_TYPE = "foreign-event"
 #: The tenant token foreign events are stored under unless told otherwise.
@@ -125,6 +128,9 @@ TENANTS_KEPT = 8192
 SUBSCRIPTION_BUFFER = 4096
 #: Notifications one wake-up of an iterating thread takes over at most.
 _TAKE = 512
+#: The server's idle heartbeat to a subscription: two missed ones (a restarted server
+#: forgot the in-memory consumer) and nats-py recreates it from where it was.
+SUBSCRIPTION_HEARTBEAT_S = 2.0
 
 
 class RecorderConflict(IntegrityError):
@@ -172,6 +178,11 @@ def originator_token(originator_id: UUID | str) -> str:
 def originator_of(token: str) -> UUID | str:
     """The originator id a subject token stands for."""
     return UUID(hex=token) if _UUID_HEX.fullmatch(token) else token
+
+
+async def _log_error(exc: Exception) -> None:
+    # nats-py's default prints a traceback for every failed (re)connect attempt.
+    log.warning("broker connection: %s", exc)
 
 
 def _sequence(msg: Msg) -> int:
@@ -241,7 +252,9 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         self._state = threading.Lock()
         #: Intent id → tenant token, of the Lockgate events read lately (touched on the loop).
         self._tenants: OrderedDict[str, str] = OrderedDict()
-        options: dict[str, Any] = {"servers": ["nats://127.0.0.1:4222"], "name": f"recorder-{stream}"}
+        options: dict[str, Any] = {
+            "servers": ["nats://127.0.0.1:4222"], "name": f"recorder.{stream}", "error_cb": _log_error,
+        }
         options.update(connect_options or {})
         self._loop = LoopThread(name=f"recorder-{stream}")
         try:
@@ -674,7 +687,8 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         # Ordered: ephemeral, in memory, flow-controlled; nats-py recreates it from the
         # last sequence it delivered when it sees a gap or misses heartbeats.
         return await self._js.subscribe(
-            filters[0], stream=self._stream, ordered_consumer=True, config=config, cb=cb
+            filters[0], stream=self._stream, ordered_consumer=True, config=config, cb=cb,
+            idle_heartbeat=SUBSCRIPTION_HEARTBEAT_S,
         )
 
 
@@ -867,7 +881,7 @@ class Factory(InfrastructureFactory[TrackingRecorder]):
         settings = self._settings()
         stream = self.env.get(stream_key) or default_stream
         return {
-            "connect_options": {**settings.connect_options(), "name": f"recorder-{stream}"},
+            "connect_options": {**settings.connect_options(), "name": f"recorder.{stream}"},
             "stream": stream,
             "subject_prefix": self.env.get(prefix_key) or default_prefix,
             "api_prefix": self.env.get(self.JS_API_PREFIX) or settings.js_prefix,
