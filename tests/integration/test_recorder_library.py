@@ -639,3 +639,41 @@ async def test_a_projection_runner_folds_lockgate_events_into_a_view(
         UUID(hex=a.intent_id): ("tenant-a", "PolicyDecided"),
         UUID(hex=b.intent_id): ("tenant-b", "CandidateReceived"),
     }
+
+
+async def test_the_projectors_own_projection_runs_under_the_librarys_runner(
+    nats_server: NatsServer, nc: Client, lockgate_stream: tuple[str, str], tmp_path: Path,
+) -> None:
+    """Lockgate's views (``IntentViews`` into ``SQLiteViews``) folded by ``ProjectionRunner``."""
+    from datetime import timedelta
+
+    from lockgate.intent.aggregate import EffectIntent
+    from lockgate.testing.intents import T0
+    from lockgate.views.projection import IntentViews
+    from lockgate.views.store import SQLiteViews
+
+    name, prefix = lockgate_stream
+    store = JetStreamEventStore(nc, stream=name, subject_prefix=prefix)
+    h = _started("tenant-a", "call-v").normalized().decided("allow")
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision="rev-1", gate_facts={},
+          deadline_at=T0 + timedelta(seconds=30))
+    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    await _append(store, AggregateHistory("tenant-a", h.intent_id), h.events)
+    env = {
+        Factory.NATS_URL: nats_server.url, Factory.EVENTS_STREAM: name,
+        Factory.EVENTS_SUBJECT_PREFIX: prefix, "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(tmp_path / "views.sqlite"),
+    }
+
+    def project() -> tuple[str, str, list[str]]:
+        with ProjectionRunner(application_class=LockgateRecord, projection_class=IntentViews,
+                              view_class=SQLiteViews, env=env) as runner:
+            runner.wait(len(h.events), timeout=10)
+            views = runner.projection.views
+            row = views.intent(h.intent_id)
+            assert row is not None
+            return row.state, row.model_status, [e.event_type for e in views.events_of(h.intent_id)]
+
+    assert await asyncio.to_thread(project) == (
+        "completed", "executed", [type(e).__name__ for e in h.events])
