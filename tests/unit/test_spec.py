@@ -67,6 +67,7 @@ SAMPLES: dict[Channel, Callable[[str], str]] = {
     channels.RESPONSE: lambda _cap: subjects.response_subject(TENANT, RUN, INTENT),
     channels.REVIEW_SHOW: lambda _cap: subjects.review(TENANT, INTENT, "show", "alice"),
     channels.REVIEW_DECIDE: lambda _cap: subjects.review(TENANT, INTENT, "decide", "alice"),
+    channels.REVIEW_EDIT: lambda _cap: subjects.review(TENANT, INTENT, "edit", "alice"),
     channels.WITHDRAW: lambda _cap: subjects.withdraw(TENANT, RUN, INTENT, "agent-tenant-a"),
     channels.RESOLVE: lambda _cap: subjects.resolve(TENANT, INTENT, "ops"),
     channels.EXEC: subjects.order,

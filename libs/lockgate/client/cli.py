@@ -384,6 +384,17 @@ async def _review(args: argparse.Namespace, where: Where) -> int:
             return 0
         if args.digest and args.digest != review.digest:
             raise UsageError(f"the review is of {review.digest}, not {args.digest}")
+        if args.review_command == "edit":
+            edited = await gw.edit_review(
+                tenant=tenant, candidate_id=intent, review_id=review.review_id,
+                digest=review.digest, arguments=args.arguments, reason=args.why)
+            if args.json:
+                _print({"edited_into": edited.candidate_id, "call_id": edited.call_id,
+                        "reviewer": person, "review": shown})
+            else:
+                _print(f"edited by {person}: {review.candidate_id} will not run; the new candidate "
+                       f"{edited.candidate_id} crosses every gate again")
+            return 0
         event = await gw.decide_review(
             tenant=tenant, candidate_id=intent, review_id=review.review_id,
             digest=review.digest, approve=args.review_command == "approve", reason=args.why,
@@ -511,6 +522,16 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("--digest", default=None, help="approve only if the review is of this digest")
         r.add_argument("--json", action="store_true", help="JSON instead of text")
         _as(r, "reviewer")
+    edit = rv_sub.add_parser("edit", help="propose narrower arguments instead: a new candidate, "
+                                          "every gate again; the original does not run")
+    _globals(edit)
+    edit.add_argument("intent")
+    edit.add_argument("--tenant", required=True)
+    edit.add_argument("--arguments", required=True, help="the raw argument text, as a model would write it")
+    edit.add_argument("--why", default="", help="recorded with the edit")
+    edit.add_argument("--digest", default=None, help="edit only if the review is of this digest")
+    edit.add_argument("--json", action="store_true", help="JSON instead of text")
+    _as(edit, "reviewer")
     sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
     ev = command("events", "print an intent's events (its timeline in the views)")
     ev.add_argument("intent")

@@ -51,6 +51,8 @@ REASONS: dict[str, str] = {
     "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts",
     # approval
     "review.denied": "a reviewer refused",
+    "review.edited": "a reviewer changed the call: a new candidate replaces it, every gate again",
+    "review.edit-unchanged": "a reviewer's edit proposed the bytes already under review",
     "review.expired": "nobody decided before the review expired",
     # executor: the final gate
     "gate.mapping-changed": "the capability's contract changed after the decision",

@@ -373,15 +373,23 @@ class EffectIntent(Aggregate):
             agg.approval_digest = self.digest
 
     class ReviewDenied(Event):
-        """A reviewer refused."""
+        """A reviewer refused; or changed the call, ``edited_into`` naming the new candidate.
+
+        An edit is a refusal of these bytes: what the reviewer proposed instead is a new
+        candidate (``edited_call_id`` in the same run), which crosses every gate again.
+        """
 
         review_id: str
         reviewer: str
         reason: str
+        # Added later, with defaults: decisions recorded before edits existed.
+        edited_into: str = ""
+        edited_call_id: str = ""
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.DENIED
-            agg.reason = "review.denied"
+            agg.reason = "review.edited" if self.edited_into else "review.denied"
+            agg.edited_into = self.edited_into or None
 
     class ApprovalRefused(Event):
         """A reviewer asked to approve and policy said no (their own request, say).
@@ -758,6 +766,8 @@ class EffectIntent(Aggregate):
         self.review_expires_at: datetime | None = None
         #: The review last opened, as the reviewer is shown it.
         self.review: EffectIntent.ReviewRequested | None = None
+        #: The candidate a reviewer's edit made of this one, instead of running it.
+        self.edited_into: str | None = None
         self.approval_digest: str | None = None
         self.intent_key: str | None = None
         self.attempts: list[Attempt] = []

@@ -134,9 +134,12 @@ APPROVAL = ServiceSpec(
         EffectIntent.ReviewExpired,
         EffectIntent.ApprovalRefused,
     ),
-    answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide")),
+    answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide"),
+             Answer(channels.REVIEW_EDIT, "edit")),
     # Runs for the reviewer's scope; capabilities for how a consequence reads.
     reads=(RUNS_BUCKET, CAPABILITIES_BUCKET),
+    # A reviewer's edit becomes a new candidate of the run it came from.
+    publishes=(channels.PROPOSE,),
 )
 
 EXECUTOR = ServiceSpec(

@@ -74,7 +74,7 @@ class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
     tenant: str
     intent_id: str
     status: str
-    """``waiting``, ``approved``, ``denied``, ``expired``, ``superseded`` or ``closed``."""
+    """``waiting``, ``approved``, ``denied``, ``edited``, ``expired``, ``superseded`` or ``closed``."""
     tool: str
     summary: str
     digest: str
@@ -93,6 +93,8 @@ class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
     shown: dict[str, str] = msgspec.field(default_factory=dict)
     preconditions: tuple[str, ...] = ()
     recovery: tuple[str, ...] = ()
+    #: The candidate a reviewer's edit made instead (status ``edited``).
+    edited_into: str | None = None
 
 
 class BudgetUse(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,6 +180,9 @@ def review_change(event: Event, intent: EffectIntent) -> tuple[str, dict[str, st
     if isinstance(event, EffectIntent.ReviewApproved):
         return "approved", {"decided_by": event.reviewer, "decided_at": at, "reason": None}
     if isinstance(event, EffectIntent.ReviewDenied):
+        if event.edited_into:  # the reviewer changed the call: the new candidate is named
+            return "edited", {"decided_by": event.reviewer, "decided_at": at,
+                              "reason": event.reason, "edited_into": event.edited_into}
         return "denied", {"decided_by": event.reviewer, "decided_at": at, "reason": event.reason}
     if isinstance(event, EffectIntent.ReviewExpired):
         return "expired", {"decided_by": None, "decided_at": at, "reason": "review.expired"}

@@ -43,7 +43,7 @@ from lockgate.views.rows import (
 SOURCE = "LG_EVENTS"
 #: The shape of the derived tables. They are not migrated: on a store of another shape
 #: they are dropped and the projector folds the permanent record into them again.
-SHAPE = "3"
+SHAPE = "4"
 _DERIVED_TABLES = ("lg_intents", "lg_reviews", "lg_budget_uses")
 
 _TABLES = (
@@ -70,7 +70,8 @@ _TABLES = (
         policy_revision TEXT NOT NULL, contract_revision TEXT NOT NULL,
         requested_at TEXT NOT NULL, expires_at TEXT NOT NULL, decided_by TEXT,
         decided_at TEXT, reason TEXT, action TEXT NOT NULL, visible_to TEXT NOT NULL,
-        shown TEXT NOT NULL, preconditions TEXT NOT NULL, recovery TEXT NOT NULL)""",
+        shown TEXT NOT NULL, preconditions TEXT NOT NULL, recovery TEXT NOT NULL,
+        edited_into TEXT)""",
     "CREATE INDEX IF NOT EXISTS lg_reviews_by_status ON lg_reviews (status, requested_at)",
     "CREATE INDEX IF NOT EXISTS lg_reviews_by_intent ON lg_reviews (intent_id)",
     """CREATE TABLE IF NOT EXISTS lg_budget_uses (

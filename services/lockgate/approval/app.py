@@ -41,7 +41,10 @@ def create_app(settings: Settings) -> FastStream:
     async def show(msg: Delivery) -> bytes:
         return await answer(service.handlers.show(msg.raw_message.subject), log, "show")
 
-    add_answers(broker, SPEC, {"decide": decide, "show": show}, log)
+    async def edit(msg: Delivery) -> bytes:
+        return await answer(service.handlers.edit(msg.raw_message.subject, msg.body), log, "edit")
+
+    add_answers(broker, SPEC, {"decide": decide, "show": show, "edit": edit}, log)
 
     async def on_decided(msg: Delivery) -> None:
         await service.handlers.decided(recorded_event(msg))

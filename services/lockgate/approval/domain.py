@@ -8,9 +8,10 @@ from datetime import datetime, timedelta
 from lockgate.authz import Decision
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.consequence import Reading, clean, render
-from lockgate.contracts.messages import DecideReview, ReviewView
+from lockgate.contracts.messages import Candidate, DecideReview, EditReview, ReviewView
 from lockgate.contracts.vocabulary import DecisionOutcome
-from lockgate.core.ids import derived_id
+from lockgate.core.canonical import digest_bytes
+from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 SUMMARY_MAX_CHARS = 600
@@ -191,3 +192,50 @@ def decide_review(
             intent, stamp, review_id=cmd.review_id, reviewer=reviewer, reason=cmd.reason[:300],
         )
     ]
+
+
+def open_review_for(intent: EffectIntent | None, review_id: str, digest: str, now: datetime) -> EffectIntent:
+    """The intent whose review ``review_id`` of ``digest`` is open now.
+
+    Raises:
+        ReviewProblem: unknown review, already decided, expired, or another digest.
+    """
+    if intent is None or intent.review_id != review_id:
+        raise ReviewProblem("review.unknown")
+    if intent.state is not State.AWAITING_APPROVAL:
+        raise ReviewProblem("review.closed")
+    if intent.review_expires_at is not None and now >= intent.review_expires_at:
+        raise ReviewProblem("review.expired")
+    if digest != intent.digest:
+        raise ReviewProblem("review.digest-mismatch")
+    return intent
+
+
+def edited_candidate(intent: EffectIntent, cmd: EditReview) -> Candidate:
+    """The new candidate a reviewer's edit makes: the same run, turn and tool, other bytes.
+
+    Its call id is derived from the review and the proposed bytes, so the same edit sent
+    again is the same candidate (the stream and intake deduplicate it), and another
+    edit is another one.
+
+    Raises:
+        ReviewProblem: ``review.edit-unchanged`` when the bytes are the model's own.
+    """
+    proposed = digest_bytes(cmd.arguments.encode())
+    if proposed == intent.raw_digest:
+        raise ReviewProblem("review.edit-unchanged")
+    call_id = derived_id("edit", intent.intent_id, cmd.review_id, proposed)
+    return Candidate(run_id=intent.run_id, turn_id=intent.turn_id, call_id=call_id,
+                     tool=intent.tool, arguments=cmd.arguments)
+
+
+def record_edit(intent: EffectIntent, cmd: EditReview, candidate: Candidate, *, reviewer: str,
+                cause: str, now: datetime) -> list[Event]:
+    """``ReviewDenied`` naming the candidate the edit made: these bytes will not run."""
+    stamp = Stamp(now=now, event_id=derived_id("review-edit", cause), causation_id=cause)
+    return [EffectIntent.ReviewDenied.next(
+        intent, stamp, review_id=cmd.review_id, reviewer=reviewer,
+        reason=cmd.reason[:300] or "edited by the reviewer",
+        edited_into=intent_id_for(intent.tenant, candidate.run_id, candidate.call_id),
+        edited_call_id=candidate.call_id,
+    )]
