@@ -8,8 +8,10 @@ Phases, in order, after a warm-up of each system:
 3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
 4. raw fetch, closed loop (the same chain consumed a batch at a time, as the services
    did before they pulled continuously: the earlier baseline, for continuity)
-5. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals), then open
-   loop at half the rate it sustained: latency under real load, short of saturation
+5. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals) with the
+   projector stopped, which then works off the phase's events (its throughput); then open
+   loop at half the rate it sustained: latency under real load, short of saturation,
+   and how far the views lag meanwhile (``bench.projector``)
 6. rejected,  closed loop (``--concurrency`` proposers, ``--reject-count`` calls of a tool
    no turn offers): the path intake refuses alone, recorded and answered
 7. fairness: a steady tenant at a low rate, alone and then beside a tenant flooding at
@@ -61,6 +63,7 @@ from bench.gateway import LOAD_CASES, TENANT, Proposer
 from bench.hops import Hops
 from bench.hops import measure as measure_hops
 from bench.path import PathCost, counts
+from bench.projector import LagSampler, catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
@@ -183,6 +186,8 @@ class Run:
     path: PathCost | None
     #: Where the latency went, by phase mode (``bench.hops``).
     hops: dict[str, Hops]
+    #: The projector's throughput and its lag under load (``bench.projector``).
+    read_side: dict[str, float | int | None]
 
 
 async def run(plan: Plan, root: Path) -> Run:
@@ -245,6 +250,7 @@ async def run(plan: Plan, root: Path) -> Run:
             return phase
 
         phases: list[Phase] = []
+        read_side: dict[str, float | int | None] = {}
 
         def open_loop(phase: Phase, fire: load.Fire) -> Awaitable[Phase]:
             return load.open_loop(phase, fire, rate_per_s=plan.rate_per_s,
@@ -278,24 +284,36 @@ async def run(plan: Plan, root: Path) -> Run:
             fetch_closed, fetch_driver.fire("closed"), concurrency=plan.concurrency,
             count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s))
         phases.append(fetch_closed)
-        progress(f"Lockgate, {closed_mode}, {plan.count} proposals")
+        progress(f"Lockgate, {closed_mode}, {plan.count} proposals (the projector stopped)")
         ledger_open = await ledger_size(system)
         await reseed(system)
         lg_closed = Phase("lockgate", closed_mode)
+        system.kill("projector")  # its backlog after the phase measures its throughput
+        pids.pop("projector", None)
         phases.append(await measured(lg_closed, load.closed_loop(
             lg_closed, proposer.fire("closed", plan.op_timeout_s),
             concurrency=plan.concurrency, count=plan.count, op_timeout_s=plan.op_timeout_s,
             max_s=plan.phase_max_s)))
         ledger_closed = await ledger_size(system)
+        progress("projector started again: working off the phase's events")
+        await system.restart("projector")
+        backlog, took_s = await catch_up(nc)
+        read_side["projector_events_per_s"] = round(backlog / took_s, 1) if took_s > 0 else None
+        read_side["projector_backlog_events"] = backlog
+        pids["projector"] = system.processes["projector"].pid
         half_rate = round(lg_closed.per_s / 2, 1) if lg_closed.per_s == lg_closed.per_s else 0.0
         if half_rate >= 1:
             half_mode = f"open {half_rate:g}/s x {plan.duration_s:g}s (half)"
             progress(f"Lockgate, {half_mode} of its saturated rate")
             await reseed(system)
             lg_half = Phase("lockgate", half_mode)
+            sampler = LagSampler(nc)
+            sampler.start()
             phases.append(await measured(lg_half, load.open_loop(
                 lg_half, proposer.fire("half", plan.op_timeout_s), rate_per_s=half_rate,
                 duration_s=plan.duration_s, op_timeout_s=plan.op_timeout_s)))
+            await sampler.stop()
+            read_side.update(sampler.figures())
         progress(f"rejected, {closed_mode}, {plan.reject_count} calls of a tool no turn offers")
         rejected = Phase("rejected", closed_mode)
         phases.append(await measured(rejected, load.closed_loop(
@@ -330,7 +348,7 @@ async def run(plan: Plan, root: Path) -> Run:
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return Run(phases, notes, fairness, path, hops)
+        return Run(phases, notes, fairness, path, hops, read_side)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
@@ -432,6 +450,14 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
         print(f"where the latency of an executed candidate goes ({mode}, {hops.sampled} sampled): "
               "median gap between consecutive events of its record")
         print(hops.table())
+    if measured.read_side:
+        r = measured.read_side
+        print()
+        print(f"read side: the projector worked off {r.get('projector_backlog_events')} events at "
+              f"{r.get('projector_events_per_s')} events/s; during the half-rate phase the views "
+              f"lagged the stream by {r.get('projector_lag_p50_events')} events at the median, "
+              f"{r.get('projector_lag_max_events')} at most")
+        figures.update(measured.read_side)
     ratio = figures["throughput_ratio"]
     if fairness is not None:
         print()

@@ -1,7 +1,10 @@
 """The floor: six durable pull consumers, plain nats-py, each loading and appending.
 
 Stage ``k`` (1..6) consumes ``Stage{k-1}`` events of its own tenant's aggregates from
-``LG_EVENTS`` through the durable ``<prefix>k``, loads the aggregate with
+a stream of its own laid out like ``LG_EVENTS`` (``BENCH_EVENTS``, subjects
+``bench.evt.>``, the events stream's configuration; ``LG_EVENTS`` holds Lockgate's
+events only, which the projector reads all of) through the durable ``<prefix>k``,
+loads the aggregate with
 ``JetStreamEventStore.load`` and appends ``Stage{k}`` with ``JetStreamEventStore.append``
 (the store Lockgate's services use, so the same direct-get and expected-sequence
 headers). The driver opens a chain by appending ``Stage0`` to a new aggregate and
@@ -43,7 +46,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from bench.load import Fire
 from lockgate.eventstore.base import (
@@ -52,8 +55,8 @@ from lockgate.eventstore.base import (
     EventStoreUnavailable,
     NewEvent,
 )
-from lockgate.eventstore.jetstream import STREAM, JetStreamEventStore
-from lockgate.eventstore.subjects import PREFIX, parse_event_subject
+from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
+from lockgate.eventstore.subjects import parse_event_subject
 from lockgate.runtime import loop
 from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.settings import Settings
@@ -73,7 +76,8 @@ class ChainSpec:
 
     tenant: str = "bench-raw"
     durable_prefix: str = "raw-"
-    stream: str = STREAM
+    stream: str = "BENCH_EVENTS"
+    prefix: str = "bench.evt"
     stages: int = STAGES
     #: The fetch mode asks for this many at a time (``Consumer.batch`` of the specs).
     batch: int = Consumer.batch
@@ -90,12 +94,12 @@ class ChainSpec:
 
     def filter(self, k: int) -> str:
         """What stage ``k`` consumes: the previous stage's event, any aggregate, any version."""
-        return f"{PREFIX}.{self.tenant}.*.*.Stage{k - 1}.*"
+        return f"{self.prefix}.{self.tenant}.*.*.Stage{k - 1}.*"
 
     @property
     def done_subject(self) -> str:
         """The subjects of the last stage's events: a chain is done when one is published."""
-        return f"{PREFIX}.{self.tenant}.*.*.Stage{self.stages}.*"
+        return f"{self.prefix}.{self.tenant}.*.*.Stage{self.stages}.*"
 
     def event_types(self) -> list[str]:
         """The event types of a finished aggregate, in order."""
@@ -109,6 +113,8 @@ async def ensure_consumers(js: JetStreamContext, spec: ChainSpec) -> None:
     services' default, so the only difference is the filter.
     """
     ack_wait_s = Settings.model_fields["ack_wait_s"].default
+    with contextlib.suppress(BadRequestError):  # the other chain's made it already
+        await js.add_stream(events_stream_config(spec.stream, subject_prefix=spec.prefix))
     for k in range(1, spec.stages + 1):
         d = Durable(spec.stream, spec.durable(k), (spec.filter(k),),
                     max_ack_pending=spec.max_ack_pending)
@@ -137,7 +143,7 @@ class StageWorkers:
     async def start(self) -> None:
         """Bind every stage to its durable and start consuming."""
         js = self.nc.jetstream()
-        store = JetStreamEventStore(self.nc, stream=self.spec.stream)
+        store = JetStreamEventStore(self.nc, stream=self.spec.stream, subject_prefix=self.spec.prefix)
         for k in range(1, self.spec.stages + 1):
             if self.spec.mode == "pull":
                 pull = PullConsumer(self.nc, self.spec.stream, self.spec.durable(k),
@@ -172,7 +178,7 @@ class StageWorkers:
     async def _handle(self, k: int, msg: Msg, store: JetStreamEventStore) -> None:
         event_type = f"Stage{k}"
         try:
-            address = parse_event_subject(msg.subject)
+            address = parse_event_subject(msg.subject, prefix=self.spec.prefix)
             history = await store.load(address.tenant, address.intent_id)
             if all(e.event_type != event_type for e in history.events):
                 event_id = f"{address.intent_id}-s{k}"  # deterministic: a redelivery dedups
@@ -215,11 +221,11 @@ class ChainDriver:
 
     async def start(self) -> None:
         """Listen for finished chains (one core subscription for all of them)."""
-        self._store = JetStreamEventStore(self.nc, stream=self.spec.stream)
+        self._store = JetStreamEventStore(self.nc, stream=self.spec.stream, subject_prefix=self.spec.prefix)
 
         async def done(msg: Msg) -> None:
             try:
-                future = self._waiting.get(parse_event_subject(msg.subject).intent_id)
+                future = self._waiting.get(parse_event_subject(msg.subject, prefix=self.spec.prefix).intent_id)
             except ValueError:
                 return
             if future is not None and not future.done():

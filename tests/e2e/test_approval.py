@@ -36,7 +36,11 @@ async def test_sensitive_note_waits_then_executes_once_approved(
     assert (world.invocations, len(world.ledger())) == before  # nothing reached the world
 
     review = await review_of(system, "tenant-a", pending.candidate_id)
-    assert "Escalated to legal." in review.summary and "case-sensitive" in review.summary
+    # The review object: what will happen and to what, the model's text apart, as data.
+    assert review.summary.startswith("Add a note to case case-sensitive")
+    assert review.shown == {"note": "Escalated to legal."}
+    assert review.visible_to == "everyone with access to case case-sensitive"
+    assert "once sent it cannot be stopped" in review.recovery
     with pytest.raises(Refused) as wrong:
         await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                                review_id=review.review_id, digest="sha256:" + "0" * 64, approve=True)
@@ -98,3 +102,52 @@ async def test_withdrawing_an_executed_candidate_says_it_executed(system: System
     assert done.status == "executed"
     late = await run.withdraw(done.candidate_id)
     assert (late.status, late.code) == ("executed", "operation.executed")
+
+
+async def test_a_reviewers_edit_is_a_new_candidate_that_crosses_every_gate_again(
+    system: System, gw: Gateway, reviewer: Gateway, world: World,
+) -> None:
+    """The edit runs (once, approved again on its own digest); the original never does."""
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
+    turn = await run.open_turn()
+    pending = await turn.propose(tool="case.add_note",
+                                 arguments='{"note": "Escalated to legal; the customer is Jane Doe, DOB 1970-01-01."}')
+    assert pending.status == "pending_approval"
+    original = await review_of(system, "tenant-a", pending.candidate_id)
+    writes = [row["intent_id"] for row in world.ledger()]
+
+    with pytest.raises(Refused) as unchanged:  # the same bytes are not an edit
+        await reviewer.edit_review(
+            tenant="tenant-a", candidate_id=pending.candidate_id, review_id=original.review_id,
+            digest=original.digest,
+            arguments='{"note": "Escalated to legal; the customer is Jane Doe, DOB 1970-01-01."}')
+    assert unchanged.value.code == "review.edit-unchanged"
+    narrower = '{"note": "Escalated to legal."}'
+    edited = await reviewer.edit_review(
+        tenant="tenant-a", candidate_id=pending.candidate_id, review_id=original.review_id,
+        digest=original.digest, arguments=narrower, reason="no personal data in case notes")
+    again = await reviewer.edit_review(  # sent twice: the same new candidate, nothing more
+        tenant="tenant-a", candidate_id=pending.candidate_id, review_id=original.review_id,
+        digest=original.digest, arguments=narrower)
+    assert again.candidate_id == edited.candidate_id != pending.candidate_id
+
+    # The original is closed, named to the edit, and can no longer be approved.
+    closed = await run.wait(pending.candidate_id)
+    assert closed.status != "executed"
+    with pytest.raises(Refused) as late:
+        await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                                     review_id=original.review_id, digest=original.digest,
+                                     approve=True)
+    assert late.value.code == "review.closed"
+
+    # The edit is a candidate of its own: its own digest, its own review (policy asks again).
+    second = await run.wait(edited.candidate_id, past="")  # its first answer
+    assert second.status == "pending_approval"
+    fresh = await review_of(system, "tenant-a", edited.candidate_id)
+    assert fresh.digest != original.digest and fresh.shown == {"note": "Escalated to legal."}
+    await reviewer.decide_review(tenant="tenant-a", candidate_id=edited.candidate_id,
+                                 review_id=fresh.review_id, digest=fresh.digest, approve=True)
+    done = await run.wait(edited.candidate_id, past="pending_approval")
+    assert done.status == "executed"
+    new_writes = [row["intent_id"] for row in world.ledger()][len(writes):]
+    assert new_writes == [edited.candidate_id]  # exactly one write, the edit's; the original's never

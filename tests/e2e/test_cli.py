@@ -115,3 +115,53 @@ async def test_a_fault_armed_from_the_cli_reaches_the_world(system: System, tmp_
 async def test_refusals_are_one_line(system: System, tmp_path: Path, command: list[str]) -> None:
     line = one_clean_line(run(system, *command, "--url", system.url, cwd=tmp_path))
     assert line.startswith("lockgate: ") and ("review.unknown" in line or "reconcile." in line)
+
+
+async def test_a_reviewer_reads_the_consequence_first_and_approves_from_the_shell(
+    system: System, tmp_path: Path,
+) -> None:
+    from lockgate.worlds.casenotes.world import World as CaseWorld
+
+    world = CaseWorld(system.world_dir)
+    before = len(world.ledger())
+    note = "Escalated to legal.\x1b[2J\x1b[31m\u202e)detpecca(\u202c"  # escape codes, a bidi override
+    proc = run(system, "--url", system.url, "propose", "--tenant", "tenant-a", "--actor", "user-42",
+               "--context", "case_id=case-sensitive", "--tool", "case.add_note",
+               "--arguments", json.dumps({"note": note}), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    pending = json.loads(proc.stdout)
+    assert pending["status"] == "pending_approval"
+    candidate = pending["candidate_id"]
+
+    listed = run(system, "review", "list", "--as", "alice", "--url", system.url, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    header, rule, *rows = listed.stdout.splitlines()
+    assert header.split()[:3] == ["CANDIDATE", "TENANT", "TOOL"]
+    (mine,) = [r for r in rows if r.startswith(candidate)]
+    assert "Add a note to case case-sensitive" in mine
+
+    page = run(system, "review", "show", candidate, "--tenant", "tenant-a", "--as", "alice",
+               "--url", system.url, cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    first = page.stdout.splitlines()[0]
+    assert first.startswith("What will happen") and "case case-sensitive" in first
+    assert "everyone with access to case case-sensitive" in page.stdout
+    assert "untrusted text" in page.stdout and "Escalated to legal." in page.stdout
+    assert "\x1b" not in page.stdout and "\u202e" not in page.stdout  # printed as data only
+    digest = json.loads(run(system, "review", "show", candidate, "--tenant", "tenant-a", "--as",
+                            "alice", "--json", "--url", system.url, cwd=tmp_path).stdout)["digest"]
+    assert f"digest     {digest}" in page.stdout
+
+    approved = run(system, "review", "approve", candidate, "--tenant", "tenant-a", "--as", "alice",
+                   "--digest", digest, "--url", system.url, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith("approved by alice: Add a note to case case-sensitive")
+    import asyncio
+
+    for _ in range(200):
+        if len(world.ledger()) > before:
+            break
+        await asyncio.sleep(0.05)
+    assert len(world.ledger()) == before + 1
+    after = run(system, "review", "list", "--as", "alice", "--json", "--url", system.url, cwd=tmp_path)
+    assert candidate not in after.stdout

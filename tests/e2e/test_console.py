@@ -230,7 +230,8 @@ async def test_an_approval_through_the_api_is_bound_to_the_digest_shown(
     assert pending.status == "pending_approval"
     shown = await waiting_review(http, tokens["alice"], pending.candidate_id)
     review = shown["review"]
-    assert "Escalated to legal." in review["summary"] and shown["arguments"]["note"] == "Escalated to legal."
+    assert "case-sensitive" in review["summary"] and review["shown"] == {"note": "Escalated to legal."}
+    assert shown["arguments"]["note"] == "Escalated to legal."
     alice = bearer(tokens["alice"])
     approve = f"/api/intents/{pending.candidate_id}/review/approve"
     other = "sha256:" + ("0" if review["digest"][-1] != "0" else "1") * 64
@@ -286,6 +287,31 @@ async def test_a_denial_stops_it_before_execution(
         return bool(body["intent"]["label"]["code"] == "stopped")
     await until(stopped, what="stopped label")
     assert writes_of(world, pending.candidate_id) == []
+
+
+async def test_an_edit_is_a_new_candidate_through_every_gate_and_the_original_never_runs(
+    http: httpx.AsyncClient, tokens: dict[str, str], gw: Gateway, world: World,
+) -> None:
+    pending = await propose(gw, "Call the customer and offer a refund of 500 EUR.")
+    review = (await waiting_review(http, tokens["alice"], pending.candidate_id))["review"]
+    alice = bearer(tokens["alice"])
+    r = await http.post(f"/api/intents/{pending.candidate_id}/review/edit", headers=alice, json={
+        "review_id": review["review_id"], "digest": review["digest"],
+        "arguments": json.dumps({"note": "Call the customer."}), "reason": "no refund promises"})
+    assert r.status_code == 200, r.text
+    made = r.json()
+    assert made["by"] == "alice" and made["candidate_id"] != pending.candidate_id
+    fresh = (await waiting_review(http, tokens["alice"], made["candidate_id"]))["review"]
+    assert fresh["digest"] != review["digest"] and fresh["shown"] == {"note": "Call the customer."}
+    original = (await http.get(f"/api/intents/{pending.candidate_id}", headers=alice)).json()
+    assert original["intent"]["label"]["code"] == "stopped"
+    assert [x["status"] for x in original["reviews"]] == ["edited"]
+    assert original["reviews"][0]["edited_into"] == made["candidate_id"]
+    r = await http.post(f"/api/intents/{made['candidate_id']}/review/approve", headers=alice,
+                        json={"review_id": fresh["review_id"], "digest": fresh["digest"]})
+    assert r.json() == {"recorded": "ReviewApproved", "by": "alice"}
+    await until(lambda: writes_of(world, made["candidate_id"]), what="the edited note's write")
+    assert len(writes_of(world, made["candidate_id"])) == 1 and writes_of(world, pending.candidate_id) == []
 
 
 # -- operators ----------------------------------------------------------------------------------
@@ -496,9 +522,11 @@ async def test_a_reviewer_approves_a_pending_note_from_the_page(
             card = page.locator(f'li.review[data-intent-id="{first.candidate_id}"]')
             await card.wait_for()
             assert "#token" not in page.url  # the token left the address bar
-            # The consequence comes first, as text: the model's markup is shown, not run.
-            consequence = card.locator(".consequence")
-            assert hostile in await consequence.inner_text()
+            # The consequence comes first; the model's words follow as text: shown, not run.
+            consequence = await card.locator(".consequence").inner_text()
+            assert "case-sensitive" in consequence
+            verbatim = card.locator(".untrusted", has_text="the model's note")
+            assert hostile in await verbatim.locator("pre").inner_text()
             assert await card.locator("img, script").count() == 0
             assert "untrusted" in (await card.locator(".consequence-box .tag").inner_text()).lower()
             review_id = await card.get_attribute("data-review-id")

@@ -228,6 +228,14 @@ REFUSED = [
     ("projector", "publish", f"$KV.{LOCKS_BUCKET}.forged"),
     ("projector", "publish", "lg.exec.case.add_note"),
     ("projector", "subscribe", "lg.evt.>"),
+    # the archiver marks and purges; it records nothing else and consumes nothing
+    ("archiver", "publish", f"lg.evt.tenant-a.{INTENT}.9.EffectCompleted._"),
+    ("archiver", "publish", f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived._"),
+    ("archiver", "publish", f"$JS.API.CONSUMER.CREATE.{EVENTS}.intake.lg.evt.>"),
+    ("archiver", "publish", f"$JS.API.STREAM.DELETE.{EVENTS}"),
+    ("archiver", "publish", f"$JS.API.STREAM.PURGE.{CANDIDATES}"),
+    ("archiver", "publish", "lg.exec.case.add_note"),
+    ("archiver", "subscribe", "lg.evt.>"),
     # the console acts only over each person's own connection: its own user decides nothing
     ("console", "publish", f"lg.review.tenant-a.{INTENT}.decide.alice"),
     ("console", "publish", f"lg.reconcile.tenant-a.{INTENT}.resolve.ops"),

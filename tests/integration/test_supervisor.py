@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +55,12 @@ class Supervisor:
         raise AssertionError(f"no such line within {timeout_s}s; output: {self.lines}")
 
 
-async def start_supervisor(var_dir: Path, port: int, *children: str) -> Supervisor:
+async def start_supervisor(
+    var_dir: Path, port: int, *children: str, env: dict[str, str] | None = None,
+) -> Supervisor:
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    env.update(extra)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -186,6 +191,94 @@ async def test_ready_restart_status_and_clean_shutdown(supervisor: Supervisor) -
     assert [args for args in live_processes().values() if str(var_dir) in args] == []
     assert supervisor.lines.count(READY_LINE) == 1
     assert read_run_info(var_dir) is None  # gone with the system
+
+
+def targets(sup: Supervisor) -> dict[str, str]:
+    """Process name → metrics URL, as the supervisor lists them for Prometheus."""
+    path = sup.var_dir / "prometheus" / "targets.json"
+    try:
+        groups = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {g["labels"]["process"]: f"http://{g['targets'][0]}/metrics" for g in groups}
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive loopback ports nobody listens on right now."""
+    for _ in range(100):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    held.enter_context(socket.create_server(("127.0.0.1", port)))
+            except OSError:
+                continue
+        return base
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return str(reply.read().decode())
+
+
+async def test_every_process_is_listed_for_prometheus_and_the_list_follows_restarts(
+    supervisor: Supervisor,
+) -> None:
+    await supervisor.wait_for_line(lambda line: line == READY_LINE)
+    await supervisor.wait_for_line(lambda line: line == RESTART_LINE)
+    nc = await admin_connection(supervisor)
+    try:
+        answers: dict[str, dict[str, object] | None] = {}
+
+        async def listed_as_they_answer() -> bool:
+            answers.update(await check_status(nc, ["steady", "flaky"], timeout_s=0.5))
+            flaky = answers["flaky"]
+            if flaky is None or flaky["pid"] != pids_in(supervisor.var_dir / "flaky.pids")[-1]:
+                return False  # not the restarted one yet
+            listed = targets(supervisor)
+            return all(a is not None and listed.get(n) == a["metrics"] for n, a in answers.items())
+
+        deadline = asyncio.get_running_loop().time() + 15
+        while not await listed_as_they_answer():
+            assert asyncio.get_running_loop().time() < deadline, (answers, targets(supervisor))
+            await asyncio.sleep(0.1)
+    finally:
+        await nc.close()
+    listed = targets(supervisor)
+    assert set(listed) == {"supervisor", "steady", "flaky"}
+    assert all(url.startswith("http://127.0.0.1:") for url in listed.values())
+    assert len(set(listed.values())) == 3
+    own = await asyncio.to_thread(scrape, listed["supervisor"])
+    assert 'lockgate_child_restarts_total{child="flaky"} 1.0' in own
+    assert "lockgate_child_up" in own
+    assert "# TYPE lockgate_handler_seconds histogram" in await asyncio.to_thread(scrape, listed["steady"])
+
+    supervisor.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(supervisor.proc.wait(), 15) == 0
+    assert targets(supervisor) == {}  # stopped: nothing to scrape
+
+
+async def test_a_port_given_to_the_supervisor_is_its_own_and_its_children_take_the_next(
+    tmp_path: Path,
+) -> None:
+    base = free_ports(3)
+    sup = await start_supervisor(tmp_path / "var", free_port(), "steady", "flaky",
+                                 env={"LOCKGATE_METRICS_PORT": str(base)})
+    try:
+        await sup.wait_for_line(lambda line: line == READY_LINE)
+        await wait_until(lambda: len(targets(sup)) == 3)
+        assert targets(sup) == {
+            "supervisor": f"http://127.0.0.1:{base}/metrics",
+            "steady": f"http://127.0.0.1:{base + 1}/metrics",
+            "flaky": f"http://127.0.0.1:{base + 2}/metrics",
+        }
+    finally:
+        await stop(sup)
+        if sup.reader is not None:
+            await sup.reader
 
 
 async def test_the_embedded_broker_refuses_anyone_without_credentials(supervisor: Supervisor) -> None:

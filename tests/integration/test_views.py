@@ -86,7 +86,9 @@ def review(h: History, review_id: str = "rv-1") -> History:
     return h.add(EffectIntent.ReviewRequested, review_id=review_id, digest=h.intent.digest or "",
                  policy_revision="pol-1", contract_revision="rev-1",
                  summary="Adds a note to case-123, visible to the case team",
-                 expires_at=T0 + timedelta(hours=1))
+                 expires_at=T0 + timedelta(hours=1), action="Add a note to case case-123",
+                 visible_to="the case team", shown={"note": "hello"},
+                 preconditions=("case.status is open",), recovery=("once sent it cannot be stopped",))
 
 
 def test_an_executed_intent_is_one_row_and_its_whole_timeline_in_order(views: Views) -> None:
@@ -172,6 +174,9 @@ def test_the_review_queue_holds_what_waits_for_a_person_and_nothing_else(views: 
     assert queue[0].intent_id == waiting.intent_id
     assert queue[0].summary == "Adds a note to case-123, visible to the case team"
     assert queue[0].tool == "case.add_note" and queue[0].digest == "sha256:d1"
+    assert (queue[0].action, queue[0].visible_to, queue[0].shown) == (
+        "Add a note to case case-123", "the case team", {"note": "hello"})
+    assert queue[0].preconditions == ("case.status is open",)
     (done,) = views.reviews(status="approved")
     assert (done.review_id, done.decided_by) == ("rv-2", "alice")
     assert [r.review_id for r in views.reviews(status="superseded")] == ["rv-3"]
@@ -217,3 +222,41 @@ def test_intents_page_newest_change_first_and_filter(views: Views) -> None:
     rest = views.intents(tenant="tenant-a", before=first[-1].last_sequence, limit=10)
     assert [r.intent_id for r in rest] == ids[::-1][2:]
     assert [r.tenant for r in views.intents(state="proposed")] == ["tenant-b"]
+
+
+def test_a_store_of_another_shape_keeps_the_record_and_refolds_what_is_derived(
+    views: Views,
+) -> None:
+    feed = Feed(views)
+    h = feed.history(review(executed().events and History(call_id="r1").normalized()
+                            .decided("require_approval")))
+    done = feed.history(executed("e2"))
+    record = views.events_of(h.intent_id) + views.events_of(done.intent_id)
+    with views.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+        c.execute(views._sql("UPDATE lg_meta SET value = ? WHERE name = 'shape'"),  # type: ignore[attr-defined]
+                  ("0",))
+    views.prepare()  # type: ignore[attr-defined]
+    # The permanent record and its position stay; what is derived from it is gone ...
+    assert views.events_of(h.intent_id) + views.events_of(done.intent_id) == record
+    assert views.max_tracking_id(SOURCE) == feed.position
+    assert views.intent(h.intent_id) is None and views.reviews() == []
+    assert views.refold_pending()
+    # ... until it is folded again from the record, not from the stream.
+    assert IntentViews(views).refold(page=1) == 2
+    assert not views.refold_pending()
+    row = views.intent(done.intent_id)
+    assert row is not None and (row.state, row.model_status) == ("completed", "executed")
+    assert [r.review_id for r in views.reviews()] == ["rv-1"]
+    views.prepare()  # type: ignore[attr-defined]  # the same shape again: nothing to do
+    assert not views.refold_pending() and views.intent(done.intent_id) is not None
+
+
+def test_views_that_begin_after_an_intent_left_the_hot_store_start_at_its_mark(views: Views) -> None:
+    from lockgate.archiver.domain import archived
+
+    h = executed()
+    mark = archived(h.intent, now=T0 + timedelta(days=8))
+    Feed(views).send(mark)
+    row = views.intent(h.intent_id)
+    assert row is not None and (row.state, row.archived, row.version) == (
+        "completed", True, len(h.events) + 1)

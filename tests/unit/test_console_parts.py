@@ -151,3 +151,8 @@ def test_no_role_renders_an_empty_allow_list() -> None:
     assert console_role().publish  # nats-server reads an empty list as "everything"
     with pytest.raises(ValueError, match="empty publish allow-list"):
         render_accounts({"nobody": (Role("nobody", (), ("_INBOX.>",)), "pw")})
+
+
+def test_an_edited_intent_is_stopped_and_says_why() -> None:
+    assert domain.label("denied", "unavailable", "review.edited") == domain.EDITED
+    assert domain.EDITED.code == "stopped"

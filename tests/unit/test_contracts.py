@@ -54,7 +54,7 @@ def test_reason_codes_are_pinned() -> None:
         "gate.policy-changed", "gate.prior-attempt", "gate.review-expired", "order.mismatch",
         "order.precondition.missing", "order.stale", "policy.approval-required",
         "policy.evaluation-error", "policy.no-permit", "remote.rejected", "review.denied",
-        "review.expired", "run.context.missing", "run.unknown", "tool.arguments.duplicate",
+        "review.edit-unchanged", "review.edited", "review.expired", "run.context.missing", "run.unknown", "tool.arguments.duplicate",
         "tool.arguments.invalid", "tool.arguments.malformed", "tool.arguments.missing-required",
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
         "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",

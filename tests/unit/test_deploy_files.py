@@ -77,3 +77,11 @@ def test_the_example_accounts_are_what_roles_renders() -> None:
     example = (CLUSTER / "accounts.conf.example").read_text()
     users = demo_users(["tenant-a", "tenant-b"], password=lambda user: f"CHANGE-ME-{user}")
     assert example == render_accounts(users)
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """pytest imports test files by basename: two of one name stop the whole run at collection."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (Path(__file__).parents[1]).rglob("test_*.py"))
+    assert [n for n, count in names.items() if count > 1] == []

@@ -59,7 +59,7 @@ async def run(work_error: BaseException | None, delivered: int = 1) -> list[tupl
         if work_error is not None:
             raise work_error
 
-    await settle(msg, work(), LOG, "d")  # type: ignore[arg-type]
+    await settle(msg, work(), LOG)  # type: ignore[arg-type]
     return msg.calls
 
 
@@ -186,7 +186,7 @@ async def deliver(guard: Guard, error: BaseException | None, delivered: int) -> 
         if error is not None:
             raise error
 
-    await settle(msg, work(), LOG, "d", guard)  # type: ignore[arg-type]
+    await settle(msg, work(), LOG, guard)  # type: ignore[arg-type]
     return msg.calls
 
 
@@ -239,7 +239,7 @@ async def test_too_many_deliveries_are_given_up_without_running_the_handler() ->
         ran.append(1)
 
     msg = FakeMessage(11)
-    await settle(msg, work(), LOG, "d", guard)  # type: ignore[arg-type]
+    await settle(msg, work(), LOG, guard)  # type: ignore[arg-type]
     assert msg.calls == [("ack", None)] and ran == [] and "delivered 11 times" in given_up[0].cause
     timers, none = guarded(Bounds(deliveries=None))
     assert await deliver(timers, None, 10_000) == [("ack", None)] and none == []

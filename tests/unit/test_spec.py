@@ -41,6 +41,7 @@ from lockgate.runtime.specs import (
     ENDS_INTENT,
     INTAKE,
     MODEL_VISIBLE,
+    READ_SIDE_APPENDS,
     SERVICES,
     UNCONSUMED,
 )
@@ -66,6 +67,7 @@ SAMPLES: dict[Channel, Callable[[str], str]] = {
     channels.RESPONSE: lambda _cap: subjects.response_subject(TENANT, RUN, INTENT),
     channels.REVIEW_SHOW: lambda _cap: subjects.review(TENANT, INTENT, "show", "alice"),
     channels.REVIEW_DECIDE: lambda _cap: subjects.review(TENANT, INTENT, "decide", "alice"),
+    channels.REVIEW_EDIT: lambda _cap: subjects.review(TENANT, INTENT, "edit", "alice"),
     channels.WITHDRAW: lambda _cap: subjects.withdraw(TENANT, RUN, INTENT, "agent-tenant-a"),
     channels.RESOLVE: lambda _cap: subjects.resolve(TENANT, INTENT, "ops"),
     channels.EXEC: subjects.order,
@@ -113,6 +115,7 @@ def evt(name: str) -> str:
 
 def test_every_event_type_has_a_producer() -> None:
     produced = {event for spec in SERVICES for event in spec.may_append}
+    produced |= {event for events in READ_SIDE_APPENDS.values() for event in events}
     assert {name for name, cls in EVENT_TYPES.items() if cls not in produced} == set()
 
 
@@ -254,7 +257,7 @@ def test_the_topology_is_the_specs_consumers() -> None:
 def test_what_make_run_supervises_is_every_spec_and_each_module_runs() -> None:
     assert status.SERVICES == tuple(roles.SERVICES) == tuple(spec.name for spec in SERVICES)
     assert [name for name, _ in status.CHILDREN] == [
-        *(s.status_name for s in SERVICES), roles.PROJECTOR, roles.CONSOLE,
+        *(s.status_name for s in SERVICES), roles.PROJECTOR, roles.ARCHIVER, roles.CONSOLE,
         *(a.status_name for a in ADAPTERS)]
     for _, module in status.CHILDREN:
         assert importlib.util.find_spec(f"{module}.__main__") is not None, module

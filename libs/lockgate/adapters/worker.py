@@ -50,7 +50,6 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
-from prometheus_client import Counter, start_http_server
 
 from lockgate.adapters.api import (
     Adapter,
@@ -87,10 +86,13 @@ from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_capability_name, is_subject_token
 from lockgate.eventstore import EventStoreUnavailable
+from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery
+from lockgate.runtime.metrics import start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Settlement, settle_as
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC
+from lockgate.runtime.tracing import Tracing, start_tracing
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +106,6 @@ RETRY_DELAY_S = 1.0
 
 #: Execute invocations per capability in this process.
 invocations: _Tally[str] = _Tally()
-
-INVOCATIONS = Counter(
-    "lockgate_adapter_invocations_total",
-    "Calls of an adapter's execute, per capability.",
-    ["capability"],
-)
 
 
 def consumer_name(capability: str) -> str:
@@ -139,6 +135,7 @@ class CapabilityWorker:
         batch: int = 16,
         store: Record | None = None,
         js_prefix: str = "$JS.API",
+        tracing: Tracing | None = None,
     ) -> None:
         self.adapter = adapter
         self.contract = adapter.contract
@@ -162,6 +159,9 @@ class CapabilityWorker:
         #: Orders executing in this process, by attempt id (for interruptions).
         self._running: dict[str, ExecutionOrder] = {}
         self._kv: KeyValue | None = None
+        self._meter = metrics.Adapter(self.capability)
+        #: Spans of executions, when tracing is on (``lockgate.runtime.tracing``).
+        self._tracing = tracing
         self._handlers: dict[str, Callable[[bytes], Awaitable[msgspec.Struct]]] = {
             "describe": self._describe,
             "normalize": self._normalize,
@@ -299,14 +299,18 @@ class CapabilityWorker:
 
     async def _answer(self, msg: Msg) -> None:
         operation = msg.subject.rsplit(".", 1)[-1]
+        started = time.perf_counter()
         reply: msgspec.Struct
         try:
             reply = await self._handlers[operation](msg.data)
+            result = "refused" if isinstance(reply, Refusal) else "ok"
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            reply = Refusal("request.malformed", bounded(str(exc)))
+            reply, result = Refusal("request.malformed", bounded(str(exc))), "malformed"
         except Exception as exc:  # a refusal, never a dead subscription
             log.exception("%s %s failed", self.capability, operation)
-            reply = Refusal("adapter.error", bounded(f"{type(exc).__name__}: {exc}"))
+            reply, result = Refusal("adapter.error", bounded(f"{type(exc).__name__}: {exc}")), "error"
+        if operation in self._handlers:  # only the SDK's verbs: the label stays bounded
+            self._meter.request(operation, result, time.perf_counter() - started)
         if msg.reply:
             with contextlib.suppress(NatsError):
                 await msg.respond(msgspec.json.encode(reply))
@@ -332,6 +336,7 @@ class CapabilityWorker:
         except Exception:  # a swallowed error would be a lost message
             log.exception("order on %s could not be handled; retrying", msg.subject)
             settle = Settlement.NAK
+        self._meter.order(settle.value)
         with contextlib.suppress(NatsError):
             await settle_as(Delivery(msg), settle, delay_s=RETRY_DELAY_S)
 
@@ -372,24 +377,45 @@ class CapabilityWorker:
         return await self._execute(order, msg)
 
     async def _execute(self, order: ExecutionOrder, msg: Msg) -> Settlement:
+        """Execute ``order``, timed and counted by how it ended (and traced when tracing is on)."""
+        started = time.perf_counter()
+        result = "error"  # what an exception escaping the execution counts as
+        tracing = self._tracing
+        try:
+            if tracing is None:
+                settle, result = await self._run(order, msg)
+                return settle
+            attributes = {"lockgate.capability": self.capability, "lockgate.adapter": self._name,
+                          "lockgate.attempt_id": order.attempt_id}
+            with tracing.span(f"adapter {self.capability} execute", order.intent_id,
+                              attributes=attributes) as span:
+                try:
+                    settle, result = await self._run(order, msg)
+                finally:
+                    tracing.outcome(span, result)
+                return settle
+        finally:
+            self._meter.executed(result, time.perf_counter() - started)
+
+    async def _run(self, order: ExecutionOrder, msg: Msg) -> tuple[Settlement, str]:
+        """Execute ``order``; return how to settle it and how it ended (``ADAPTER_EXECUTIONS``)."""
         async def progress(stage: ReportStage, receipt: dict[str, str]) -> None:
             await self._report(order, stage, receipt=receipt)
 
         boundary = SendBoundary(lambda: self._cross(order), progress)
         invocations[self.capability] += 1
-        INVOCATIONS.labels(self.capability).inc()
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         self._running[order.attempt_id] = order
         try:
             async with asyncio.timeout(self.contract.outcome_deadline_s):
                 completed = await self.adapter.execute(order, boundary)
         except _ReportNotPublished:
-            return Settlement.NAK
+            return Settlement.NAK, "report_failed"
         except Exception as exc:  # mapped to a report or to silence
             if boundary.refused is not None:
                 # Refused at the boundary, however the adapter passed the refusal on:
                 # what is due was reported there; nothing else is.
-                return boundary.refused.settle
+                return boundary.refused.settle, "refused"
             return await self._failed(order, boundary, exc)
         finally:
             heartbeat.cancel()
@@ -397,7 +423,7 @@ class CapabilityWorker:
         if boundary.refused is not None:
             log.error("%s attempt %s: execute returned although its send boundary was refused",
                       self.capability, order.attempt_id)
-            return boundary.refused.settle
+            return boundary.refused.settle, "refused"
         if not boundary.crossed:
             # An adapter that forgot to cross: the effect is done, so the boundary is
             # claimed without a check (a withdrawal cannot stop what already happened).
@@ -407,18 +433,18 @@ class CapabilityWorker:
             order, ReportStage.COMPLETED, receipt=dict(completed.receipt),
             result=dict(completed.result),
         )
-        return Settlement.ACK
+        return Settlement.ACK, "completed"
 
     async def _failed(
         self, order: ExecutionOrder, boundary: SendBoundary, exc: Exception
-    ) -> Settlement:
+    ) -> tuple[Settlement, str]:
         """Report how ``execute`` failed, or nothing once the boundary was crossed."""
         if isinstance(exc, Rejected):
             await self._report(order, ReportStage.REJECTED, reason=exc.reason, detail=exc.detail)
-            return Settlement.ACK
+            return Settlement.ACK, "rejected"
         if isinstance(exc, Interrupted):
             await self._report(order, ReportStage.INTERRUPTED, reason=exc.reason, detail=exc.detail)
-            return Settlement.ACK
+            return Settlement.ACK, "interrupted"
         if boundary.crossed:
             # The effect may have happened: say nothing; the executor's deadline
             # turns the silence into OutcomeUnknown.
@@ -426,7 +452,7 @@ class CapabilityWorker:
                 "%s attempt %s failed after the send boundary: %r",
                 self.capability, order.attempt_id, exc,
             )
-            return Settlement.ACK
+            return Settlement.ACK, "unknown"
         if isinstance(exc, NotSent):
             reason, detail = exc.reason, exc.detail
         elif isinstance(exc, TimeoutError):
@@ -436,7 +462,7 @@ class CapabilityWorker:
             reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
         await self._report(
             order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail, claim=True)
-        return Settlement.ACK
+        return Settlement.ACK, "not_sent"
 
     async def _cross(self, order: ExecutionOrder) -> None:
         """Right before the remote write: check the record once more, then claim the boundary.
@@ -561,6 +587,8 @@ async def serve(
     ack_wait_s: float = 30.0,
     ready: asyncio.Event | None = None,
     js_prefix: str = "$JS.API",
+    metrics_url: str = "",
+    tracing: Tracing | None = None,
 ) -> None:
     """Serve ``adapters`` on ``nc`` until ``stop`` is set.
 
@@ -572,6 +600,8 @@ async def serve(
         ack_wait_s: how long an order may stay unacknowledged before redelivery.
         ready: set once every capability is described, subscribed and consuming.
         js_prefix: the JetStream API prefix of ``nc``'s account (its credentials say).
+        metrics_url: where this process serves its metrics (its status answer says so).
+        tracing: spans of executions, when tracing is on.
 
     Raises:
         ValueError: duplicate or malformed capability names.
@@ -581,7 +611,8 @@ async def serve(
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate capabilities: {names}")
     workers = [
-        CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s, js_prefix=js_prefix)
+        CapabilityWorker(a, nc, name=name, ack_wait_s=ack_wait_s, js_prefix=js_prefix,
+                         tracing=tracing)
         for a in adapters
     ]
     consumers: list[asyncio.Task[None]] = []
@@ -590,7 +621,7 @@ async def serve(
     async def status(msg: Msg) -> None:
         # Ready once every capability is registered, answered and consumed.
         body = {"service": f"adapter.{name}", "pid": os.getpid(), "capabilities": names,
-                "ready": bool(serving)}
+                "ready": bool(serving), "metrics": metrics_url}
         await msg.respond(json.dumps(body).encode())
 
     # The process answers for itself (the supervisor's view), each capability for itself.
@@ -618,25 +649,38 @@ async def serve(
 async def run_adapter(
     adapters: Sequence[Adapter], settings: Settings, *, name: str | None = None
 ) -> None:
-    """Connect with ``settings`` and serve ``adapters`` until SIGINT or SIGTERM."""
+    """Connect with ``settings`` and serve ``adapters`` until SIGINT or SIGTERM.
+
+    The process serves its metrics (``lockgate.runtime.metrics``) and, when an endpoint
+    is configured, traces its executions (``lockgate.runtime.tracing``).
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port)
+    process = name or f"{socket.gethostname()}-{os.getpid()}"
+    endpoint = start_endpoint(settings)
+    tracing = start_tracing(settings, f"adapter.{process}")
     options = settings.connect_options()
     # Named for the broker's connection list (and the bench's count of each process).
     options.setdefault("name", "adapter." + "+".join(sorted(a.contract.name for a in adapters)))
-    nc = await nats.connect(**options)  # type: ignore[arg-type]
     try:
-        await serve(
-            adapters,
-            nc,
-            name=name or f"{socket.gethostname()}-{os.getpid()}",
-            stop=stop,
-            ack_wait_s=settings.ack_wait_s,
-            js_prefix=settings.js_prefix,
-        )
+        nc = await nats.connect(**options)  # type: ignore[arg-type]
+        try:
+            await serve(
+                adapters,
+                nc,
+                name=process,
+                stop=stop,
+                ack_wait_s=settings.ack_wait_s,
+                js_prefix=settings.js_prefix,
+                metrics_url=url_of(endpoint),
+                tracing=tracing,
+            )
+        finally:
+            await nc.drain()
     finally:
-        await nc.drain()
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)

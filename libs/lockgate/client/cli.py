@@ -247,7 +247,7 @@ async def _operator(where: Where, args: argparse.Namespace) -> Gateway:
     return await where.gateway(f"operator-{person}", principal=person)
 
 
-async def _views(where: Where, args: argparse.Namespace) -> Views:
+async def _views(where: Where, args: argparse.Namespace, *, user: str | None = None) -> Views:
     """The views, once the projector says they hold every event stored before now.
 
     Asked as an operator on ``lg.status.projector``: the projector answering as the
@@ -257,7 +257,7 @@ async def _views(where: Where, args: argparse.Namespace) -> Views:
     """
     from lockgate.views.store import open_views
 
-    gw = await _operator(where, args)
+    gw = await (where.gateway(user) if user else _operator(where, args))
     try:
         lag = await _views_lag(gw, float(getattr(args, "wait", 5.0)))
     finally:
@@ -357,24 +357,57 @@ async def _withdraw(args: argparse.Namespace, where: Where) -> int:
 
 
 async def _review(args: argparse.Namespace, where: Where) -> int:
+    from lockgate.client import tables
+
     person = where.person("reviewer", args.as_)
+    user = f"reviewer-{person}"
+    if args.review_command == "list":
+        views = await _views(where, args, user=user)
+        try:
+            scope = where.settings.reviewers.get(person) or ()
+            rows = [r for r in views.reviews(tenant=args.tenant, status="waiting", limit=args.limit)
+                    if not scope or r.tenant in scope]
+        finally:
+            views.close()
+        if args.json:
+            for row in rows:
+                _print(msgspec.to_builtins(row))
+        else:
+            _print(tables.review_queue(rows))
+        return 0
     tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
-    gw = await where.gateway(f"reviewer-{person}", principal=person)
+    gw = await where.gateway(user, principal=person)
     try:
         review = await gw.show_review(tenant=tenant, candidate_id=intent)
         shown = msgspec.to_builtins(review)
         if args.review_command == "show":
-            _print(shown)
+            _print(shown if args.json else tables.review_page(review))
             return 0
         if args.digest and args.digest != review.digest:
             raise UsageError(f"the review is of {review.digest}, not {args.digest}")
+        if args.review_command == "edit":
+            edited = await gw.edit_review(
+                tenant=tenant, candidate_id=intent, review_id=review.review_id,
+                digest=review.digest, arguments=args.arguments, reason=args.why)
+            if args.json:
+                _print({"edited_into": edited.candidate_id, "call_id": edited.call_id,
+                        "reviewer": person, "review": shown})
+            else:
+                _print(f"edited by {person}: {review.candidate_id} will not run; the new candidate "
+                       f"{edited.candidate_id} crosses every gate again")
+            return 0
         event = await gw.decide_review(
             tenant=tenant, candidate_id=intent, review_id=review.review_id,
             digest=review.digest, approve=args.review_command == "approve", reason=args.why,
         )
     finally:
         await gw.close()
-    _print({"recorded": event, "reviewer": person, "review": shown})
+    if args.json:
+        _print({"recorded": event, "reviewer": person, "review": shown})
+    else:
+        verb = "approved" if args.review_command == "approve" else "denied"
+        _print(f"{verb} by {person}: {review.action or review.summary}\n"
+               f"recorded {event} for candidate {review.candidate_id} ({review.digest})")
     return 0
 
 
@@ -469,9 +502,17 @@ def parser() -> argparse.ArgumentParser:
     wd.add_argument("--tenant", required=True)
     wd.add_argument("--why", default="")
     _as(wd, "operator")
-    rv = command("review", "show, approve or deny a review, as a reviewer")
+    rv = command("review", "list, show, approve or deny reviews, as a reviewer")
     rv_sub = rv.add_subparsers(dest="review_command", required=True)
-    for verb, text in (("show", "print the open review of a candidate"),
+    listed = rv_sub.add_parser("list", help="the reviews waiting, oldest first (from the views)")
+    _globals(listed)
+    listed.add_argument("--tenant", default=None)
+    listed.add_argument("--limit", type=int, default=100)
+    listed.add_argument("--wait", type=float, default=5.0,
+                        help="seconds to wait for the views to catch up")
+    listed.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    _as(listed, "reviewer")
+    for verb, text in (("show", "print the open review of a candidate: what will happen first"),
                        ("approve", "approve the consequence under review"),
                        ("deny", "refuse it")):
         r = rv_sub.add_parser(verb, help=text)
@@ -480,7 +521,18 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("--tenant", required=True)
         r.add_argument("--why", default="", help="recorded with the decision")
         r.add_argument("--digest", default=None, help="approve only if the review is of this digest")
+        r.add_argument("--json", action="store_true", help="JSON instead of text")
         _as(r, "reviewer")
+    edit = rv_sub.add_parser("edit", help="propose narrower arguments instead: a new candidate, "
+                                          "every gate again; the original does not run")
+    _globals(edit)
+    edit.add_argument("intent")
+    edit.add_argument("--tenant", required=True)
+    edit.add_argument("--arguments", required=True, help="the raw argument text, as a model would write it")
+    edit.add_argument("--why", default="", help="recorded with the edit")
+    edit.add_argument("--digest", default=None, help="edit only if the review is of this digest")
+    edit.add_argument("--json", action="store_true", help="JSON instead of text")
+    _as(edit, "reviewer")
     tokens.add_arguments(command("token", "print a console token for a reviewer (or --operator)"))
     sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
     ev = command("events", "print an intent's events (its timeline in the views)")

@@ -24,6 +24,8 @@ from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     Candidate,
     DecideReview,
+    Edited,
+    EditReview,
     NotResolved,
     OpenRun,
     OpenTurn,
@@ -300,6 +302,25 @@ class Gateway:
             Recorded, self.timeout_s,
         )
         return recorded.event
+
+    async def edit_review(
+        self, *, tenant: str, candidate_id: str, review_id: str, digest: str, arguments: str,
+        reason: str = "",
+    ) -> Edited:
+        """Propose narrower arguments instead of approving; returns the new candidate.
+
+        The candidate under review will not run; ``arguments`` (raw text, as a model
+        would write it) become a new candidate of the same run, which crosses every
+        gate again and gets its own digest (and its own review, if policy asks).
+
+        Raises:
+            Refused: unknown or closed review, another digest, or the same bytes.
+        """
+        return await _request(
+            self.nc, subjects.review(tenant, candidate_id, "edit", self.principal),
+            EditReview(review_id=review_id, digest=digest, arguments=arguments, reason=reason),
+            Edited, self.timeout_s,
+        )
 
     async def resolve_outcome(
         self, *, tenant: str, candidate_id: str, finding: str, why: str,

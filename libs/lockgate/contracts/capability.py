@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from lockgate.contracts.consequence import Consequence
 from lockgate.core.canonical import digest
 
 
@@ -71,6 +72,8 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     postconditions: tuple[str, ...] = ()
     recovery: tuple[str, ...] = ("query", "operator")
     approval_hint: str = ""
+    #: How the effect reads to a reviewer (``None``: a generic sentence and every argument).
+    consequence: Consequence | None = None
     budget_cost: int = 1
     data_classes: tuple[str, ...] = ()
     result_max_bytes: int = 4096

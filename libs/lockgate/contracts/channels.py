@@ -75,6 +75,12 @@ REVIEW_DECIDE = Channel(
     "A reviewer's decision, recorded under the authenticated reviewer.",
     replies=(m.Recorded, m.Refusal), sent_by=("reviewer",),
 )
+REVIEW_EDIT = Channel(
+    "lg.review.{tenant}.{intent}.edit.{reviewer}", (subjects.review_all("edit"),),
+    m.EditReview,
+    "A reviewer's narrower arguments: a new candidate of the same run, every gate again.",
+    replies=(m.Edited, m.Refusal), sent_by=("reviewer",),
+)
 WITHDRAW = Channel(
     "lg.withdraw.{tenant}.{run}.{intent}.{user}", (subjects.WITHDRAW_ALL,), m.Withdraw,
     "Stop a candidate by its state; the reply says where it stands.",

@@ -215,6 +215,29 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
 # --- reviews ----------------------------------------------------------------------
 
 
+class EditReview(msgspec.Struct, frozen=True, kw_only=True):
+    """A reviewer's narrower version of the call under review (the original is not run).
+
+    ``arguments`` is the raw argument text the reviewer proposes instead, as a model
+    would write it; it becomes a *new* candidate of the same run and turn, which crosses
+    every gate again (and gets its own digest, and its own review if policy asks).
+    ``digest`` is that of the review the reviewer saw. Who edits is the subject's last
+    token (``lg.review.<tenant>.<intent>.edit.<reviewer>``), never the payload.
+    """
+
+    review_id: str
+    digest: str
+    arguments: str
+    reason: str = ""
+
+
+class Edited(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to an edit: the original's review is closed; the new candidate's identity."""
+
+    candidate_id: str
+    call_id: str
+
+
 class DecideReview(msgspec.Struct, frozen=True, kw_only=True):
     """A reviewer's decision on one review; ``digest`` is what the reviewer saw.
 
@@ -242,6 +265,15 @@ class ReviewView(msgspec.Struct, frozen=True, kw_only=True):
     destination: str
     expires_at: datetime
     state: str
+    #: The review object: what will happen, who sees it, the model's arguments to read
+    #: verbatim (untrusted text), the facts it rests on, what can be done if it goes wrong.
+    action: str = ""
+    visible_to: str = ""
+    shown: dict[str, str] = msgspec.field(default_factory=dict)
+    preconditions: tuple[str, ...] = ()
+    recovery: tuple[str, ...] = ()
+    policy_revision: str = ""
+    contract_revision: str = ""
 
 
 class Recorded(msgspec.Struct, frozen=True):

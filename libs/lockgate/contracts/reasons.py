@@ -51,6 +51,8 @@ REASONS: dict[str, str] = {
     "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts",
     # approval
     "review.denied": "a reviewer refused",
+    "review.edited": "a reviewer changed the call: a new candidate replaces it, every gate again",
+    "review.edit-unchanged": "a reviewer's edit proposed the bytes already under review",
     "review.expired": "nobody decided before the review expired",
     # executor: the final gate
     "gate.mapping-changed": "the capability's contract changed after the decision",
@@ -126,3 +128,18 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("withdrawal_requested", "operation.withdrawal-requested"),
     }
 )
+
+#: The first word of a reason code: what a metric may say about a reason. Reason codes
+#: can come from adapters and policy ids, so a label carries only a class from this set
+#: (``other`` for any code outside it, ``none`` for no reason at all).
+REASON_CLASSES: frozenset[str] = frozenset(
+    {code.split(".", 1)[0] for code in REASONS} | {"argument", "budget", "none", "other"}
+)
+
+
+def reason_class(reason: str | None) -> str:
+    """The class of ``reason`` (``case.closed`` → ``case``), always one of ``REASON_CLASSES``."""
+    if not reason:
+        return "none"
+    head = reason.split(".", 1)[0]
+    return head if head in REASON_CLASSES else "other"

@@ -27,6 +27,9 @@ class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: Connected and serving (its ports are built).
     ready: bool = True
     consumers: dict[str, ConsumerProgress] = msgspec.field(default_factory=dict)
+    #: Where the process serves its Prometheus metrics (``http://127.0.0.1:<port>/metrics``);
+    #: empty when it serves none.
+    metrics: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as JSON-ready builtins."""

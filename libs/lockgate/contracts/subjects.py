@@ -166,11 +166,11 @@ def parse_withdraw(subject: str) -> Command:
     return Command(tenant, intent_id, principal, run_id)
 
 
-REVIEW_VERBS = ("show", "decide")
+REVIEW_VERBS = ("show", "decide", "edit")
 
 
 def review(tenant: str, intent_id: str, verb: str, principal: str) -> str:
-    """``lg.review.<tenant>.<intent>.<verb>.<principal>`` (verb: ``show`` or ``decide``)."""
+    """``lg.review.<tenant>.<intent>.<verb>.<principal>`` (verb: ``show``, ``decide``, ``edit``)."""
     if verb not in REVIEW_VERBS:
         raise ValueError(f"review verb {verb!r} is not one of {REVIEW_VERBS}")
     return (f"lg.review.{_token(tenant, 'tenant')}.{_token(intent_id, 'intent id')}.{verb}."

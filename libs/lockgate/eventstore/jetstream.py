@@ -8,6 +8,10 @@ as one atomic batch. Load is one direct-get ``multi_last`` request: its cost doe
 grow with the stream because every event has a subject of its own. Its replies come
 to one inbox subscription the store keeps for its connection (a token per request),
 so a load is one publish, not a subscribe, a publish and an unsubscribe.
+
+``DirectGet`` (those requests and their inbox) and ``publish_atomically`` (one message,
+or an atomic batch) are shared with the library's recorder interface on the same stream
+(``lockgate.eventstore.recorder``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from lockgate.eventstore.base import (
     RecordedEvent,
 )
 from lockgate.eventstore.subjects import (
+    PREFIX,
     aggregate_filter,
+    all_events_filter,
     event_subject,
     first_event_filter,
     parse_event_subject,
@@ -47,10 +53,10 @@ STREAM = "LG_EVENTS"
 
 #: Server errors that mean "someone else appended first". 10164 is what an R3 stream
 #: answers while another proposal for the same aggregate is in flight.
-_CONFLICT_CODES = frozenset({10071, 10164})
+CONFLICT_CODES = frozenset({10071, 10164})
 #: A retried batch whose message ids are already stored is refused with 10201 before
 #: the sequence check: like a conflict, the reload tells whether it was ours.
-_RELOAD_CODES = _CONFLICT_CODES | {10201}
+_RELOAD_CODES = CONFLICT_CODES | {10201}
 #: ``multi_last`` answers at most this many subjects; longer aggregates are paged.
 _MULTI_LAST_LIMIT = 1024
 _PAGE = 1024
@@ -58,7 +64,9 @@ _PAGE = 1024
 HISTORIES_KEPT = 8192
 
 
-class _PubAck(msgspec.Struct):
+class PubAck(msgspec.Struct):
+    """The server's answer to a publish (the commit of a batch): where it went, or why not."""
+
     class _Error(msgspec.Struct):
         code: int = 0
         err_code: int = 0
@@ -70,7 +78,7 @@ class _PubAck(msgspec.Struct):
     duplicate: bool = False
 
 
-_ack_decoder = msgspec.json.Decoder(_PubAck)
+_ack_decoder = msgspec.json.Decoder(PubAck)
 
 
 class _Replies:
@@ -84,12 +92,13 @@ class _Replies:
 
 
 def events_stream_config(
-    name: str = STREAM, *, replicas: int = 1, duplicate_window_s: float = 120.0
+    name: str = STREAM, *, replicas: int = 1, duplicate_window_s: float = 120.0,
+    subject_prefix: str = PREFIX,
 ) -> StreamConfig:
-    """Return the configuration of the events stream."""
+    """Return the configuration of the events stream (its subjects: ``<subject_prefix>.>``)."""
     return StreamConfig(
         name=name,
-        subjects=["lg.evt.>"],
+        subjects=[all_events_filter(prefix=subject_prefix)],
         storage=StorageType.FILE,
         num_replicas=replicas,
         allow_direct=True,
@@ -100,10 +109,10 @@ def events_stream_config(
 
 
 def recorded_event(
-    subject: str, headers: dict[str, str], data: bytes, sequence: int
+    subject: str, headers: dict[str, str], data: bytes, sequence: int, *, prefix: str = PREFIX
 ) -> RecordedEvent:
     """The stored event a direct get or a consumer delivered (subject, headers, sequence)."""
-    address = parse_event_subject(subject)
+    address = parse_event_subject(subject, prefix=prefix)
     return RecordedEvent(
         tenant=address.tenant,
         intent_id=address.intent_id,
@@ -115,16 +124,18 @@ def recorded_event(
     )
 
 
-class JetStreamEventStore:
-    """An ``EventStore`` on one JetStream stream."""
+class DirectGet:
+    """Direct-get requests to one stream over one connection, answered on one inbox.
+
+    The inbox is subscribed on the first request (``<inbox>.*``, a token per request),
+    so a request is one publish.
+    """
 
     def __init__(
-        self, nc: Client, *, stream: str = STREAM, timeout_s: float = 5.0, api_prefix: str = "$JS.API"
+        self, nc: Client, stream: str, *, timeout_s: float = 5.0, api_prefix: str = "$JS.API"
     ) -> None:
-        """``api_prefix``: the JetStream API as this connection's account reaches it
-        (``lg.jsapi`` in an account that imports it; see ``lockgate.runtime.roles``)."""
+        """``api_prefix``: the JetStream API as this connection's account reaches it."""
         self._nc = nc
-        self._stream = stream
         self._timeout_s = timeout_s
         self._api = f"{api_prefix}.DIRECT.GET.{stream}"
         #: Direct gets waiting for their replies, by the reply subject's last token.
@@ -132,6 +143,116 @@ class JetStreamEventStore:
         self._tokens = itertools.count()
         self._inbox: str | None = None
         self._inbox_ready = asyncio.Lock()
+
+    async def request(self, request: dict[str, Any]) -> tuple[str, list[Msg]]:
+        """Send one (batched) direct get; return its status and the messages before it.
+
+        Raises:
+            EventStoreUnavailable: no status within the timeout.
+        """
+        inbox = await self._replies_inbox()
+        token = str(next(self._tokens))
+        replies = _Replies(asyncio.get_running_loop().create_future())
+        self._waiting[token] = replies
+        try:
+            await self._nc.publish(self._api, json.dumps(request).encode(), reply=f"{inbox}.{token}")
+            try:
+                return await asyncio.wait_for(replies.status, self._timeout_s)
+            except TimeoutError as exc:
+                raise EventStoreUnavailable("direct get timed out") from exc
+        finally:
+            self._waiting.pop(token, None)
+
+    async def last(self, subject_filter: str) -> Msg | None:
+        """The last message stored on a subject matching ``subject_filter`` (wildcards
+        allowed), or ``None`` when there is none. One request, answered with one message.
+
+        Raises:
+            EventStoreUnavailable: no answer, or an error status.
+        """
+        request = json.dumps({"last_by_subj": subject_filter}).encode()
+        try:
+            msg = await self._nc.request(self._api, request, timeout=self._timeout_s)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise EventStoreUnavailable(f"direct get not answered: {exc!r}") from exc
+        status = (msg.headers or {}).get("Status")
+        if status == "404":
+            return None
+        if status:
+            raise EventStoreUnavailable(f"direct get answered status {status}")
+        return msg
+
+    async def _replies_inbox(self) -> str:
+        """The inbox every direct get of this store is answered on (subscribed once)."""
+        if self._inbox is None:
+            async with self._inbox_ready:
+                if self._inbox is None:
+                    inbox = self._nc.new_inbox()
+                    await self._nc.subscribe(f"{inbox}.*", cb=self._on_reply)
+                    self._inbox = inbox
+        return self._inbox
+
+    async def _on_reply(self, msg: Msg) -> None:
+        replies = self._waiting.get(msg.subject.rpartition(".")[2])
+        if replies is None or replies.status.done():
+            return  # a late reply to a get that timed out
+        status = (msg.headers or {}).get("Status")
+        if status:
+            replies.status.set_result((status, replies.messages))
+        else:
+            replies.messages.append(msg)
+
+
+async def publish_atomically(
+    nc: Client, messages: Sequence[tuple[str, bytes, dict[str, str]]], *, timeout_s: float
+) -> PubAck:
+    """Publish ``(subject, data, headers)`` messages as one write and return the server's ack.
+
+    One message is one request; several are an atomic batch (``Nats-Batch-Id``,
+    ``-Sequence``, ``-Commit`` added here), of which only the commit is acknowledged:
+    all are stored or none. Concurrency guards go in the callers' headers.
+
+    Raises:
+        EventStoreUnavailable: no acknowledgement (the write may or may not have landed).
+    """
+    try:
+        if len(messages) == 1:
+            subject, data, headers = messages[0]
+            reply = await nc.request(subject, data, headers=headers, timeout=timeout_s)
+            return _ack_decoder.decode(reply.data)
+        batch_id = random_id()
+        *body, (last_subject, last_data, last_headers) = messages
+        for i, (subject, data, headers) in enumerate(body, start=1):
+            await nc.publish(subject, data, headers={
+                **headers, "Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i),
+            })
+        commit = {
+            **last_headers,
+            "Nats-Batch-Id": batch_id,
+            "Nats-Batch-Sequence": str(len(messages)),
+            "Nats-Batch-Commit": "1",
+        }
+        reply = await nc.request(last_subject, last_data, headers=commit, timeout=timeout_s)
+        return _ack_decoder.decode(reply.data)
+    except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
+        raise EventStoreUnavailable(f"append not acknowledged: {exc!r}") from exc
+
+
+class JetStreamEventStore:
+    """An ``EventStore`` on one JetStream stream."""
+
+    def __init__(
+        self, nc: Client, *, stream: str = STREAM, timeout_s: float = 5.0, api_prefix: str = "$JS.API",
+        subject_prefix: str = PREFIX,
+    ) -> None:
+        """``api_prefix``: the JetStream API as this connection's account reaches it
+        (``lg.jsapi`` in an account that imports it; see ``lockgate.runtime.roles``).
+        ``subject_prefix``: the stream's subjects are ``<subject_prefix>.>``."""
+        self._nc = nc
+        self._stream = stream
+        self._timeout_s = timeout_s
+        self._prefix = subject_prefix
+        self._get = DirectGet(nc, stream, timeout_s=timeout_s, api_prefix=api_prefix)
         #: Histories this store loaded or appended lately (loads go on from them).
         self._histories: OrderedDict[tuple[str, str], AggregateHistory] = OrderedDict()
 
@@ -166,7 +287,7 @@ class JetStreamEventStore:
         """``known`` and the aggregate's events stored after it."""
         status, messages = await self._direct_get({
             "seq": known.last_sequence + 1,
-            "next_by_subj": aggregate_filter(known.tenant, known.intent_id),
+            "next_by_subj": aggregate_filter(known.tenant, known.intent_id, prefix=self._prefix),
             "batch": _PAGE,
         })
         if status not in ("204", "404"):
@@ -178,7 +299,9 @@ class JetStreamEventStore:
         return replace(known, events=known.events + tuple(later))
 
     async def _load_whole(self, tenant: str, intent_id: str) -> AggregateHistory:
-        status, messages = await self._direct_get({"multi_last": [aggregate_filter(tenant, intent_id)]})
+        status, messages = await self._direct_get(
+            {"multi_last": [aggregate_filter(tenant, intent_id, prefix=self._prefix)]}
+        )
         if status == "413":  # more subjects than multi_last answers: page through them
             messages = await self._paged(tenant, intent_id)
         elif status not in ("204", "404"):
@@ -190,7 +313,9 @@ class JetStreamEventStore:
         """Every stored event from ``start_sequence`` on, in store order (for audits and replays)."""
         seq = start_sequence
         while True:
-            status, page = await self._direct_get({"seq": seq, "next_by_subj": "lg.evt.>", "batch": _PAGE})
+            status, page = await self._direct_get(
+                {"seq": seq, "next_by_subj": all_events_filter(prefix=self._prefix), "batch": _PAGE}
+            )
             for msg in page:
                 yield self._recorded(msg)
             if not page or status != "204" or len(page) < _PAGE:
@@ -198,14 +323,17 @@ class JetStreamEventStore:
             seq = int((page[-1].headers or {})["Nats-Sequence"]) + 1
 
     async def _paged(self, tenant: str, intent_id: str) -> list[Msg]:
-        status, first = await self._direct_get({"multi_last": [first_event_filter(tenant, intent_id)]})
+        status, first = await self._direct_get(
+            {"multi_last": [first_event_filter(tenant, intent_id, prefix=self._prefix)]}
+        )
         if not first:
             raise EventStoreUnavailable(f"aggregate {tenant}/{intent_id} has no first event")
         seq = int(first[0].headers["Nats-Sequence"]) if first[0].headers else 1
         out: list[Msg] = []
         while True:
             status, page = await self._direct_get(
-                {"seq": seq, "next_by_subj": aggregate_filter(tenant, intent_id), "batch": _PAGE}
+                {"seq": seq, "next_by_subj": aggregate_filter(tenant, intent_id, prefix=self._prefix),
+                 "batch": _PAGE}
             )
             out.extend(page)
             if not page or status != "204":
@@ -216,44 +344,13 @@ class JetStreamEventStore:
 
     async def _direct_get(self, request: dict[str, Any]) -> tuple[str, list[Msg]]:
         """Send one batched direct-get and collect replies until the status message."""
-        inbox = await self._replies_inbox()
-        token = str(next(self._tokens))
-        replies = _Replies(asyncio.get_running_loop().create_future())
-        self._waiting[token] = replies
-        try:
-            await self._nc.publish(self._api, json.dumps(request).encode(), reply=f"{inbox}.{token}")
-            try:
-                return await asyncio.wait_for(replies.status, self._timeout_s)
-            except TimeoutError as exc:
-                raise EventStoreUnavailable("direct get timed out") from exc
-        finally:
-            self._waiting.pop(token, None)
+        return await self._get.request(request)
 
-    async def _replies_inbox(self) -> str:
-        """The inbox every direct get of this store is answered on (subscribed once)."""
-        if self._inbox is None:
-            async with self._inbox_ready:
-                if self._inbox is None:
-                    inbox = self._nc.new_inbox()
-                    await self._nc.subscribe(f"{inbox}.*", cb=self._on_reply)
-                    self._inbox = inbox
-        return self._inbox
-
-    async def _on_reply(self, msg: Msg) -> None:
-        replies = self._waiting.get(msg.subject.rpartition(".")[2])
-        if replies is None or replies.status.done():
-            return  # a late reply to a get that timed out
-        status = (msg.headers or {}).get("Status")
-        if status:
-            replies.status.set_result((status, replies.messages))
-        else:
-            replies.messages.append(msg)
-
-    @staticmethod
-    def _recorded(msg: Msg) -> RecordedEvent:
+    def _recorded(self, msg: Msg) -> RecordedEvent:
         headers = msg.headers or {}
         return recorded_event(
-            headers["Nats-Subject"], headers, msg.data, int(headers["Nats-Sequence"])
+            headers["Nats-Subject"], headers, msg.data, int(headers["Nats-Sequence"]),
+            prefix=self._prefix,
         )
 
     async def append(
@@ -263,13 +360,14 @@ class JetStreamEventStore:
         if not events:
             return history
         subjects = [
-            event_subject(history.tenant, history.intent_id, history.version + i, e.event_type, e.route)
+            event_subject(history.tenant, history.intent_id, history.version + i, e.event_type,
+                          e.route, prefix=self._prefix)
             for i, e in enumerate(events, start=1)
         ]
         guard = {
             "Nats-Expected-Last-Subject-Sequence": str(history.last_sequence),
             "Nats-Expected-Last-Subject-Sequence-Subject": aggregate_filter(
-                history.tenant, history.intent_id
+                history.tenant, history.intent_id, prefix=self._prefix
             ),
         }
         try:
@@ -281,7 +379,7 @@ class JetStreamEventStore:
             # The server already holds a message with this event id. Only if it sits
             # exactly where this append would put it is that success; an event id
             # reused at another position must not pass for an append.
-            ack = _PubAck(error=_PubAck._Error(err_code=10071, description="duplicate event id"))
+            ack = PubAck(error=PubAck._Error(err_code=10071, description="duplicate event id"))
         if ack is not None and ack.error is None:
             last = ack.seq
             recorded = tuple(
@@ -315,35 +413,10 @@ class JetStreamEventStore:
 
     async def _publish(
         self, subjects: list[str], events: Sequence[NewEvent], guard: dict[str, str]
-    ) -> _PubAck:
-        try:
-            if len(events) == 1:
-                headers = {"Nats-Msg-Id": events[0].event_id, **guard}
-                reply = await self._nc.request(
-                    subjects[0], events[0].data, headers=headers, timeout=self._timeout_s
-                )
-                return _ack_decoder.decode(reply.data)
-            # Atomic batch: the guard on the first message covers the whole batch;
-            # only the commit message is acknowledged.
-            batch_id = random_id()
-            *body, (last_subject, last_event) = zip(subjects, events, strict=True)
-            for i, (subject, event) in enumerate(body, start=1):
-                headers = {
-                    "Nats-Msg-Id": event.event_id,
-                    "Nats-Batch-Id": batch_id,
-                    "Nats-Batch-Sequence": str(i),
-                    **(guard if i == 1 else {}),
-                }
-                await self._nc.publish(subject, event.data, headers=headers)
-            commit = {
-                "Nats-Msg-Id": last_event.event_id,
-                "Nats-Batch-Id": batch_id,
-                "Nats-Batch-Sequence": str(len(events)),
-                "Nats-Batch-Commit": "1",
-            }
-            reply = await self._nc.request(
-                last_subject, last_event.data, headers=commit, timeout=self._timeout_s
-            )
-            return _ack_decoder.decode(reply.data)
-        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
-            raise EventStoreUnavailable(f"append not acknowledged: {exc!r}") from exc
+    ) -> PubAck:
+        # Atomic batch: the guard on the first message covers the whole batch.
+        messages = [
+            (subject, event.data, {"Nats-Msg-Id": event.event_id, **(guard if i == 0 else {})})
+            for i, (subject, event) in enumerate(zip(subjects, events, strict=True))
+        ]
+        return await publish_atomically(self._nc, messages, timeout_s=self._timeout_s)

@@ -9,6 +9,10 @@ load, parse and match ``legacy_type_filter``.
 
 The server does not check that ``Nats-Expected-Last-Subject-Sequence-Subject`` matches
 the subject being published, so both come from the functions below.
+
+Every function takes the subject prefix as a keyword (``lg.evt`` unless told): a stream
+laid out like ``LG_EVENTS`` under another prefix (a test's own, a second deployment on
+one broker) is built and parsed by the same code.
 """
 
 from __future__ import annotations
@@ -36,6 +40,17 @@ class EventAddress(NamedTuple):
     route: str = NO_ROUTE
 
 
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` when it can stand before an event's tokens (dotted subject tokens).
+
+    Raises:
+        ValueError: an empty token, a wildcard or a space in it.
+    """
+    if not prefix or not all(is_subject_token(part) for part in prefix.split(".")):
+        raise ValueError(f"subject prefix {prefix!r} is not dotted subject tokens")
+    return prefix
+
+
 def _check(tenant: str, intent_id: str) -> None:
     if not is_subject_token(tenant):
         raise ValueError(f"tenant {tenant!r} is not a valid subject token")
@@ -44,7 +59,8 @@ def _check(tenant: str, intent_id: str) -> None:
 
 
 def event_subject(
-    tenant: str, intent_id: str, version: int, event_type: str, route: str = NO_ROUTE
+    tenant: str, intent_id: str, version: int, event_type: str, route: str = NO_ROUTE,
+    *, prefix: str = PREFIX,
 ) -> str:
     """Return ``lg.evt.<tenant>.<intent_id>.<version>.<EventType>.<route>``."""
     _check(tenant, intent_id)
@@ -52,38 +68,59 @@ def event_subject(
         raise ValueError(f"event type {event_type!r} is not a valid subject token")
     if not is_subject_token(route):
         raise ValueError(f"route {route!r} is not a valid subject token")
-    return f"{PREFIX}.{tenant}.{intent_id}.{version}.{event_type}.{route}"
+    return f"{prefix}.{tenant}.{intent_id}.{version}.{event_type}.{route}"
 
 
-def aggregate_filter(tenant: str, intent_id: str) -> str:
+def all_events_filter(*, prefix: str = PREFIX) -> str:
+    """Return the filter that matches every event (the events stream's subjects)."""
+    return f"{prefix}.>"
+
+
+def aggregate_filter(tenant: str, intent_id: str, *, prefix: str = PREFIX) -> str:
     """Return the filter that matches every event of one aggregate."""
     _check(tenant, intent_id)
-    return f"{PREFIX}.{tenant}.{intent_id}.>"
+    return f"{prefix}.{tenant}.{intent_id}.>"
 
 
-def first_event_filter(tenant: str, intent_id: str) -> str:
+def intent_filter(intent_id: str, *, prefix: str = PREFIX) -> str:
+    """Return the filter that matches every event of one intent id, whatever its tenant.
+
+    For a reader that knows an aggregate by its id alone (the library's recorder
+    interface has no tenant); intent ids are derived from the tenant, so one id never
+    names aggregates of two tenants.
+    """
+    if not is_subject_token(intent_id):
+        raise ValueError(f"intent id {intent_id!r} is not a valid subject token")
+    return f"{prefix}.*.{intent_id}.>"
+
+
+def first_event_filter(tenant: str, intent_id: str, *, prefix: str = PREFIX) -> str:
     """Return the filter that matches the aggregate's first event only."""
     _check(tenant, intent_id)
-    return f"{PREFIX}.{tenant}.{intent_id}.1.>"
+    return f"{prefix}.{tenant}.{intent_id}.1.>"
 
 
-def type_filter(event_type: str, route: str = "*") -> str:
-    """Return the filter that matches one event type (on one route) across all aggregates."""
-    return f"{PREFIX}.*.*.*.{event_type}.{route}"
+def type_filter(
+    event_type: str, route: str = "*", *, tenant: str = "*", prefix: str = PREFIX
+) -> str:
+    """Return the filter that matches one event type (on one route) across all aggregates
+    (of one tenant, when told)."""
+    return f"{prefix}.{tenant}.*.*.{event_type}.{route}"
 
 
-def legacy_type_filter(event_type: str) -> str:
+def legacy_type_filter(event_type: str, *, prefix: str = PREFIX) -> str:
     """The filter of one event type as subjects were before they carried a route."""
-    return f"{PREFIX}.*.*.*.{event_type}"
+    return f"{prefix}.*.*.*.{event_type}"
 
 
-def parse_event_subject(subject: str) -> EventAddress:
+def parse_event_subject(subject: str, *, prefix: str = PREFIX) -> EventAddress:
     """Split an event subject into its parts.
 
     Raises:
         NotAnEventSubject: when ``subject`` is not an event subject.
     """
-    parts = subject.split(".")
-    if len(parts) not in (6, 7) or ".".join(parts[:2]) != PREFIX or not parts[4].isdigit():
+    head = prefix + "."
+    parts = subject[len(head):].split(".") if subject.startswith(head) else []
+    if len(parts) not in (4, 5) or not parts[2].isdigit():
         raise NotAnEventSubject(f"not an event subject: {subject!r}")
-    return EventAddress(parts[2], parts[3], int(parts[4]), parts[5], *parts[6:])
+    return EventAddress(parts[0], parts[1], int(parts[2]), parts[3], *parts[4:])

@@ -331,7 +331,14 @@ class EffectIntent(Aggregate):
                 agg.state = State.NORMALIZED
 
     class ReviewRequested(Event):
-        """A human must approve this exact consequence before it may happen."""
+        """A human must approve this exact consequence before it may happen.
+
+        The event is the review object as the reviewer is shown it: what will happen
+        (``action``), who will see it (``visible_to``), the model's arguments to read
+        verbatim (``shown``, untrusted text), the facts the approval rests on
+        (``preconditions``), what can be done if it goes wrong (``recovery``), the
+        expiry, the digest and the revisions it binds.
+        """
 
         review_id: str
         digest: str
@@ -339,11 +346,18 @@ class EffectIntent(Aggregate):
         contract_revision: str
         summary: str
         expires_at: datetime
+        # Added later, with defaults: reviews recorded before them read as the summary alone.
+        action: str = ""
+        visible_to: str = ""
+        shown: dict[str, str] = field(default_factory=dict)
+        preconditions: tuple[str, ...] = ()
+        recovery: tuple[str, ...] = ()
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.AWAITING_APPROVAL
             agg.review_id = self.review_id
             agg.review_expires_at = self.expires_at
+            agg.review = self
 
     class ReviewApproved(Event):
         """A reviewer approved; the approval is bound to digest and revisions."""
@@ -359,15 +373,23 @@ class EffectIntent(Aggregate):
             agg.approval_digest = self.digest
 
     class ReviewDenied(Event):
-        """A reviewer refused."""
+        """A reviewer refused; or changed the call, ``edited_into`` naming the new candidate.
+
+        An edit is a refusal of these bytes: what the reviewer proposed instead is a new
+        candidate (``edited_call_id`` in the same run), which crosses every gate again.
+        """
 
         review_id: str
         reviewer: str
         reason: str
+        # Added later, with defaults: decisions recorded before edits existed.
+        edited_into: str = ""
+        edited_call_id: str = ""
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.DENIED
-            agg.reason = "review.denied"
+            agg.reason = "review.edited" if self.edited_into else "review.denied"
+            agg.edited_into = self.edited_into or None
 
     class ApprovalRefused(Event):
         """A reviewer asked to approve and policy said no (their own request, say).
@@ -653,6 +675,48 @@ class EffectIntent(Aggregate):
             agg.state = State.REFUSED
             agg.reason = "candidate.unprocessable"
 
+    class IntentArchived(Event, Aggregate.Created):
+        """The intent's earlier events left the hot store; the views keep every one.
+
+        The archiver appends it to an intent that ended, once the views hold all its
+        events, and then purges the events before it. It stays in the stream as the
+        intent's identity: a retried call id finds its intent (and its outcome) here,
+        never a free id to record again. Folded alone it is the ended intent, as far as
+        deciding needs it (who, which call, which bytes, how it ended); after the
+        intent's events it changes nothing but marks the intent archived.
+        """
+
+        neutral: ClassVar[bool] = True
+        tenant: str
+        run_id: str
+        turn_id: str
+        call_id: str
+        actor: str
+        tool: str
+        raw_digest: str
+        raw_size_bytes: int
+        catalogue_digest: str
+        contract_revision: str
+        candidate_digest: str
+        state: str
+        reason: str | None
+        archived_versions: int
+
+        def mutate(self, aggregate: Any) -> Any:
+            if aggregate is None:  # the history starts here: the ended intent, rebuilt
+                return super().mutate(None)
+            if self.originator_version != aggregate.version + 1:
+                raise OriginatorVersionError(self.originator_version, aggregate.version + 1)
+            aggregate.version = self.originator_version
+            aggregate.modified_on = self.timestamp
+            aggregate.archived = True
+            return aggregate
+
+        def apply(self, agg: EffectIntent) -> None:
+            agg.state = State(self.state)
+            agg.reason = self.reason
+            agg.archived = True
+
     # -- state ----------------------------------------------------------------------
 
     def __init__(
@@ -700,6 +764,10 @@ class EffectIntent(Aggregate):
         self.facts: dict[str, str | int | bool] = {}
         self.review_id: str | None = None
         self.review_expires_at: datetime | None = None
+        #: The review last opened, as the reviewer is shown it.
+        self.review: EffectIntent.ReviewRequested | None = None
+        #: The candidate a reviewer's edit made of this one, instead of running it.
+        self.edited_into: str | None = None
         self.approval_digest: str | None = None
         self.intent_key: str | None = None
         self.attempts: list[Attempt] = []
@@ -723,6 +791,8 @@ class EffectIntent(Aggregate):
         self.retry_after_s = retry_after_s
         #: ``durable:trigger`` of every message a consumer gave up on.
         self.abandoned: list[str] = []
+        #: Its events before ``IntentArchived`` left the hot store (the views keep them).
+        self.archived = False
 
     @property
     def intent_id(self) -> str:

@@ -1,8 +1,11 @@
 """Lockgate's own mapping of ``EffectIntent`` events to stored bytes (msgspec JSON).
 
-The library's Application and recorders are not used: JetStream is the store. The
-envelope keeps the event's class version; older versions are upcast with the event
-class's ``upcast_vN_vN+1`` static methods, as the library's mapper would.
+Services do not use the library's Application or recorders: JetStream is the store
+(``lockgate.eventstore``). The envelope keeps the event's class version; older versions
+are upcast with the event class's ``upcast_vN_vN+1`` static methods, as the library's
+mapper would. A reader that uses the library's projection machinery goes through
+``lockgate.intent.record``, whose mapper is this codec, and names event types by the
+library's topics (``TOPICS``).
 """
 
 from __future__ import annotations
@@ -12,16 +15,36 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
+from eventsourcing.utils import get_topic
 
 from lockgate.eventstore.base import NewEvent, RecordedEvent
 from lockgate.eventstore.subjects import NO_ROUTE
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
 
 EVENT_TYPES: dict[str, type[Event]] = {
     name: cls
     for name, cls in vars(EffectIntent).items()
     if isinstance(cls, type) and issubclass(cls, Event)
 }
+#: The library's topic of each event type (``module:Class.Event``, ``get_topic``).
+TOPICS: dict[str, str] = {name: get_topic(cls) for name, cls in EVENT_TYPES.items()}
+_TYPES_BY_TOPIC = {topic: name for name, topic in TOPICS.items()}
+_TOPIC_PREFIX = INTENT_TOPIC + "."
+
+
+def topic_of(event_type: str) -> str:
+    """The library topic of a stored event type (of a type this code does not know too:
+    it names no class, so mapping it to an event fails loudly instead of skipping it)."""
+    return TOPICS.get(event_type) or _TOPIC_PREFIX + event_type
+
+
+def event_type_of(topic: str) -> str | None:
+    """The stored event type a library topic names; ``None`` for a topic that is not an
+    ``EffectIntent`` event's (another application's)."""
+    known = _TYPES_BY_TOPIC.get(topic)
+    if known is not None:
+        return known
+    return topic[len(_TOPIC_PREFIX):] if topic.startswith(_TOPIC_PREFIX) else None
 
 
 class _Envelope(msgspec.Struct):

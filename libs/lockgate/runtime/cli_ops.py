@@ -41,9 +41,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def cmd_status(url: str, credentials: Credentials | None = None) -> int:
-    """Print one JSON line per service and adapter: ``{"service", "ok", "pid", "problem"}``.
+    """Print one JSON line per service and adapter: ``{"service", "ok", "pid", "metrics", "problem"}``.
 
-    ``ok`` means it answered and makes progress (see ``status.problem``).
+    ``ok`` means it answered and makes progress (see ``status.problem``); ``metrics`` is
+    where the process serves its Prometheus metrics (absent when it serves none).
 
     Returns:
         0 when every service and adapter is OK, 1 otherwise.
@@ -67,6 +68,8 @@ async def cmd_status(url: str, credentials: Credentials | None = None) -> int:
         healthy = healthy and why is None
         pid = answer.get("pid") if answer is not None else None
         line: dict[str, object] = {"service": name, "ok": why is None, "pid": pid}
+        if answer is not None and answer.get("metrics"):
+            line["metrics"] = answer["metrics"]
         if why is not None:
             line["problem"] = why
         print(json.dumps(line), flush=True)

@@ -238,6 +238,10 @@ def admin_role() -> Role:
     return Role("admin", (">",), (">",), allow_responses=False)
 
 
+#: The projector's status name and NATS user.
+PROJECTOR = "projector"
+
+
 def _edge(
     name: str, publish: Iterable[str], imports: Iterable[Import], *,
     subscribe: Iterable[str] = (), principal: str = "", tenants: Sequence[str] | None = None,
@@ -284,10 +288,11 @@ def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     """A reviewer (one person): shows and decides the reviews of ``tenants`` (or all)."""
     who = _token(person, "reviewer")
     name = f"reviewer-{who}"
+    reviews = (f"lg.review.{t}.*.{verb}.{who}" for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS)
+    # The projector's status: whether the review queue it reads is up to date.
     return _edge(
-        name,
-        (f"lg.review.{t}.*.{verb}.{who}" for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS),
-        [_service("lg.review.>")], principal=who, tenants=tenants,
+        name, (*reviews, subjects.status(PROJECTOR)),
+        [_service("lg.review.>"), _service(subjects.STATUS_ALL)], principal=who, tenants=tenants,
     )
 
 
@@ -354,10 +359,6 @@ def service_role(name: str) -> Role:
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
 
 
-#: The projector's status name and NATS user.
-PROJECTOR = "projector"
-
-
 def projector_role() -> Role:
     """The projector: reads the events stream in order, and nothing else.
 
@@ -368,6 +369,22 @@ def projector_role() -> Role:
     publish = (EVENT_LOAD, f"{JS_API}.STREAM.INFO.{EVENTS}")
     subscribe = (subjects.status(PROJECTOR), _inbox(SERVICE_INBOX))
     return Role(PROJECTOR, publish, subscribe, allow_responses=True)
+
+
+#: The archiver's status name and NATS user.
+ARCHIVER = "archiver"
+
+
+def archiver_role() -> Role:
+    """The archiver: reads the record, marks an ended intent archived, purges before the mark.
+
+    The purge grant cannot be narrowed to one intent (its filter is in the request
+    body), so it is this role's alone, and the archiver checks on the record itself,
+    under optimistic concurrency, that what it purges has ended.
+    """
+    publish = (EVENT_LOAD, *event_append("IntentArchived"), f"{JS_API}.STREAM.PURGE.{EVENTS}")
+    subscribe = (subjects.status(ARCHIVER), _inbox(SERVICE_INBOX))
+    return Role(ARCHIVER, publish, subscribe, allow_responses=True)
 
 
 #: The console's status name and NATS user.
@@ -451,6 +468,7 @@ def roles(
         admin_role(),
         *(service_role(s) for s in SERVICES),
         projector_role(),
+        archiver_role(),
         console_role(),
         host_role(),
         *(agent_role(t) for t in tenants),

@@ -32,7 +32,7 @@ import socket
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -45,7 +45,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from nats.errors import Error as NatsError
-from prometheus_client import Counter, Histogram, start_http_server
 
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import AttemptReport, Refusal
@@ -59,18 +58,21 @@ from lockgate.eventstore.base import (
     RecordedEvent,
 )
 from lockgate.eventstore.jetstream import recorded_event as stored
-from lockgate.eventstore.subjects import NotAnEventSubject
+from lockgate.eventstore.subjects import NotAnEventSubject, parse_event_subject
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
+from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery, PullConsumer
 from lockgate.runtime.context import H, Ports, Service
+from lockgate.runtime.metrics import Endpoint, start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import backoff_s as backoff_s
 from lockgate.runtime.settlement import is_transient as is_transient
-from lockgate.runtime.spec import Consumer
+from lockgate.runtime.spec import Consumer, ServiceSpec
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
-from lockgate.runtime.topology import EVENTS, REPORTS, Durable, durable
+from lockgate.runtime.topology import CANDIDATES, EVENTS, REPORTS, Durable, durable
+from lockgate.runtime.tracing import Tracing, start_tracing
 
 Clock = Callable[[], datetime]
 
@@ -96,19 +98,6 @@ def deliveries(msg: Delivery) -> int:
         return int(msg.raw_message.metadata.num_delivered)
     except (AttributeError, ValueError):
         return 1
-
-
-MESSAGES = Counter(
-    "lockgate_messages_total",
-    "Messages a service's durable consumers settled, by outcome.",
-    ["durable", "outcome"],
-)
-HANDLING = Histogram(
-    "lockgate_handler_seconds",
-    "Time from delivery to settlement of one message.",
-    ["durable"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5),
-)
 
 
 @dataclass(frozen=True)
@@ -188,16 +177,21 @@ class Guard:
 
 
 async def settle(
-    msg: Delivery, work: Awaitable[None], log: logging.Logger, durable: str = "",
-    guard: Guard | None = None,
-) -> None:
-    """Run ``work`` and acknowledge ``msg`` according to how it ended.
+    msg: Delivery, work: Awaitable[None], log: logging.Logger, guard: Guard | None = None,
+    meter: metrics.Reaction | None = None,
+) -> str:
+    """Run ``work`` and acknowledge ``msg`` according to how it ended; return how it ended.
 
+    The outcome is one of ``metrics.SETTLEMENT_OF`` (``ack``, ``timer``, ``retry``,
+    ``error``, ``abandoned``, ``poison``, ``lost``); ``meter`` counts it and times the whole.
     Without a ``guard`` nothing is ever given up (tests of the mapping alone).
     """
-    with HANDLING.labels(durable).time():
-        outcome = await _settle(msg, work, log, guard)
-    MESSAGES.labels(durable, outcome).inc()
+    if meter is None:
+        return await _settle(msg, work, log, guard)
+    started = time.perf_counter()
+    outcome = await _settle(msg, work, log, guard)
+    meter.settled(outcome, time.perf_counter() - started)
+    return outcome
 
 
 def _sequence(msg: Delivery) -> int:
@@ -347,6 +341,7 @@ async def decide_and_append(
             if conflicted >= conflicts:
                 raise
             continue
+        metrics.appended(events)
         if cache is not None:
             cache.remember(history, (*known.events, *events))
         return events
@@ -435,10 +430,12 @@ async def record_abandonment(
             return
         try:
             await store.append(history, [encode_event(e) for e in events])
-            return
         except ConcurrencyConflict:
             if attempt == conflicts - 1:
                 raise
+            continue
+        metrics.appended(events)
+        return
 
 
 def abandon_event(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abandon:
@@ -538,9 +535,10 @@ def add_status(
     The answer carries, per durable, what the server holds for it (``pending``: not yet
     delivered) and what this process did (seconds since it last settled a message,
     age of its oldest running handler), so ``lockgate status`` and the supervisor can
-    tell a stuck process from an idle one.
+    tell a stuck process from an idle one; and where the process serves its metrics.
     """
     me = instance_id(service)
+    watch = instruments(broker)
 
     @broker.subscriber(subjects.status(service), queue=f"status.{service}")
     async def status(msg: NatsMessage) -> dict[str, Any]:
@@ -559,8 +557,32 @@ def add_status(
                 busy_s=round(now - min(p.running.values()), 1) if p.running else 0.0,
             )
         answer = ProcessStatus(service=service, pid=os.getpid(), instance=me,
-                               ready=connected is not None, consumers=consumers)
+                               ready=connected is not None, consumers=consumers,
+                               metrics=url_of(watch.endpoint))
         return answer.to_dict()
+
+
+#: Which candidate a message is about (its intent id), for its span; ``None``: not known.
+TraceKey = Callable[[Delivery], str | None]
+
+
+def event_intent(msg: Delivery) -> str | None:
+    """The intent a stored event belongs to (from its subject)."""
+    try:
+        return parse_event_subject(msg.raw_message.subject).intent_id
+    except NotAnEventSubject:
+        return None
+
+
+def report_intent(msg: Delivery) -> str | None:
+    """The intent an adapter's report names in its subject."""
+    address = subjects.parse_report_subject(msg.raw_message.subject)
+    return address.intent_id if address is not None else None
+
+
+#: How a durable's messages name their candidate, by stream (the candidates' consumer
+#: says for itself: the intent id is derived from the candidate's body).
+TRACE_KEYS: dict[str, TraceKey] = {EVENTS: event_intent, REPORTS: report_intent}
 
 
 @dataclass(frozen=True)
@@ -569,12 +591,15 @@ class Subscription:
 
     ``abandon`` records that the consumer gave a message up; by default what the
     durable's stream calls for (``abandon_event``, ``abandon_report``). The candidates'
-    consumer must say (intake's own refusal).
+    consumer must say (intake's own refusal). ``trace`` names the candidate a message is
+    about, for its span when tracing is on; by default what its stream's subjects say
+    (``TRACE_KEYS``).
     """
 
     consumer: Consumer
     handler: Callable[[Delivery], Awaitable[None]]
     abandon: Abandon | None = None
+    trace: TraceKey | None = None
 
 
 async def as_message(msg: NatsMessage) -> NatsMessage:
@@ -598,12 +623,36 @@ def progress_of(broker: NatsBroker) -> dict[str, Progress]:
     return _PROGRESS.setdefault(broker, {})
 
 
+@dataclass
+class Instruments:
+    """How a service process observes itself: its name, its metrics endpoint, its tracing.
+
+    The endpoint and the tracing exist only while the app runs (``service_app`` starts and
+    stops them); handlers read them when a message comes.
+    """
+
+    service: str
+    endpoint: Endpoint | None = None
+    tracing: Tracing | None = None
+
+
+#: Each broker's instruments (``service_app`` names them after the service).
+_INSTRUMENTS: weakref.WeakKeyDictionary[NatsBroker, Instruments] = weakref.WeakKeyDictionary()
+
+
+def instruments(broker: NatsBroker) -> Instruments:
+    """The instruments of the service ``broker`` belongs to."""
+    return _INSTRUMENTS.setdefault(broker, Instruments(service=""))
+
+
 def add_durable(
     broker: NatsBroker, sub: Subscription, log: logging.Logger, service: Service[Any],
 ) -> None:
     """Bind ``sub.handler`` to its durable pull consumer (created by the topology).
 
-    The consumer starts pulling once the service connected (``start_consumers``).
+    The consumer starts pulling once the service connected (``start_consumers``). Every
+    delivery is timed and counted under the service's name and the consumer's reaction
+    (``metrics.Reaction``), and traced when tracing is on.
 
     Raises:
         ValueError: a candidates' consumer without its own ``abandon``.
@@ -620,11 +669,33 @@ def add_durable(
     guard = Guard(d.name, TIMER_BOUNDS if d.timers else BOUNDS, abandon, Failures())
 
     progress = progress_of(broker).setdefault(d.name, Progress(d.stream))
+    watch = instruments(broker)
+    reaction = sub.consumer.reaction
+    meter = metrics.Reaction(watch.service, reaction)
+    trace_key = sub.trace or TRACE_KEYS.get(d.stream)
+    span_name = f"{watch.service} {reaction}"
+    # The candidate's first step is the root of its trace; every later step hangs under it.
+    starts_trace = d.stream == CANDIDATES
+
+    async def traced(msg: Delivery, tracing: Tracing) -> None:
+        attributes: dict[str, str | int] = {
+            "lockgate.service": watch.service, "lockgate.reaction": reaction,
+            "lockgate.durable": d.name, "messaging.system": "nats",
+            "messaging.destination.name": msg.raw_message.subject,
+            "lockgate.deliveries": deliveries(msg),
+        }
+        intent_id = trace_key(msg) if trace_key is not None else None
+        with tracing.span(span_name, intent_id, root=starts_trace, attributes=attributes) as span:
+            tracing.outcome(span, await settle(msg, sub.handler(msg), log, guard, meter))
 
     async def entry(msg: Delivery) -> None:
         token = progress.started()
         try:
-            await settle(msg, sub.handler(msg), log, d.name, guard)
+            tracing = watch.tracing
+            if tracing is None:
+                await settle(msg, sub.handler(msg), log, guard, meter)
+            else:
+                await traced(msg, tracing)
         finally:
             progress.finished(token)
 
@@ -664,7 +735,9 @@ class Answering:
 
     Served on a plain subscription of the service's connection (queue group: the
     service), each request in a task of its own, up to ``at_once``: the hot ones (an
-    adapter's record reads, three per order) skip FastStream's per-message machinery.
+    adapter's record reads, three per order) skip FastStream's per-message machinery
+    (and so FastStream's Prometheus middleware, which would see only the status
+    requests: ``meter`` times and counts every answer instead).
     """
 
     subject: str
@@ -672,20 +745,26 @@ class Answering:
     handler: Callable[[Delivery], Awaitable[bytes]]
     log: logging.Logger
     at_once: int = 64
+    meter: metrics.Reaction | None = None
     subscription: NatsSubscription | None = None
     running: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self, nc: Client) -> None:
         """Subscribe; each request is answered as it comes."""
         limit = asyncio.Semaphore(self.at_once)
+        meter = self.meter
 
         async def reply(msg: Msg) -> None:
             async with limit:
+                started = time.perf_counter()
                 try:
                     data = await self.handler(Delivery(msg))
                 except Exception:  # noqa: BLE001 - a request is answered, never left to time out
                     self.log.exception("answering %s failed", msg.subject)
                     data = _UNAVAILABLE
+                if meter is not None:
+                    # ``answer`` replies to a failure with this very object.
+                    meter.replied(failed=data is _UNAVAILABLE, seconds=time.perf_counter() - started)
                 if msg.reply:
                     with contextlib.suppress(NatsError):
                         await msg.respond(data)
@@ -713,13 +792,30 @@ _ANSWERS: weakref.WeakKeyDictionary[NatsBroker, list[Answering]] = weakref.WeakK
 
 def add_answer(
     broker: NatsBroker, subject: str, queue: str, handler: Callable[[Delivery], Awaitable[bytes]],
-    log: logging.Logger,
+    log: logging.Logger, *, reaction: str = "",
 ) -> None:
     """Answer requests on ``subject`` (queue group ``queue``) with ``handler``'s bytes.
 
-    ``handler`` never raises (wrap it in ``answer``): what it returns is the reply.
+    ``handler`` never raises (wrap it in ``answer``): what it returns is the reply. With
+    a ``reaction`` (the spec's name for it), every answer is timed and counted under it.
     """
-    _ANSWERS.setdefault(broker, []).append(Answering(subject, queue, handler, log))
+    meter = metrics.Reaction(instruments(broker).service, reaction) if reaction else None
+    _ANSWERS.setdefault(broker, []).append(Answering(subject, queue, handler, log, meter=meter))
+
+
+def add_answers(
+    broker: NatsBroker, spec: ServiceSpec,
+    entries: Mapping[str, Callable[[Delivery], Awaitable[bytes]]], log: logging.Logger,
+) -> None:
+    """Answer every request ``spec`` declares with the entry of its reaction (``add_answer``).
+
+    Raises:
+        ValueError: ``entries`` misses a reaction of the spec, or names one it lacks.
+    """
+    spec.requests(entries)
+    for a in spec.answers:
+        for subject in a.channel.subjects:
+            add_answer(broker, subject, spec.name, entries[a.reaction], log, reaction=a.reaction)
 
 
 def answers(broker: NatsBroker) -> tuple[Answering, ...]:
@@ -751,15 +847,21 @@ async def stop_consumers(broker: NatsBroker, timeout_s: float = 10.0) -> None:
 def service_app(
     settings: Settings, name: str, build: Callable[[Ports], H]
 ) -> tuple[FastStream, NatsBroker, Service[H]]:
-    """The FastStream app, broker and handlers of one service, with its status answer."""
+    """The FastStream app, broker and handlers of one service, with its status answer.
+
+    While it runs, the process serves its metrics (``lockgate.runtime.metrics``, on by
+    default) and traces what it handles when an endpoint is configured
+    (``lockgate.runtime.tracing``).
+    """
     broker = make_broker(settings, name)
     app = FastStream(broker, logger=None)
     service = Service(build)
+    watch = _INSTRUMENTS.setdefault(broker, Instruments(service=name))
 
     @app.on_startup
     async def connect() -> None:
-        if settings.metrics_port:
-            start_http_server(settings.metrics_port, addr=settings.metrics_addr)
+        watch.endpoint = start_endpoint(settings)
+        watch.tracing = start_tracing(settings, name)
         await service.start(broker, settings)
 
     consuming: list[bool] = []
@@ -772,6 +874,15 @@ def service_app(
     @app.on_shutdown
     async def stop_consuming() -> None:
         await stop_consumers(broker)
+
+    @app.after_shutdown
+    async def stop_watching() -> None:
+        endpoint, tracing = watch.endpoint, watch.tracing
+        watch.endpoint = watch.tracing = None
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)
 
     # Ready once it consumes and answers, not merely connected: a client told "ready"
     # must find every durable pulled and every request subject answered.

@@ -6,7 +6,7 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import quote
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.runtime.deployment import Credentials, load_credentials
@@ -37,7 +37,7 @@ def default_var_dir() -> Path:
 class Settings(BaseSettings):
     """Settings every Lockgate process shares. Environment prefix: ``LOCKGATE_``."""
 
-    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_", frozen=True, populate_by_name=True)
 
     nats_url: str = "nats://127.0.0.1:4222"
     nats_user: str | None = None
@@ -79,9 +79,21 @@ class Settings(BaseSettings):
     max_candidate_bytes: int = 64 * 1024
     #: How long a review stays open.
     review_ttl_s: float = 3600.0
-    #: Metrics port of this process (0: no metrics endpoint).
-    metrics_port: int = 0
+    #: Serve Prometheus metrics on ``/metrics`` (``lockgate.runtime.metrics``).
+    metrics_enabled: bool = True
+    #: Its port; 0: a free one, chosen when the process starts and named in its status
+    #: answer. ``lockgate run`` given a port serves its own there and hands its children
+    #: the ones after it, in start order.
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: Its address: loopback unless told otherwise.
     metrics_addr: str = "127.0.0.1"
+    #: Where traces go (OTLP over HTTP, the base URL as in ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    #: which sets it too); ``None``: no tracing, and the tracing SDK is never imported.
+    otlp_endpoint: str | None = Field(default=None, validation_alias=AliasChoices(
+        "LOCKGATE_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
+    #: The share of candidates traced. Decided from the trace id, which every process
+    #: derives from the intent id, so all of them keep or drop the same candidates.
+    trace_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     log_level: str = "INFO"
     #: When set, each service writes a cProfile of its whole run here when it stops.
     profile_dir: Path | None = None
@@ -89,6 +101,11 @@ class Settings(BaseSettings):
     #: ``postgresql://user:password@host:port/dbname``, ``sqlite:///path``, or empty for
     #: ``<var_dir>/views.sqlite``.
     views_url: str = ""
+    #: How long after it ended an intent leaves the hot store (its events stay in the
+    #: views; a mark stays as its identity). 0: never.
+    archive_after_s: float = Field(default=7 * 24 * 3600.0, ge=0)
+    #: How often the archiver looks for intents that may leave.
+    archive_every_s: float = Field(default=60.0, gt=0)
 
     def roles(self) -> list[Role]:
         """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""

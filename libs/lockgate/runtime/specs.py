@@ -134,8 +134,12 @@ APPROVAL = ServiceSpec(
         EffectIntent.ReviewExpired,
         EffectIntent.ApprovalRefused,
     ),
-    answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide")),
-    reads=(RUNS_BUCKET,),
+    answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide"),
+             Answer(channels.REVIEW_EDIT, "edit")),
+    # Runs for the reviewer's scope; capabilities for how a consequence reads.
+    reads=(RUNS_BUCKET, CAPABILITIES_BUCKET),
+    # A reviewer's edit becomes a new candidate of the run it came from.
+    publishes=(channels.PROPOSE,),
 )
 
 EXECUTOR = ServiceSpec(
@@ -201,8 +205,16 @@ CASENOTES = AdapterSpec("casenotes", "lockgate.worlds.casenotes", ("case.add_not
 ITEMS = AdapterSpec("items", "lockgate.worlds.items", ("draft.prepare_private", "item.publish"))
 ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS)
 
+#: Events appended by the read side's processes (``status.READ_SIDE``), not a service.
+READ_SIDE_APPENDS: dict[str, tuple[type[Event], ...]] = {
+    "archiver": (EffectIntent.IntentArchived,),
+}
+
 #: Events no durable is handed, and why that is right.
 UNCONSUMED: dict[type[Event], str] = {
+    EffectIntent.IntentArchived: (
+        "the archiver's mark after an ended intent, kept as its identity; the projector "
+        "folds it with every other event, and a service that loads the intent reads it"),
     EffectIntent.ApprovalRefused: (
         "on the record for the audit; the review stays open, and another reviewer's "
         "decision is what moves the intent on"),

@@ -9,6 +9,12 @@ It keeps everything running: a child that exits is started again (with backoff);
 child that stops answering ``lg.status.<name>``, or answers that it is stuck, is killed
 and started again; a broker that dies or hangs is started again on the same store.
 
+Every child serves its metrics on a loopback port of its own and names it in its status
+answer; the supervisor serves its own (restarts, who is well) and keeps
+``var/prometheus/targets.json`` listing all of them, for Prometheus's file-based
+discovery (``deploy/prometheus/prometheus.yml``), rewritten whenever a child comes back
+on another port.
+
 Each child runs in a process group of its own, so the supervisor can stop it together
 with anything it started (and a Ctrl-C on the terminal reaches the supervisor only,
 which then stops the children in order instead of racing them).
@@ -20,6 +26,7 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
+from urllib.parse import urlsplit
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -44,9 +52,10 @@ from lockgate.runtime.deployment import (
     ensure_deployment,
     write_run_info,
 )
+from lockgate.runtime.metrics import CHILD_RESTARTS, CHILD_UP, Endpoint, start_endpoint
 from lockgate.runtime.natsserver import NatsServer, NatsServerError
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import CHILDREN, STALL_S, check_status, child_user, problem
+from lockgate.runtime.status import CHILDREN, STALL_S, Status, check_status, child_user, problem
 from lockgate.runtime.topology import ensure_topology
 
 #: Where the embedded server listens unless told otherwise (the NATS default port).
@@ -133,6 +142,57 @@ class _Child:
     well_at: float | None = None
     #: Why it was last found unwell (said once per episode).
     unwell: str | None = None
+    #: The metrics port it is handed (0: one it chooses).
+    metrics_port: int = 0
+
+
+#: Where the supervisor lists every process's metrics endpoint, under ``var/``.
+TARGETS_FILE = Path("prometheus") / "targets.json"
+
+
+class Targets:
+    """Every process's metrics endpoint, as Prometheus's file-based discovery reads them.
+
+    One target group per process, labelled with its status name (as ``instance`` too,
+    so a child that comes back on another port keeps its series). Written whole to a
+    temporary file and renamed, so Prometheus never reads half a file.
+    """
+
+    def __init__(self, var_dir: Path) -> None:
+        self.path = var_dir / TARGETS_FILE
+        self._urls: dict[str, str] = {}
+
+    def learn(self, answers: dict[str, Status | None]) -> None:
+        """Take each answering process's metrics URL; rewrite the file if one changed."""
+        changed = False
+        for name, answer in answers.items():
+            url = answer.get("metrics") if answer is not None else None
+            if isinstance(url, str) and url and self._urls.get(name) != url:
+                self._urls[name] = url
+                changed = True
+        if changed:
+            self._write(self._urls)
+
+    def clear(self) -> None:
+        """Nothing runs any more: no targets."""
+        self._urls = {}
+        self._write({})
+
+    def _write(self, urls: dict[str, str]) -> None:
+        groups = []
+        for name, url in sorted(urls.items()):
+            parts = urlsplit(url)
+            labels = {"instance": name, "process": name}
+            if parts.path and parts.path != "/metrics":
+                labels["__metrics_path__"] = parts.path
+            groups.append({"targets": [parts.netloc], "labels": labels})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(groups, indent=1) + "\n")
+            os.replace(temporary, self.path)
+        except OSError as exc:
+            _say(f"lockgate: could not write {self.path}: {exc}", error=True)
 
 
 async def run_supervisor(
@@ -176,6 +236,13 @@ async def run_supervisor(
     server: NatsServer | None = None
     nc: Client | None = None
     admin: Credentials | None = None
+    targets = Targets(var_dir)
+    endpoint: Endpoint | None = None
+    listing = False  # the targets file is this supervisor's (its system started)
+    if settings.metrics_port:
+        # A port was given: the supervisor takes it, each child the next one, in start order.
+        for i, kid in enumerate(kids, start=1):
+            kid.metrics_port = settings.metrics_port + i
     try:
         if embedded:
             deployment = _deployment(settings, var_dir)
@@ -206,14 +273,20 @@ async def run_supervisor(
             url=url, pid=os.getpid(), embedded=embedded,
             credentials_dir=str(credentials_dir(var_dir)) if embedded else "",
         ))
+        # Only now, with the system its own: another supervisor's list is not this one's.
+        listing = True
+        endpoint = start_endpoint(settings)
+        if endpoint is not None:
+            targets.learn({"supervisor": {"metrics": endpoint.url}})
+            _say(f"lockgate: metrics on {endpoint.url}; every process's in {targets.path}")
         env = _child_env(url, var_dir)
         _say(f"lockgate: starting {', '.join(k.name for k in kids)}; logs in {log_dir}")
         health = _Health(loop.time())
         tasks = [asyncio.create_task(_keep_running(kid, env, log_dir)) for kid in kids]
         tasks += [
             asyncio.create_task(
-                _announce_ready(nc, kids, ready_timeout_s, log_dir)),
-            asyncio.create_task(_watch_children(nc, kids, health, ready_timeout_s)),
+                _announce_ready(nc, kids, ready_timeout_s, log_dir, targets)),
+            asyncio.create_task(_watch_children(nc, kids, health, ready_timeout_s, targets)),
         ]
         if server is not None:
             tasks.append(asyncio.create_task(_watch_broker(server, nc, health)))
@@ -231,6 +304,10 @@ async def run_supervisor(
         if server is not None:
             await asyncio.to_thread(server.stop)
         clear_run_info(var_dir, os.getpid())
+        if listing:
+            targets.clear()
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
         for sig in handled:
             loop.remove_signal_handler(sig)
 
@@ -369,6 +446,8 @@ def _open_log(path: Path, module: str) -> BinaryIO:
 
 
 async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.subprocess.Process:
+    # Its own port (or 0: its own choice), whatever the supervisor's environment says.
+    env = {**env, "LOCKGATE_METRICS_PORT": str(kid.metrics_port)}
     if kid.credentials is not None:
         env = {**env, "LOCKGATE_CREDENTIALS_FILE": str(kid.credentials)}
     log = await asyncio.to_thread(_open_log, log_dir / f"{kid.name}.log", kid.module)
@@ -408,13 +487,15 @@ async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None
         if loop.time() - started >= STABLE_AFTER_S:
             delay_s = BACKOFF_MIN_S
         kid.restarts += 1
+        CHILD_RESTARTS.labels(kid.name).inc()
+        CHILD_UP.labels(kid.name).set(0)
         _say(f"lockgate: {kid.name} {outcome}, restarting (restart #{kid.restarts})")
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, BACKOFF_MAX_S)
 
 
 async def _announce_ready(
-    nc: Client, kids: Sequence[_Child], timeout_s: float, log_dir: Path
+    nc: Client, kids: Sequence[_Child], timeout_s: float, log_dir: Path, targets: Targets,
 ) -> None:
     """Print the ready line once every child answers; say who is missing after ``timeout_s``."""
     loop = asyncio.get_running_loop()
@@ -423,6 +504,7 @@ async def _announce_ready(
     names = [k.name for k in kids]
     while True:
         answers = await check_status(nc, names, timeout_s=1.0)
+        targets.learn(answers)
         missing = [name for name in names if answers[name] is None]
         if not missing:
             now = loop.time()
@@ -454,13 +536,15 @@ class _Health:
 
 
 async def _watch_children(
-    nc: Client, kids: Sequence[_Child], health: _Health, ready_timeout_s: float
+    nc: Client, kids: Sequence[_Child], health: _Health, ready_timeout_s: float,
+    targets: Targets,
 ) -> None:
     """Kill (so the restart loop starts again) any child that is hung, stopped or stuck.
 
     A child is unwell when it does not answer its status, or answers that it is not
     connected or that a durable is stuck (``status.problem``). While the broker itself
-    does not answer, nobody is judged: every child would look silent.
+    does not answer, nobody is judged: every child would look silent. Each answer also
+    says where the child serves its metrics (``targets``).
     """
     loop = asyncio.get_running_loop()
     unwell_since: dict[str, float] = {}
@@ -471,9 +555,11 @@ async def _watch_children(
             answers = await check_status(nc, [k.name for k, _ in live], timeout_s=1.0)
         except NatsError:
             continue
+        targets.learn(answers)
         now = loop.time()
         for kid, proc in live:
             why = problem(answers.get(kid.name), STALL_S)
+            CHILD_UP.labels(kid.name).set(1 if why is None else 0)
             if why is None:
                 kid.well_at, kid.unwell = now, None
                 unwell_since.pop(kid.name, None)

@@ -74,6 +74,10 @@ class IntentViews(Projection[TrackingRecorder]):
         expected = (before.version if before else 0) + 1
         if event.originator_version < expected and self._holds(event):
             return  # handed over again (a redelivery, a replay): applied once already
+        if before is None and isinstance(event, EffectIntent.IntentArchived):
+            # Views started after the intent left the hot store: it begins at its mark
+            # (what came before is in the store that projected it then, not here).
+            expected = event.originator_version
         if event.originator_version != expected:
             raise ProjectionGap(
                 f"intent {intent_id}: event {type(event).__name__} v{event.originator_version} "
@@ -84,6 +88,34 @@ class IntentViews(Projection[TrackingRecorder]):
         change = self.change(event, intent, created_at, tracking.notification_id)
         self.views.apply(change, tracking)
         keep(self._folded, intent_id, (intent, created_at), FOLDED_KEPT)
+
+    def refold(self, *, page: int = 500) -> int:
+        """Fold the record the views hold into their derived tables again; return intents.
+
+        After the derived tables' shape changed (``prepare`` dropped them): the record
+        is not read from the hot store, which may no longer hold it, but from the views'
+        own events, one intent at a time, each event's change written in order.
+        """
+        self._folded.clear()
+        after, count = "", 0
+        while True:
+            ids = self.views.intent_ids_after(after, limit=page)
+            if not ids:
+                self.views.refolded([], done=True)
+                return count
+            changes: list[Change] = []
+            for intent_id in ids:
+                intent: EffectIntent | None = None
+                created_at: datetime | None = None
+                for row in self.views.events_of(intent_id):
+                    event = decode_event(recorded(row))
+                    intent = event.mutate(intent)
+                    created_at = created_at or event.timestamp
+                    if intent is not None:
+                        changes.append(self.change(event, intent, created_at, row.sequence))
+                count += 1
+            self.views.refolded(changes)
+            after = ids[-1]
 
     @staticmethod
     def change(event: Event, intent: EffectIntent, created_at: datetime, sequence: int) -> Change:

@@ -63,6 +63,8 @@ class IntentRow(msgspec.Struct, frozen=True, kw_only=True):
     created_at: str
     updated_at: str
     last_sequence: int
+    archived: bool = False
+    """Its events before ``IntentArchived`` left the hot store (the views keep them all)."""
 
 
 class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +74,7 @@ class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
     tenant: str
     intent_id: str
     status: str
-    """``waiting``, ``approved``, ``denied``, ``expired``, ``superseded`` or ``closed``."""
+    """``waiting``, ``approved``, ``denied``, ``edited``, ``expired``, ``superseded`` or ``closed``."""
     tool: str
     summary: str
     digest: str
@@ -83,6 +85,16 @@ class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
     decided_by: str | None = None
     decided_at: str | None = None
     reason: str | None = None
+    #: The review object (``ReviewRequested``): what will happen, who sees it, the
+    #: model's arguments to read verbatim (untrusted text), the facts it rests on,
+    #: what can be done if it goes wrong.
+    action: str = ""
+    visible_to: str = ""
+    shown: dict[str, str] = msgspec.field(default_factory=dict)
+    preconditions: tuple[str, ...] = ()
+    recovery: tuple[str, ...] = ()
+    #: The candidate a reviewer's edit made instead (status ``edited``).
+    edited_into: str | None = None
 
 
 class BudgetUse(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +147,8 @@ def iso(moment: datetime) -> str:
 
 #: States in which nothing will happen to an intent without a person.
 NEEDS_A_PERSON = (State.UNKNOWN.value, State.NEEDS_OPERATOR.value)
+#: States in which nothing more happens to an intent.
+ENDED = tuple(s.value for s in State if s.terminal)
 #: States that end an intent refused, by whom it does not matter.
 REFUSALS = (State.REJECTED.value, State.DENIED.value, State.REFUSED.value, State.FAILED.value)
 
@@ -152,6 +166,7 @@ def intent_row(intent: EffectIntent, *, created_at: datetime, last_sequence: int
         attempts=len(intent.attempts), attempt_stage=current.stage.value if current else None,
         review_id=intent.review_id, version=intent.version, created_at=iso(created_at),
         updated_at=iso(intent.modified_on), last_sequence=last_sequence,
+        archived=intent.archived,
     )
 
 
@@ -165,6 +180,9 @@ def review_change(event: Event, intent: EffectIntent) -> tuple[str, dict[str, st
     if isinstance(event, EffectIntent.ReviewApproved):
         return "approved", {"decided_by": event.reviewer, "decided_at": at, "reason": None}
     if isinstance(event, EffectIntent.ReviewDenied):
+        if event.edited_into:  # the reviewer changed the call: the new candidate is named
+            return "edited", {"decided_by": event.reviewer, "decided_at": at,
+                              "reason": event.reason, "edited_into": event.edited_into}
         return "denied", {"decided_by": event.reviewer, "decided_at": at, "reason": event.reason}
     if isinstance(event, EffectIntent.ReviewExpired):
         return "expired", {"decided_by": None, "decided_at": at, "reason": "review.expired"}
@@ -180,6 +198,8 @@ def opened_review(event: EffectIntent.ReviewRequested, intent: EffectIntent) -> 
         status="waiting", tool=intent.tool, summary=event.summary, digest=event.digest,
         policy_revision=event.policy_revision, contract_revision=event.contract_revision,
         requested_at=iso(event.timestamp), expires_at=iso(event.expires_at),
+        action=event.action, visible_to=event.visible_to, shown=dict(event.shown),
+        preconditions=tuple(event.preconditions), recovery=tuple(event.recovery),
     )
 
 

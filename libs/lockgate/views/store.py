@@ -27,6 +27,7 @@ from eventsourcing.sqlite import SQLiteTrackingRecorder
 
 from lockgate.core.errors import LockgateError
 from lockgate.views.rows import (
+    ENDED,
     NEEDS_A_PERSON,
     REFUSALS,
     BudgetTotal,
@@ -40,6 +41,10 @@ from lockgate.views.rows import (
 
 #: The tracking's application name: the position tracked is in the events stream.
 SOURCE = "LG_EVENTS"
+#: The shape of the derived tables. They are not migrated: on a store of another shape
+#: they are dropped and the projector folds the permanent record into them again.
+SHAPE = "4"
+_DERIVED_TABLES = ("lg_intents", "lg_reviews", "lg_budget_uses")
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS lg_events (
@@ -52,17 +57,21 @@ _TABLES = (
         effect_class TEXT NOT NULL, destination TEXT NOT NULL, state TEXT NOT NULL,
         reason TEXT, model_status TEXT NOT NULL, attempts INTEGER NOT NULL,
         attempt_stage TEXT, review_id TEXT, version INTEGER NOT NULL,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_sequence BIGINT NOT NULL)""",
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_sequence BIGINT NOT NULL,
+        archived BOOLEAN NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_position ON lg_intents (last_sequence)",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_state ON lg_intents (state, last_sequence)",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_run ON lg_intents (tenant, run_id, created_at)",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_tenant ON lg_intents (tenant, last_sequence)",
+    "CREATE INDEX IF NOT EXISTS lg_intents_by_age ON lg_intents (archived, updated_at)",
     """CREATE TABLE IF NOT EXISTS lg_reviews (
         review_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, intent_id TEXT NOT NULL,
         status TEXT NOT NULL, tool TEXT NOT NULL, summary TEXT NOT NULL, digest TEXT NOT NULL,
         policy_revision TEXT NOT NULL, contract_revision TEXT NOT NULL,
         requested_at TEXT NOT NULL, expires_at TEXT NOT NULL, decided_by TEXT,
-        decided_at TEXT, reason TEXT)""",
+        decided_at TEXT, reason TEXT, action TEXT NOT NULL, visible_to TEXT NOT NULL,
+        shown TEXT NOT NULL, preconditions TEXT NOT NULL, recovery TEXT NOT NULL,
+        edited_into TEXT)""",
     "CREATE INDEX IF NOT EXISTS lg_reviews_by_status ON lg_reviews (status, requested_at)",
     "CREATE INDEX IF NOT EXISTS lg_reviews_by_intent ON lg_reviews (intent_id)",
     """CREATE TABLE IF NOT EXISTS lg_budget_uses (
@@ -70,6 +79,9 @@ _TABLES = (
         status TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (intent_id, budget))""",
     "CREATE INDEX IF NOT EXISTS lg_budget_uses_by_budget ON lg_budget_uses (tenant, budget)",
 )
+
+#: Columns that hold JSON (a row field that is a list or a mapping).
+_JSON_COLUMNS = frozenset({"shown", "preconditions", "recovery"})
 
 _INTENT_COLUMNS = tuple(IntentRow.__struct_fields__)
 _REVIEW_COLUMNS = tuple(ReviewRow.__struct_fields__)
@@ -149,6 +161,21 @@ class Views(Protocol):
     def state_counts(self) -> dict[str, int]:
         """How many intents are in each state."""
 
+    def ended_before(self, cutoff: str, *, limit: int = 100) -> list[IntentRow]:
+        """Ended intents not archived, last changed before ``cutoff`` (oldest first)."""
+
+    def refold_pending(self) -> bool:
+        """Whether the derived tables wait to be folded again from the record."""
+
+    def intent_ids_after(self, after: str, *, limit: int = 500) -> list[str]:
+        """Ids of the intents the record holds, in id order, after ``after``."""
+
+    def refolded(self, changes: Sequence[Change], *, done: bool = False) -> None:
+        """Write refolded changes (the record and tracking stay as they are)."""
+
+    def archived_since(self, since: str, *, limit: int = 100) -> list[IntentRow]:
+        """Archived intents marked since ``since`` (to finish a purge a crash cut short)."""
+
     def close(self) -> None:
         """Release connections."""
 
@@ -171,38 +198,86 @@ class _SQLViews:
     def close(self) -> None:
         self.datastore.close()
 
+    def prepare(self) -> None:
+        """Create the tables; on a store of another ``SHAPE``, rebuild what is derived.
+
+        The events table is the permanent record (the hot store may no longer hold what
+        it holds), so it is never dropped: the derived tables are, and a refold of the
+        record into them is left pending for the projector (``refold_pending``).
+        """
+        with self._tx(commit=True) as c:
+            c.execute(self._sql(
+                "CREATE TABLE IF NOT EXISTS lg_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"))
+            c.execute(self._sql("SELECT value FROM lg_meta WHERE name = 'shape'"))
+            row = c.fetchone()
+            if row is not None and str(row["value"]) != SHAPE:
+                for table in _DERIVED_TABLES:
+                    c.execute(self._sql(f"DROP TABLE IF EXISTS {table}"))
+                self._meta(c, "refold", "pending")
+        self.create_table()  # type: ignore[attr-defined]  # the library recorder's
+        with self._tx(commit=True) as c:
+            self._meta(c, "shape", SHAPE)
+
+    def _meta(self, c: Any, name: str, value: str) -> None:
+        c.execute(self._sql(
+            "INSERT INTO lg_meta (name, value) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value"), (name, value))
+
+    def refold_pending(self) -> bool:
+        with self._tx(commit=False) as c:
+            c.execute(self._sql("SELECT value FROM lg_meta WHERE name = 'refold'"))
+            row = c.fetchone()
+        return row is not None and str(row["value"]) == "pending"
+
+    def intent_ids_after(self, after: str, *, limit: int = 500) -> list[str]:
+        with self._tx(commit=False) as c:
+            c.execute(self._sql("SELECT DISTINCT intent_id FROM lg_events WHERE intent_id > ? "
+                                "ORDER BY intent_id LIMIT ?"), (after, max(1, limit)))
+            return [str(row["intent_id"]) for row in c.fetchall()]
+
+    def refolded(self, changes: Sequence[Change], *, done: bool = False) -> None:
+        with self._tx(commit=True) as c:
+            for change in changes:
+                self._derived(c, change)
+            if done:
+                self._meta(c, "refold", "done")
+
     def apply(self, change: Change, tracking: Tracking) -> None:
         with self._tx(commit=True) as c:
             c.execute(self._sql(_INSERT_EVENT), _values(change.event, _EVENT_COLUMNS))
-            c.execute(self._sql(_UPSERT_INTENT), _values(change.intent, _INTENT_COLUMNS))
-            intent_id = change.intent.intent_id
-            if change.opened is not None:
-                c.execute(self._sql(
-                    "UPDATE lg_reviews SET status = 'superseded' "
-                    "WHERE intent_id = ? AND status = 'waiting'"), (intent_id,))
-                c.execute(self._sql(_INSERT_REVIEW), _values(change.opened, _REVIEW_COLUMNS))
-            if change.review is not None:
-                review_id, status, fields = change.review
-                sets = ", ".join(f"{k} = ?" for k in fields)
-                c.execute(self._sql(f"UPDATE lg_reviews SET status = ?, {sets} WHERE review_id = ?"),
-                          (status, *fields.values(), review_id))
-            if change.intent.state != "awaiting_approval":
-                c.execute(self._sql(
-                    "UPDATE lg_reviews SET status = 'closed' WHERE intent_id = ? AND status = 'waiting'"),
-                    (intent_id,))
-            for use in change.budgets:
-                c.execute(self._sql(
-                    "INSERT INTO lg_budget_uses (tenant, intent_id, budget, status, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (intent_id, budget) DO UPDATE SET "
-                    "status = excluded.status, updated_at = excluded.updated_at"),
-                    (use.tenant, use.intent_id, use.budget, use.status, use.updated_at))
+            self._derived(c, change)
             self._insert_tracking(c, tracking)
+
+    def _derived(self, c: Any, change: Change) -> None:
+        """Write what ``change`` changes besides the record itself."""
+        c.execute(self._sql(_UPSERT_INTENT), _values(change.intent, _INTENT_COLUMNS))
+        intent_id = change.intent.intent_id
+        if change.opened is not None:
+            c.execute(self._sql(
+                "UPDATE lg_reviews SET status = 'superseded' "
+                "WHERE intent_id = ? AND status = 'waiting'"), (intent_id,))
+            c.execute(self._sql(_INSERT_REVIEW), _values(change.opened, _REVIEW_COLUMNS))
+        if change.review is not None:
+            review_id, status, fields = change.review
+            sets = ", ".join(f"{k} = ?" for k in fields)
+            c.execute(self._sql(f"UPDATE lg_reviews SET status = ?, {sets} WHERE review_id = ?"),
+                      (status, *fields.values(), review_id))
+        if change.intent.state != "awaiting_approval":
+            c.execute(self._sql(
+                "UPDATE lg_reviews SET status = 'closed' WHERE intent_id = ? AND status = 'waiting'"),
+                (intent_id,))
+        for use in change.budgets:
+            c.execute(self._sql(
+                "INSERT INTO lg_budget_uses (tenant, intent_id, budget, status, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (intent_id, budget) DO UPDATE SET "
+                "status = excluded.status, updated_at = excluded.updated_at"),
+                (use.tenant, use.intent_id, use.budget, use.status, use.updated_at))
 
     def _rows(self, cls: type[R], statement: str, params: Sequence[Any] = ()) -> list[R]:
         with self._tx(commit=False) as c:
             c.execute(self._sql(statement), tuple(params))
             fetched = c.fetchall()
-        return [msgspec.convert(dict(row), cls) for row in fetched]
+        return [msgspec.convert(_fields(row), cls, strict=False) for row in fetched]
 
     def events_of(self, intent_id: str) -> list[EventRow]:
         return self._rows(EventRow, "SELECT * FROM lg_events WHERE intent_id = ? ORDER BY version",
@@ -268,6 +343,15 @@ class _SQLViews:
             "ORDER BY last_at DESC LIMIT ?", (*params, _bounded(limit)))
 
 
+    def ended_before(self, cutoff: str, *, limit: int = 100) -> list[IntentRow]:
+        where = f"state IN ({', '.join('?' for _ in ENDED)}) AND NOT archived AND updated_at < ?"
+        return self._rows(IntentRow, f"SELECT * FROM lg_intents WHERE {where} "
+                          "ORDER BY updated_at LIMIT ?", (*ENDED, cutoff, _bounded(limit)))
+
+    def archived_since(self, since: str, *, limit: int = 100) -> list[IntentRow]:
+        return self._rows(IntentRow, "SELECT * FROM lg_intents WHERE archived AND updated_at >= ? "
+                          "ORDER BY updated_at LIMIT ?", (since, _bounded(limit)))
+
     def state_counts(self) -> dict[str, int]:
         with self._tx(commit=False) as c:
             c.execute(self._sql("SELECT state, COUNT(*) AS n FROM lg_intents GROUP BY state"))
@@ -275,7 +359,13 @@ class _SQLViews:
 
 
 def _values(row: msgspec.Struct, columns: Sequence[str]) -> tuple[Any, ...]:
-    return tuple(getattr(row, c) for c in columns)
+    return tuple(msgspec.json.encode(getattr(row, c)).decode() if c in _JSON_COLUMNS
+                 else getattr(row, c) for c in columns)
+
+
+def _fields(row: Any) -> dict[str, Any]:
+    return {k: msgspec.json.decode(v) if k in _JSON_COLUMNS and isinstance(v, str) else v
+            for k, v in dict(row).items()}
 
 
 def _where(**equal: str | None) -> tuple[list[str], list[Any]]:
@@ -359,8 +449,10 @@ def open_views(url: str = "", *, var_dir: Path | None = None) -> Views:
         view_class = SQLiteViews
     else:
         raise ViewsError(f"views URL {url.split(':', 1)[0]!r}: expected postgresql:// or sqlite:///")
+    env["CREATE_TABLE"] = "no"  # prepare() creates them, after checking the shape
     try:
         recorder = InfrastructureFactory.construct(env=env).tracking_recorder(view_class)
+        recorder.prepare()  # type: ignore[attr-defined]
     except Exception as exc:  # the library raises several types for "cannot open"
         raise ViewsError(f"cannot open the views: {exc}") from exc
     views: Views = recorder  # type: ignore[assignment]

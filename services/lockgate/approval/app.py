@@ -11,7 +11,7 @@ from lockgate.authz.source import BundleSource
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
-    add_answer,
+    add_answers,
     add_durable,
     answer,
     recorded_event,
@@ -41,8 +41,10 @@ def create_app(settings: Settings) -> FastStream:
     async def show(msg: Delivery) -> bytes:
         return await answer(service.handlers.show(msg.raw_message.subject), log, "show")
 
-    for subject, reply in SPEC.requests({"decide": decide, "show": show}):
-        add_answer(broker, subject, SPEC.name, reply, log)
+    async def edit(msg: Delivery) -> bytes:
+        return await answer(service.handlers.edit(msg.raw_message.subject, msg.body), log, "edit")
+
+    add_answers(broker, SPEC, {"decide": decide, "show": show, "edit": edit}, log)
 
     async def on_decided(msg: Delivery) -> None:
         await service.handlers.decided(recorded_event(msg))

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import msgspec
 
-from lockgate.approval.domain import ReviewProblem, decide_review, expire, request_review, show
+from lockgate.approval.domain import (
+    ReviewProblem,
+    decide_review,
+    edited_candidate,
+    expire,
+    open_review_for,
+    record_edit,
+    request_review,
+    show,
+)
 from lockgate.authz.intents import Evidence, judge_approval
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.messages import DecideReview, Recorded, Refusal
-from lockgate.contracts.subjects import NotACommandSubject, parse_review
+from lockgate.contracts.messages import DecideReview, Edited, EditReview, Recorded, Refusal
+from lockgate.contracts.subjects import NotACommandSubject, parse_review, propose_subject
 from lockgate.contracts.vocabulary import DecisionOutcome
-from lockgate.core.ids import derived_id
+from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
@@ -40,8 +49,10 @@ class ApprovalHandlers:
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:
                 return []
+            contract = await self.ports.registry.get(intent.tool) if intent.tool else None
             return request_review(
-                intent, ttl_s=self.review_ttl_s, cause=recorded.event_id, now=self.clock()
+                intent, ttl_s=self.review_ttl_s, cause=recorded.event_id, now=self.clock(),
+                contract=contract,
             )
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
@@ -113,3 +124,58 @@ class ApprovalHandlers:
         if isinstance(events[0], EffectIntent.ApprovalRefused):
             return msgspec.json.encode(Refusal(events[0].reason, "approval not permitted"))
         return msgspec.json.encode(Recorded(type(events[0]).__name__))
+
+    async def edit(self, subject: str, body: bytes) -> bytes:
+        """A reviewer proposes narrower arguments: a new candidate, the original closed.
+
+        The new candidate is published first (its call id is derived from the review
+        and the bytes, so a repeat is the same candidate and the stream and intake
+        deduplicate it), then the original's review is closed with ``ReviewDenied``
+        naming it: a crash between the two leaves an edit the reviewer can send again,
+        never an original closed for a candidate that does not exist.
+        """
+        try:
+            command = parse_review(subject)
+            cmd = msgspec.json.decode(body, type=EditReview)
+        except NotACommandSubject:
+            return msgspec.json.encode(Refusal("review.unknown"))
+        except msgspec.MsgspecError as exc:
+            return msgspec.json.encode(Refusal("review.malformed", str(exc)[:200]))
+        reviewer = command.principal
+        now = self.clock()
+        loaded = await load_intent(self.ports.store, command.tenant, command.intent_id)
+        try:
+            if loaded is not None and loaded.edited_into and loaded.review_id == cmd.review_id:
+                # Closed by an edit: the same edit again is answered as it was.
+                repeat = edited_candidate(loaded, cmd)
+                if loaded.edited_into == intent_id_for(loaded.tenant, repeat.run_id, repeat.call_id):
+                    return msgspec.json.encode(Edited(candidate_id=loaded.edited_into,
+                                                      call_id=repeat.call_id))
+            intent = open_review_for(loaded, cmd.review_id, cmd.digest, now)
+            candidate = edited_candidate(intent, cmd)
+        except ReviewProblem as problem:
+            return msgspec.json.encode(Refusal(problem.code))
+        body_out = msgspec.json.encode(candidate)
+        await self.ports.js.publish(
+            propose_subject(intent.tenant, candidate.run_id), body_out,
+            headers={"Nats-Msg-Id": f"{candidate.run_id}.{candidate.call_id}.edit"})
+        cause = derived_id("edit", command.tenant, command.intent_id, cmd.review_id, candidate.call_id)
+
+        async def step(current: EffectIntent | None) -> list[Event]:
+            if current is not None and current.edited_into:
+                if current.edited_into != intent_id_for(current.tenant, candidate.run_id,
+                                                        candidate.call_id):
+                    raise ReviewProblem("review.closed")  # another edit closed it first
+                return []  # recorded already (the same edit sent again)
+            opened = open_review_for(current, cmd.review_id, cmd.digest, self.clock())
+            return record_edit(opened, cmd, candidate, reviewer=reviewer, cause=cause, now=now)
+
+        try:
+            await decide_and_append(self.ports.store, command.tenant, command.intent_id, step,
+                                    cache=self.ports.cache)
+        except ReviewProblem as problem:
+            return msgspec.json.encode(Refusal(problem.code))
+        final = await load_intent(self.ports.store, command.tenant, command.intent_id)
+        if final is None or not final.edited_into:
+            return msgspec.json.encode(Refusal("review.closed"))
+        return msgspec.json.encode(Edited(candidate_id=final.edited_into, call_id=candidate.call_id))

@@ -37,6 +37,8 @@ from lockgate.console import domain
 from lockgate.console.models import (
     ID,
     Decision,
+    Edit,
+    EditedInto,
     ErrorBody,
     Intent,
     IntentDetail,
@@ -148,7 +150,7 @@ class Console:
 
 def intent_of(row: IntentRow) -> Intent:
     """The API's intent for a views row, with its honest label."""
-    lab = domain.label(row.state, row.model_status)
+    lab = domain.label(row.state, row.model_status, row.reason)
     return Intent(
         intent_id=row.intent_id, tenant=row.tenant, run_id=row.run_id, actor=row.actor,
         call_id=row.call_id, tool=row.tool, effect_class=row.effect_class,
@@ -160,8 +162,9 @@ def intent_of(row: IntentRow) -> Intent:
 
 
 def review_of(row: ReviewRow) -> Review:
-    """The API's review for a views row."""
-    return Review(**msgspec.to_builtins(row))
+    """The API's review for a views row (fields a newer row has and this API does not, ignored)."""
+    fields = msgspec.to_builtins(row)
+    return Review(**{k: v for k, v in fields.items() if k in Review.model_fields})
 
 
 def _payload(row: EventRow) -> dict[str, Any]:
@@ -448,6 +451,16 @@ def create_app() -> FastAPI:
                    console: TheConsole) -> Recorded:
         """Deny the review shown: the intent stops before execution."""
         return await decide(intent_id, body, who, console, False)
+
+    @app.post("/api/intents/{intent_id}/review/edit", tags=["reviews"])
+    async def edit(intent_id: IntentId, body: Edit, who: Reviewer, console: TheConsole) -> EditedInto:
+        """Propose narrower arguments instead: the original will not run, and the new
+        candidate crosses every gate again (with its own digest, and its own review)."""
+        row = await _visible_intent(console, who, intent_id)
+        made = await _act(who.gateway.edit_review(
+            tenant=row.tenant, candidate_id=intent_id, review_id=body.review_id,
+            digest=body.digest, arguments=body.arguments, reason=body.reason))
+        return EditedInto(candidate_id=made.candidate_id, call_id=made.call_id, by=who.name)
 
     @app.get("/api/outcomes", tags=["outcomes"])
     async def outcomes(who: Operator, console: TheConsole, tenant: Tenant = None,

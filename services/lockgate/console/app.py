@@ -1,4 +1,4 @@
-"""The console process: the HTTP API and page on 127.0.0.1, its status on NATS.
+"""The console process: the HTTP API and page on 127.0.0.1, its status and metrics like every process.
 
 It answers ``lg.status.console`` like every process, with the URL it serves on (the port
 may be chosen by the system: ``LOCKGATE_CONSOLE_PORT=0``), so ``make run`` can print it
@@ -29,7 +29,7 @@ from lockgate.console.api import Console, create_app
 from lockgate.console.people import People, people_of
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
-from lockgate.runtime import loop
+from lockgate.runtime import loop, metrics
 from lockgate.runtime.roles import CONSOLE, PROJECTOR
 from lockgate.runtime.settings import Settings
 from lockgate.views.store import Views, ViewsError, open_views
@@ -91,7 +91,9 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
     server = _Server(uvicorn.Config(
         app, log_level=settings.log_level.lower(), access_log=False, lifespan="off",
         timeout_graceful_shutdown=2, server_header=False, proxy_headers=False))
-    status = ConsoleStatus(service=CONSOLE, pid=os.getpid(), instance="serving", url=url)
+    endpoint = metrics.start_endpoint(settings)
+    status = ConsoleStatus(service=CONSOLE, pid=os.getpid(), instance="serving", url=url,
+                           metrics=metrics.url_of(endpoint))
 
     async def answer(msg: Msg) -> None:
         if msg.reply:
@@ -120,6 +122,8 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
             await nc.drain()
         views.close()
         sock.close()
+        if endpoint is not None:
+            endpoint.stop()
 
 
 async def views_lag(nc: Client, wait_s: float = 0.5) -> int | None:

@@ -38,7 +38,10 @@ _BY_STATE: dict[str, Label] = {
 }
 
 
-def label(state: str, model_status: str) -> Label:
+EDITED = Label("stopped", "stopped before execution: a reviewer edited it into a new candidate")
+
+
+def label(state: str, model_status: str, reason: str | None = None) -> Label:
     """The honest label of an intent in ``state`` whose model-facing status is ``model_status``.
 
     Nothing is called stopped while an order may still be sent: a withdrawal asked for
@@ -49,6 +52,8 @@ def label(state: str, model_status: str) -> Label:
         return INTERRUPTION
     if model_status == "withdrawal_requested":
         return Label("withdrawal_requested", "withdrawal requested: the order may still be sent")
+    if state == State.DENIED and reason == "review.edited":
+        return EDITED
     return _BY_STATE.get(state, Label("in_progress", "in progress"))
 
 
@@ -80,6 +85,7 @@ EVENT_WORDS: dict[str, str] = {
     "InterruptionRequested": "interruption requested",
     "ReportRefused": "an adapter report was refused",
     "ProcessingAbandoned": "a step gave up after repeated failures",
+    "IntentArchived": "archived: it left the hot store (the views keep every event)",
 }
 
 
@@ -89,6 +95,9 @@ def event_words(event_type: str, data: Mapping[str, object] | None = None) -> st
     data = data or {}
     if event_type == "PolicyDecided" and data.get("outcome"):
         return f"{words}: {data['outcome']}"
+    if event_type == "ReviewDenied" and data.get("edited_into"):
+        return (f"a reviewer edited it into candidate {data['edited_into']}: stopped before "
+                f"execution (by {data.get('reviewer', '?')})")
     if event_type == "Reconciled" and data.get("finding"):
         return f"{words}: {data['finding']}, then {data.get('resolution', '?')} (by {data.get('by', '?')})"
     who = data.get("reviewer") or data.get("by")

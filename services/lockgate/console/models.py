@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 ID = r"^[A-Za-z0-9_-]{1,64}$"
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 #: Where model or adapter text can appear in an answer (the page labels each "untrusted").
-UNTRUSTED = ("summary", "data", "proposed_arguments", "arguments", "result", "reason")
+UNTRUSTED = ("summary", "action", "shown", "data", "proposed_arguments", "arguments", "result", "reason")
 
-ReviewStatus = Literal["waiting", "approved", "denied", "expired", "superseded", "closed"]
+ReviewStatus = Literal["waiting", "approved", "denied", "edited", "expired", "superseded", "closed"]
 
 
 class _Out(BaseModel):
@@ -104,7 +104,7 @@ class Review(_Out):
     tenant: str
     status: str
     tool: str
-    summary: str = Field(description="The consequence. Untrusted: it quotes the model's arguments.")
+    summary: str = Field(description="The consequence in one line; quoted values are the model's (untrusted).")
     digest: str
     policy_revision: str
     contract_revision: str
@@ -113,6 +113,13 @@ class Review(_Out):
     decided_by: str | None
     decided_at: str | None
     reason: str | None
+    action: str = Field(default="", description="What will happen, to what (quoted values untrusted).")
+    visible_to: str = Field(default="", description="Who will see it.")
+    shown: dict[str, str] = Field(default_factory=dict,
+                                  description="The model's arguments to read verbatim. Untrusted.")
+    preconditions: list[str] = Field(default_factory=list, description="The facts the approval rests on.")
+    recovery: list[str] = Field(default_factory=list, description="What can be done if it goes wrong.")
+    edited_into: str | None = Field(default=None, description="The candidate a reviewer's edit made instead.")
 
 
 class ReviewDetail(_Out):
@@ -157,6 +164,26 @@ class Decision(BaseModel):
     review_id: str = Field(pattern=ID)
     digest: str = Field(pattern=DIGEST, description="The digest shown; refused if the review is of other bytes.")
     reason: str = Field(default="", max_length=300)
+
+
+class Edit(BaseModel):
+    """Narrower arguments instead of the ones under review: a new candidate, every gate again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    review_id: str = Field(pattern=ID)
+    digest: str = Field(pattern=DIGEST, description="The digest shown; refused if the review is of other bytes.")
+    arguments: str = Field(min_length=1, max_length=65536,
+                           description="The raw argument text proposed instead, as a model would write it.")
+    reason: str = Field(default="", max_length=300)
+
+
+class EditedInto(_Out):
+    """The new candidate an edit made (the original will not run)."""
+
+    candidate_id: str
+    call_id: str
+    by: str
 
 
 class Resolution(BaseModel):

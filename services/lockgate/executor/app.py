@@ -13,7 +13,7 @@ from lockgate.runtime.context import Ports
 from lockgate.runtime.keys import report_key
 from lockgate.runtime.service import (
     Subscription,
-    add_answer,
+    add_answers,
     add_durable,
     answer,
     recorded_event,
@@ -42,8 +42,7 @@ def create_app(settings: Settings) -> FastStream:
         return await answer(
             service.handlers.withdraw(msg.raw_message.subject, msg.body), log, "withdraw")
 
-    for subject, reply in SPEC.requests({"record": record, "withdraw": withdraw}):
-        add_answer(broker, subject, SPEC.name, reply, log)
+    add_answers(broker, SPEC, {"record": record, "withdraw": withdraw}, log)
 
     async def on_ready(msg: Delivery) -> None:
         await service.handlers.ready(recorded_event(msg))

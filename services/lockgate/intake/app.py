@@ -8,13 +8,15 @@ from faststream import FastStream
 
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
+from lockgate.core.ids import intent_id_for
 from lockgate.intake.handlers import IntakeHandlers
+from lockgate.intake.parsing import decode_candidate
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
     Abandonment,
     Subscription,
-    add_answer,
+    add_answers,
     add_durable,
     answer,
     recorded_event,
@@ -33,6 +35,16 @@ def message_id(msg: Delivery) -> str:
     return (raw.headers or {}).get("Nats-Msg-Id") or f"seq-{raw.metadata.sequence.stream}"
 
 
+def candidate_intent(msg: Delivery) -> str | None:
+    """The intent a candidate is recorded on, when its subject and ids can be read (its trace)."""
+    raw = msg.raw_message
+    address = subjects.parse_propose_subject(raw.subject)
+    candidate = decode_candidate(raw.data).candidate if address.routable else None
+    if candidate is None:
+        return None
+    return intent_id_for(address.tenant, candidate.run_id, candidate.call_id)
+
+
 def create_app(settings: Settings) -> FastStream:
     """Build the intake app (connects only when run)."""
     def build(ports: Ports) -> IntakeHandlers:
@@ -49,8 +61,7 @@ def create_app(settings: Settings) -> FastStream:
         tenant, run_id = subjects.parse_turn(msg.raw_message.subject)
         return await answer(service.handlers.open_turn(tenant, run_id, msg.body), log, "open turn")
 
-    for subject, reply in SPEC.requests({"open_run": open_run, "open_turn": open_turn}):
-        add_answer(broker, subject, SPEC.name, reply, log)
+    add_answers(broker, SPEC, {"open_run": open_run, "open_turn": open_turn}, log)
 
     async def on_candidate(msg: Delivery) -> None:
         raw = msg.raw_message
@@ -65,7 +76,10 @@ def create_app(settings: Settings) -> FastStream:
 
     # A candidate given up is intake's own refusal on the record (no intent exists yet).
     abandon = {"candidate": unprocessable}
+    # Read only when tracing is on: a candidate's trace id is the intent it is recorded on.
+    trace = {"candidate": candidate_intent}
     for consumer, entry in SPEC.subscriptions({"candidate": on_candidate, "respond": on_visible_event}):
-        sub = Subscription(consumer, entry, abandon=abandon.get(consumer.reaction))
+        sub = Subscription(consumer, entry, abandon=abandon.get(consumer.reaction),
+                           trace=trace.get(consumer.reaction))
         add_durable(broker, sub, log, service)
     return app

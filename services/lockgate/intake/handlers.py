@@ -45,6 +45,7 @@ from lockgate.intake.domain import (
 )
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
@@ -361,3 +362,4 @@ class IntakeHandlers:
             msgspec.json.encode(view),
             headers={"Nats-Msg-Id": f"response-{recorded.event_id}"},
         )
+        metrics.answered(view.status, intent.reason)

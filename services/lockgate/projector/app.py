@@ -21,17 +21,17 @@ from datetime import UTC, datetime
 import msgspec
 import nats
 from nats.aio.msg import Msg
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge
 
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ConsumerProgress, ProcessStatus
 from lockgate.projector.runner import Projector
 from lockgate.projector.source import StreamSource
-from lockgate.runtime import loop
+from lockgate.runtime import loop, metrics
 from lockgate.runtime.settings import Settings
 from lockgate.views.lease import lease_for
 from lockgate.views.rows import NEEDS_A_PERSON
-from lockgate.views.store import Views, open_views
+from lockgate.views.store import SOURCE, Views, open_views
 
 log = logging.getLogger("lockgate.projector")
 
@@ -53,33 +53,47 @@ EVENTS = Counter("lockgate_projector_events_total", "Events applied to the views
 class Running:
     """The process's parts, for its status answer and its gauges."""
 
-    def __init__(self, source: StreamSource, views: Views, projector: Projector) -> None:
+    def __init__(self, source: StreamSource, views: Views, projector: Projector, *,
+                 metrics_url: str = "") -> None:
         self.source = source
+        self.metrics_url = metrics_url
         self.views = views
         self.projector = projector
         self.stream_last = -1
+        #: The views' position as the store last said (a standby's view of the holder's work).
+        self.views_position: int | None = None
         self._counted = 0
 
     def status(self) -> ProcessStatus:
+        """Ready once projecting or standing by; ``views`` says how far they lag the stream.
+
+        Every replica reports the lag (a standby reads the views' position from the
+        store), so whichever answers a reader first answers right; only the projecting
+        one reports idle and busy times, by which a stuck projector is told apart.
+        """
         p = self.projector.progress
         now = time.monotonic()
         consumers = {}
-        if p.role == "projecting":
-            lag = max(0, self.stream_last - (p.position or 0)) if self.stream_last >= 0 else -1
+        position = p.position if p.role == "projecting" else self.views_position
+        if self.stream_last >= 0 and p.role in ("projecting", "standby"):
+            projecting = p.role == "projecting"
             consumers["views"] = ConsumerProgress(
-                pending=lag, idle_s=round(now - p.last_applied_at, 3),
-                busy_s=round(now - p.busy_since, 3) if p.busy_since else 0.0)
+                pending=max(0, self.stream_last - (position or 0)),
+                idle_s=round(now - p.last_applied_at, 3) if projecting else 0.0,
+                busy_s=round(now - p.busy_since, 3) if projecting and p.busy_since else 0.0)
         return ProcessStatus(service=NAME, pid=os.getpid(), instance=p.role,
-                             ready=p.role in ("projecting", "standby"), consumers=consumers)
+                             ready=p.role in ("projecting", "standby"), consumers=consumers,
+                             metrics=self.metrics_url)
 
     async def answer(self, msg: Msg) -> None:
         """The status, with the lag against the stream as it is now: a reader that sees
         ``pending`` 0 knows the views hold every event stored before it asked."""
         if not msg.reply:
             return
-        if self.projector.progress.role == "projecting":
-            with contextlib.suppress(Exception):
-                self.stream_last = await asyncio.wait_for(self.source.last_position(), 1.0)
+        with contextlib.suppress(Exception):
+            self.stream_last = await asyncio.wait_for(self.source.last_position(), 1.0)
+            if self.projector.progress.role != "projecting":
+                self.views_position = await asyncio.to_thread(self.views.max_tracking_id, SOURCE)
         await msg.respond(msgspec.json.encode(self.status()))
 
     def refresh_gauges(self) -> None:
@@ -115,13 +129,12 @@ class Running:
 
 async def serve(settings: Settings, stop: asyncio.Event) -> int:
     """Run until ``stop`` is set (0) or the projection fails (1: the supervisor restarts it)."""
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, addr=settings.metrics_addr)
+    endpoint = metrics.start_endpoint(settings)
     nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
     source = StreamSource(nc, settings)
     projector = Projector(views, lease_for(settings.views_url, settings.var_dir), source.batches)
-    running = Running(source, views, projector)
+    running = Running(source, views, projector, metrics_url=metrics.url_of(endpoint))
     status = await nc.subscribe(subjects.status(NAME), cb=running.answer)
     halt = asyncio.Event()
     projecting = asyncio.create_task(projector.run(halt))
@@ -141,6 +154,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
         with contextlib.suppress(Exception):
             await nc.drain()
         views.close()
+        if endpoint is not None:
+            endpoint.stop()
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ class Progress:
     """What the projector did, for its status answer and its metrics."""
 
     role: str = "starting"
-    """``starting``, ``standby``, ``projecting`` or ``stopped``."""
+    """``starting``, ``standby``, ``refolding``, ``projecting`` or ``stopped``."""
     applied: int = 0
     position: int | None = None
     last_applied_at: float = field(default_factory=time.monotonic)
@@ -64,6 +64,10 @@ class Projector:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.poll_s)
                     continue
+                if await asyncio.to_thread(self.views.refold_pending):
+                    p.role = "refolding"
+                    n = await asyncio.to_thread(self.projection.refold)
+                    log.info("refolded %d intents from the views' record", n)
                 p.role = "projecting"
                 p.position = await asyncio.to_thread(self.views.max_tracking_id, SOURCE)
                 p.last_applied_at = time.monotonic()

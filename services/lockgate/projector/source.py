@@ -4,6 +4,15 @@ Batched direct gets (``next_by_subj`` over ``lg.evt.>`` from the next sequence),
 read the event store's ``scan`` makes, which needs nothing on the server but the read
 grant every service has: the projector creates no consumer and can change none. When
 the views have caught up it asks again every ``IDLE_POLL_S``.
+
+Why not the library's subscription (``ApplicationSubscription`` over ``LockgateRecord``,
+an ordered consumer, which the same ``IntentViews`` also runs under; see
+``tests/integration/test_recorder_library.py``): it needs the grant to create an
+ephemeral consumer on ``LG_EVENTS``, ``$JS.API.CONSUMER.CREATE.LG_EVENTS``, and that
+subject carries no consumer name. Measured on the bundled nats-server: a request on it
+with ``config.name`` set to a service's durable (``intake``) is accepted and *replaces
+that durable's filter* (only ``durable_name`` is refused, error 10020). A role holding
+it could starve or redirect any service's deliveries, so the projector reads without it.
 """
 
 from __future__ import annotations

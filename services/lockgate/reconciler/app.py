@@ -10,7 +10,7 @@ from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.service import (
     Subscription,
-    add_answer,
+    add_answers,
     add_durable,
     answer,
     deliveries,
@@ -34,8 +34,7 @@ def create_app(settings: Settings) -> FastStream:
         return await answer(
             service.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
 
-    for subject, reply in SPEC.requests({"resolve": resolve}):
-        add_answer(broker, subject, SPEC.name, reply, log)
+    add_answers(broker, SPEC, {"resolve": resolve}, log)
 
     async def on_unknown(msg: Delivery) -> None:
         await service.handlers.unknown(recorded_event(msg), deliveries(msg))

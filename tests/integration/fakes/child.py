@@ -12,6 +12,9 @@ from pathlib import Path
 import nats
 from nats.aio.msg import Msg
 
+from lockgate.runtime.metrics import start_endpoint, url_of
+from lockgate.runtime.settings import Settings
+
 
 def run(
     name: str, *, crash_once_after_s: float | None = None, grandchild: bool = False,
@@ -45,7 +48,10 @@ async def _serve(
     # A fake has no row in the role table: it answers as the topology owner.
     creds = json.loads((var_dir / "credentials" / "admin.json").read_text())
     nc = await nats.connect(url, user=creds["user"], password=creds["password"])
-    body: dict[str, object] = {"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}"}
+    # Where the supervisor's environment says (a port of its own, or one it was handed).
+    endpoint = start_endpoint(Settings())
+    body: dict[str, object] = {"service": name, "pid": os.getpid(), "instance": f"{name}-{os.getpid()}",
+                               "metrics": url_of(endpoint)}
     if stuck:  # alive and answering, but one handler never returns
         body["consumers"] = {"work": {"pending": 3, "idle_s": 0.5, "busy_s": 999.0}}
     answer = json.dumps(body)

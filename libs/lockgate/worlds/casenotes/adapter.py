@@ -19,6 +19,7 @@ from lockgate.contracts.capability import (
     EffectClass,
     Idempotency,
 )
+from lockgate.contracts.consequence import Consequence
 from lockgate.contracts.messages import (
     ExecutionOrder,
     Facts,
@@ -81,6 +82,11 @@ CONTRACT = CapabilityContract(
     postconditions=("the note exists on the case with the intent key",),
     recovery=("query", "retry_same_intent", "operator"),
     approval_hint="A note is visible to everyone on the case and cannot be edited.",
+    consequence=Consequence(
+        action="Add a note to case {resource.id}, as {actor}; it cannot be edited afterwards",
+        visible_to="everyone with access to case {resource.id}",
+        shows=("note",),
+    ),
     data_classes=("case_note",),
     outcome_deadline_s=30.0,
     serialize_per_resource=True,

@@ -32,6 +32,7 @@ from lockgate.contracts.capability import (
     EffectClass,
     Idempotency,
 )
+from lockgate.contracts.consequence import Consequence
 from lockgate.contracts.messages import (
     ExecutionOrder,
     Facts,
@@ -144,6 +145,11 @@ def draft_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> Ca
         postconditions=("a private draft exists in the space with the intent key",),
         recovery=("query", "retry_same_intent"),
         approval_hint="A private draft: visible only to its author until published.",
+        consequence=Consequence(
+            action="Prepare a private draft titled {args.title} in space {resource.id}",
+            visible_to="{actor} only, until it is published",
+            shows=("title", "body"),
+        ),
         data_classes=("item_draft",),
         result_schema=_result_schema({"draft_id": "string", "space_id": "string"}),
         outcome_deadline_s=outcome_deadline_s,
@@ -173,6 +179,12 @@ def publish_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> 
         recovery=("query", "retry_same_intent_if_absent", "operator"),
         approval_hint=(
             "Publishing is public and notifies every subscriber at once; it cannot be undone."
+        ),
+        consequence=Consequence(
+            action="Publish an item titled {args.title} in space {resource.id} now, notifying "
+                   "every subscriber; it cannot be taken back",
+            visible_to="everyone in space {resource.id}",
+            shows=("title", "body"),
         ),
         data_classes=("published_item",),
         result_schema=_result_schema(

@@ -116,10 +116,14 @@
     card.append(
       el("h3", {}, review.tool + " · " + review.tenant),
       el("div", { class: "untrusted consequence-box" },
-        el("span", { class: "tag" }, "untrusted · consequence, quoting the model's arguments"),
-        el("p", { class: "consequence" }, review.summary)),
-      facts([["requested", review.requested_at], ["expires", review.expires_at]]),
-    );
+        el("span", { class: "tag" }, "consequence · quoted values are the model's: untrusted"),
+        el("p", { class: "consequence" }, review.summary)));
+    for (const [name, text] of Object.entries(review.shown || {})) {
+      card.append(untrusted("the model's " + name + ", verbatim", text));
+    }
+    card.append(facts([["rests on", (review.preconditions || []).join("; ")],
+      ["if it goes wrong", (review.recovery || []).join("; ")],
+      ["requested", review.requested_at], ["expires", review.expires_at]]));
     if (me.role === "reviewer") {
       const reason = el("input", { type: "text", placeholder: "why (recorded with your decision)", maxLength: 300,
         class: "reason" });
@@ -127,7 +131,9 @@
         "Approve");
       const deny = el("button", { type: "button", class: "deny", onclick: () => decide(review, false, reason, card) },
         "Deny");
-      card.append(el("div", { class: "actions" }, approve, deny, reason));
+      const edit = el("button", { type: "button", class: "edit", onclick: () => editForm(review, reason, card) },
+        "Edit…");
+      card.append(el("div", { class: "actions" }, approve, deny, edit, reason));
     }
     const detail = el("details", { class: "technical" }, el("summary", {}, "Technical detail"));
     detail.addEventListener("toggle", () => { if (detail.open && detail.childElementCount === 1) technical(review, detail); });
@@ -165,6 +171,33 @@
       say("not recorded: " + (error.code || error.message), true);
       for (const b of card.querySelectorAll("button")) b.disabled = false;
     }
+  }
+
+  async function editForm(review, reason, card) {
+    if (card.querySelector("form.edit-form")) return;
+    let proposed = {};
+    try {
+      proposed = (await api("/api/intents/" + encodeURIComponent(review.intent_id) + "/review")).proposed_arguments;
+    } catch (_) { /* an empty form still works */ }
+    const text = el("textarea", { class: "arguments", rows: 4, cols: 60, spellcheck: false });
+    text.value = JSON.stringify(proposed);
+    const form = el("form", { class: "edit-form" },
+      el("p", { class: "hint" }, "Narrower arguments become a new candidate: the original will not run, and the new one " +
+        "crosses every gate again (its own digest, its own review if policy asks)."),
+      text, el("div", { class: "actions" }, el("button", { type: "submit" }, "Propose instead")));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        const made = await api("/api/intents/" + encodeURIComponent(review.intent_id) + "/review/edit", "POST",
+          { review_id: review.review_id, digest: review.digest, arguments: text.value, reason: reason.value });
+        say("edited by " + made.by + " into candidate " + made.candidate_id + "; it crosses every gate again");
+        card.remove();
+        scheduleRefresh();
+      } catch (error) {
+        say("not edited: " + (error.code || error.message), true);
+      }
+    });
+    card.append(form);
   }
 
   async function loadInbox() {
