@@ -236,6 +236,12 @@ REFUSED = [
     ("archiver", "publish", f"$JS.API.STREAM.PURGE.{CANDIDATES}"),
     ("archiver", "publish", "lg.exec.case.add_note"),
     ("archiver", "subscribe", "lg.evt.>"),
+    # the console acts only over each person's own connection: its own user decides nothing
+    ("console", "publish", f"lg.review.tenant-a.{INTENT}.decide.alice"),
+    ("console", "publish", f"lg.reconcile.tenant-a.{INTENT}.resolve.ops"),
+    ("console", "publish", f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived._"),
+    ("console", "publish", f"$JS.API.DIRECT.GET.{EVENTS}"),
+    ("console", "subscribe", "lg.evt.>"),
 ]
 
 

@@ -257,7 +257,7 @@ def test_the_topology_is_the_specs_consumers() -> None:
 def test_what_make_run_supervises_is_every_spec_and_each_module_runs() -> None:
     assert status.SERVICES == tuple(roles.SERVICES) == tuple(spec.name for spec in SERVICES)
     assert [name for name, _ in status.CHILDREN] == [
-        *(s.status_name for s in SERVICES), roles.PROJECTOR, roles.ARCHIVER,
+        *(s.status_name for s in SERVICES), roles.PROJECTOR, roles.ARCHIVER, roles.CONSOLE,
         *(a.status_name for a in ADAPTERS)]
     for _, module in status.CHILDREN:
         assert importlib.util.find_spec(f"{module}.__main__") is not None, module

@@ -26,6 +26,7 @@ import msgspec
 from nats.errors import Error as NatsError
 from pydantic import ValidationError
 
+from lockgate.client import tokens
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.contracts.vocabulary import Finding
@@ -532,6 +533,7 @@ def parser() -> argparse.ArgumentParser:
     edit.add_argument("--digest", default=None, help="edit only if the review is of this digest")
     edit.add_argument("--json", action="store_true", help="JSON instead of text")
     _as(edit, "reviewer")
+    tokens.add_arguments(command("token", "print a console token for a reviewer (or --operator)"))
     sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
     ev = command("events", "print an intent's events (its timeline in the views)")
     ev.add_argument("intent")
@@ -555,6 +557,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     where = locate(args)
     if args.command == "status":
         return _status(args, where)
+    if args.command == "token":
+        return tokens.command(args, where)
     handler = _ASYNC[args.command]
     return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
 

@@ -1,4 +1,5 @@
-"""Generate ``schemas/``: JSON Schemas of every event and wire message, and an AsyncAPI document.
+"""Generate ``schemas/``: JSON Schemas of every event and wire message, an AsyncAPI document,
+and the console's OpenAPI document (its HTTP API, from its routes).
 
 The files are derived from the code and committed; a test fails when they drift.
 Regenerate with ``python -m lockgate.contracts.schemas``. The AsyncAPI channels, who sends
@@ -144,6 +145,9 @@ def generate() -> dict[str, str]:
         },
     }
     files["asyncapi.json"] = _pretty(asyncapi)
+    from lockgate.console.openapi import document  # the HTTP edge, generated from its routes
+
+    files["openapi.json"] = document()
     return files
 
 

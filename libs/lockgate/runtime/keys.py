@@ -26,36 +26,44 @@ def report_key_path(settings: Settings) -> Path:
 def report_key(settings: Settings) -> bytes:
     """The executor's secret for report tokens, created with 32 random bytes if absent.
 
+    Raises:
+        KeyFileError: the file cannot be read or created, or holds fewer than 32 bytes.
+    """
+    return key_at(report_key_path(settings), chosen=settings.report_key_file is not None)
+
+
+def key_at(path: Path, *, chosen: bool = False, what: str = "report key") -> bytes:
+    """The secret in ``path``, created with 32 random bytes if absent.
+
     Race-safe between replicas starting at once: the key is written to a file of its own
     (``O_CREAT | O_EXCL``, mode 0600) and hard-linked into place, which fails when another
-    process got there first; then the winner's (complete) key is read. The default
-    directory is made 0700.
+    process got there first; then the winner's (complete) key is read. A default
+    directory (``chosen`` false) is made 0700.
 
     Raises:
         KeyFileError: the file cannot be read or created, or holds fewer than 32 bytes.
     """
-    path = report_key_path(settings)
     try:
-        return _read(path)
+        return _read(path, what)
     except FileNotFoundError:
         pass
     try:
-        _make_private_dir(path.parent, default=settings.report_key_file is None)
-        return _create(path)
+        _make_private_dir(path.parent, default=not chosen)
+        return _create(path, what)
     except OSError as exc:
-        raise KeyFileError(f"cannot create the report key {path}: {exc}",
+        raise KeyFileError(f"cannot create the {what} {path}: {exc}",
                            code="keys.unavailable") from exc
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, what: str) -> bytes:
     try:
         key = path.read_bytes()
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise KeyFileError(f"cannot read the report key {path}: {exc}", code="keys.unavailable") from exc
+        raise KeyFileError(f"cannot read the {what} {path}: {exc}", code="keys.unavailable") from exc
     if len(key) < KEY_BYTES:
-        raise KeyFileError(f"the report key {path} holds {len(key)} bytes, fewer than {KEY_BYTES}",
+        raise KeyFileError(f"the {what} {path} holds {len(key)} bytes, fewer than {KEY_BYTES}",
                            code="keys.too-short")
     return key
 
@@ -68,7 +76,7 @@ def _make_private_dir(directory: Path, *, default: bool) -> None:
         directory.chmod(0o700)
 
 
-def _create(path: Path) -> bytes:
+def _create(path: Path, what: str) -> bytes:
     staged = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -82,4 +90,4 @@ def _create(path: Path) -> bytes:
     finally:
         with contextlib.suppress(FileNotFoundError):
             staged.unlink()
-    return _read(path)
+    return _read(path, what)

@@ -387,6 +387,21 @@ def archiver_role() -> Role:
     return Role(ARCHIVER, publish, subscribe, allow_responses=True)
 
 
+#: The console's status name and NATS user.
+CONSOLE = "console"
+
+
+def console_role() -> Role:
+    """The console: answers its status and asks the projector how far the views lag.
+
+    It acts for reviewers and operators only over each person's own connection (the
+    token they bring names their user), so its own user holds no authority at all.
+    (An empty allow-list would allow everything: the one harmless subject keeps it a list.)
+    """
+    return Role(CONSOLE, (subjects.status(PROJECTOR),),
+                (subjects.status(CONSOLE), _inbox(SERVICE_INBOX)), allow_responses=True)
+
+
 def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     """The adapter process ``name`` serving ``capabilities``, in an account of its own.
 
@@ -454,6 +469,7 @@ def roles(
         *(service_role(s) for s in SERVICES),
         projector_role(),
         archiver_role(),
+        console_role(),
         host_role(),
         *(agent_role(t) for t in tenants),
         *(reviewer_role(p, scope) for p, scope in reviewers.items()),
@@ -474,6 +490,10 @@ def _quote(value: str) -> str:
 
 
 def _allow(kind: str, items: Iterable[str]) -> list[str]:
+    items = list(items)
+    if not items:
+        # nats-server reads an empty allow-list as no restriction at all (measured).
+        raise ValueError(f"an empty {kind} allow-list would allow every subject")
     return [f"            {kind}: {{ allow: [", *(f"              {_quote(i)}" for i in items),
             "            ] }"]
 

@@ -21,10 +21,12 @@ SERVICES: tuple[str, ...] = tuple(spec.name for spec in specs.SERVICES)
 #: The demo adapters ``make run`` supervises (their specs): (status name, python module).
 ADAPTERS: tuple[tuple[str, str], ...] = tuple((a.status_name, a.module) for a in specs.ADAPTERS)
 
-#: The read side ``make run`` supervises: the projector, which keeps the views, and
-#: the archiver, which moves what they hold out of the hot store.
+#: The read side ``make run`` supervises: the projector, which keeps the views, the
+#: archiver, which moves what they hold out of the hot store, and the console, which
+#: serves them (and people's decisions) over HTTP.
 READ_SIDE: tuple[tuple[str, str], ...] = (
-    ("projector", "lockgate.projector"), ("archiver", "lockgate.archiver"))
+    ("projector", "lockgate.projector"), ("archiver", "lockgate.archiver"),
+    ("console", "lockgate.console"))
 
 #: Everything ``make run`` supervises, in start order: (status name, python module).
 CHILDREN: tuple[tuple[str, str], ...] = (

@@ -511,6 +511,10 @@ async def _announce_ready(
             for kid in kids:  # each answered: from here, silence counts against it
                 kid.well_at = kid.well_at or now
             _say(READY_LINE)
+            for name in names:  # a child that serves people says where (the console)
+                answer = answers[name] or {}
+                if isinstance(answer.get("url"), str):
+                    _say(f"lockgate: {name} at {answer['url']}")
             return
         if not warned and loop.time() >= deadline:
             _say(

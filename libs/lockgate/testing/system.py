@@ -80,6 +80,8 @@ class System:
             LOCKGATE_CASE_WORLD_DIR=str(self.world_dir),
             LOCKGATE_ITEMS_WORLD_DIR=str(self.items_dir),
             LOCKGATE_LOG_LEVEL="INFO",
+            # Any free port: a console of `make run` may hold the default one.
+            LOCKGATE_CONSOLE_PORT="0",
         )
         env.update(self.extra_env)  # a test's own settings win
         return env
@@ -168,6 +170,22 @@ class System:
                 await asyncio.sleep(0.2)
         finally:
             await nc.close()
+
+    async def console_url(self) -> str:
+        """Where the console listens (it answers its status with its URL).
+
+        Raises:
+            RuntimeError: the console does not run or did not say.
+        """
+        nc = await self.connect()
+        try:
+            answer = (await check_status(nc, ["console"], timeout_s=2.0))["console"]
+        finally:
+            await nc.close()
+        url = (answer or {}).get("url")
+        if not isinstance(url, str):
+            raise RuntimeError(f"the console did not say where it listens: {answer}")
+        return url
 
     def violations(self, account: str = SERVICES_ACCOUNT) -> list[str]:
         """The broker's permission-violation lines for users of ``account`` (none is expected
