@@ -260,3 +260,34 @@ def test_views_that_begin_after_an_intent_left_the_hot_store_start_at_its_mark(v
     row = views.intent(h.intent_id)
     assert row is not None and (row.state, row.archived, row.version) == (
         "completed", True, len(h.events) + 1)
+
+
+def _open_and_close(url: str) -> str:
+    try:
+        open_views(url).close()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return repr(exc)
+    return "ok"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_processes_opening_a_new_store_at_once_all_open_it(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path,
+) -> None:
+    """Projector, archiver, console and a CLI start together on a store nobody made yet."""
+    import multiprocessing
+
+    import psycopg
+
+    context = multiprocessing.get_context("spawn")
+    for round_ in range(3):
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path / f'race-{round_}.sqlite'}"
+        else:
+            server: postgres.PostgresServer = request.getfixturevalue("pg")
+            name = f"race_{next(_schemas)}"
+            with psycopg.connect(server.url, autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+            url = server.url.rsplit("/", 1)[0] + "/" + name
+        with context.Pool(5) as pool:
+            assert pool.map(_open_and_close, [url] * 5) == ["ok"] * 5

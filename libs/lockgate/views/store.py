@@ -13,7 +13,10 @@ into ``%s``. Timestamps are ISO-8601 UTC text, which sorts the same on both.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -452,8 +455,34 @@ def open_views(url: str = "", *, var_dir: Path | None = None) -> Views:
     env["CREATE_TABLE"] = "no"  # prepare() creates them, after checking the shape
     try:
         recorder = InfrastructureFactory.construct(env=env).tracking_recorder(view_class)
-        recorder.prepare()  # type: ignore[attr-defined]
     except Exception as exc:  # the library raises several types for "cannot open"
         raise ViewsError(f"cannot open the views: {exc}") from exc
+    # Several processes open the views at once (projector, archiver, console, a CLI):
+    # on a new store each would create the tables and insert the library's tracking
+    # migration row, and all but one would fail on it. One prepares at a time (a lock
+    # beside a SQLite file); and one that lost a race anyway finds the tables made.
+    for attempt in range(3):
+        try:
+            with _preparing(env.get("SQLITE_DBNAME")):
+                recorder.prepare()  # type: ignore[attr-defined]
+            break
+        except Exception as exc:  # noqa: BLE001 - the library's several "cannot" types
+            if attempt == 2:
+                raise ViewsError(f"cannot open the views: {exc}") from exc
+            time.sleep(0.2 * (attempt + 1))
     views: Views = recorder  # type: ignore[assignment]
     return views
+
+
+@contextmanager
+def _preparing(sqlite_file: str | None) -> Iterator[None]:
+    """Hold an exclusive lock beside a SQLite file while its tables are made (else nothing)."""
+    if not sqlite_file:
+        yield
+        return
+    fd = os.open(f"{sqlite_file}.prepare", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
