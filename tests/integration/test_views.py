@@ -291,3 +291,20 @@ def test_processes_opening_a_new_store_at_once_all_open_it(
             url = server.url.rsplit("/", 1)[0] + "/" + name
         with context.Pool(5) as pool:
             assert pool.map(_open_and_close, [url] * 5) == ["ok"] * 5
+
+
+def test_a_batch_is_one_transaction_and_a_gap_keeps_what_came_before_it(views: Views) -> None:
+    done = executed("batch-1")
+    other = History(call_id="batch-2").normalized()
+    pairs = [(e, Tracking(SOURCE, 200 + i)) for i, e in enumerate(done.events)]
+    pairs.append((other.events[1], Tracking(SOURCE, 300)))  # its v2 before its v1: a gap
+    projection = IntentViews(views)
+    with pytest.raises(ProjectionGap):
+        projection.process_events(pairs)
+    assert views.max_tracking_id(SOURCE) == 200 + len(done.events) - 1  # the prefix, whole
+    assert [e.version for e in views.events_of(done.intent_id)] == list(range(1, len(done.events) + 1))
+    assert views.events_of(other.intent_id) == []
+    assert projection.process_events([(other.events[0], Tracking(SOURCE, 300)),
+                                      (other.events[1], Tracking(SOURCE, 301))]) == 2
+    row = views.intent(other.intent_id)
+    assert row is not None and row.state == "normalized" and views.max_tracking_id(SOURCE) == 301

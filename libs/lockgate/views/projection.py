@@ -17,6 +17,7 @@ a view that skipped an event would say something the record does not.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -65,15 +66,56 @@ class IntentViews(Projection[TrackingRecorder]):
             ProjectionGap: the event is not its intent's next.
             TypeError: not a Lockgate event.
         """
+        self.process_events([(domain_event, tracking)])
+
+    def process_events(self, pairs: Sequence[tuple[Any, Tracking]]) -> int:
+        """Apply consecutive events in one transaction, tracked at the last one applied.
+
+        The views then move from one position to a later one at once: a crash leaves
+        them at either, never between, and the store's commit (its fsync) is paid once
+        per batch instead of once per event. Events before a failing one are applied;
+        the failure is raised after.
+
+        Returns:
+            How many events changed the views (those held already change nothing).
+
+        Raises:
+            ProjectionGap: an event is not its intent's next.
+            TypeError: not a Lockgate event.
+        """
+        changes: list[Change] = []
+        folded: dict[str, tuple[EffectIntent, datetime]] = {}
+        last: Tracking | None = None
+        failure: Exception | None = None
+        for domain_event, tracking in pairs:
+            try:
+                change = self._step(domain_event, tracking, folded)
+            except Exception as exc:  # noqa: BLE001 - raised below, after the prefix is kept
+                failure = exc
+                break
+            if change is not None:
+                changes.append(change)
+                last = tracking
+        if changes and last is not None:
+            self.views.apply_many(changes, last)
+            for intent_id, entry in folded.items():
+                keep(self._folded, intent_id, entry, FOLDED_KEPT)
+        if failure is not None:
+            raise failure
+        return len(changes)
+
+    def _step(self, domain_event: Any, tracking: Tracking,
+              folded: dict[str, tuple[EffectIntent, datetime]]) -> Change | None:
+        """The change one event makes, folding it into ``folded`` (this batch's intents)."""
         if not isinstance(domain_event, Event):
             raise TypeError(f"not a Lockgate event: {type(domain_event).__name__}")
         event = domain_event
         intent_id = event.originator_id.hex
-        folded = self._recall(intent_id)
-        before = folded[0] if folded else None
+        known = folded.get(intent_id) or self._recall(intent_id)
+        before = known[0] if known else None
         expected = (before.version if before else 0) + 1
         if event.originator_version < expected and self._holds(event):
-            return  # handed over again (a redelivery, a replay): applied once already
+            return None  # handed over again (a redelivery, a replay): applied once already
         if before is None and isinstance(event, EffectIntent.IntentArchived):
             # Views started after the intent left the hot store: it begins at its mark
             # (what came before is in the store that projected it then, not here).
@@ -82,12 +124,12 @@ class IntentViews(Projection[TrackingRecorder]):
             raise ProjectionGap(
                 f"intent {intent_id}: event {type(event).__name__} v{event.originator_version} "
                 f"at position {tracking.notification_id}, but the views hold v{expected - 1}")
-        self._folded.pop(intent_id, None)  # until the write commits, nothing is remembered
+        # Until the write commits, the process remembers nothing of it.
+        self._folded.pop(intent_id, None)
         intent: EffectIntent = event.mutate(before)
-        created_at = folded[1] if folded else event.timestamp
-        change = self.change(event, intent, created_at, tracking.notification_id)
-        self.views.apply(change, tracking)
-        keep(self._folded, intent_id, (intent, created_at), FOLDED_KEPT)
+        created_at = known[1] if known else event.timestamp
+        folded[intent_id] = (intent, created_at)
+        return self.change(event, intent, created_at, tracking.notification_id)
 
     def refold(self, *, page: int = 500) -> int:
         """Fold the record the views hold into their derived tables again; return intents.

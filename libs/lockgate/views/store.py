@@ -131,6 +131,9 @@ class Views(Protocol):
     def apply(self, change: Change, tracking: Tracking) -> None:
         """Write ``change`` and ``tracking`` in one transaction."""
 
+    def apply_many(self, changes: Sequence[Change], tracking: Tracking) -> None:
+        """Write consecutive ``changes`` and the last one's ``tracking`` in one transaction."""
+
     def max_tracking_id(self, application_name: str) -> int | None:
         """The last stream position applied (``None``: nothing yet)."""
 
@@ -246,9 +249,13 @@ class _SQLViews:
                 self._meta(c, "refold", "done")
 
     def apply(self, change: Change, tracking: Tracking) -> None:
+        self.apply_many([change], tracking)
+
+    def apply_many(self, changes: Sequence[Change], tracking: Tracking) -> None:
         with self._tx(commit=True) as c:
-            c.execute(self._sql(_INSERT_EVENT), _values(change.event, _EVENT_COLUMNS))
-            self._derived(c, change)
+            for change in changes:
+                c.execute(self._sql(_INSERT_EVENT), _values(change.event, _EVENT_COLUMNS))
+                self._derived(c, change)
             self._insert_tracking(c, tracking)
 
     def _derived(self, c: Any, change: Change) -> None:

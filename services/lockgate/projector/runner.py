@@ -86,9 +86,8 @@ class Projector:
             await asyncio.to_thread(self.lease.release)
 
     def _apply(self, batch: list[tuple[Event, Tracking]]) -> None:
+        """One transaction per batch: the views move from its first position to its last."""
         p = self.progress
-        for event, tracking in batch:
-            self.projection.process_event(event, tracking)
-            p.applied += 1
-            p.position = tracking.notification_id
-            p.last_applied_at = time.monotonic()
+        p.applied += self.projection.process_events(batch)
+        p.position = batch[-1][1].notification_id
+        p.last_applied_at = time.monotonic()
