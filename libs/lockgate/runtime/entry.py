@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import logging
-from collections.abc import Callable
+import signal
+from collections.abc import Awaitable, Callable
 
 from faststream import FastStream
 from faststream.nats import NatsBroker
@@ -36,6 +37,25 @@ def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None
         profiler.disable()
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
         profiler.dump_stats(settings.profile_dir / f"{name}.prof")
+
+
+def run_process(name: str, serve: Callable[[Settings, asyncio.Event], Awaitable[int]]) -> None:
+    """Run a process that is not a FastStream app (the read side) until SIGINT/SIGTERM.
+
+    Settings from the environment, logging, the signals setting ``stop``; the process
+    exits with what ``serve(settings, stop)`` returns (non-zero: the supervisor restarts it).
+    """
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level,
+                        format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s")
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        return await serve(settings, stop)
+
+    raise SystemExit(loop.run(run()))
 
 
 def guard(app: FastStream) -> Watchdog:

@@ -154,14 +154,7 @@ def decide_review(
         ReviewProblem: unknown review, already decided, expired, or a digest that is
             not the one under review (a changed byte means a new review).
     """
-    if intent is None or intent.review_id != cmd.review_id:
-        raise ReviewProblem("review.unknown")
-    if intent.state is not State.AWAITING_APPROVAL:
-        raise ReviewProblem("review.closed")
-    if intent.review_expires_at is not None and now >= intent.review_expires_at:
-        raise ReviewProblem("review.expired")
-    if cmd.digest != intent.digest:
-        raise ReviewProblem("review.digest-mismatch")
+    intent = open_review_for(intent, cmd.review_id, cmd.digest, now)
     stamp = Stamp(now=now, event_id=derived_id("review-decision", cause), causation_id=cause)
     if cmd.approve:
         if permission is None or permission.outcome != DecisionOutcome.ALLOW:
@@ -182,7 +175,7 @@ def decide_review(
                 intent, stamp,
                 review_id=cmd.review_id,
                 reviewer=reviewer,
-                digest=intent.digest,
+                digest=cmd.digest,  # the review's own (open_review_for checked they are one)
                 policy_revision=intent.policy_revision or "",
                 contract_revision=intent.contract_revision,
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 
 from lockgate.approval.domain import (
@@ -17,7 +19,7 @@ from lockgate.approval.domain import (
 from lockgate.authz.intents import Evidence, judge_approval
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import DecideReview, Edited, EditReview, Recorded, Refusal
-from lockgate.contracts.subjects import NotACommandSubject, parse_review, propose_subject
+from lockgate.contracts.subjects import Command, NotACommandSubject, parse_review, propose_subject
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.base import RecordedEvent
@@ -92,13 +94,10 @@ class ApprovalHandlers:
         The reviewer is the subject's last token: the broker lets each reviewer publish
         only subjects that end in its own name.
         """
-        try:
-            command = parse_review(subject)
-            cmd = msgspec.json.decode(body, type=DecideReview)
-        except NotACommandSubject:
-            return msgspec.json.encode(Refusal("review.unknown"))
-        except msgspec.MsgspecError as exc:
-            return msgspec.json.encode(Refusal("review.malformed", str(exc)[:200]))
+        parsed = _review_request(subject, body, DecideReview)
+        if isinstance(parsed, bytes):
+            return parsed
+        command, cmd = parsed
         reviewer = command.principal
         cause = derived_id("decide", command.tenant, command.intent_id, cmd.review_id, reviewer,
                            str(cmd.approve))
@@ -134,13 +133,10 @@ class ApprovalHandlers:
         naming it: a crash between the two leaves an edit the reviewer can send again,
         never an original closed for a candidate that does not exist.
         """
-        try:
-            command = parse_review(subject)
-            cmd = msgspec.json.decode(body, type=EditReview)
-        except NotACommandSubject:
-            return msgspec.json.encode(Refusal("review.unknown"))
-        except msgspec.MsgspecError as exc:
-            return msgspec.json.encode(Refusal("review.malformed", str(exc)[:200]))
+        parsed = _review_request(subject, body, EditReview)
+        if isinstance(parsed, bytes):
+            return parsed
+        command, cmd = parsed
         reviewer = command.principal
         now = self.clock()
         loaded = await load_intent(self.ports.store, command.tenant, command.intent_id)
@@ -179,3 +175,16 @@ class ApprovalHandlers:
         if final is None or not final.edited_into:
             return msgspec.json.encode(Refusal("review.closed"))
         return msgspec.json.encode(Edited(candidate_id=final.edited_into, call_id=candidate.call_id))
+
+
+R = TypeVar("R", DecideReview, EditReview)
+
+
+def _review_request(subject: str, body: bytes, kind: type[R]) -> tuple[Command, R] | bytes:
+    """A reviewer's request read from its subject and body, or the refusal to answer with."""
+    try:
+        return parse_review(subject), msgspec.json.decode(body, type=kind)
+    except NotACommandSubject:
+        return msgspec.json.encode(Refusal("review.unknown"))
+    except msgspec.MsgspecError as exc:
+        return msgspec.json.encode(Refusal("review.malformed", str(exc)[:200]))

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -42,7 +41,8 @@ from lockgate.eventstore.base import ConcurrencyConflict, EventStore, EventStore
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.subjects import aggregate_filter
 from lockgate.intent.codec import decode_event, encode_event, fold
-from lockgate.runtime import loop, metrics
+from lockgate.runtime import metrics
+from lockgate.runtime.entry import run_process
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.streams import EVENTS
 from lockgate.views.rows import IntentRow, iso
@@ -162,14 +162,4 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
 
 def main() -> None:
     """``python -m lockgate.archiver``: settings from the environment, until SIGTERM."""
-    settings = Settings()
-    logging.basicConfig(level=settings.log_level,
-                        format=f"%(asctime)s {NAME} %(levelname)s %(name)s: %(message)s")
-
-    async def run() -> int:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        return await serve(settings, stop)
-
-    raise SystemExit(loop.run(run()))
+    run_process(NAME, serve)

@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import socket
 from collections.abc import Iterator
 
@@ -29,7 +28,8 @@ from lockgate.console.api import Console, create_app
 from lockgate.console.people import People, people_of
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
-from lockgate.runtime import loop, metrics
+from lockgate.runtime import metrics
+from lockgate.runtime.entry import run_process
 from lockgate.runtime.roles import CONSOLE, PROJECTOR
 from lockgate.runtime.settings import Settings
 from lockgate.views.store import Views, ViewsError, open_views
@@ -174,14 +174,5 @@ def _bare(settings: Settings) -> str:
 
 def main() -> None:
     """``python -m lockgate.console``: settings from the environment, until SIGTERM."""
-    settings = Settings()
-    logging.basicConfig(level=settings.log_level,
-                        format=f"%(asctime)s {CONSOLE} %(levelname)s %(name)s: %(message)s")
-
-    async def run() -> int:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        return await serve(settings, ConsoleSettings(), stop)
-
-    raise SystemExit(loop.run(run()))
+    console_settings = ConsoleSettings()
+    run_process(CONSOLE, lambda settings, stop: serve(settings, console_settings, stop))

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import time
 from datetime import UTC, datetime
 
@@ -27,7 +26,8 @@ from lockgate.contracts import subjects
 from lockgate.contracts.status import ConsumerProgress, ProcessStatus
 from lockgate.projector.runner import Projector
 from lockgate.projector.source import StreamSource
-from lockgate.runtime import loop, metrics
+from lockgate.runtime import metrics
+from lockgate.runtime.entry import run_process
 from lockgate.runtime.settings import Settings
 from lockgate.views.lease import lease_for
 from lockgate.views.rows import NEEDS_A_PERSON
@@ -160,14 +160,4 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
 
 def main() -> None:
     """``python -m lockgate.projector``: settings from the environment, until SIGTERM."""
-    settings = Settings()
-    logging.basicConfig(level=settings.log_level,
-                        format=f"%(asctime)s {NAME} %(levelname)s %(name)s: %(message)s")
-
-    async def run() -> int:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        return await serve(settings, stop)
-
-    raise SystemExit(loop.run(run()))
+    run_process(NAME, serve)
