@@ -146,3 +146,24 @@ async def test_a_second_replica_stands_by_and_takes_over_when_the_first_dies(
         await nc.close()
         system.processes.pop("projector-2").kill()
         await system.restart("projector")
+
+
+async def test_a_broker_down_longer_than_a_read_waits_is_waited_out(
+    system: System, views: Views,
+) -> None:
+    """The broker gone for longer than the store's read timeout (5 s): the projector keeps
+    its lease and its process, reads on when the broker is back, and skips nothing."""
+    assert system.server is not None
+    await caught_up(system, views)
+    projector = system.processes["projector"]
+    system.server.kill()
+    await asyncio.sleep(7.0)
+    system.server.start()
+    await system.wait_ready([name for name, _ in system.children])
+    ((candidate, status),) = await propose(system, 1, "after-outage")
+    assert status == "executed"
+    events = await caught_up(system, views)
+    assert projector.poll() is None, "the projector exited while the broker was down"
+    assert held(views, {e[1] for e in events}) == sorted(events)
+    row = views.intent(candidate)
+    assert row is not None and row.model_status == "executed"

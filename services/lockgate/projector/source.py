@@ -3,7 +3,9 @@
 Batched direct gets (``next_by_subj`` over ``lg.evt.>`` from the next sequence), the
 read the event store's ``scan`` makes, which needs nothing on the server but the read
 grant every service has: the projector creates no consumer and can change none. When
-the views have caught up it asks again every ``IDLE_POLL_S``.
+the views have caught up it asks again every ``IDLE_POLL_S``. A broker that does not
+answer (restarting, a lost reply) is waited out: the read starts again after the last
+event handed over, never after one read but not yet handed over.
 
 Why not the library's subscription (``ApplicationSubscription`` over ``LockgateRecord``,
 an ordered consumer, which the same ``IntentViews`` also runs under; see
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from eventsourcing.persistence import Tracking
 from nats.aio.client import Client
 
+from lockgate.eventstore.base import EventStoreUnavailable, RecordedEvent
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import Event
 from lockgate.intent.codec import decode_event
@@ -33,16 +38,26 @@ from lockgate.views.store import SOURCE
 
 #: How long a caught-up projector waits before asking the stream again.
 IDLE_POLL_S = 0.1
-#: The most events applied in one go (one thread hand-over; each still its own transaction).
+#: The most events applied in one go (one thread hand-over, one transaction).
 BATCH = 256
+#: The longest wait between two reads of a stream that does not answer.
+RETRY_MAX_S = 2.0
+
+log = logging.getLogger(__name__)
+
+
+class Scan(Protocol):
+    """Stored events from a sequence on, in order (the event store's ``scan``)."""
+
+    def scan(self, start_sequence: int = 1) -> AsyncIterator[RecordedEvent]: ...
 
 
 class StreamSource:
     """Events after a position, in batches, until ``stop`` is set."""
 
-    def __init__(self, nc: Client, settings: Settings) -> None:
+    def __init__(self, nc: Client, settings: Settings, store: Scan | None = None) -> None:
         self.nc = nc
-        self.store = JetStreamEventStore(nc, api_prefix=settings.js_prefix)
+        self.store: Scan = store or JetStreamEventStore(nc, api_prefix=settings.js_prefix)
         self._js = nc.jetstream(prefix=settings.js_prefix)
 
     async def batches(self, after: int | None,
@@ -54,14 +69,24 @@ class StreamSource:
                 rather than skip it).
         """
         position = after or 0
+        retry_s = IDLE_POLL_S
         while not stop.is_set():
             batch: list[tuple[Event, Tracking]] = []
-            async for recorded in self.store.scan(position + 1):
-                batch.append((decode_event(recorded), Tracking(SOURCE, recorded.sequence)))
-                position = recorded.sequence
-                if len(batch) >= BATCH:
-                    break
+            try:
+                async for recorded in self.store.scan(position + 1):
+                    batch.append((decode_event(recorded), Tracking(SOURCE, recorded.sequence)))
+                    if len(batch) >= BATCH:
+                        break
+            except EventStoreUnavailable as exc:
+                log.warning("the events stream did not answer (%s); reading again in %.1f s",
+                            exc, retry_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), retry_s)
+                retry_s = min(retry_s * 2, RETRY_MAX_S)
+                continue
+            retry_s = IDLE_POLL_S
             if batch:
+                position = batch[-1][1].notification_id
                 yield batch
                 continue
             with contextlib.suppress(TimeoutError):
