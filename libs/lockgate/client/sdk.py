@@ -106,6 +106,7 @@ class ResponseTimeout(ClientError):
 
 
 _response = msgspec.json.Decoder(ModelResponse)
+_candidate_encoder = msgspec.json.Encoder()
 
 
 def _answers(response: ModelResponse, digest: str) -> bool:
@@ -144,7 +145,8 @@ class Turn:
 
     async def propose(
         self, *, tool: str, arguments: str, call_id: str | None = None, timeout_s: float = 30.0,
-        provider_item: dict[str, Any] | None = None,
+        provider_item: dict[str, Any] | None = None, provider: str = "", model: str = "",
+        follows: str | None = None, assembly_failure: str | None = None,
     ) -> ModelResponse:
         """Propose one tool call exactly as the model emitted it; return what the model sees.
 
@@ -153,13 +155,23 @@ class Turn:
         already used are refused (``rejected``/``proposal.invalid``, recorded as
         ``proposal.call-id-reused``); the earlier call's response is never returned for them.
 
+        ``provider_item``, ``provider`` and ``model`` are evidence kept on the record
+        (``lockgate.client.providers`` fills them from a provider's response). ``follows``
+        names the call id of an earlier candidate of this run that this one corrects or
+        follows (its lineage). ``assembly_failure`` records a call that could not be
+        assembled from a stream (a ``stream.*`` code; ``arguments`` is what arrived): it
+        is rejected with that cause, never run.
+
         Raises:
             CandidateTooLarge: the candidate is larger than Lockgate accepts in one message.
             InvalidCandidate: the candidate cannot be encoded as JSON (nothing was sent).
             ResponseTimeout: no response within ``timeout_s``.
         """
-        return await self.run.gateway._propose(self, tool, arguments, call_id or random_id(),
-                                               timeout_s, provider_item)
+        candidate = Candidate(
+            run_id=self.run.id, turn_id=self.id, call_id=call_id or random_id(), tool=tool,
+            arguments=arguments, provider_item=provider_item, provider=provider, model=model,
+            follows=follows, assembly_failure=assembly_failure)
+        return await self.run.gateway._propose(self.run.tenant, candidate, timeout_s)
 
 
 @dataclass
@@ -359,18 +371,12 @@ class Gateway:
             return None
         return response if response.candidate_id == candidate_id else None
 
-    async def _propose(
-        self, turn: Turn, tool: str, arguments: str, call_id: str, timeout_s: float,
-        provider_item: dict[str, Any] | None,
-    ) -> ModelResponse:
-        run = turn.run
+    async def _propose(self, tenant: str, candidate: Candidate, timeout_s: float) -> ModelResponse:
+        run_id, call_id = candidate.run_id, candidate.call_id
         if not is_subject_token(call_id):
             raise Refused("candidate.malformed", "call ids must be [A-Za-z0-9_-]{1,64}")
         try:
-            body = msgspec.json.encode(
-                Candidate(run_id=run.id, turn_id=turn.id, call_id=call_id, tool=tool,
-                          arguments=arguments, provider_item=provider_item)
-            )
+            body = _candidate_encoder.encode(candidate)
         except (UnicodeEncodeError, RecursionError, msgspec.EncodeError, TypeError) as exc:
             raise InvalidCandidate(f"the candidate cannot be encoded: {exc}",
                                    code="candidate.malformed") from exc
@@ -379,8 +385,8 @@ class Gateway:
             raise CandidateTooLarge(f"{len(body)} bytes exceed the {limit} a candidate may have",
                                     code="candidate.too-large")
         digest = candidate_digest(body)
-        own = intent_id_for(run.tenant, run.id, call_id)
-        reuse = reused_call_id_intent(run.tenant, run.id, call_id, digest)
+        own = intent_id_for(tenant, run_id, call_id)
+        reuse = reused_call_id_intent(tenant, run_id, call_id, digest)
         # A message on either response subject is only a wake-up: anybody at the edge can
         # have a reply delivered there, so what the model sees is read from the stream,
         # which only intake writes.
@@ -389,15 +395,15 @@ class Gateway:
         async def wake(msg: Msg) -> None:
             woken.set()
 
-        subs = [await self.nc.subscribe(response_subject(run.tenant, run.id, own), cb=wake),
-                await self.nc.subscribe(response_subject(run.tenant, run.id, reuse), cb=wake)]
+        subs = [await self.nc.subscribe(response_subject(tenant, run_id, own), cb=wake),
+                await self.nc.subscribe(response_subject(tenant, run_id, reuse), cb=wake)]
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
             # The message id names the bytes: a repeat of the same call is deduplicated by
             # the stream, a call id reused with other bytes reaches intake to be refused.
-            repeated = await self._publish_candidate(propose_subject(run.tenant, run.id), body,
-                                                     f"{run.id}.{call_id}.{digest[7:23]}", deadline)
+            repeated = await self._publish_candidate(propose_subject(tenant, run_id), body,
+                                                     f"{run_id}.{call_id}.{digest[7:23]}", deadline)
             # The call id's own intent answers this call only if it recorded these bytes;
             # otherwise the refusal comes on the reused call's intent.
             other_bytes = False
@@ -410,12 +416,12 @@ class Gateway:
                 # A new call's answer is on its way to the subscriptions: no need to ask.
                 try:
                     if ask_stream and not other_bytes:
-                        earlier = await self._latest(run.tenant, run.id, own)
+                        earlier = await self._latest(tenant, run_id, own)
                         if earlier is not None and _answers(earlier, digest):
                             return earlier
                         other_bytes = earlier is not None
                     if ask_stream and other_bytes:
-                        refusal = await self._latest(run.tenant, run.id, reuse)
+                        refusal = await self._latest(tenant, run_id, reuse)
                         if refusal is not None:
                             return refusal
                 except (NatsError, TimeoutError):

@@ -73,7 +73,7 @@ class Catalogue(msgspec.Struct, frozen=True, kw_only=True):
     revisions: dict[str, str]
 
 
-class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+class Candidate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One complete tool call the model emitted, as the agent runtime saw it.
 
     ``arguments`` is the raw text the model produced, untouched: duplicate keys and
@@ -86,6 +86,20 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
     tool: str
     arguments: str
     provider_item: dict[str, Any] | None = None
+    """The provider's own item the call came in (its ``tool_calls`` entry, ``function_call``
+    item, ``tool_use`` block or ``functionCall`` part), kept on the record, bounded."""
+    provider: str = ""
+    """Which format the call came in: ``openai.chat``, ``openai.responses``,
+    ``anthropic.messages``, ``gemini`` (``lockgate.client.providers``); empty when the
+    runtime extracted the call itself."""
+    model: str = ""
+    """The model the runtime says produced the call (evidence, never trusted for a decision)."""
+    follows: str | None = None
+    """The call id of the candidate of the same run this one corrects or follows."""
+    assembly_failure: str | None = None
+    """Set when the runtime could not assemble the call from its stream: a ``stream.*``
+    reason code. ``arguments`` then holds what arrived (bounded); intake records the call
+    as rejected with that cause, and nothing is normalized or sent."""
 
 
 class Refusal(msgspec.Struct, frozen=True):
