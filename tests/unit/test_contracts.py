@@ -69,6 +69,10 @@ def test_reason_codes_are_pinned() -> None:
         "report.intent-mismatch",
         "candidate.unprocessable", "proposal.call-id-reused", "tool.name-invalid",
         "tool.arguments.too-deep", "rate.limited", "rate.in-flight",
+        "tool.not-offered", "stream.truncated", "stream.conflicting-delta",
+        "stream.repeated-field", "stream.too-large", "stream.cancelled",
+        "provider.unknown-item", "provider.item-malformed", "lineage.unknown-predecessor",
+        "lineage.denied-before",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

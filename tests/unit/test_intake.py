@@ -48,8 +48,10 @@ CATALOGUE = Catalogue(tools=(Tool(CONTRACT.name, CONTRACT.description, CONTRACT.
                       revisions={CONTRACT.name: CONTRACT.revision})
 
 
-def decide(arguments: str, tool: str = "case.add_note", **over: object) -> EffectIntent.Event:
-    c = Candidate(run_id="run-1", turn_id="turn-1", call_id="call-1", tool=tool, arguments=arguments)
+def decide(arguments: str, tool: str = "case.add_note", candidate: dict[str, object] | None = None,
+           **over: object) -> EffectIntent.Event:
+    c = Candidate(run_id="run-1", turn_id="turn-1", call_id="call-1", tool=tool, arguments=arguments,
+                  **(candidate or {}))  # type: ignore[arg-type]
     fields: dict[str, object] = dict(
         tenant="tenant-a", candidate=c, raw_size_bytes=len(arguments), run=RUN,
         catalogue_digest="sha256:cat", catalogue=CATALOGUE, contract=CONTRACT,
@@ -156,18 +158,71 @@ def test_size_limit_is_checked_before_parsing() -> None:
     assert rejected(decide('{"note":"x"}', raw_size_bytes=10**6))[0] == "tool.arguments.too-large"
 
 
-def test_unknown_run_turn_and_changed_contract_are_rejected() -> None:
+def test_unknown_run_and_turn_are_rejected() -> None:
     assert rejected(decide('{"note":"x"}', run=None))[0] == "run.unknown"
     assert rejected(decide('{"note":"x"}', catalogue=None))[0] == "turn.unknown"
+
+
+def test_a_call_is_judged_against_its_turn_even_when_the_capability_changed_since() -> None:
+    """Valid against the schema the turn offered: received at the turn's revision, which
+    normalization then finds is no longer current (``capability.changed``)."""
     changed = CapabilityContract(name="case.add_note", description="changed",
-                                 argument_schema=CONTRACT.argument_schema)
-    assert rejected(decide('{"note":"x"}', contract=changed))[0] == "tool.changed-since-turn"
+                                 argument_schema={"type": "object", "properties": {}})
+    event = decide('{"note":"x"}', contract=changed)
+    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert event.contract_revision == CONTRACT.revision != changed.revision
+    assert rejected(decide('{"note": 5}', contract=None)) == ("tool.arguments.invalid", "note")
 
 
-def test_raw_bytes_are_kept_as_digest_and_size_not_text() -> None:
-    event = decide('{"note": "secret-ish"}')
-    assert event.raw_size_bytes == len('{"note": "secret-ish"}')
-    assert event.raw_digest.startswith("sha256:")
+def test_a_tool_that_exists_but_was_not_offered_is_not_offered_not_unknown() -> None:
+    withheld = Catalogue(tools=(), revisions={}, withheld={"case.add_note": "not offered in stage 'x'"})
+    reason, _ = rejected(decide('{"note":"x"}', catalogue=withheld, known_tool=True))
+    assert reason == "tool.not-offered"
+    assert rejected(decide('{"note":"x"}', catalogue=withheld))[0] == "tool.unknown"
+
+
+def test_the_raw_text_is_kept_exactly_and_bounded() -> None:
+    text = '{"note": "secret-ish",  "note": "twice"}'
+    event = decide(text)
+    assert rejected(event)[0] == "tool.arguments.duplicate"
+    assert event.raw_arguments == text  # rejections keep it: evaluation evidence
+    assert event.raw_size_bytes == len(text) and event.raw_digest.startswith("sha256:")
+    big = '{"note": "' + "é" * 20_000 + '"}'
+    kept = decide(big, max_candidate_bytes=10**6).raw_arguments
+    assert len(kept.encode()) <= 16 * 1024 and big.startswith(kept)
+
+
+def test_the_evidence_a_runtime_reports_is_kept_bounded() -> None:
+    item = {"type": "tool_use", "id": "toolu_1", "name": "case.add_note", "input": {"note": "x"}}
+    event = decide('{"note":"x"}', candidate=dict(provider="anthropic.messages", model="m-1",
+                                                   provider_item=item))
+    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert (event.provider, event.model, event.provider_item) == ("anthropic.messages", "m-1", item)
+    huge = {"blob": "x" * 20_000}
+    kept = decide('{"note":"x"}', candidate=dict(provider_item=huge)).provider_item
+    assert kept is not None and kept["truncated"] is True and kept["bytes"] > 20_000
+
+
+@pytest.mark.parametrize("cause", ["stream.truncated", "stream.conflicting-delta", "stream.repeated-field",
+                                   "stream.too-large", "stream.cancelled", "provider.unknown-item",
+                                   "provider.item-malformed"])
+def test_a_call_that_could_not_be_assembled_is_rejected_with_its_cause(cause: str) -> None:
+    event = decide('{"note": "hal', candidate=dict(assembly_failure=cause))
+    assert rejected(event)[0] == cause
+    assert event.raw_arguments == '{"note": "hal'
+
+
+def test_an_assembly_failure_outside_the_vocabulary_is_a_malformed_candidate() -> None:
+    assert rejected(decide("{}", candidate=dict(assembly_failure="made.up")))[0] == "candidate.malformed"
+    # ... and one that claims a cause cannot slip a complete call through
+    assert rejected(decide('{"note":"x"}', candidate=dict(assembly_failure="")))[0] == "candidate.malformed"
+
+
+def test_lineage_is_recorded_and_an_unknown_predecessor_refused() -> None:
+    event = decide('{"note":"x"}', follows="f" * 32, follows_how="declared")
+    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert (event.follows, event.follows_how) == ("f" * 32, "declared")
+    assert rejected(decide('{"note":"x"}', unknown_predecessor=True))[0] == "lineage.unknown-predecessor"
 
 
 def test_a_candidate_message_is_read_whatever_its_subject_and_bytes() -> None:

@@ -96,14 +96,27 @@ class BudgetLedger:
 
     async def remaining(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> int:
         """The least any budget counting this intent still admits (its own hold not counted)."""
+        return await self.remaining_for(budgets, tenant=intent.tenant, actor=intent.actor,
+                                        run_id=intent.run_id, capability=intent.tool, now=now,
+                                        exclude=intent.intent_id)
+
+    async def remaining_for(
+        self, budgets: Sequence[Budget], *, tenant: str, actor: str, run_id: str, capability: str,
+        now: datetime, exclude: str = "",
+    ) -> int:
+        """The least any budget counting ``capability`` for this actor and run still admits."""
         least = NO_LIMIT
-        for budget, key in self._keys(budgets, intent, now):
-            try:
-                entry = await self._kv.get(key)
-                counter = _counter.decode(entry.value or b"{}")
-            except KeyNotFoundError:
-                counter = Counter()
-            least = min(least, remaining(counter, budget, key, exclude=intent.intent_id))
+        for budget in budgets:
+            if not budget.applies_to(capability):
+                continue
+            scope = scope_value(budget, tenant=tenant, actor=actor, run_id=run_id, capability=capability)
+            for key in keys(budget, scope, now):
+                try:
+                    entry = await self._kv.get(key)
+                    counter = _counter.decode(entry.value or b"{}")
+                except KeyNotFoundError:
+                    counter = Counter()
+                least = min(least, remaining(counter, budget, key, exclude=exclude))
         return least
 
     def _keys(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> list[tuple[Budget, str]]:

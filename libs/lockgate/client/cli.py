@@ -304,6 +304,7 @@ async def _events(args: argparse.Namespace, where: Where) -> int:
     views = await _views(where, args)
     try:
         rows = [r for r in views.events_of(intent) if r.tenant == tenant]
+        chain = [r for r in views.lineage(intent) if r.tenant == tenant]
     finally:
         views.close()
     if not rows:
@@ -312,6 +313,11 @@ async def _events(args: argparse.Namespace, where: Where) -> int:
         body = msgspec.to_builtins(decode_event(recorded(row)))
         _print({"version": row.version, "type": row.event_type, "sequence": row.sequence,
                 "event": body})
+    if len(chain) > 1:  # the candidates it corrects or follows, and those that follow it
+        _print({"lineage": [{"intent": r.intent_id, "call": r.call_id, "tool": r.tool,
+                             "follows": r.follows or None, "how": r.follows_how or None,
+                             "kind": r.lineage or None, "state": r.state, "reason": r.reason,
+                             "this": r.intent_id == intent} for r in chain]})
     return 0
 
 
@@ -327,6 +333,7 @@ async def _intents(args: argparse.Namespace, where: Where) -> int:
             "intent": row.intent_id, "tenant": row.tenant, "run": row.run_id, "tool": row.tool,
             "state": row.state, "reason": row.reason, "model_status": row.model_status,
             "attempts": row.attempts, "attempt_stage": row.attempt_stage,
+            "follows": row.follows or None, "lineage": row.lineage or None,
             "updated_at": row.updated_at, "position": row.last_sequence,
         })
     return 0

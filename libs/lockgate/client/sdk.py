@@ -253,9 +253,13 @@ class Gateway:
     async def open_run(
         self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
         delegation: str | None = None, stage: str = "default", run_id: str | None = None,
-        roles: tuple[str, ...] = (),
+        roles: tuple[str, ...] = (), data_classes: tuple[str, ...] | None = None,
     ) -> Run:
         """Open a run (the trusted host's call: it sets who acts and on what).
+
+        ``stage``, ``roles`` and ``data_classes`` (the classes of data the run may touch;
+        ``None``: any) decide which capabilities its turns offer, with each capability's
+        own rules (``lockgate.contracts.offer``).
 
         Raises:
             Refused: malformed ids or a tenant mismatch.
@@ -265,7 +269,8 @@ class Gateway:
         opened = await _request(
             self.host_nc or self.nc, run_open_subject(tenant),
             OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
-                    delegation=delegation, stage=stage, run_id=run_id, roles=tuple(roles)),
+                    delegation=delegation, stage=stage, run_id=run_id, roles=tuple(roles),
+                    data_classes=tuple(data_classes) if data_classes is not None else None),
             RunOpened, self.timeout_s,
         )
         return Run(self, opened.run_id, opened.tenant, opened.actor)

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from lockgate.contracts.consequence import Consequence
+from lockgate.contracts.offer import Offer
 from lockgate.core.canonical import digest
 
 
@@ -76,6 +77,8 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     consequence: Consequence | None = None
     budget_cost: int = 1
     data_classes: tuple[str, ...] = ()
+    #: When it is offered in a turn (stage, roles, what the run did first).
+    offer: Offer = msgspec.field(default_factory=Offer)
     result_max_bytes: int = 4096
     #: JSON Schema the adapter's result must satisfy (``None``: any object).
     result_schema: dict[str, Any] | None = None

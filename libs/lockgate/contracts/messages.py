@@ -21,6 +21,9 @@ class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
     stage: str = "default"
     roles: tuple[str, ...] = ()
     run_id: str | None = None
+    #: The data classes the run may touch (``None``: any); a capability touching others
+    #: is not offered in its turns.
+    data_classes: tuple[str, ...] | None = None
 
 
 class RunOpened(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +45,7 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     stage: str
     opened_at: datetime
     roles: tuple[str, ...] = ()
+    data_classes: tuple[str, ...] | None = None
 
 
 class OpenTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,10 +71,18 @@ class TurnOpened(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Catalogue(msgspec.Struct, frozen=True, kw_only=True):
-    """The capabilities offered in a turn, with the contract revision of each."""
+    """The capabilities offered in a turn, with the contract revision of each.
+
+    Snapshotted by digest when the turn opens: what the model was offered, the schema
+    revision and effect class of each tool, and the capabilities that exist but were
+    withheld from this turn, with why (``lockgate.contracts.offer``).
+    """
 
     tools: tuple[Tool, ...]
     revisions: dict[str, str]
+    schema_revisions: dict[str, int] = msgspec.field(default_factory=dict)
+    effects: dict[str, str] = msgspec.field(default_factory=dict)
+    withheld: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

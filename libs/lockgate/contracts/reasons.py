@@ -16,8 +16,21 @@ REASONS: dict[str, str] = {
     "run.unknown": "no run with this id was opened by the trusted host",
     "turn.unknown": "no turn with this id was opened in the run",
     "tool.name-invalid": "the tool name is not a capability name (lower-case dotted words)",
-    "tool.unknown": "the tool was not offered in the turn",
-    "tool.changed-since-turn": "the capability's contract changed after the turn was offered",
+    "tool.unknown": "no capability has this name",
+    "tool.not-offered": "the capability exists but the turn did not offer it (stage, roles, data classes, "
+                        "prerequisites, budget or health: the turn's catalogue says which)",
+    "tool.changed-since-turn": "the capability's contract changed after the turn was offered "
+                               "(recorded by earlier versions; a turn's own schema now judges its calls)",
+    # intake: a call the runtime could not assemble from its provider's stream or response
+    "stream.truncated": "the stream ended with the call's arguments incomplete",
+    "stream.conflicting-delta": "the stream gave one call two ids or names, or went on after it closed",
+    "stream.repeated-field": "the stream repeated a field that comes once per call",
+    "stream.too-large": "the call's arguments grew past the size limit mid-stream",
+    "stream.cancelled": "the stream was cancelled mid-call: observed incomplete, never proposed",
+    "provider.unknown-item": "the provider's response held an item of a kind the SDK does not know",
+    "provider.item-malformed": "the provider's tool call lacks what every call has (a name)",
+    # intake: lineage
+    "lineage.unknown-predecessor": "the call the candidate says it follows is no candidate of the run",
     "tool.arguments.too-large": "the raw arguments exceed the capability's size limit",
     "tool.arguments.malformed": "the raw arguments are not one JSON object",
     "tool.arguments.too-deep": "the raw arguments nest deeper than intake reads",
@@ -48,7 +61,9 @@ REASONS: dict[str, str] = {
     "facts.unavailable": "the adapter gave no facts; the decision is paused",
     "budgets.unavailable": "the budget counters could not be read; the decision is paused",
     "policy.pause-expired": "the evidence a paused decision needed never came",
-    "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts",
+    "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts, "
+                            "or a lineage was refused as often as the bundle allows",
+    "lineage.denied-before": "a reviewer denied this same consequence earlier in the lineage",
     # approval
     "review.denied": "a reviewer refused",
     "review.edited": "a reviewer changed the call: a new candidate replaces it, every gate again",

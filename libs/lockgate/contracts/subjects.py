@@ -98,6 +98,17 @@ def turn_key(tenant: str, run_id: str, turn_id: str) -> str:
     return f"{run_key(tenant, run_id)}.turn.{_token(turn_id, 'turn id')}"
 
 
+def refused_key(tenant: str, run_id: str, turn_id: str, tool: str) -> str:
+    """Key of the latest refused candidate of ``tool`` in a turn (its intent id): the
+    predecessor a later call of the same tool in the turn follows."""
+    return f"{turn_key(tenant, run_id, turn_id)}.refused.{capability_key(tool)}"
+
+
+def done_key(tenant: str, run_id: str, capability: str) -> str:
+    """Key marking that ``capability`` executed in a run (what ``Offer.after`` asks)."""
+    return f"{run_key(tenant, run_id)}.done.{capability_key(capability)}"
+
+
 def capability_key(name: str) -> str:
     """Key of a capability's registration in ``LG_CAPABILITIES``: its name, checked."""
     if not is_capability_name(name):

@@ -234,6 +234,17 @@ class EffectIntent(Aggregate):
         # Added later, with defaults: events stored before them read as "unknown, none".
         candidate_digest: str = ""
         holds: tuple[str, ...] = ()
+        # The evidence (bounded; an operator's to read, never a model's): the argument
+        # text exactly as received, the provider's item and format, the model named.
+        raw_arguments: str = ""
+        provider: str = ""
+        model: str = ""
+        provider_item: dict[str, Any] | None = None
+        # The candidate it corrects or follows in the run (its intent id), and how the
+        # link was made: ``declared`` by the runtime, or ``automatic`` (the same tool,
+        # in the same turn, after a refusal).
+        follows: str = ""
+        follows_how: str = ""
 
     class CandidateRejected(Event, Aggregate.Created):
         """Intake refused the candidate before any interpretation.
@@ -257,6 +268,17 @@ class EffectIntent(Aggregate):
         # Added later, with defaults: events stored before them read as "unknown, none".
         candidate_digest: str = ""
         retry_after_s: float | None = None
+        # The evidence (bounded; an operator's to read, never a model's): the argument
+        # text exactly as received, the provider's item and format, the model named.
+        raw_arguments: str = ""
+        provider: str = ""
+        model: str = ""
+        provider_item: dict[str, Any] | None = None
+        # The candidate it corrects or follows in the run (its intent id), and how the
+        # link was made: ``declared`` by the runtime, or ``automatic`` (the same tool,
+        # in the same turn, after a refusal).
+        follows: str = ""
+        follows_how: str = ""
 
     class CandidateNormalized(Event):
         """The exact consequence: canonical arguments, resource, and their digest."""
@@ -268,6 +290,15 @@ class EffectIntent(Aggregate):
         digest: str
         serializer: str
         contract_revision: str
+        # Its place in the lineage (``lockgate.intent.lineage``): how it differs from the
+        # candidate it follows (``equivalent``, ``narrowing``, ``branch``, ``repair``;
+        # empty for a candidate that follows none), the lineage's first candidate, how
+        # many refusals came before it in the lineage, and whether the one it follows
+        # was denied (a denial that flows to an equivalent successor).
+        lineage: str = ""
+        lineage_root: str = ""
+        lineage_denials: int = 0
+        predecessor_denied: bool = False
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.NORMALIZED
@@ -276,6 +307,10 @@ class EffectIntent(Aggregate):
             agg.destination = self.destination
             agg.effect_class = self.effect_class
             agg.digest = self.digest
+            agg.lineage = self.lineage
+            agg.lineage_root = self.lineage_root
+            agg.lineage_denials = self.lineage_denials
+            agg.predecessor_denied = self.predecessor_denied
             agg.contract_revision = self.contract_revision
 
     class NormalizationFailed(Event):
@@ -739,7 +774,16 @@ class EffectIntent(Aggregate):
         candidate_digest: str = "",
         holds: tuple[str, ...] = (),
         retry_after_s: float | None = None,
+        raw_arguments: str = "",
+        provider: str = "",
+        model: str = "",
+        provider_item: dict[str, Any] | None = None,
+        follows: str = "",
+        follows_how: str = "",
     ) -> None:
+        # The raw text and the provider's item stay in the event (evidence an operator
+        # reads there); the intent keeps what decisions and views use.
+        del raw_arguments, provider_item
         self.tenant = tenant
         self.run_id = run_id
         self.turn_id = turn_id
@@ -751,6 +795,16 @@ class EffectIntent(Aggregate):
         self.catalogue_digest = catalogue_digest
         self.arguments = arguments or {}
         self.contract_revision = contract_revision
+        self.provider = provider
+        self.model = model
+        #: The intent this candidate corrects or follows, and how the link was made.
+        self.follows = follows
+        self.follows_how = follows_how
+        #: Its place in the lineage, once normalization compared it with its predecessor.
+        self.lineage = ""
+        self.lineage_root = ""
+        self.lineage_denials = 0
+        self.predecessor_denied = False
         self.state = State.REJECTED if reason else State.PROPOSED
         self.reason = reason
         self.field = field

@@ -20,7 +20,7 @@ class History:
     def __init__(self, *, tenant: str = "tenant-a", run_id: str = "run-1", call_id: str = "call-1",
                  actor: str = "user-42", tool: str = "case.add_note",
                  arguments: dict[str, Any] | None = None, contract_revision: str = "rev-1",
-                 holds: tuple[str, ...] = ()) -> None:
+                 holds: tuple[str, ...] = (), follows: str = "") -> None:
         self.intent_id = intent_id_for(tenant, run_id, call_id)
         self.events: list[Event] = [
             EffectIntent.CandidateReceived(
@@ -31,7 +31,7 @@ class History:
                 arguments=arguments if arguments is not None else {"note": "hello"},
                 raw_digest="sha256:raw", raw_size_bytes=17, catalogue_digest="sha256:cat",
                 contract_revision=contract_revision, candidate_digest="sha256:candidate",
-                holds=holds,
+                holds=holds, follows=follows, follows_how="declared" if follows else "",
             )
         ]
 
@@ -62,14 +62,18 @@ class History:
         self.events.extend(events)
         return self
 
-    def normalized(self, digest: str = "sha256:d1", contract_revision: str = "rev-1") -> History:
-        """Record a normalization of the note into case-123."""
+    def normalized(self, digest: str = "sha256:d1", contract_revision: str = "rev-1", *,
+                   arguments: dict[str, Any] | None = None, resource: dict[str, str] | None = None,
+                   destination: str = "case-notes:tenant-a/case-123", effect_class: str = "write",
+                   **lineage: Any) -> History:
+        """Record a normalization (by default of the note into case-123)."""
         return self.extend([EffectIntent.CandidateNormalized.next(
             self.intent, self.stamp(),
-            arguments={"case_id": "case-123", "note": "hello"},
-            resource={"type": "case", "id": "case-123", "tenant": "tenant-a"},
-            destination="case-notes:tenant-a/case-123", effect_class="write", digest=digest,
-            serializer="jcs", contract_revision=contract_revision,
+            arguments=arguments if arguments is not None else {"case_id": "case-123", "note": "hello"},
+            resource=resource if resource is not None else {"type": "case", "id": "case-123",
+                                                             "tenant": "tenant-a"},
+            destination=destination, effect_class=effect_class, digest=digest,
+            serializer="jcs", contract_revision=contract_revision, **lineage,
         )])
 
     def decided(self, outcome: str = DecisionOutcome.ALLOW, reasons: list[str] | None = None,

@@ -65,6 +65,15 @@ class IntentRow(msgspec.Struct, frozen=True, kw_only=True):
     last_sequence: int
     archived: bool = False
     """Its events before ``IntentArchived`` left the hot store (the views keep them all)."""
+    turn_id: str = ""
+    follows: str = ""
+    """The intent this candidate corrects or follows (``lockgate.intent.lineage``)."""
+    follows_how: str = ""
+    lineage: str = ""
+    """``equivalent``, ``narrowing``, ``branch`` or ``repair`` against the one it follows."""
+    lineage_root: str = ""
+    provider: str = ""
+    model: str = ""
 
 
 class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,7 +175,10 @@ def intent_row(intent: EffectIntent, *, created_at: datetime, last_sequence: int
         attempts=len(intent.attempts), attempt_stage=current.stage.value if current else None,
         review_id=intent.review_id, version=intent.version, created_at=iso(created_at),
         updated_at=iso(intent.modified_on), last_sequence=last_sequence,
-        archived=intent.archived,
+        archived=intent.archived, turn_id=intent.turn_id, follows=intent.follows,
+        follows_how=intent.follows_how, lineage=intent.lineage,
+        lineage_root=intent.lineage_root,
+        provider=intent.provider, model=intent.model,
     )
 
 

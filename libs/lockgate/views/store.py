@@ -46,7 +46,7 @@ from lockgate.views.rows import (
 SOURCE = "LG_EVENTS"
 #: The shape of the derived tables. They are not migrated: on a store of another shape
 #: they are dropped and the projector folds the permanent record into them again.
-SHAPE = "4"
+SHAPE = "5"
 _DERIVED_TABLES = ("lg_intents", "lg_reviews", "lg_budget_uses")
 
 _TABLES = (
@@ -61,7 +61,10 @@ _TABLES = (
         reason TEXT, model_status TEXT NOT NULL, attempts INTEGER NOT NULL,
         attempt_stage TEXT, review_id TEXT, version INTEGER NOT NULL,
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, last_sequence BIGINT NOT NULL,
-        archived BOOLEAN NOT NULL)""",
+        archived BOOLEAN NOT NULL, turn_id TEXT NOT NULL, follows TEXT NOT NULL,
+        follows_how TEXT NOT NULL, lineage TEXT NOT NULL, lineage_root TEXT NOT NULL,
+        provider TEXT NOT NULL, model TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS lg_intents_by_predecessor ON lg_intents (follows)",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_position ON lg_intents (last_sequence)",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_state ON lg_intents (state, last_sequence)",
     "CREATE INDEX IF NOT EXISTS lg_intents_by_run ON lg_intents (tenant, run_id, created_at)",
@@ -163,6 +166,10 @@ class Views(Protocol):
 
     def runs(self, *, tenant: str | None = None, limit: int = 100) -> list[RunRow]:
         """Runs with their candidates, the most recently active first."""
+
+    def lineage(self, intent_id: str) -> list[IntentRow]:
+        """The lineage ``intent_id`` belongs to: from its first candidate, each followed by
+        those that follow it (depth first, in the order they came)."""
 
     def state_counts(self) -> dict[str, int]:
         """How many intents are in each state."""
@@ -352,6 +359,30 @@ class _SQLViews:
             f"FROM lg_intents {_and(where)} GROUP BY tenant, run_id "
             "ORDER BY last_at DESC LIMIT ?", (*params, _bounded(limit)))
 
+
+    def lineage(self, intent_id: str) -> list[IntentRow]:
+        first = self.intent(intent_id)
+        seen: set[str] = set()
+        while first is not None and first.follows and first.follows not in seen and len(seen) < 256:
+            seen.add(first.intent_id)
+            earlier = self.intent(first.follows)
+            if earlier is None:
+                break
+            first = earlier
+        if first is None:
+            return []
+        chain: list[IntentRow] = []
+        stack, visited = [first], set()
+        while stack and len(chain) < 1000:
+            row = stack.pop()
+            if row.intent_id in visited:
+                continue
+            visited.add(row.intent_id)
+            chain.append(row)
+            after = self._rows(IntentRow, "SELECT * FROM lg_intents WHERE follows = ? "
+                               "ORDER BY created_at", (row.intent_id,))
+            stack.extend(reversed(after))
+        return chain
 
     def ended_before(self, cutoff: str, *, limit: int = 100) -> list[IntentRow]:
         where = f"state IN ({', '.join('?' for _ in ENDED)}) AND NOT archived AND updated_at < ?"

@@ -158,6 +158,7 @@ def intent_of(row: IntentRow) -> Intent:
         model_status=row.model_status, attempts=row.attempts, attempt_stage=row.attempt_stage,
         review_id=row.review_id, created_at=row.created_at, updated_at=row.updated_at,
         position=row.last_sequence, label=Label(code=lab.code, text=lab.text),
+        follows=row.follows or None, lineage=row.lineage or None,
     )
 
 
@@ -176,9 +177,15 @@ def _payload(row: EventRow) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else {}
 
 
-def event_of(row: EventRow) -> TimelineEvent:
-    """The API's timeline entry for an event row."""
+#: What a candidate's first event keeps as evidence that only an operator reads.
+EVIDENCE = ("raw_arguments", "provider_item")
+
+
+def event_of(row: EventRow, *, evidence: bool = True) -> TimelineEvent:
+    """The API's timeline entry for an event row (without the raw evidence unless ``evidence``)."""
     data = _payload(row)
+    if not evidence:
+        data = {k: ("(withheld: operators only)" if k in EVIDENCE and v else v) for k, v in data.items()}
     return TimelineEvent(sequence=row.sequence, version=row.version, type=row.event_type,
                          words=domain.event_words(row.event_type, data), recorded_at=row.recorded_at,
                          data=data)
@@ -386,11 +393,14 @@ def create_app() -> FastAPI:
     async def intent(intent_id: IntentId, who: Anyone, console: TheConsole) -> IntentDetail:
         """One intent with its timeline (every event, in order) and its reviews."""
         row = await _visible_intent(console, who, intent_id)
-        events, reviews = await asyncio.gather(
+        events, reviews, chain = await asyncio.gather(
             console.read(console.views.events_of, intent_id),
-            console.read(console.views.reviews, intent_id=intent_id, status=None))
-        return IntentDetail(intent=intent_of(row), timeline=[event_of(e) for e in events],
-                            reviews=[review_of(r) for r in reviews])
+            console.read(console.views.reviews, intent_id=intent_id, status=None),
+            console.read(console.views.lineage, intent_id))
+        evidence = who.kind == "operator"
+        return IntentDetail(intent=intent_of(row), timeline=[event_of(e, evidence=evidence) for e in events],
+                            reviews=[review_of(r) for r in reviews],
+                            lineage=[intent_of(r) for r in chain if r.tenant == row.tenant])
 
     @app.get("/api/reviews", tags=["reviews"])
     async def reviews(

@@ -76,6 +76,9 @@ class Intent(_Out):
     updated_at: str
     position: int = Field(description="Its last event's stream sequence: page with before=<position>.")
     label: Label
+    follows: str | None = Field(default=None, description="The intent this candidate corrects or follows.")
+    lineage: str | None = Field(
+        default=None, description="equivalent, narrowing, branch or repair, against the one it follows.")
 
 
 class IntentPage(_Out):
@@ -137,11 +140,16 @@ class ReviewDetail(_Out):
 
 
 class IntentDetail(_Out):
-    """An intent with its timeline and its reviews."""
+    """An intent with its timeline, its reviews and its lineage.
+
+    The candidate's raw argument text and provider item are an operator's to read: a
+    reviewer's timeline has them withheld."""
 
     intent: Intent
     timeline: list[TimelineEvent]
     reviews: list[Review]
+    lineage: list[Intent] = Field(default_factory=list,
+                                  description="Its lineage from the first candidate (itself included).")
 
 
 class ReviewList(_Out):

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 from uuid import UUID
 
+import msgspec
 from jsonschema import Draft202012Validator
 
 from lockgate.contracts.capability import CapabilityContract
@@ -27,6 +28,19 @@ from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
 
 #: Characters of a detail kept on the record (operators read it; models never do).
 DETAIL_MAX_CHARS = 300
+#: UTF-8 bytes of the raw argument text kept on the record as evidence (the whole text
+#: of any candidate a capability accepts; a prefix of an over-size one, with its digest
+#: and size beside it).
+RAW_KEPT_BYTES = 16 * 1024
+#: Encoded bytes of a provider's item kept as it came; a larger one is kept as its
+#: size and digest.
+PROVIDER_ITEM_KEPT_BYTES = 8 * 1024
+#: Causes a runtime may give for a call it could not assemble from its provider's stream
+#: (``Candidate.assembly_failure``); any other is a malformed candidate.
+ASSEMBLY_FAILURES = frozenset({
+    "stream.truncated", "stream.conflicting-delta", "stream.repeated-field", "stream.too-large",
+    "stream.cancelled", "provider.unknown-item", "provider.item-malformed",
+})
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,13 @@ class Inputs:
     intent_id: str = ""
     problem: str | None = None
     detail: str = ""
+    #: The tool names a capability that exists, though the turn did not offer it.
+    known_tool: bool = False
+    #: The intent this candidate follows, and ``declared`` or ``automatic``.
+    follows: str = ""
+    follows_how: str = ""
+    #: A declared predecessor that is not a candidate of the run.
+    unknown_predecessor: bool = False
 
     @property
     def target(self) -> str:
@@ -104,25 +125,61 @@ def assess(inputs: Inputs) -> Verdict:
         return Verdict("run.unknown")
     if inputs.catalogue is None:
         return Verdict("turn.unknown")
+    if c.assembly_failure is not None:
+        # The runtime could not assemble the call from its stream: on the record with its
+        # cause, never interpreted.
+        if c.assembly_failure in ASSEMBLY_FAILURES:
+            return Verdict(c.assembly_failure, detail=f"{len(c.arguments.encode())} bytes arrived")
+        return Verdict("candidate.malformed",
+                       detail=f"unknown assembly failure {safe_text(c.assembly_failure, 64)!r}")
     if not is_capability_name(c.tool):
         return Verdict("tool.name-invalid", detail=f"{len(c.tool)} characters")
-    if c.tool not in {t.name for t in inputs.catalogue.tools}:
+    offered = {t.name: t for t in inputs.catalogue.tools}
+    if c.tool not in offered:
+        if inputs.known_tool:
+            why = inputs.catalogue.withheld.get(c.tool, "")
+            return Verdict("tool.not-offered", detail=safe_text(why, DETAIL_MAX_CHARS))
         return Verdict("tool.unknown")
-    contract = inputs.contract
-    if contract is None or inputs.catalogue.revisions.get(c.tool) != contract.revision:
-        # The capability changed (or vanished) since the turn was offered.
-        return Verdict("tool.changed-since-turn")
+    if inputs.unknown_predecessor:
+        return Verdict("lineage.unknown-predecessor", detail="no candidate of the run has that call id")
+    # Judged against its turn: the schema the model was offered, at the turn's revision.
+    # A capability changed or gone since then is current state, which normalization and
+    # policy judge (``capability.changed``, ``tool.no-longer-offered``): the record
+    # then says both, valid when proposed and refused now.
+    revision = inputs.catalogue.revisions[c.tool]
+    contract = inputs.contract if inputs.contract and inputs.contract.revision == revision else None
+    schema = contract.argument_schema if contract else offered[c.tool].parameters
     raw_size = len(c.arguments.encode())
-    limit = min(inputs.max_candidate_bytes, contract.max_argument_bytes)
+    limit = min(inputs.max_candidate_bytes,
+                contract.max_argument_bytes if contract else inputs.max_candidate_bytes)
     if inputs.raw_size_bytes > limit or raw_size > limit:
         return Verdict("tool.arguments.too-large", detail=f"{raw_size} bytes > {limit}")
     parsed = parse_arguments(c.arguments)
     if parsed.value is None:
         return Verdict(parsed.reason or "tool.arguments.malformed", parsed.field, parsed.detail)
-    problem = _schema_problem(contract.argument_schema, parsed.value)
+    problem = _schema_problem(schema, parsed.value)
     if problem is not None:
         return Verdict(problem[0], problem[1])
-    return Verdict(None, arguments=parsed.value, contract_revision=contract.revision)
+    return Verdict(None, arguments=parsed.value, contract_revision=revision)
+
+
+def bounded_text(value: str, max_bytes: int) -> str:
+    """``value`` as storable UTF-8, cut to at most ``max_bytes`` on a character boundary."""
+    data = value.encode("utf-8", "backslashreplace")
+    return data[:max_bytes].decode("utf-8", "ignore")
+
+
+def bounded_item(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A provider's item as it came, or its size and digest when it is larger than is kept."""
+    if item is None:
+        return None
+    try:
+        encoded = msgspec.json.encode(item)
+    except (msgspec.EncodeError, UnicodeEncodeError, RecursionError, TypeError):
+        return {"unreadable": True}
+    if len(encoded) > PROVIDER_ITEM_KEPT_BYTES:
+        return {"truncated": True, "bytes": len(encoded), "digest": digest_bytes(encoded)}
+    return item
 
 
 def decide_candidate(
@@ -157,6 +214,12 @@ def decide_candidate(
         raw_size_bytes=len(raw),
         catalogue_digest=inputs.catalogue_digest or "",
         candidate_digest=inputs.candidate_digest,
+        raw_arguments=bounded_text(c.arguments, RAW_KEPT_BYTES),
+        provider=safe_text(c.provider, 64),
+        model=safe_text(c.model, 128),
+        provider_item=bounded_item(c.provider_item),
+        follows=inputs.follows,
+        follows_how=inputs.follows_how,
     )
     if limited is not None:
         return reject(common, limited.reason, None, limited.detail, retry_after_s=limited.retry_after_s)
@@ -190,6 +253,12 @@ class FirstEventFields(TypedDict):
     raw_size_bytes: int
     catalogue_digest: str
     candidate_digest: str
+    raw_arguments: str
+    provider: str
+    model: str
+    provider_item: dict[str, Any] | None
+    follows: str
+    follows_how: str
 
 
 def reject(common: FirstEventFields, reason: str, field: str | None, detail: str, *,

@@ -6,14 +6,16 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import msgspec
 from nats.js.errors import InvalidKeyError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.sdk import HEARTBEAT_S
 from lockgate.authz.config import Limit
-from lockgate.authz.ledger import Admission, LimitLedger
+from lockgate.authz.ledger import Admission, BudgetLedger, LimitLedger
 from lockgate.authz.source import BundleSource
+from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
     Catalogue,
@@ -25,11 +27,25 @@ from lockgate.contracts.messages import (
     Tool,
     TurnOpened,
 )
-from lockgate.contracts.subjects import is_client_token, response_subject, run_key, turn_key
+from lockgate.contracts.offer import Circumstances, withheld_because
+from lockgate.contracts.subjects import (
+    done_key,
+    is_client_token,
+    refused_key,
+    response_subject,
+    run_key,
+    turn_key,
+)
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.bounded import keep
 from lockgate.core.canonical import digest
-from lockgate.core.ids import intent_id_for, is_subject_token, random_id, reused_call_id_intent
+from lockgate.core.ids import (
+    intent_id_for,
+    is_capability_name,
+    is_subject_token,
+    random_id,
+    reused_call_id_intent,
+)
 from lockgate.core.text import safe_text
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intake.domain import (
@@ -64,6 +80,21 @@ _CATALOGUES_CACHED = 1024
 _TURNS_CACHED = 65_536
 
 
+#: Refusals no later call corrects (a flood, an envelope, a stream): not remembered as
+#: what the next call of the tool follows.
+NOT_CORRECTED = ("rate.", "candidate.", "run.", "turn.", "proposal.", "stream.", "provider.")
+
+
+@dataclass(frozen=True)
+class Link:
+    """The predecessor a candidate follows (its intent id), how the link was made, or
+    that the one the runtime named is no candidate of the run."""
+
+    intent_id: str = ""
+    how: str = ""
+    unknown: bool = False
+
+
 def stand_in_id(read: Read) -> str:
     """The intent a candidate with an unusable envelope is recorded on."""
     return intent_id_for(read.tenant, read.candidate.run_id, read.candidate.call_id)
@@ -81,6 +112,7 @@ class IntakeHandlers:
         #: The bundle whose ``limits`` intake applies (``None``: no limits).
         self.bundles = bundles
         self.limits = LimitLedger(ports.budgets)
+        self.budgets = BudgetLedger(ports.budgets)
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
         #: Turn entry → its catalogue's key, for turns this process opened or read.
         self._turns: OrderedDict[str, str] = OrderedDict()
@@ -106,6 +138,7 @@ class IntakeHandlers:
             stage=req.stage,
             opened_at=self.clock(),
             roles=tuple(req.roles),
+            data_classes=tuple(req.data_classes) if req.data_classes is not None else None,
         )
         await self.ports.runs.put(run_key(tenant, run_id), msgspec.json.encode(run))
         return msgspec.json.encode(RunOpened(run_id=run_id, tenant=tenant, actor=req.actor))
@@ -122,7 +155,7 @@ class IntakeHandlers:
         turn_id = req.turn_id or random_id()
         if not is_client_token(turn_id):
             return msgspec.json.encode(Refusal("turn.malformed"))
-        catalogue = await self._catalogue()
+        catalogue = await self._catalogue(run)
         catalogue_digest = digest(msgspec.to_builtins(catalogue))
         key = catalogue_digest.removeprefix("sha256:")
         await self.ports.catalogues.put(key, msgspec.json.encode(catalogue))
@@ -148,20 +181,50 @@ class IntakeHandlers:
         keep(self._turns, entry, key, _TURNS_CACHED)
         keep(self._catalogues, key, catalogue, _CATALOGUES_CACHED)
 
-    async def _catalogue(self) -> Catalogue:
-        """Every registered capability whose adapter's heartbeat is recent."""
+    async def _catalogue(self, run: RunContext) -> Catalogue:
+        """What this run's actor is offered now: every registered capability whose
+        adapter's heartbeat is recent and whose rules (``lockgate.contracts.offer``) the
+        run meets; the others are listed as withheld, with why."""
         names = await self.ports.registry.names()
-        registrations = await asyncio.gather(*(self.ports.registry.registration(n) for n in names))
+        registrations = [r for r in await asyncio.gather(
+            *(self.ports.registry.registration(n) for n in names)) if r is not None]
         now = self.clock()
-        offered = [
-            r.contract for r in registrations
-            if r is not None and r.alive_at is not None
-            and abs((now - r.alive_at).total_seconds()) < ALIVE_WITHIN_S
-        ]
+        contracts = [r.contract for r in registrations]
+        needed = sorted({name for c in contracts for name in c.offer.after})
+        done_flags = await asyncio.gather(*(self._done(run, name) for name in needed))
+        done = frozenset(name for name, flag in zip(needed, done_flags, strict=True) if flag)
+        budgets = self.bundles.current().config.budgets if self.bundles is not None else ()
+        left = await asyncio.gather(*(
+            self.budgets.remaining_for(budgets, tenant=run.tenant, actor=run.actor,
+                                       run_id=run.run_id, capability=c.name, now=now)
+            for c in contracts))
+        offered: list[CapabilityContract] = []
+        withheld: dict[str, str] = {}
+        for r, budget_left in zip(registrations, left, strict=True):
+            c = r.contract
+            alive = r.alive_at is not None and abs((now - r.alive_at).total_seconds()) < ALIVE_WITHIN_S
+            why = withheld_because(c.offer, data_classes=c.data_classes, cost=c.budget_cost, now=Circumstances(
+                stage=run.stage, roles=run.roles, data_classes=run.data_classes, done=done,
+                budget_left=budget_left, alive=alive))
+            if why is None:
+                offered.append(c)
+            else:
+                withheld[c.name] = why
         return Catalogue(
             tools=tuple(Tool(c.name, c.description, c.argument_schema) for c in offered),
             revisions={c.name: c.revision for c in offered},
+            schema_revisions={c.name: c.schema_revision for c in offered},
+            effects={c.name: c.effect_class.value for c in offered},
+            withheld=withheld,
         )
+
+    async def _done(self, run: RunContext, capability: str) -> bool:
+        """True when ``capability`` executed in the run (intake marks it when it answers)."""
+        try:
+            await self.ports.runs.get(done_key(run.tenant, run.run_id, capability))
+        except (KeyNotFoundError, InvalidKeyError, ValueError):
+            return False
+        return True
 
     async def _turn_catalogue(self, tenant: str, run_id: str, turn_id: str) -> tuple[str | None, Catalogue | None]:
         """The digest and content of the catalogue offered in a turn.
@@ -204,6 +267,24 @@ class IntakeHandlers:
         if first is not None and not same_call(first, c, read.candidate_digest):
             reuse = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
             await self._record_once(read, message_id, reuse, reusing=first)
+
+    async def _remember(self, intent: EffectIntent) -> None:
+        """What later turns and calls of the run are built on, written before the model
+        hears of it: a refused call is the one the next call of its tool in the turn
+        corrects; an executed capability may unlock others (``Offer.after``)."""
+        if not is_capability_name(intent.tool):
+            return
+        try:
+            refused = intent.state in (State.REJECTED, State.DENIED)
+            if refused and not (intent.reason or "").startswith(NOT_CORRECTED):
+                await self.ports.runs.put(
+                    refused_key(intent.tenant, intent.run_id, intent.turn_id, intent.tool),
+                    intent.intent_id.encode())
+            elif intent.state is State.COMPLETED:
+                with contextlib.suppress(KeyWrongLastSequenceError):
+                    await self.ports.runs.create(done_key(intent.tenant, intent.run_id, intent.tool), b"1")
+        except (InvalidKeyError, ValueError):
+            return  # ids that make no key (a stand-in's): nothing to remember
 
     async def abandon(self, subject: str, data: bytes, message_id: str, why: Abandonment) -> None:
         """Record ``candidate.unprocessable`` for a candidate intake kept failing on.
@@ -312,11 +393,15 @@ class IntakeHandlers:
         c = read.candidate
         run = await self.ports.run(read.tenant, c.run_id) if read.problem is None else None
         digest_, catalogue, contract = None, None, None
+        known_tool, follows = False, Link()
         if run is not None and lookup:
-            digest_, catalogue = await self._turn_catalogue(read.tenant, c.run_id, c.turn_id)
+            (digest_, catalogue), follows = await asyncio.gather(
+                self._turn_catalogue(read.tenant, c.run_id, c.turn_id), self._link(read, intent_id))
             if catalogue is not None and c.tool in catalogue.revisions:
                 # Only a name the turn offered is looked up: it is a valid key by construction.
                 contract = await self.ports.registry.get(c.tool)
+            elif catalogue is not None and c.assembly_failure is None and is_capability_name(c.tool):
+                known_tool = c.tool in catalogue.withheld or await self.ports.registry.get(c.tool) is not None
         return Inputs(
             tenant=read.tenant,
             candidate=c,
@@ -331,7 +416,30 @@ class IntakeHandlers:
             intent_id=intent_id,
             problem=read.problem,
             detail=read.detail,
+            known_tool=known_tool,
+            follows=follows.intent_id,
+            follows_how=follows.how,
+            unknown_predecessor=follows.unknown,
         )
+
+    async def _link(self, read: Read, intent_id: str) -> Link:
+        """The candidate this one follows: the one the runtime names, or else the latest
+        refused call of the same tool in the same turn (a correction)."""
+        c = read.candidate
+        if c.follows is not None:
+            if not is_subject_token(c.follows) or c.follows == c.call_id:
+                return Link(unknown=True)
+            target = intent_id_for(read.tenant, c.run_id, c.follows)
+            known = await load_intent(self.ports.store, read.tenant, target, cache=self.ports.cache)
+            return Link(target, "declared") if known is not None else Link(unknown=True)
+        if not is_capability_name(c.tool) or c.assembly_failure is not None:
+            return Link()
+        try:
+            entry = await self.ports.runs.get(refused_key(read.tenant, c.run_id, c.turn_id, c.tool))
+            earlier = (entry.value or b"").decode()
+        except (KeyNotFoundError, InvalidKeyError, UnicodeDecodeError, ValueError):
+            return Link()
+        return Link(earlier, "automatic") if earlier and earlier != intent_id else Link()
 
     async def respond(self, recorded: RecordedEvent) -> None:
         """Publish what the model should learn now that ``recorded`` happened.
@@ -357,6 +465,7 @@ class IntakeHandlers:
         view = model_view(intent, contract)
         if view is None:
             return
+        await self._remember(intent)
         await self.ports.js.publish(
             response_subject(intent.tenant, intent.run_id, intent.intent_id),
             msgspec.json.encode(view),

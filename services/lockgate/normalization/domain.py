@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +11,7 @@ from lockgate.contracts.messages import NormalizeResult
 from lockgate.core.canonical import SERIALIZER_ID, digest
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.lineage import Place
 
 
 def consequence(intent: EffectIntent, contract: CapabilityContract, result: NormalizeResult) -> dict[str, Any]:
@@ -70,4 +72,16 @@ def decide(
             serializer=SERIALIZER_ID,
             contract_revision=contract.revision,
         )
+    ]
+
+
+def placed(events: list[Event], place: Place | None) -> list[Event]:
+    """The events with the candidate's place in its lineage on its ``CandidateNormalized``."""
+    if place is None:
+        return events
+    return [
+        dataclasses.replace(e, lineage=place.kind.value, lineage_root=place.root,
+                            lineage_denials=place.denials, predecessor_denied=place.predecessor_denied)
+        if isinstance(e, EffectIntent.CandidateNormalized) else e
+        for e in events
     ]

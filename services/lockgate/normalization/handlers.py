@@ -6,9 +6,10 @@ from lockgate.adapters.client import AdapterUnavailable
 from lockgate.contracts.messages import NormalizeRequest, NormalizeResult
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
-from lockgate.normalization.domain import decide
+from lockgate.intent.lineage import place
+from lockgate.normalization.domain import decide, placed
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, decide_and_append
+from lockgate.runtime.service import Clock, decide_and_append, load_intent
 
 #: After this many deliveries without an adapter answer the candidate is refused
 #: as unavailable instead of waiting forever.
@@ -43,7 +44,18 @@ class NormalizationHandlers:
                 except AdapterUnavailable:
                     if deliveries < GIVE_UP_AFTER:
                         raise
-            return decide(intent, contract, result, cause=recorded.event_id, now=self.clock())
+            events = decide(intent, contract, result, cause=recorded.event_id, now=self.clock())
+            normalized = next((e for e in events if isinstance(e, EffectIntent.CandidateNormalized)), None)
+            if normalized is None or not intent.follows:
+                return events
+
+            async def load(intent_id: str) -> EffectIntent | None:
+                return await load_intent(self.ports.store, intent.tenant, intent_id, cache=self.ports.cache)
+
+            where = await place(intent, load, digest=normalized.digest,
+                                effect_class=normalized.effect_class, destination=normalized.destination,
+                                resource=normalized.resource, arguments=normalized.arguments)
+            return placed(events, where)
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
                                   trigger=recorded, cache=self.ports.cache)

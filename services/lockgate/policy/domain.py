@@ -12,6 +12,7 @@ from lockgate.contracts.messages import Facts
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.lineage import Kind
 
 #: Outcomes that let an intent go on, and so take budget.
 ADMITTED = frozenset({DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL})
@@ -25,11 +26,20 @@ def evaluate_for(
 
     ``repeated_denials``: how often this run already had this exact consequence denied
     on the same facts. Past the bundle's limit the answer is ``run.progress-stalled``
-    without asking Cedar again: nothing has changed that could change the answer.
+    without asking Cedar again: nothing has changed that could change the answer. The
+    same limit stops a lineage that many refusals long (``lockgate.intent.lineage``),
+    whatever the spelling of each attempt.
     """
+    if intent.lineage == Kind.EQUIVALENT and intent.predecessor_denied:
+        # A reviewer refused this very consequence earlier in the lineage: asked again,
+        # it is the same answer (a denial flows to an equivalent successor, never further).
+        return Decision(DecisionOutcome.DENY, bundle.revision, ("lineage.denied-before",), ("lineage",))
+    limit = bundle.config.progress.max_repeated_denials
+    if intent.lineage_denials >= limit:
+        return Decision(DecisionOutcome.DENY, bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
     if facts is None:
         return Decision(DecisionOutcome.PAUSE, bundle.revision, ("facts.unavailable",), ())
-    if repeated_denials >= bundle.config.progress.max_repeated_denials:
+    if repeated_denials >= limit:
         return Decision(DecisionOutcome.DENY, bundle.revision, ("run.progress-stalled",), ("bundle.progress",))
     return judge(bundle, intent, facts, evidence)
 
