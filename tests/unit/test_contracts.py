@@ -72,7 +72,7 @@ def test_reason_codes_are_pinned() -> None:
         "tool.not-offered", "stream.truncated", "stream.conflicting-delta",
         "stream.repeated-field", "stream.too-large", "stream.cancelled",
         "provider.unknown-item", "provider.item-malformed", "lineage.unknown-predecessor",
-        "lineage.denied-before",
+        "lineage.denied-before", "tool.no-longer-offered",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

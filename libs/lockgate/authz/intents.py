@@ -31,6 +31,8 @@ class Evidence:
     contract: CapabilityContract | None = None
     prior_effects: int = 0
     budget_remaining: int = NO_LIMIT
+    #: The capability's adapter is alive now (it was when the turn offered it).
+    offered_now: bool = True
 
 
 #: No run, no contract, no prior effects: what a bare evaluation knows.

@@ -11,8 +11,18 @@ it was valid when proposed and refused now.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import msgspec
+
+#: A capability is offered while its adapter's last heartbeat is this recent: three of
+#: the adapter SDK's beats, so a busy or restarting adapter is not dropped at once.
+ALIVE_WITHIN_S = 15.0
+
+
+def alive(alive_at: datetime | None, now: datetime) -> bool:
+    """True when an adapter's last heartbeat (``Describe.alive_at``) is recent."""
+    return alive_at is not None and abs((now - alive_at).total_seconds()) < ALIVE_WITHIN_S
 
 
 class Offer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -64,6 +64,7 @@ REASONS: dict[str, str] = {
     "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts, "
                             "or a lineage was refused as often as the bundle allows",
     "lineage.denied-before": "a reviewer denied this same consequence earlier in the lineage",
+    "tool.no-longer-offered": "the capability its turn offered is not offered now (its adapter is gone)",
     # approval
     "review.denied": "a reviewer refused",
     "review.edited": "a reviewer changed the call: a new candidate replaces it, every gate again",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from lockgate.authz.intents import Evidence
+from lockgate.contracts.offer import alive
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.runtime.context import Ports
 
@@ -68,8 +70,10 @@ async def gather(ports: Ports, intent: EffectIntent, *, with_prior_effects: bool
     prior = 0
     if with_prior_effects:
         prior = await prior_effects(ports.progress, intent.tenant, intent.run_id, intent.tool)
+    registration = await ports.registry.registration(intent.tool)
     return Evidence(
         run=await ports.run(intent.tenant, intent.run_id),
-        contract=await ports.registry.get(intent.tool),
+        contract=registration.contract if registration else None,
         prior_effects=prior,
+        offered_now=registration is not None and alive(registration.alive_at, datetime.now(UTC)),
     )

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import msgspec
 from nats.js.errors import InvalidKeyError, KeyNotFoundError, KeyWrongLastSequenceError
 
-from lockgate.adapters.sdk import HEARTBEAT_S
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import Admission, BudgetLedger, LimitLedger
 from lockgate.authz.source import BundleSource
@@ -27,7 +26,7 @@ from lockgate.contracts.messages import (
     Tool,
     TurnOpened,
 )
-from lockgate.contracts.offer import Circumstances, withheld_because
+from lockgate.contracts.offer import Circumstances, alive, withheld_because
 from lockgate.contracts.subjects import (
     done_key,
     is_client_token,
@@ -67,11 +66,6 @@ from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load
 from lockgate.runtime.settings import Settings
 
 log = logging.getLogger("lockgate.intake")
-
-
-#: A capability is offered while its adapter's last heartbeat is this recent (three
-#: beats: a busy or restarting adapter is not dropped from the catalogue at once).
-ALIVE_WITHIN_S = 3 * HEARTBEAT_S
 
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).
@@ -202,10 +196,9 @@ class IntakeHandlers:
         withheld: dict[str, str] = {}
         for r, budget_left in zip(registrations, left, strict=True):
             c = r.contract
-            alive = r.alive_at is not None and abs((now - r.alive_at).total_seconds()) < ALIVE_WITHIN_S
             why = withheld_because(c.offer, data_classes=c.data_classes, cost=c.budget_cost, now=Circumstances(
                 stage=run.stage, roles=run.roles, data_classes=run.data_classes, done=done,
-                budget_left=budget_left, alive=alive))
+                budget_left=budget_left, alive=alive(r.alive_at, now)))
             if why is None:
                 offered.append(c)
             else:

@@ -30,6 +30,9 @@ def evaluate_for(
     same limit stops a lineage that many refusals long (``lockgate.intent.lineage``),
     whatever the spelling of each attempt.
     """
+    if not evidence.offered_now:
+        # Offered when its turn opened, and valid against that turn; not offered now.
+        return Decision(DecisionOutcome.DENY, bundle.revision, ("tool.no-longer-offered",), ("catalogue",))
     if intent.lineage == Kind.EQUIVALENT and intent.predecessor_denied:
         # A reviewer refused this very consequence earlier in the lineage: asked again,
         # it is the same answer (a denial flows to an equivalent successor, never further).
