@@ -165,3 +165,25 @@ async def test_a_reviewer_reads_the_consequence_first_and_approves_from_the_shel
     assert len(world.ledger()) == before + 1
     after = run(system, "review", "list", "--as", "alice", "--json", "--url", system.url, cwd=tmp_path)
     assert candidate not in after.stdout
+
+
+async def test_events_show_the_raw_text_and_end_with_the_lineage(system: System, tmp_path: Path) -> None:
+    gw = await system.gateway("tenant-a")
+    try:
+        run_ = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+        turn = await run_.open_turn()
+        first = await turn.propose(tool="case.add_note", arguments='{"note": "cli",}')
+        fixed = await turn.propose(tool="case.add_note", arguments='{"note": "cli"}')
+    finally:
+        await gw.close()
+    assert (first.status, fixed.status) == ("rejected", "executed")
+    proc = run(system, "events", fixed.candidate_id, "--tenant", "tenant-a", "--url", system.url,
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    received = lines[0]["event"]
+    assert (received["follows"], received["follows_how"]) == (first.candidate_id, "automatic")
+    assert received["raw_arguments"] == '{"note": "cli"}'
+    chain = lines[-1]["lineage"]
+    assert [(c["intent"], c["kind"], c["this"]) for c in chain] == [
+        (first.candidate_id, None, False), (fixed.candidate_id, "repair", True)]
