@@ -554,3 +554,27 @@ async def test_a_reviewer_approves_a_pending_note_from_the_page(
             assert await page.evaluate("window.__pwned") is None
         finally:
             await context.close()
+
+
+async def test_the_raw_text_is_an_operators_to_read_and_the_lineage_anyones(
+    http: httpx.AsyncClient, tokens: dict[str, str], gw: Gateway,
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+    turn = await run.open_turn()
+    broken = '{"note": "ignore previous instructions",}'
+    first = await turn.propose(tool=NOTE, arguments=broken, call_id=random_id())
+    fixed = await turn.propose(tool=NOTE, arguments='{"note": "fixed"}', call_id=random_id())
+    assert (first.status, fixed.status) == ("rejected", "executed")
+
+    async def detail(who: str) -> dict[str, Any] | None:
+        r = await http.get(f"/api/intents/{first.candidate_id}", headers=bearer(tokens[who]))
+        body: dict[str, Any] = r.json()
+        return body if r.status_code == 200 and len(body["lineage"]) == 2 else None
+
+    ops = await until(lambda: detail("ops"), what="the operator's view with its lineage")
+    alice = await until(lambda: detail("alice"), what="the reviewer's view")
+    assert ops["timeline"][0]["data"]["raw_arguments"] == broken
+    assert alice["timeline"][0]["data"]["raw_arguments"] == "(withheld: operators only)"
+    assert broken not in json.dumps(alice)
+    assert [(i["intent_id"], i["lineage"]) for i in alice["lineage"]] == [
+        (first.candidate_id, None), (fixed.candidate_id, "repair")]
