@@ -39,7 +39,7 @@ def test_the_reason_codes_are_the_published_ones() -> None:
     assert sorted(FAILURES) == [
         "provider.item-malformed", "provider.unknown-item", "stream.cancelled",
         "stream.conflicting-delta", "stream.repeated-field", "stream.too-large", "stream.truncated"]
-    assert PROVIDERS == tuple(FORMATS)
+    assert tuple(FORMATS) == PROVIDERS
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
