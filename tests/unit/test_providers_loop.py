@@ -140,3 +140,17 @@ async def test_a_runtime_can_propose_calls_as_they_finish() -> None:
         finished.extend(assembly.feed(event))
     outcome = await providers.propose_calls(turn, "openai.responses", assembly.model, finished)
     assert [a.call.call_id for a in outcome.answers] == ["call_1", "call_2"]
+
+
+async def test_a_stream_that_breaks_records_what_arrived_then_raises() -> None:
+    turn = FakeTurn()
+    streamed = s.chat_chunks([s.SampleCall(NAME, '{"note": "abcdefghijklmn"}', "call_1")], finish=False)
+
+    async def dropped() -> AsyncIterator[bytes]:
+        for item in streamed:
+            yield item
+        raise ConnectionResetError("the provider went away")
+
+    with pytest.raises(ConnectionResetError):
+        await providers.propose_stream(turn, "openai.chat", dropped())
+    assert [(p["call_id"], p["assembly_failure"]) for p in turn.proposed] == [("call_1", "stream.truncated")]

@@ -1,7 +1,7 @@
 """Where agent runtimes plug in: providers' tool calls in, Lockgate's answers out in their shapes.
 
     outcome = await providers.propose_response(turn, "anthropic.messages", body)
-    messages += [{"role": "assistant", "content": reply["content"]}, *outcome.messages()]
+    messages += [{"role": "assistant", "content": json.loads(body)["content"]}, *outcome.messages()]
 
 Four formats (``PROVIDERS``): ``openai.chat``, ``openai.responses``,
 ``anthropic.messages``, ``gemini``. Calls are read from the response's bytes (the

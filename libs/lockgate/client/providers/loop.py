@@ -161,9 +161,11 @@ async def propose_stream(turn: Proposer, provider: str, events: AsyncIterable[Ev
                          timeout_s: float = 30.0, **options: Any) -> Outcome:
     """Assemble a stream's calls from ``events`` as they arrive; propose them once it ends.
 
-    Every item still open when the events stop is ``stream.truncated``. When the task
-    running this is cancelled, the items open then are recorded as ``stream.cancelled``
-    (shielded from the cancellation) before it is raised again.
+    Every item still open when the events stop is ``stream.truncated``, also when they
+    stop with an error (a dropped connection, an event that is not JSON): what arrived
+    is recorded, then the error is raised. When the task running this is cancelled, the
+    items open then are recorded as ``stream.cancelled`` (shielded from the
+    cancellation) before it is raised again.
 
     Raises:
         ProviderError: an event that is not a JSON object.
@@ -176,6 +178,9 @@ async def propose_stream(turn: Proposer, provider: str, events: AsyncIterable[Ev
     except asyncio.CancelledError:
         assembly.cancel()
         await asyncio.shield(propose_assembled(turn, assembly, timeout_s=timeout_s))
+        raise
+    except Exception:
+        await propose_assembled(turn, assembly, timeout_s=timeout_s)
         raise
     return await propose_assembled(turn, assembly, timeout_s=timeout_s)
 
