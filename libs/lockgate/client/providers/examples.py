@@ -1,4 +1,4 @@
-"""The loops ``docs/agents.md`` shows, verbatim: a test runs them against the real system.
+"""The loops the README shows ("Where agents plug in"), verbatim: a test runs them against the real system.
 
 Each is a whole agent task with one provider: offer the turn's tools, hand the
 provider's response body to Lockgate, append what comes back, until the model calls
