@@ -43,7 +43,7 @@ from lockgate.worlds.casenotes.world import World
 NOTE = '{"note": "Escalated to legal."}'
 #: Every user of the deployment that is not a service or the topology owner.
 NOT_SERVICES = ("host", "agent-tenant-a", "agent-tenant-b", "reviewer-alice", "reviewer-user-42",
-                "operator-ops", "adapter-casenotes", "adapter-items")
+                "operator-ops", "adapter-casenotes", "adapter-items", "adapter-repo")
 
 
 async def as_user(system: System, user: str) -> tuple[Client, list[str]]:
