@@ -207,8 +207,12 @@ async def run_sandboxed(
                 reading.cancel()
                 kept, total = b"", 0
         finally:
-            # Whatever ended the wait, nothing of the command outlives it.
-            _kill_group(proc.pid)
+            if proc.returncode is None:
+                # Cancelled mid-wait: nothing of the command outlives it. (Once it exited
+                # and was reaped its group id may be reused: the PID namespace ended
+                # everything it started already.)
+                reading.cancel()
+                _kill_group(proc.pid)
         duration_ms = int((time.monotonic() - started) * 1000)
         status = _status(status_r)
     finally:
