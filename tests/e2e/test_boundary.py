@@ -43,7 +43,7 @@ from lockgate.worlds.casenotes.world import World
 NOTE = '{"note": "Escalated to legal."}'
 #: Every user of the deployment that is not a service or the topology owner.
 NOT_SERVICES = ("host", "agent-tenant-a", "agent-tenant-b", "reviewer-alice", "reviewer-user-42",
-                "operator-ops", "adapter-casenotes", "adapter-items")
+                "operator-ops", "adapter-casenotes", "adapter-items", "adapter-repo")
 
 
 async def as_user(system: System, user: str) -> tuple[Client, list[str]]:
@@ -92,11 +92,13 @@ async def test_no_edge_role_or_adapter_can_write_the_record(system: System, user
     """An event, an order, a report for another's capability, a review or resolution in
     another's name, a key in each bucket: every one refused by the broker, nothing stored."""
     forged = uuid.uuid4().hex
+    # A capability another adapter serves (for an edge role, any is another's).
+    others = "item.publish" if user == "adapter-casenotes" else "case.add_note"
     writes = [
         f"lg.evt.tenant-a.{forged}.1.CandidateReceived",
         f"lg.evt.tenant-a.{forged}.7.EffectCompleted",
         "lg.exec.case.add_note",
-        f"lg.report.repo.prepare_patch.{forged}",
+        f"lg.report.{others}.{forged}",
         f"lg.review.tenant-a.{forged}.decide.nobody",
         f"lg.reconcile.tenant-a.{forged}.resolve.nobody",
         *(f"$KV.{b}.forged" for b in (RUNS_BUCKET, CATALOGUES_BUCKET, CAPABILITIES_BUCKET,

@@ -18,12 +18,16 @@ from lockgate.testing.intents import History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.casenotes.world import REASONS as WORLD_REASONS
 from lockgate.worlds.items.world import REASONS as ITEMS_REASONS
+from lockgate.worlds.repo.adapter import REASONS as REPO_ADAPTER_REASONS
+from lockgate.worlds.repo.paths import REASONS as REPO_PATH_REASONS
+from lockgate.worlds.repo.sandbox import REASONS as SANDBOX_REASONS
+from lockgate.worlds.repo.world import REASONS as REPO_REASONS
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("libs/lockgate/**/*.py"), *REPO.glob("services/lockgate/**/*.py")]
 CODE = re.compile(r'"((?:tool|argument|case|run|turn|candidate|gate|policy|review|capability|'
                   r'order|facts|remote|reconcile|reconciled|withdraw|proposal|space|item|items|attempt|'
-                  r'rate)\.[a-z0-9.-]+)"')
+                  r'rate|repo|sandbox)\.[a-z0-9.-]+)"')
 NOT_REASONS = {  # refusal codes of request/reply answers and errors, not recorded reasons
     "run.malformed", "run.tenant-mismatch", "turn.malformed", "review.malformed",
     "review.unknown", "review.closed", "review.digest-mismatch", "candidate.too-large",
@@ -35,6 +39,8 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "item.publish",  # a capability name, not a reason
     "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)
     "items.error", "items.response-lost",  # error classes of the items world, never recorded
+    "repo.error",  # the root class of the repository world's errors; only subclasses are raised
+    "repo.read_file", "repo.prepare_patch", "repo.run_tests",  # capability names, not reasons
     "case.error",  # the root class of the world's errors; only its subclasses are raised
     "run.json",  # the file a running supervisor describes itself in
     # why the adapter SDK stopped a worker at the send boundary without a report of its own
@@ -73,6 +79,16 @@ def test_reason_codes_are_pinned() -> None:
         "stream.repeated-field", "stream.too-large", "stream.cancelled",
         "provider.unknown-item", "provider.item-malformed", "lineage.unknown-predecessor",
         "lineage.denied-before", "tool.no-longer-offered",
+        "argument.path.invalid", "argument.path.absolute", "argument.path.traversal",
+        "argument.path.symlink-escape", "argument.path.not-found", "argument.path.not-a-file",
+        "argument.revision.invalid", "argument.revision.unknown", "argument.revision.stale",
+        "argument.content.invalid", "argument.content.too-long", "argument.content.unchanged",
+        "argument.command.invalid", "argument.command.empty", "argument.command.too-long",
+        "argument.artifact.invalid", "argument.artifact.unknown",
+        "repo.not-found", "repo.tenant-mismatch", "repo.not-a-member", "repo.command-not-allowed",
+        "repo.test-path-not-allowed", "repo.base-stale", "repo.credential-invalid",
+        "repo.revision-unknown", "repo.revision-stale", "repo.path-not-found",
+        "repo.artifact-not-found", "sandbox.unavailable", "sandbox.network-shared",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 
@@ -89,6 +105,8 @@ def test_policy_and_world_reasons_are_listed() -> None:
     assert forbids <= set(REASONS)
     assert set(WORLD_REASONS) - {"case.error"} <= set(REASONS)
     assert set(ITEMS_REASONS) <= set(REASONS)
+    repo = {*REPO_REASONS, *REPO_PATH_REASONS, *REPO_ADAPTER_REASONS, *SANDBOX_REASONS}
+    assert repo <= set(REASONS)
 
 
 def test_schemas_are_generated_from_the_code() -> None:

@@ -209,8 +209,8 @@ def _world_dir(directory: Path, name: str) -> Path:
 
 
 def _world(args: argparse.Namespace) -> int:
-    if args.world not in ("case", "items"):
-        raise UsageError(f"unknown world {args.world!r}; known: case, items")
+    if args.world not in ("case", "items", "repo"):
+        raise UsageError(f"unknown world {args.world!r}; known: case, items, repo")
     if args.world_command == "fault":
         return _arm(args)
     if args.world == "case":
@@ -218,6 +218,12 @@ def _world(args: argparse.Namespace) -> int:
         from lockgate.worlds.casenotes.world import print_ledger
 
         print_ledger(_world_dir(CaseWorldSettings().dir, "case"))
+        return 0
+    if args.world == "repo":
+        from lockgate.worlds.repo.adapter import RepoWorldSettings
+        from lockgate.worlds.repo.world import print_ledger as print_repo
+
+        print_repo(_world_dir(RepoWorldSettings().dir, "repo"))
         return 0
     from lockgate.worlds.items.adapter import ItemsWorldSettings
     from lockgate.worlds.items.world import print_ledger as print_items
@@ -479,7 +485,7 @@ def parser() -> argparse.ArgumentParser:
     world_sub = world.add_subparsers(dest="world_command", required=True)
     ledger = world_sub.add_parser("ledger", help="print every write as JSON lines")
     _globals(ledger)
-    ledger.add_argument("world", help="which world (case, items)")
+    ledger.add_argument("world", help="which world (case, items, repo)")
     fault = world_sub.add_parser("fault", help="arm a fault for the next calls (items world)")
     _globals(fault)
     fault.add_argument("world", help="which world (items)")

@@ -108,6 +108,38 @@ REASONS: dict[str, str] = {
     "item.not-authorized": "the actor may not create items in the space",
     "items.credential-invalid": "the adapter's credential was refused by the world",
     "items.fault-injected": "a fault armed in the simulated world failed the attempt before sending",
+    # the repository world (repo.read_file, review.prepare_summary, repo.prepare_patch,
+    # repo.run_tests, review.publish_summary)
+    "argument.path.invalid": "the path is not plain text a workspace path can be (encoded, NUL, too long)",
+    "argument.path.absolute": "the path is absolute (or names a home directory or a drive)",
+    "argument.path.traversal": "the path climbs out of its directory with a `..` segment, however spelled",
+    "argument.path.symlink-escape": "the path follows a symlink that leads out of the workspace",
+    "argument.path.not-found": "no file or directory has the path at the revision",
+    "argument.path.not-a-file": "the path names a directory, not a file",
+    "argument.revision.invalid": "the revision is not a revision id",
+    "argument.revision.unknown": "no revision has this id",
+    "argument.revision.stale": "the revision is no longer served (or, for a patch, no longer the head)",
+    "argument.content.invalid": "the patch content is not text",
+    "argument.content.too-long": "the patch content exceeds its limit",
+    "argument.content.unchanged": "the patch content is the file's current content",
+    "argument.command.invalid": "the command is not a command line (control characters, open quotes)",
+    "argument.command.empty": "the command is empty",
+    "argument.command.too-long": "the command exceeds its limit",
+    "argument.artifact.invalid": "the artifact is not an artifact digest",
+    "argument.artifact.unknown": "no summary artifact of the tenant has this digest",
+    "repo.not-found": "the repository does not exist (or is not the run's tenant's)",
+    "repo.tenant-mismatch": "the repository belongs to another tenant",
+    "repo.not-a-member": "the actor is not a member of the repository",
+    "repo.command-not-allowed": "the test command is not one the policy allows",
+    "repo.test-path-not-allowed": "the tests may run only over the workspace's tests",
+    "repo.base-stale": "the patch's base revision is no longer the head",
+    "repo.credential-invalid": "the adapter's credential was refused by the world",
+    "repo.revision-unknown": "the revision went missing between normalization and execution",
+    "repo.revision-stale": "the revision stopped being served (or being the head) before execution",
+    "repo.path-not-found": "the file went missing between normalization and execution",
+    "repo.artifact-not-found": "the artifact went missing between normalization and execution",
+    "sandbox.unavailable": "the sandbox's namespaces could not be made: nothing ran (fail closed)",
+    "sandbox.network-shared": "the sandbox's network was not isolated: nothing ran (fail closed)",
     # reviewers (Action "<capability>::approve")
     "review.self-approval": "a reviewer asked to approve their own request (or one made for them)",
     "policy.unavailable": "no policy bundle could answer whether the reviewer may approve",
@@ -116,6 +148,9 @@ REASONS: dict[str, str] = {
     "reconciled.not-executed": "an operator established that the effect never happened",
     "attempt.interrupted": "an interruptible attempt was stopped before its effect completed",
 }
+
+#: The model-controlled arguments of the repository world's capabilities.
+REPO_FIELDS: tuple[str, ...] = ("path", "revision", "content", "command", "artifact")
 
 #: Everything a model can be told: (status, code). Field-scoped argument codes add
 #: ``argument.<field>.missing`` for any model-controlled field.
@@ -131,6 +166,12 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
             for field in ("title", "body")
             for problem in ("missing", "empty", "too-long", "invalid")
         ),
+        *(("rejected", code) for code in REASONS if code.split(".")[1] in REPO_FIELDS),
+        *(("rejected", f"argument.{field}.missing") for field in REPO_FIELDS),
+        ("denied", "repo.command-not-allowed"),
+        ("denied", "repo.test-path-not-allowed"),
+        ("denied", "repo.base-stale"),
+        ("unavailable", "sandbox.unavailable"),
         ("unavailable", "operation.unavailable"),
         ("pending_approval", "approval.pending"),
         ("paused", "policy.paused"),

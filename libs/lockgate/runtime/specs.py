@@ -203,7 +203,11 @@ SERVICES: tuple[ServiceSpec, ...] = (INTAKE, NORMALIZATION, POLICY, APPROVAL, EX
 #: The demo deployment's adapter processes.
 CASENOTES = AdapterSpec("casenotes", "lockgate.worlds.casenotes", ("case.add_note",))
 ITEMS = AdapterSpec("items", "lockgate.worlds.items", ("draft.prepare_private", "item.publish"))
-ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS)
+REPO = AdapterSpec("repo", "lockgate.worlds.repo", (
+    "repo.read_file", "review.prepare_summary", "repo.prepare_patch", "repo.run_tests",
+    "review.publish_summary",
+))
+ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS, REPO)
 
 #: Events appended by the read side's processes (``status.READ_SIDE``), not a service.
 READ_SIDE_APPENDS: dict[str, tuple[type[Event], ...]] = {

@@ -66,6 +66,11 @@ class System:
         return self.root / "worlds" / "items"
 
     @property
+    def repo_dir(self) -> Path:
+        """Where the repository world keeps its revisions, artifacts and ledgers."""
+        return self.root / "worlds" / "repo"
+
+    @property
     def world_dir(self) -> Path:
         """Where the case-notes world keeps its state and ledger."""
         return self.root / "worlds" / "case"
@@ -79,6 +84,7 @@ class System:
             LOCKGATE_POLICY_DIR=str(REPO / "deploy" / "policies"),
             LOCKGATE_CASE_WORLD_DIR=str(self.world_dir),
             LOCKGATE_ITEMS_WORLD_DIR=str(self.items_dir),
+            LOCKGATE_REPO_WORLD_DIR=str(self.repo_dir),
             LOCKGATE_LOG_LEVEL="INFO",
             # Any free port: a console of `make run` may hold the default one.
             LOCKGATE_CONSOLE_PORT="0",

@@ -1,0 +1,75 @@
+"""The repository world: files at revisions, a sandbox for tests, and an external review board.
+
+Mapped as five capabilities: ``repo.read_file``, ``review.prepare_summary``,
+``repo.prepare_patch``, ``repo.run_tests`` and ``review.publish_summary``.
+"""
+
+from lockgate.worlds.repo.adapter import (
+    PreparePatchAdapter,
+    PrepareSummaryAdapter,
+    PublishSummaryAdapter,
+    ReadFileAdapter,
+    RepoWorldSettings,
+    RunTestsAdapter,
+    build_adapters,
+    patch_contract,
+    publish_contract,
+    read_contract,
+    summary_contract,
+    tests_contract,
+)
+from lockgate.worlds.repo.sandbox import (
+    SandboxOutcome,
+    SandboxSettings,
+    SandboxUnavailable,
+    run_sandboxed,
+)
+from lockgate.worlds.repo.world import (
+    BOARD,
+    DEMO_CREDENTIAL,
+    REPO_ID,
+    ArtifactNotFound,
+    InvalidCredential,
+    NotAMember,
+    PathNotFound,
+    RepoNotFound,
+    RepoWorldError,
+    RevisionStale,
+    RevisionUnknown,
+    TenantMismatch,
+    World,
+    print_ledger,
+)
+
+__all__ = [
+    "BOARD",
+    "DEMO_CREDENTIAL",
+    "REPO_ID",
+    "ArtifactNotFound",
+    "InvalidCredential",
+    "NotAMember",
+    "PathNotFound",
+    "PrepareSummaryAdapter",
+    "PreparePatchAdapter",
+    "PublishSummaryAdapter",
+    "ReadFileAdapter",
+    "RepoNotFound",
+    "RepoWorldError",
+    "RepoWorldSettings",
+    "RevisionStale",
+    "RevisionUnknown",
+    "RunTestsAdapter",
+    "SandboxOutcome",
+    "SandboxSettings",
+    "SandboxUnavailable",
+    "TenantMismatch",
+    "World",
+    "build_adapters",
+    "patch_contract",
+    "print_ledger",
+    "publish_contract",
+    "read_contract",
+    "run_sandboxed",
+    "summary_contract",
+    "tests_contract",
+]

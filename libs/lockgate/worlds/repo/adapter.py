@@ -1,0 +1,711 @@
+"""The repository capabilities over the repository world: read, summarize, patch, test, publish.
+
+Five product verbs, each with an honest effect class:
+
+- ``repo.read_file`` (read): a file's text at the head (or a named, still served)
+  revision, bounded, handed to the model as untrusted data with the revision it read;
+- ``review.prepare_summary`` (derive): an immutable summary artifact of a file at a
+  revision, the same artifact for the same file and revision;
+- ``repo.prepare_patch`` (derive): an immutable, content-addressed patch bound to the
+  head revision it was prepared on;
+- ``repo.run_tests`` (derive): a test command over a path of the workspace, in a
+  throw-away copy of the revision, inside the sandbox (``lockgate.worlds.repo.sandbox``);
+  policy decides which commands may run, the sandbox holds whatever runs;
+- ``review.publish_summary`` (publish): a prepared summary posted to the external review
+  board. Not idempotent but queryable: the post records the intent key as its client
+  reference, so an unknown outcome is settled by asking.
+
+Normalization is where a path is made safe: ``lockgate.worlds.repo.paths`` refuses every
+way out of the workspace and writes each path once, symlinks inside the workspace
+resolved, so the resource a policy judges is the file that would be read. The repository
+comes from the run's context, never from the model.
+
+The world's credential lives only here, in ``RepoWorldSettings``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lockgate.adapters.sdk import Adapter, Completed, Rejected, SendBoundary
+from lockgate.contracts.capability import (
+    CapabilityContract,
+    Disclosure,
+    EffectClass,
+    Idempotency,
+)
+from lockgate.contracts.consequence import Consequence
+from lockgate.contracts.messages import (
+    ExecutionOrder,
+    Facts,
+    FactsRequest,
+    NormalizeRequest,
+    NormalizeResult,
+    QueryRequest,
+    QueryResult,
+)
+from lockgate.contracts.vocabulary import QueryFinding
+from lockgate.runtime.settings import Settings
+from lockgate.worlds.repo import paths
+from lockgate.worlds.repo.paths import PathRefused
+from lockgate.worlds.repo.sandbox import (
+    SandboxSettings,
+    SandboxUnavailable,
+    run_sandboxed,
+)
+from lockgate.worlds.repo.world import (
+    BOARD,
+    DEMO_CREDENTIAL,
+    RepoWorldError,
+    World,
+    is_confidential,
+    patch_artifact,
+)
+
+READ = "repo.read_file"
+SUMMARY = "review.prepare_summary"
+PATCH = "repo.prepare_patch"
+TESTS = "repo.run_tests"
+PUBLISH = "review.publish_summary"
+
+#: How long an attempt may stay silent before its outcome is unknown, by default.
+DEFAULT_OUTCOME_DEADLINE_S = 30.0
+#: The most of a file's text one read returns, in UTF-8 bytes (the rest is cut, and said so).
+READ_TEXT_MAX_BYTES = 12 * 1024
+#: The longest new content of a patched file, in UTF-8 bytes.
+CONTENT_MAX_BYTES = 16 * 1024
+#: The longest test command, in UTF-8 bytes.
+COMMAND_MAX_BYTES = 256
+#: Where tests run when no path is given.
+DEFAULT_TEST_PATH = "tests"
+#: The most of a test run's output kept, in bytes.
+TEST_OUTPUT_MAX_BYTES = 4096
+_ARTIFACT = re.compile(r"sha256:[0-9a-f]{64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SEVEN_DAYS_S = 7 * 24 * 3600
+
+#: Reason codes ``normalize`` and ``execute`` produce themselves (the world, the path
+#: gates and the sandbox add theirs: ``REASONS`` of each module).
+REASONS: tuple[str, ...] = (
+    "argument.revision.invalid",
+    "argument.revision.unknown",
+    "argument.revision.stale",
+    "argument.content.invalid",
+    "argument.content.too-long",
+    "argument.content.unchanged",
+    "argument.command.invalid",
+    "argument.command.empty",
+    "argument.command.too-long",
+    "argument.artifact.invalid",
+    "argument.artifact.unknown",
+    "run.context.missing",
+)
+
+#: What the model may be told of a policy denial or a sandbox refusal (argument codes
+#: are disclosed for the field they name without being listed).
+_DENIALS: dict[str, Disclosure] = {
+    "repo.command-not-allowed": Disclosure(
+        "denied", "repo.command-not-allowed", "command", persistent=True,
+        alternatives=("narrow_scope", "stop")),
+    "repo.test-path-not-allowed": Disclosure(
+        "denied", "repo.test-path-not-allowed", "path", persistent=True,
+        alternatives=("narrow_scope", "stop")),
+    "repo.base-stale": Disclosure(
+        "denied", "repo.base-stale", "revision", persistent=True,
+        alternatives=("use_read_capability", "stop")),
+}
+_SANDBOX_DOWN = Disclosure("unavailable", "sandbox.unavailable", persistent=False,
+                           alternatives=("wait", "stop"))
+
+
+class RepoWorldSettings(BaseSettings):
+    """Where the repository world lives, its credential, the deadline and the sandbox's limits.
+
+    Environment prefix ``LOCKGATE_REPO_WORLD_``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="LOCKGATE_REPO_WORLD_", frozen=True)
+
+    #: Default: ``worlds/repo`` under the deployment's ``var`` directory (``LOCKGATE_VAR_DIR``).
+    dir: Path = Field(default_factory=lambda: Settings().var_dir / "worlds" / "repo")
+    credential: SecretStr = SecretStr(DEMO_CREDENTIAL)
+    outcome_deadline_s: float = Field(default=DEFAULT_OUTCOME_DEADLINE_S, gt=0)
+    #: The ``unshare`` binary that makes the sandbox's namespaces (a path or a name on PATH).
+    unshare: str = "unshare"
+    test_timeout_s: float = Field(default=10.0, gt=0)
+    test_output_max_bytes: int = Field(default=TEST_OUTPUT_MAX_BYTES, gt=0)
+
+
+def _schema(properties: dict[str, dict[str, Any]], required: tuple[str, ...]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required),
+            "additionalProperties": False}
+
+
+_PATH = {"type": "string", "description": "A path relative to the workspace root, e.g. docs/report.md."}
+_REVISION = {"type": "string", "description": "A revision id (default: the current head)."}
+
+
+def _result_schema(fields: dict[str, str]) -> dict[str, Any]:
+    """A closed object of exactly ``fields`` (name -> JSON type, or a list of types)."""
+    return {"type": "object", "properties": {n: {"type": t} for n, t in fields.items()},
+            "required": list(fields), "additionalProperties": False}
+
+
+def read_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> CapabilityContract:
+    """The ``repo.read_file`` contract."""
+    return CapabilityContract(
+        name=READ,
+        description=(
+            "Read a text file of the repository you are working in, at the current revision "
+            "or a named one. Give a path relative to the workspace root. The text is returned "
+            f"as data (at most {READ_TEXT_MAX_BYTES} bytes; longer files are cut and say so), "
+            "with the revision read."
+        ),
+        argument_schema=_schema({"path": _PATH, "revision": _REVISION}, ("path",)),
+        context_arguments=("repo_id",),
+        effect_class=EffectClass.READ,
+        idempotency=Idempotency(key_field="intent_key", retention_s=_SEVEN_DAYS_S),
+        query_by_identity=True,
+        send_boundary="read request sent to the repository",
+        postconditions=("a read of the file at the revision is in the ledger under the intent key",),
+        recovery=("query", "retry_same_intent"),
+        approval_hint="Reading changes nothing; confidential files are shown to the model.",
+        consequence=Consequence(
+            action="Read {resource.path} at revision {resource.revision} of repository {resource.repo}",
+            visible_to="{actor} and the model working for them",
+        ),
+        data_classes=("source_file",),
+        result_max_bytes=16 * 1024,
+        result_schema=_result_schema({"path": "string", "revision": "string", "text": "string",
+                                      "truncated": "boolean", "size_bytes": "integer"}),
+        outcome_deadline_s=outcome_deadline_s,
+        alternatives=("narrow_scope", "stop"),
+    )
+
+
+def summary_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> CapabilityContract:
+    """The ``review.prepare_summary`` contract."""
+    return CapabilityContract(
+        name=SUMMARY,
+        description=(
+            "Prepare a summary of a file of the repository (its title, headings and first "
+            "lines) as an artifact for review. Nothing is published; preparing the same file "
+            "at the same revision again gives the same artifact. Returns the artifact's digest."
+        ),
+        argument_schema=_schema({"path": _PATH, "revision": _REVISION}, ("path",)),
+        context_arguments=("repo_id",),
+        effect_class=EffectClass.DERIVE,
+        idempotency=Idempotency(key_field="intent_key", retention_s=_SEVEN_DAYS_S),
+        query_by_identity=True,
+        send_boundary="prepare-summary request sent to the repository",
+        postconditions=("the summary artifact of the file at the revision is stored by its digest",),
+        recovery=("query", "retry_same_intent"),
+        approval_hint="The summary stays in the repository until someone publishes it.",
+        consequence=Consequence(
+            action="Prepare a summary of {resource.path} at revision {resource.revision}; "
+                   "it is kept as an artifact, not published",
+            visible_to="members of repository {resource.repo}",
+        ),
+        data_classes=("source_file", "summary_artifact"),
+        result_schema=_result_schema({
+            "artifact": "string", "path": "string", "revision": "string", "title": "string",
+            "headings": "array", "excerpt": "string"}),
+        outcome_deadline_s=outcome_deadline_s,
+        alternatives=("request_approval", "stop"),
+    )
+
+
+def patch_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> CapabilityContract:
+    """The ``repo.prepare_patch`` contract."""
+    return CapabilityContract(
+        name=PATCH,
+        description=(
+            "Prepare a patch that gives one existing file new content, on the current "
+            "revision (name it: a patch on an older revision is refused). The patch is "
+            "stored for review, not applied; the same change on the same revision is the "
+            "same patch. Returns the patch's digest."
+        ),
+        argument_schema=_schema({
+            "path": _PATH,
+            "revision": {"type": "string", "description": "The revision the patch is based on: the head."},
+            "content": {"type": "string",
+                        "description": f"The file's whole new text, at most {CONTENT_MAX_BYTES} bytes."},
+        }, ("path", "revision", "content")),
+        context_arguments=("repo_id",),
+        effect_class=EffectClass.DERIVE,
+        max_argument_bytes=CONTENT_MAX_BYTES + 4096,
+        idempotency=Idempotency(key_field="intent_key", retention_s=_SEVEN_DAYS_S),
+        query_by_identity=True,
+        send_boundary="prepare-patch request sent to the repository",
+        postconditions=("the patch is stored by its digest, bound to its base revision",),
+        recovery=("query", "retry_same_intent"),
+        approval_hint="A prepared patch changes no file until someone applies it.",
+        consequence=Consequence(
+            action="Prepare a patch of {resource.path} on revision {resource.revision} "
+                   "(stored for review, not applied)",
+            visible_to="members of repository {resource.repo}",
+            shows=("diff",),
+        ),
+        data_classes=("source_file", "patch_artifact"),
+        result_schema=_result_schema({"patch": "string", "path": "string", "revision": "string",
+                                      "lines_added": "integer", "lines_removed": "integer"}),
+        outcome_deadline_s=outcome_deadline_s,
+        disclosure=dict(_DENIALS),
+        alternatives=("use_read_capability", "stop"),
+    )
+
+
+def tests_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> CapabilityContract:
+    """The ``repo.run_tests`` contract."""
+    return CapabilityContract(
+        name=TESTS,
+        description=(
+            "Run the repository's tests on a throw-away copy of the current revision, "
+            "without network access, for a few seconds at most. Give the test command "
+            "(e.g. `python -m pytest -q`) and the path to test (default `tests`). Returns "
+            "whether they passed, the exit code and the start of the output."
+        ),
+        argument_schema=_schema({
+            "command": {"type": "string", "description": "The test command, e.g. python -m pytest -q."},
+            "path": {"type": "string", "description": "What to test, relative to the workspace root."},
+            "revision": _REVISION,
+        }, ("command",)),
+        context_arguments=("repo_id",),
+        effect_class=EffectClass.DERIVE,
+        idempotency=Idempotency(key_field="intent_key", retention_s=_SEVEN_DAYS_S),
+        query_by_identity=True,
+        send_boundary="test command started in the sandbox",
+        postconditions=("the run, with the sandbox's decision, is in the ledger under the intent key",),
+        recovery=("query", "retry_same_intent"),
+        approval_hint="Runs a command on a throw-away copy, with no network and a time limit.",
+        consequence=Consequence(
+            action="Run {args.command} on {resource.path} at revision {resource.revision}, in a "
+                   "sandbox without network",
+            visible_to="{actor} and the model working for them",
+            shows=("command",),
+        ),
+        data_classes=("source_file", "test_output"),
+        result_max_bytes=8 * 1024,
+        outcome_deadline_s=outcome_deadline_s,
+        disclosure={**_DENIALS, "sandbox.unavailable": _SANDBOX_DOWN,
+                    "sandbox.network-shared": _SANDBOX_DOWN},
+        alternatives=("narrow_scope", "stop"),
+    )
+
+
+def publish_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> CapabilityContract:
+    """The ``review.publish_summary`` contract."""
+    return CapabilityContract(
+        name=PUBLISH,
+        description=(
+            "Publish a prepared summary (by its artifact digest) to the external review board, "
+            "now. Everyone on the board, outside the organisation, can read it at once; it "
+            "cannot be taken back. A reviewer approves every publication first."
+        ),
+        argument_schema=_schema({
+            "artifact": {"type": "string",
+                         "description": "The summary's digest, as review.prepare_summary returned it."},
+        }, ("artifact",)),
+        context_arguments=("repo_id",),
+        effect_class=EffectClass.PUBLISH,
+        idempotency=None,
+        query_by_identity=True,
+        send_boundary="post request written to the external review board",
+        postconditions=("a post with the intent key as client reference exists on the board",),
+        recovery=("query", "retry_same_intent_if_absent", "operator"),
+        approval_hint=(
+            "Publishing discloses the summary outside the organisation at once; it cannot be undone."
+        ),
+        consequence=Consequence(
+            action=f"Publish the summary of {{resource.path}} at revision {{resource.revision}} "
+                   f"to the {BOARD} now; it cannot be taken back",
+            visible_to=f"every member of the {BOARD}, outside the organisation",
+            shows=("title", "headings", "excerpt"),
+        ),
+        data_classes=("summary_artifact", "external_disclosure"),
+        result_schema=_result_schema({"post_id": "string", "board": "string", "artifact": "string"}),
+        outcome_deadline_s=outcome_deadline_s,
+        alternatives=("request_approval", "stop"),
+    )
+
+
+class _Refused(Exception):
+    """A normalization refusal: the reason code and the field it concerns."""
+
+    def __init__(self, reason: str, field: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.field = field
+
+
+def _cut(text: str, limit_bytes: int) -> str:
+    """``text`` cut to at most ``limit_bytes`` of UTF-8, never inside a character."""
+    return text.encode()[:limit_bytes].decode(errors="ignore")
+
+
+def _fit(result: dict[str, Any], field: str, limit_bytes: int) -> dict[str, Any]:
+    """``result`` with ``field`` (text) cut until the whole encodes within ``limit_bytes``."""
+    text = str(result[field])
+    while len(msgspec.json.encode({**result, field: text})) > limit_bytes and text:
+        over = len(msgspec.json.encode({**result, field: text})) - limit_bytes
+        text = _cut(text, max(0, len(text.encode()) - over - 16))
+    return {**result, field: text}
+
+
+class _RepoAdapter(Adapter):
+    """What every repository capability shares: the world, the context, the path gates, facts."""
+
+    operation: str
+    object_kind: str
+
+    def __init__(self, world: World, credential: str, contract: CapabilityContract) -> None:
+        self.contract = contract
+        self._world = world
+        self._credential = credential
+
+    async def normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        """Refuse what cannot be served; name the exact resource, canonically."""
+        try:
+            return await asyncio.to_thread(self._normalize, req)
+        except _Refused as refused:
+            return NormalizeResult(reason=refused.reason, field=refused.field)
+        except PathRefused as refused:
+            return NormalizeResult(reason=refused.reason, field="path")
+        except RepoWorldError as refused:
+            return NormalizeResult(reason=refused.reason)
+
+    def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        raise NotImplementedError
+
+    def _repo(self, req: NormalizeRequest) -> str:
+        """The repository of the run (never the model's), if it is this tenant's."""
+        repo_id = req.context.get("repo_id")
+        if not repo_id:
+            raise _Refused("run.context.missing")
+        repo = self._world.repository(self._credential)
+        if repo_id != repo["repo_id"] or repo["tenant"] != req.tenant:
+            raise _Refused("repo.not-found")
+        return repo_id
+
+    def _revision(self, raw: object, *, must_be_head: bool = False) -> str:
+        """The revision named (default: the head), if it is served."""
+        if raw is None and not must_be_head:
+            return self._world.head()
+        if not isinstance(raw, str) or not raw.strip() or _CONTROL.search(raw):
+            raise _Refused("argument.revision.invalid", "revision")
+        status = self._world.revision_status(raw.strip())
+        if status == "unknown":
+            raise _Refused("argument.revision.unknown", "revision")
+        if status == "stale" or (must_be_head and status != "head"):
+            raise _Refused("argument.revision.stale", "revision")
+        return raw.strip()
+
+    def _file(self, raw: object, revision: str) -> paths.Resolved:
+        return paths.resolve_file(self._world.tree(revision), paths.canonical(raw))
+
+    def _resource(self, req: NormalizeRequest, repo_id: str, path: str, revision: str,
+                  **extra: str) -> dict[str, str]:
+        return {"type": "repo", "id": f"{repo_id}:{self.object_kind}:{path}@{revision}",
+                "repo": repo_id, "object": self.object_kind, "path": path, "revision": revision,
+                "tenant": req.tenant, **extra}
+
+    async def facts(self, req: FactsRequest) -> Facts:
+        """The repository's facts for the actor, and the object's: path, confidentiality, command."""
+        facts = await asyncio.to_thread(self._world.facts, self._credential, req.tenant, req.actor)
+        head = str(facts.pop("head"))
+        resource = req.resource
+        path = resource.get("path", "")
+        return Facts(facts={
+            **facts,
+            "object": resource.get("object", ""),
+            "path": path,
+            "confidential": is_confidential(path),
+            "revision_current": resource.get("revision") == head,
+            "command": resource.get("command", ""),
+        }, revision=head)
+
+    async def query(self, req: QueryRequest) -> QueryResult:
+        """Look the effect up by the intent key it was done with."""
+        found = await asyncio.to_thread(
+            self._world.find, self._credential, self.operation, req.tenant, req.intent_key)
+        if found is None:
+            return QueryResult(finding=QueryFinding.ABSENT)
+        return QueryResult(finding=QueryFinding.FOUND, receipt=found)
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        """One world call; a refusal becomes ``Rejected`` (nothing happened)."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except RepoWorldError as exc:
+            raise Rejected(exc.reason, str(exc)) from exc
+
+
+class ReadFileAdapter(_RepoAdapter):
+    """Serves ``repo.read_file``."""
+
+    operation = "read_file"
+    object_kind = "file"
+
+    def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        repo_id = self._repo(req)
+        revision = self._revision(req.arguments.get("revision"))
+        found = self._file(req.arguments.get("path"), revision)
+        return NormalizeResult(
+            arguments={"repo_id": repo_id, "path": found.path, "revision": revision},
+            resource=self._resource(req, repo_id, found.path, revision),
+            destination=f"repo:{req.tenant}/{repo_id}",
+        )
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Read the file at the revision; the text, bounded, is the result."""
+        args = order.arguments
+        await boundary.cross()
+        receipt = await self._call(
+            self._world.read_file, self._credential, order.tenant, order.actor,
+            str(args["revision"]), str(args["path"]), order.intent_key, order.intent_id)
+        text = await asyncio.to_thread(self._world.blob, receipt["blob"])
+        size = len(text.encode())
+        shown = _cut(text, READ_TEXT_MAX_BYTES)
+        result = _fit({"path": receipt["path"], "revision": receipt["revision"], "text": shown,
+                       "truncated": False, "size_bytes": size}, "text", self.contract.result_max_bytes)
+        result["truncated"] = len(str(result["text"]).encode()) < size
+        return Completed(receipt=receipt, result=result)
+
+
+class PrepareSummaryAdapter(_RepoAdapter):
+    """Serves ``review.prepare_summary``."""
+
+    operation = "prepare_summary"
+    object_kind = "file"
+
+    def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        repo_id = self._repo(req)
+        revision = self._revision(req.arguments.get("revision"))
+        found = self._file(req.arguments.get("path"), revision)
+        return NormalizeResult(
+            arguments={"repo_id": repo_id, "path": found.path, "revision": revision},
+            resource=self._resource(req, repo_id, found.path, revision),
+            destination=f"repo:{req.tenant}/{repo_id}/artifacts",
+        )
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Store the summary artifact (the same one for the same file and revision)."""
+        args = order.arguments
+        await boundary.cross()
+        summary = await self._call(
+            self._world.prepare_summary, self._credential, order.tenant, order.actor,
+            str(args["revision"]), str(args["path"]), order.intent_key, order.intent_id)
+        receipt = {"artifact": summary["artifact"], "path": summary["path"],
+                   "revision": summary["revision"]}
+        return Completed(receipt=receipt, result=dict(summary))
+
+
+class PreparePatchAdapter(_RepoAdapter):
+    """Serves ``repo.prepare_patch``."""
+
+    operation = "prepare_patch"
+    object_kind = "file"
+
+    def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        repo_id = self._repo(req)
+        revision = self._revision(req.arguments.get("revision"), must_be_head=True)
+        found = self._file(req.arguments.get("path"), revision)
+        content = req.arguments.get("content")
+        if not isinstance(content, str):
+            raise _Refused("argument.content.invalid", "content")
+        if len(content.encode("utf-8", "surrogatepass")) > CONTENT_MAX_BYTES:
+            raise _Refused("argument.content.too-long", "content")
+        patch = patch_artifact(revision, found.path, self._world.blob(found.blob), content)
+        if not patch["diff"]:
+            raise _Refused("argument.content.unchanged", "content")
+        return NormalizeResult(
+            arguments={"repo_id": repo_id, "path": found.path, "revision": revision,
+                       "content": content, "patch": patch["digest"], "diff": patch["diff"]},
+            resource=self._resource(req, repo_id, found.path, revision),
+            destination=f"repo:{req.tenant}/{repo_id}/patches",
+        )
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Store the patch by its digest, on its base revision."""
+        args = order.arguments
+        await boundary.cross()
+        patch = await self._call(
+            self._world.prepare_patch, self._credential, order.tenant, order.actor,
+            str(args["revision"]), str(args["path"]), str(args["content"]),
+            order.intent_key, order.intent_id)
+        if patch["digest"] != args["patch"]:  # the base is immutable: this would be a world bug
+            raise RuntimeError("the stored patch is not the one normalized")
+        lines = patch["diff"].splitlines()
+        added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+        removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+        return Completed(
+            receipt={"patch": patch["digest"], "path": patch["path"],
+                     "revision": patch["base_revision"]},
+            result={"patch": patch["digest"], "path": patch["path"],
+                    "revision": patch["base_revision"], "lines_added": added,
+                    "lines_removed": removed},
+        )
+
+
+def canonical_command(raw: object) -> str:
+    """The one spelling of a command line: shell words, single-spaced, quoted where needed.
+
+    Raises:
+        _Refused: ``argument.command.invalid|empty|too-long``.
+    """
+    if not isinstance(raw, str) or _CONTROL.search(raw):
+        raise _Refused("argument.command.invalid", "command")
+    if len(raw.encode("utf-8", "surrogatepass")) > COMMAND_MAX_BYTES:
+        raise _Refused("argument.command.too-long", "command")
+    try:
+        words = shlex.split(raw)
+    except ValueError as exc:
+        raise _Refused("argument.command.invalid", "command") from exc
+    if not words:
+        raise _Refused("argument.command.empty", "command")
+    return shlex.join(words)
+
+
+class RunTestsAdapter(_RepoAdapter):
+    """Serves ``repo.run_tests``: the command runs in the sandbox, on a throw-away checkout."""
+
+    operation = "run_tests"
+    object_kind = "test-run"
+
+    def __init__(self, world: World, credential: str, contract: CapabilityContract,
+                 sandbox: SandboxSettings) -> None:
+        super().__init__(world, credential, contract)
+        self._sandbox = sandbox
+
+    def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        repo_id = self._repo(req)
+        command = canonical_command(req.arguments.get("command"))
+        revision = self._revision(req.arguments.get("revision"))
+        target = paths.resolve(self._world.tree(revision),
+                               paths.canonical(req.arguments.get("path", DEFAULT_TEST_PATH)))
+        return NormalizeResult(
+            arguments={"repo_id": repo_id, "command": command, "path": target.path,
+                       "revision": revision},
+            resource=self._resource(req, repo_id, target.path, revision, command=command),
+            destination=f"sandbox:{req.tenant}/{repo_id}",
+        )
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Run the command over the path in the sandbox; record its decision and the exit."""
+        args = order.arguments
+        command, path, revision = str(args["command"]), str(args["path"]), str(args["revision"])
+        done = await asyncio.to_thread(
+            self._world.find, self._credential, self.operation, order.tenant, order.intent_key)
+        if done is None:
+            await boundary.cross()
+            outcome = await self._run(order, command, path, revision)
+        else:  # this intent's run is on record: report it, run nothing again
+            outcome = {}
+        recorded = await self._call(
+            self._world.record_test_run, self._credential, order.tenant, order.actor, revision,
+            command, path, outcome, order.intent_key, order.intent_id)
+        sandbox = dict(recorded["sandbox"])
+        receipt = {
+            "run_id": str(recorded["run_id"]), "revision": revision, "command": command,
+            "path": path, "exit_code": str(recorded["exit_code"]),
+            **{f"sandbox_{k}": str(v).lower() if isinstance(v, bool) else str(v)
+               for k, v in sandbox.items()},
+        }
+        result = _fit({
+            "run_id": recorded["run_id"], "revision": revision, "command": command, "path": path,
+            "passed": recorded["exit_code"] == 0, "exit_code": recorded["exit_code"],
+            "timed_out": bool(sandbox["timed_out"]), "sandbox": sandbox,
+            "output_truncated": bool(sandbox["output_truncated"]), "output": recorded["output"],
+        }, "output", self.contract.result_max_bytes)
+        return Completed(receipt=receipt, result=result)
+
+    async def _run(self, order: ExecutionOrder, command: str, path: str,
+                   revision: str) -> dict[str, Any]:
+        """Check the revision out into a throw-away directory and run the command there."""
+        words = shlex.split(command)
+        # ``python`` is the world's interpreter (the one with its test runner installed).
+        argv = [sys.executable if words[0] == "python" else words[0], *words[1:], path]
+        scratch = Path(tempfile.mkdtemp(prefix="lockgate-sandbox-"))
+        try:
+            workspace = scratch / "workspace"
+            try:
+                dropped = await asyncio.to_thread(self._world.checkout, revision, workspace)
+            except RepoWorldError as exc:
+                raise Rejected(exc.reason, str(exc)) from exc
+            env = {"HOME": str(scratch), "TMPDIR": str(scratch),
+                   "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            try:
+                ran = await run_sandboxed(argv, workspace, self._sandbox, env)
+            except SandboxUnavailable as exc:
+                # Fail closed: nothing ran, and nothing runs without the sandbox.
+                raise Rejected(exc.reason, f"sandbox not established: {exc.detail}") from exc
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
+        return {"exit_code": ran.exit_code, "output": ran.output,
+                "sandbox": {**ran.decision(), "symlinks_dropped": dropped}}
+
+
+class PublishSummaryAdapter(_RepoAdapter):
+    """Serves ``review.publish_summary`` (not idempotent; queried by client reference)."""
+
+    operation = "publish_summary"
+    object_kind = "artifact"
+
+    def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        repo_id = self._repo(req)
+        artifact = req.arguments.get("artifact")
+        if not isinstance(artifact, str) or not _ARTIFACT.fullmatch(artifact.strip()):
+            raise _Refused("argument.artifact.invalid", "artifact")
+        artifact = artifact.strip()
+        summary = self._world.summary(self._credential, req.tenant, artifact)
+        if summary is None:
+            raise _Refused("argument.artifact.unknown", "artifact")
+        # What will be published is part of the request: the review binds these exact words.
+        return NormalizeResult(
+            arguments={"repo_id": repo_id, "artifact": artifact, "board": BOARD,
+                       "title": summary["title"], "headings": list(summary["headings"]),
+                       "excerpt": summary["excerpt"]},
+            resource={**self._resource(req, repo_id, str(summary["path"]), str(summary["revision"])),
+                      "id": f"{repo_id}:artifact:{artifact}", "artifact": artifact},
+            destination=f"review-board:{BOARD}",
+        )
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Post the summary to the board, unless this intent's post is already there."""
+        # The board cannot tell a repeat from a new post: look first, a read before the boundary.
+        found = await asyncio.to_thread(
+            self._world.find, self._credential, self.operation, order.tenant, order.intent_key)
+        if found is None:
+            await boundary.cross()
+            found = await self._call(
+                self._world.publish_summary, self._credential, order.tenant, order.actor,
+                str(order.arguments["artifact"]), order.intent_key, order.intent_id)
+        return Completed(receipt=found, result={"post_id": found["post_id"], "board": found["board"],
+                                                "artifact": found["artifact"]})
+
+
+def build_adapters(settings: RepoWorldSettings) -> tuple[_RepoAdapter, ...]:
+    """Open (seeding it if empty) the world the settings name; return the five adapters over it."""
+    credential = settings.credential.get_secret_value()
+    world = World.open_or_seed(settings.dir, credential=credential)
+    deadline = settings.outcome_deadline_s
+    sandbox = SandboxSettings(unshare=settings.unshare, timeout_s=settings.test_timeout_s,
+                              output_max_bytes=settings.test_output_max_bytes)
+    return (
+        ReadFileAdapter(world, credential, read_contract(deadline)),
+        PrepareSummaryAdapter(world, credential, summary_contract(deadline)),
+        PreparePatchAdapter(world, credential, patch_contract(deadline)),
+        RunTestsAdapter(world, credential, tests_contract(deadline), sandbox),
+        PublishSummaryAdapter(world, credential, publish_contract(deadline)),
+    )

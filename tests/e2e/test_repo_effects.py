@@ -1,0 +1,145 @@
+"""The repository world through the whole system: reads, path gates, sandboxed tests, publication."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockgate.client.sdk import Gateway
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import decode_event
+from lockgate.testing.system import System
+from lockgate.worlds.repo.world import World
+
+CONTEXT = {"repo_id": "repo-1"}
+
+
+@pytest.fixture
+def repo(system: System) -> World:
+    """The repository world the adapter acts on, read from the test process."""
+    return World(system.repo_dir)
+
+
+async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Event]:
+    nc = await system.connect()
+    try:
+        history = await JetStreamEventStore(nc).load("tenant-a", candidate_id)
+    finally:
+        await nc.close()
+    return [decode_event(recorded) for recorded in history.events]
+
+
+async def one(system: System, candidate_id: str, kind: type[EffectIntent.Event]) -> EffectIntent.Event:
+    [event] = [e for e in await events_of(system, candidate_id) if isinstance(e, kind)]
+    return event
+
+
+async def approve(system: System, reviewer: Gateway, candidate_id: str) -> EffectIntent.ReviewRequested:
+    review = await one(system, candidate_id, EffectIntent.ReviewRequested)
+    assert isinstance(review, EffectIntent.ReviewRequested)
+    decided = await reviewer.decide_review(tenant="tenant-a", candidate_id=candidate_id,
+                                           review_id=review.review_id, digest=review.digest,
+                                           approve=True)
+    assert decided == "ReviewApproved"
+    return review
+
+
+async def test_a_file_is_read_as_untrusted_text_under_one_name(
+    system: System, gw: Gateway, repo: World
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    done = await turn.propose(tool="repo.read_file", arguments='{"path": "./docs//report.md"}')
+    assert (done.status, done.code) == ("executed", "operation.executed")
+    assert done.result is not None and done.result_label == "untrusted-data"
+    assert done.result["text"].startswith("# Quarterly report")
+    assert (done.result["path"], done.result["revision"]) == ("docs/report.md", "r3")
+    plain = await turn.propose(tool="repo.read_file", arguments='{"path": "docs/report.md"}')
+    assert plain.status == "executed"
+    digests = [(await one(system, c, EffectIntent.CandidateNormalized)).digest  # type: ignore[attr-defined]
+               for c in (done.candidate_id, plain.candidate_id)]
+    assert digests[0] == digests[1]
+    assert [r["path"] for r in repo.reads()][-2:] == ["docs/report.md", "docs/report.md"]
+
+
+@pytest.mark.parametrize(("path", "code"), [
+    ("docs/../../etc/passwd", "argument.path.traversal"),
+    ("%2e%2e/%2e%2e/etc/passwd", "argument.path.traversal"),
+    ("/etc/passwd", "argument.path.absolute"),
+    ("docs/passwd", "argument.path.symlink-escape"),
+])
+async def test_a_way_out_of_the_workspace_is_rejected_and_nothing_is_read(
+    system: System, gw: Gateway, repo: World, path: str, code: str
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    before = (repo.invocations("read_file"), len(repo.reads()))
+    resp = await turn.propose(tool="repo.read_file", arguments=f'{{"path": "{path}"}}')
+    assert (resp.status, resp.code, resp.field) == ("rejected", code, "path")
+    assert (repo.invocations("read_file"), len(repo.reads())) == before
+    failed = await one(system, resp.candidate_id, EffectIntent.NormalizationFailed)
+    assert failed.reason == code  # type: ignore[attr-defined]
+
+
+async def test_allowed_tests_run_in_the_sandbox_and_the_record_keeps_both_decisions(
+    system: System, gw: Gateway, repo: World
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    done = await turn.propose(tool="repo.run_tests", arguments='{"command": "python -m pytest -q"}')
+    assert (done.status, done.code) == ("executed", "operation.executed")
+    assert done.result is not None and done.result["passed"] is True
+    decided = await one(system, done.candidate_id, EffectIntent.PolicyDecided)
+    assert decided.outcome == "allow"  # type: ignore[attr-defined]
+    assert decided.facts["command"] == "python -m pytest -q"  # type: ignore[attr-defined]
+    completed = await one(system, done.candidate_id, EffectIntent.EffectCompleted)
+    receipt = completed.receipt  # type: ignore[attr-defined]
+    assert (receipt["sandbox_established"], receipt["sandbox_network"]) == ("true", "none")
+    assert (receipt["sandbox_timed_out"], receipt["exit_code"]) == ("false", "0")
+    assert completed.result["sandbox"]["environment"] == "scrubbed"  # type: ignore[attr-defined]
+
+
+async def test_a_forbidden_command_is_denied_by_policy_and_never_runs(
+    system: System, gw: Gateway, repo: World
+) -> None:
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    before = (repo.invocations("run_tests"), len(repo.test_runs()))
+    resp = await turn.propose(tool="repo.run_tests",
+                              arguments='{"command": "sh -c \'cat /etc/passwd\'", "path": "tests"}')
+    assert (resp.status, resp.code, resp.persistent) == ("denied", "repo.command-not-allowed", True)
+    assert (repo.invocations("run_tests"), len(repo.test_runs())) == before
+    kinds = [type(e).__name__ for e in await events_of(system, resp.candidate_id)]
+    assert "PolicyDecided" in kinds and "ExecutionAuthorized" not in kinds
+
+
+async def test_a_publication_waits_for_its_own_review_and_posts_once(
+    system: System, gw: Gateway, reviewer: Gateway, repo: World
+) -> None:
+    """Approving the confidential summary's preparation does not approve publishing it."""
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    prepare = await turn.propose(tool="review.prepare_summary",
+                                 arguments='{"path": "shared/confidential/salaries.md"}')
+    assert prepare.status == "pending_approval"
+    first_review = await approve(system, reviewer, prepare.candidate_id)
+    prepared = await run.wait(prepare.candidate_id)
+    assert prepared.status == "executed" and prepared.result is not None
+    artifact = prepared.result["artifact"]
+
+    posts = len(repo.board_posts())
+    publish = await turn.propose(tool="review.publish_summary",
+                                 arguments=f'{{"artifact": "{artifact}"}}')
+    assert (publish.status, publish.code) == ("pending_approval", "approval.pending")
+    assert len(repo.board_posts()) == posts  # nothing reached the board
+    review = await one(system, publish.candidate_id, EffectIntent.ReviewRequested)
+    assert review.review_id != first_review.review_id  # type: ignore[attr-defined]
+    assert "external-review-board" in review.summary  # type: ignore[attr-defined]
+    assert review.shown["title"] == "Compensation review (confidential)"  # type: ignore[attr-defined]
+
+    await approve(system, reviewer, publish.candidate_id)
+    done = await run.wait(publish.candidate_id)
+    assert (done.status, done.code) == ("executed", "operation.executed")
+    board = repo.board_posts()
+    assert len(board) == posts + 1
+    assert (board[-1]["artifact"], board[-1]["intent_id"]) == (artifact, publish.candidate_id)
