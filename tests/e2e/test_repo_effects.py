@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lockgate.client.sdk import Gateway
@@ -128,6 +130,8 @@ async def test_a_publication_waits_for_its_own_review_and_posts_once(
     artifact = prepared.result["artifact"]
 
     posts = len(repo.board_posts())
+    assert "review.publish_summary" not in {t.name for t in turn.tools}  # no summary yet then
+    turn = await run.open_turn()
     publish = await turn.propose(tool="review.publish_summary",
                                  arguments=f'{{"artifact": "{artifact}"}}')
     assert (publish.status, publish.code) == ("pending_approval", "approval.pending")
@@ -143,3 +147,63 @@ async def test_a_publication_waits_for_its_own_review_and_posts_once(
     board = repo.board_posts()
     assert len(board) == posts + 1
     assert (board[-1]["artifact"], board[-1]["intent_id"]) == (artifact, publish.candidate_id)
+
+
+async def test_the_seed_sequence_is_one_lineage_from_reading_to_disclosure(
+    system: System, gw: Gateway, reviewer: Gateway, repo: World
+) -> None:
+    """Read a report (a wrong path, corrected), summarize it, publish the summary outside:
+    one lineage across read, derive and disclose; each approval covers its own step."""
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    offered = {t.name for t in turn.tools}
+    assert {"repo.read_file", "review.prepare_summary"} <= offered
+    assert not {"review.publish_summary", "repo.prepare_patch"} & offered  # nothing to build on yet
+
+    wrong = await turn.propose(tool="repo.read_file", call_id="read-1",
+                               arguments='{"path": "reports/confidential/salary.md"}')
+    assert (wrong.status, wrong.field) == ("rejected", "path")
+    read = await turn.propose(tool="repo.read_file", call_id="read-2",
+                              arguments='{"path": "reports/confidential/salaries.md"}')
+    assert read.status == "pending_approval"   # confidential: a reviewer looks first
+    await approve(system, reviewer, read.candidate_id)
+    assert (await run.wait(read.candidate_id)).status == "executed"
+
+    turn = await run.open_turn()   # the run has read a file: a patch may be offered now
+    assert "repo.prepare_patch" in {t.name for t in turn.tools}
+    summary = await turn.propose(tool="review.prepare_summary", call_id="summary-1", follows="read-2",
+                                 arguments='{"path": "reports/confidential/salaries.md"}')
+    assert summary.status == "pending_approval"
+    summary_review = await approve(system, reviewer, summary.candidate_id)
+    prepared = await run.wait(summary.candidate_id)
+    assert prepared.status == "executed" and prepared.result is not None
+
+    posts = len(repo.board_posts())
+    turn = await run.open_turn()
+    assert "review.publish_summary" in {t.name for t in turn.tools}
+    publish = await turn.propose(tool="review.publish_summary", call_id="publish-1", follows="summary-1",
+                                 arguments=json.dumps({"artifact": prepared.result["artifact"]}))
+    # The summary's approval does not cover its publication: its own review, nothing posted.
+    assert publish.status == "pending_approval"
+    publish_review = await one(system, publish.candidate_id, EffectIntent.ReviewRequested)
+    assert isinstance(publish_review, EffectIntent.ReviewRequested)
+    assert publish_review.digest != summary_review.digest
+    assert len(repo.board_posts()) == posts
+    await approve(system, reviewer, publish.candidate_id)
+    assert (await run.wait(publish.candidate_id)).status == "executed"
+    assert len(repo.board_posts()) == posts + 1
+
+    steps = {}
+    for answer in (wrong, read, summary, publish):
+        events = await events_of(system, answer.candidate_id)
+        first = events[0]
+        normalized = [e for e in events if isinstance(e, EffectIntent.CandidateNormalized)]
+        steps[answer.candidate_id] = (
+            getattr(first, "follows", ""), normalized[0].lineage if normalized else None,
+            normalized[0].effect_class if normalized else None)
+    assert steps == {
+        wrong.candidate_id: ("", None, None),
+        read.candidate_id: (wrong.candidate_id, "repair", "read"),
+        summary.candidate_id: (read.candidate_id, "branch", "derive"),
+        publish.candidate_id: (summary.candidate_id, "branch", "publish"),
+    }

@@ -55,6 +55,7 @@ from lockgate.contracts.messages import (
     QueryRequest,
     QueryResult,
 )
+from lockgate.contracts.offer import Offer
 from lockgate.contracts.vocabulary import QueryFinding
 from lockgate.runtime.settings import Settings
 from lockgate.worlds.repo import paths
@@ -258,6 +259,8 @@ def patch_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> Ca
             shows=("diff",),
         ),
         data_classes=("source_file", "patch_artifact"),
+        # Offered once the run read a file: the model then knows a revision to base it on.
+        offer=Offer(after=(READ,)),
         result_schema=_result_schema({"patch": "string", "path": "string", "revision": "string",
                                       "lines_added": "integer", "lines_removed": "integer"}),
         outcome_deadline_s=outcome_deadline_s,
@@ -334,6 +337,8 @@ def publish_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> 
             shows=("title", "headings", "excerpt"),
         ),
         data_classes=("summary_artifact", "external_disclosure"),
+        # Offered once the run has a summary to publish: a turn before that has no target.
+        offer=Offer(after=(SUMMARY,)),
         result_schema=_result_schema({"post_id": "string", "board": "string", "artifact": "string"}),
         outcome_deadline_s=outcome_deadline_s,
         alternatives=("request_approval", "stop"),
