@@ -54,8 +54,18 @@ async def test_what_did_not_happen_is_given_back_and_what_did_is_spent(
     assert (await note(gw, "case-contended", "lost race"))[:2] == ("unavailable", "operation.unavailable")
     assert (await note(gw, "case-123", "one"))[0] == "executed"
     assert (await note(gw, "case-load-01", "two"))[0] == "executed"
+    planned = await (await gw.open_run(tenant="tenant-a", actor="user-42",
+                                       context={"case_id": "case-123"})).open_turn()
+    assert "case.add_note" in {t.name for t in planned.tools}  # one note is left when it opens
     assert (await note(gw, "case-load-02", "three"))[0] == "pending_approval"  # the last one
-    assert await note(gw, "case-123", "four") == ("denied", "budget.exhausted", False)
+    # A turn opened before the budget ran out offered the tool: the call is denied, and may
+    # try again later; a turn opened after does not offer it at all.
+    late = await planned.propose(tool="case.add_note", arguments='{"note": "four"}')
+    assert (late.status, late.code, late.persistent) == ("denied", "budget.exhausted", False)
+    assert await note(gw, "case-123", "five") == ("rejected", "proposal.invalid", None)
+    spent = await (await gw.open_run(tenant="tenant-a", actor="user-42",
+                                     context={"case_id": "case-123"})).open_turn()
+    assert "case.add_note" not in {t.name for t in spent.tools}
     assert len(world.ledger()) - writes == 2
 
     nc = await system.connect()  # the counters are the services' bucket

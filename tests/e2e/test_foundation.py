@@ -139,8 +139,13 @@ async def test_a_run_that_keeps_proposing_a_denied_note_is_told_to_stop(
     assert [a.code for a in answers[:3]] == ["operation.unavailable"] * 3
     assert (last.status, last.code, last.persistent, last.alternatives) == (
         "denied", "run.progress-stalled", True, ("stop",))
-    # Another consequence in the same run is judged on its own.
-    other = await turn.propose(tool="case.add_note", arguments='{"note": "something else"}')
+    # Another spelling right after, in the same turn, follows the refused calls (a probe):
+    # the lineage is as long as the bundle allows, so it is stopped too.
+    probe = await turn.propose(tool="case.add_note", arguments='{"note": "something else"}')
+    assert probe.code == "run.progress-stalled"
+    # Another consequence in a new turn follows nothing: it is judged on its own.
+    fresh = await run.open_turn()
+    other = await fresh.propose(tool="case.add_note", arguments='{"note": "something new"}')
     assert other.code == "operation.unavailable"
 
 

@@ -62,8 +62,11 @@ async def count_effect(kv: KeyValue, intent: EffectIntent) -> None:
             continue
 
 
-async def gather(ports: Ports, intent: EffectIntent, *, with_prior_effects: bool) -> Evidence:
-    """The run the trusted host opened, the capability's contract, the run's prior effects.
+async def gather(ports: Ports, intent: EffectIntent, *, with_prior_effects: bool,
+                 now: datetime | None = None) -> Evidence:
+    """The run the trusted host opened, the capability's contract, the run's prior effects,
+    and whether the capability is still offered (registered, and its adapter's last
+    heartbeat recent at ``now``; a registration that names no heartbeat is not judged).
 
     Prior effects are read only when a policy of the bundle asks for them.
     """
@@ -75,5 +78,6 @@ async def gather(ports: Ports, intent: EffectIntent, *, with_prior_effects: bool
         run=await ports.run(intent.tenant, intent.run_id),
         contract=registration.contract if registration else None,
         prior_effects=prior,
-        offered_now=registration is not None and alive(registration.alive_at, datetime.now(UTC)),
+        offered_now=registration is not None and (
+            registration.alive_at is None or alive(registration.alive_at, now or datetime.now(UTC))),
     )

@@ -90,7 +90,8 @@ class PolicyHandlers:
             progress = await self._progress(intent)
             if progress is not None and progress[0] == digest(dict(facts.facts)):
                 repeated = progress[1]
-        evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
+        evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects,
+                                now=self.clock())
         held: list[str] = []
         try:
             if bundle.config.budgets:
