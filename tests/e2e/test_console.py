@@ -569,7 +569,8 @@ async def test_the_raw_text_is_an_operators_to_read_and_the_lineage_anyones(
     async def detail(who: str) -> dict[str, Any] | None:
         r = await http.get(f"/api/intents/{first.candidate_id}", headers=bearer(tokens[who]))
         body: dict[str, Any] = r.json()
-        return body if r.status_code == 200 and len(body["lineage"]) == 2 else None
+        settled = r.status_code == 200 and [i["state"] for i in body["lineage"]] == ["rejected", "completed"]
+        return body if settled else None
 
     ops = await until(lambda: detail("ops"), what="the operator's view with its lineage")
     alice = await until(lambda: detail("alice"), what="the reviewer's view")

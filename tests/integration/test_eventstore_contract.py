@@ -29,6 +29,9 @@ async def store(request: pytest.FixtureRequest, nc: Client) -> AsyncIterator[Eve
     with contextlib.suppress(NotFoundError):  # absent on the first test
         await js.delete_stream("LG_EVENTS")
     await js.add_stream(events_stream_config())
+    # A delete the server had not finished when the same stream was added again leaves
+    # the old messages under the new one: each test starts from an empty stream.
+    await js.purge_stream("LG_EVENTS")
     yield JetStreamEventStore(nc)
 
 
