@@ -55,7 +55,8 @@ class Lockgate:
                 await _quietly_close(gw)
             s = self.settings
             self._gateway = await connect(s.nats_url, credentials=s.agent_credentials(),
-                                          host=s.host_credentials(), timeout_s=s.timeout_s)
+                                          host=s.host_credentials(), timeout_s=s.timeout_s,
+                                          reconnect_time_wait=s.reconnect_wait_s)
             return self._gateway
 
     async def close(self) -> None:

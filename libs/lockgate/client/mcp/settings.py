@@ -80,6 +80,9 @@ class FrontSettings(BaseSettings):
 
     #: How long each request to Lockgate (open a run, a turn) waits for its answer.
     timeout_s: float = Field(default=5.0, gt=0)
+    #: Between attempts to reach the broker (three, then the call is an error and the next
+    #: one tries again): short, because the MCP client waits for every attempt.
+    reconnect_wait_s: float = Field(default=0.5, gt=0)
     #: How long a tool call waits for the state the model should learn of.
     propose_timeout_s: float = Field(default=30.0, gt=0)
     #: How long ``lockgate_status`` waits for a waiting call to move on before answering.
