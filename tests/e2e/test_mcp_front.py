@@ -337,14 +337,6 @@ async def test_http_retried_request_is_the_same_intent(front: Front, world: Worl
     assert len(notes_on(world, "case-load-01")) == before + 1
 
 
-async def test_http_client_without_the_token_cannot_open_a_session(front: Front) -> None:
-    async with front.client(token="y" * 43) as http:
-        with pytest.raises(Exception):  # noqa: B017 - the SDK surfaces a 401 as its own error types
-            async with Client(streamable_http_client(front.url, http_client=http),
-                              read_timeout_seconds=10) as client:
-                await client.list_tools()
-
-
 def test_http_bound_port_is_written_and_the_token_file_is_private(system: System, front: Front) -> None:
     token_file = system.root / "secrets" / "mcp-front.token"
     assert token_file.stat().st_mode & 0o077 == 0
