@@ -1,0 +1,209 @@
+"""One MCP session: one Lockgate run, a turn per ``tools/list``, a proposal per ``tools/call``.
+
+The run is the trusted host's (tenant, actor, context from the settings, opened with
+the host's credentials); the MCP client only lists and calls. Every call goes to
+Lockgate, offered or not, and comes back as the model-facing projection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+from lockgate.client.mcp import results
+from lockgate.client.mcp.names import NO_NAMES, ToolNames
+from lockgate.client.mcp.settings import FrontSettings
+from lockgate.client.sdk import ClientError, Gateway, ResponseTimeout, Run, Turn, connect
+from lockgate.core.errors import LockgateError
+from lockgate.core.ids import intent_id_for, is_subject_token
+
+log = logging.getLogger("lockgate.client.mcp")
+
+#: Calls remembered per session, to put a retried request in the turn of its first try.
+MAX_REMEMBERED_CALLS = 4096
+
+
+class Lockgate:
+    """The process's connection to Lockgate (the agent runtime's and the host's users), made when first needed.
+
+    A connection the client library gave up on (the broker was away too long) is made
+    again on the next use.
+    """
+
+    def __init__(self, settings: FrontSettings) -> None:
+        self.settings = settings
+        self._gateway: Gateway | None = None
+        self._lock = asyncio.Lock()
+
+    async def gateway(self) -> Gateway:
+        """The connection, opened now if there is none.
+
+        Raises:
+            ClientError: the broker cannot be reached, or a credentials file is unusable.
+        """
+        async with self._lock:
+            gw = self._gateway
+            if gw is not None and not gw.nc.is_closed and (gw.host_nc is None or not gw.host_nc.is_closed):
+                return gw
+            if gw is not None:
+                await _quietly_close(gw)
+            s = self.settings
+            self._gateway = await connect(s.nats_url, credentials=s.agent_credentials(),
+                                          host=s.host_credentials(), timeout_s=s.timeout_s,
+                                          reconnect_time_wait=s.reconnect_wait_s)
+            return self._gateway
+
+    async def close(self) -> None:
+        """Close the connection, if open."""
+        async with self._lock:
+            if self._gateway is not None:
+                await _quietly_close(self._gateway)
+                self._gateway = None
+
+
+async def _quietly_close(gw: Gateway) -> None:
+    try:
+        await gw.close()
+    except Exception as exc:  # closing a connection that already broke: nothing left to do
+        log.debug("closing the broker connection: %s", exc)
+
+
+@dataclass(frozen=True)
+class _Call:
+    turn: Turn
+
+
+class FrontSession:
+    """The Lockgate side of one MCP session."""
+
+    def __init__(self, lockgate: Lockgate) -> None:
+        self.lockgate = lockgate
+        self.settings = lockgate.settings
+        self._run: Run | None = None
+        self._turn: Turn | None = None
+        self._names = NO_NAMES
+        self._calls: OrderedDict[str, _Call] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    @property
+    def run_id(self) -> str | None:
+        """The session's run, once opened."""
+        return self._run.id if self._run is not None else None
+
+    async def open(self) -> Run:
+        """The session's run, opened by the trusted host on first need.
+
+        Raises:
+            ClientError: Lockgate did not answer, or refused the run.
+        """
+        async with self._lock:
+            return await self._open()
+
+    async def _open(self) -> Run:
+        if self._run is None:
+            s = self.settings
+            gw = await self.lockgate.gateway()
+            self._run = await gw.open_run(
+                tenant=s.tenant, actor=s.actor, context=s.context, stage=s.stage, roles=s.roles,
+                data_classes=s.data_classes)
+            log.info("session run %s opened (tenant %s)", self._run.id, s.tenant)
+        return self._run
+
+    async def _new_turn(self) -> Turn:
+        run = await self._open()
+        turn = await run.open_turn()
+        self._turn = turn
+        self._names = ToolNames.of((tool.name for tool in turn.tools), reserved=(results.STATUS_TOOL,))
+        return turn
+
+    async def list_tools(self) -> types.ListToolsResult:
+        """A new turn's catalogue, as MCP tools (and the front door's status tool).
+
+        Raises:
+            ClientError: Lockgate did not answer.
+        """
+        async with self._lock:
+            turn = await self._new_turn()
+            names = self._names
+        tools = [types.Tool(name=names.to_mcp[tool.name], description=tool.description,
+                            input_schema=dict(tool.parameters))
+                 for tool in turn.tools]
+        tools.append(types.Tool(name=results.STATUS_TOOL, description=results.STATUS_TOOL_DESCRIPTION,
+                                input_schema=results.STATUS_TOOL_SCHEMA))
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None,
+                        request_id: str | int) -> types.CallToolResult:
+        """Propose the call in the session's latest turn (a retry: in its first try's), answer its projection.
+
+        Never raises for Lockgate's errors: a broker that does not answer is an error result.
+        """
+        if name == results.STATUS_TOOL:
+            return await self.status(arguments)
+        call_id = results.call_id_for(request_id)
+        try:
+            async with self._lock:
+                remembered = self._calls.get(call_id)
+                if remembered is not None:
+                    turn = remembered.turn
+                else:
+                    turn = self._turn or await self._new_turn()
+                    self._remember(call_id, turn)
+                tool = self._names.capability(name)
+            response = await turn.propose(tool=tool, arguments=results.arguments_text(arguments),
+                                          call_id=call_id, timeout_s=self.settings.propose_timeout_s)
+        except ResponseTimeout as exc:
+            run = self._run
+            pending = intent_id_for(run.tenant, run.id, call_id) if run is not None else None
+            return results.error_result(exc.code, "Lockgate did not answer in time; the call may "
+                                        "still be in flight.", candidate_id=pending)
+        except LockgateError as exc:
+            log.warning("tools/call %s: %s", name, exc)
+            return results.error_result(exc.code, _said(exc))
+        except Exception as exc:  # nats raises its own types for a connection that broke mid-call
+            log.warning("tools/call %s: %r", name, exc)
+            return results.error_result("lockgate.unavailable", "Lockgate could not be asked.")
+        return results.tool_result(response)
+
+    def _remember(self, call_id: str, turn: Turn) -> None:
+        self._calls[call_id] = _Call(turn)
+        while len(self._calls) > MAX_REMEMBERED_CALLS:
+            self._calls.popitem(last=False)
+
+    async def status(self, arguments: dict[str, Any] | None) -> types.CallToolResult:
+        """The current projection of one of this session's candidates, waiting briefly for a waiting one to move on."""
+        candidate_id = (arguments or {}).get("candidate_id")
+        if not isinstance(candidate_id, str) or not is_subject_token(candidate_id):
+            return results.error_result(results.STATUS_MALFORMED,
+                                        "candidate_id must be the id a waiting call's result gave.")
+        try:
+            async with self._lock:
+                run = await self._open()
+            latest = await run.response(candidate_id)
+            if latest is None:
+                return results.error_result(results.STATUS_UNKNOWN_CANDIDATE,
+                                            "No call of this session has that candidate_id.")
+            if latest.status in results.WAITING and self.settings.status_wait_s > 0:
+                with contextlib.suppress(ResponseTimeout):  # still waiting: say so
+                    latest = await run.wait(candidate_id, past=latest.status,
+                                            timeout_s=self.settings.status_wait_s)
+        except LockgateError as exc:
+            log.warning("%s: %s", results.STATUS_TOOL, exc)
+            return results.error_result(exc.code, _said(exc))
+        except Exception as exc:  # nats raises its own types for a broken connection
+            log.warning("%s: %s", results.STATUS_TOOL, exc)
+            return results.error_result("lockgate.unavailable", "Lockgate could not be asked.")
+        return results.tool_result(latest)
+
+
+def _said(exc: LockgateError) -> str:
+    """What the MCP client is told of one of Lockgate's errors: that it happened, never the internals."""
+    if isinstance(exc, ClientError) and exc.code in ("lockgate.unavailable", "response.timeout"):
+        return "Lockgate did not answer."
+    return "Lockgate refused the request."
