@@ -37,6 +37,7 @@ from lockgate.mcp.mapping import (
     ToolRecord,
     contract_of,
     idempotency_honoured,
+    restricted_contract,
 )
 from lockgate.mcp.remote import CallResult, Connection, RemoteError, RemoteUnavailable, untrusted
 
@@ -193,5 +194,35 @@ class MappedAdapter(Adapter):
         """Find the effect by its client reference (the intent key) with the mapped query tool."""
         conn = self._connection()
         if conn is None:
+            return QueryResult(finding=QueryFinding.UNKNOWN)
+        return await self._find(conn, req.intent_key)
+
+
+class RestrictedAdapter(MappedAdapter):
+    """Serves a capability whose mapping is not current: facts and queries only, nothing new.
+
+    Registered with ``restricted_contract``: no turn offers it, ``normalize`` and
+    ``execute`` refuse (``mcp.mapping-disabled``), ``facts`` lets the final gate reach its
+    revision check, and ``query`` still finds effects made under the old mapping while the
+    server's identity is the one it was reviewed under (otherwise no evidence).
+    """
+
+    def __init__(self, record: MappingRecord, tool: ToolRecord, *,
+                 connection: Callable[[], Connection | None], call_timeout_s: float) -> None:
+        super().__init__(record, tool, connection=connection, call_timeout_s=call_timeout_s)
+        self.contract = restricted_contract(record)
+
+    async def normalize(self, req: NormalizeRequest) -> NormalizeResult:
+        """Refuse: the mapping is under review."""
+        return NormalizeResult(reason="mcp.mapping-disabled")
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        """Refuse before the boundary: the gate judges the intent again, and refuses it."""
+        raise NotSent("mcp.mapping-disabled", "the mapping is under review")
+
+    async def query(self, req: QueryRequest) -> QueryResult:
+        """Query as before, only while the server is the one the mapping was reviewed under."""
+        conn = self._connection()
+        if conn is None or conn.identity.digest != self.record.identity_digest:
             return QueryResult(finding=QueryFinding.UNKNOWN)
         return await self._find(conn, req.intent_key)

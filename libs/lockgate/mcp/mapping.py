@@ -27,6 +27,7 @@ import msgspec
 
 from lockgate.contracts.capability import CapabilityContract, EffectClass, Idempotency
 from lockgate.contracts.consequence import Consequence
+from lockgate.contracts.offer import Offer
 from lockgate.core.canonical import digest
 
 #: Longest remote text (a description, a title) kept in a record; the digest is over all of it.
@@ -430,6 +431,39 @@ def contract_of(record: MappingRecord, tool: ToolRecord) -> CapabilityContract:
             action=m.consequence or f"Call {record.tool} on MCP server {record.server}",
             visible_to=m.visible_to, shows=shows),
         data_classes=m.data_classes,
+        result_max_bytes=min(m.result_max_bytes, RESULT_MAX_BYTES) + 512,
+        result_schema=result_schema(m),
+        outcome_deadline_s=m.outcome_deadline_s,
+    )
+
+
+#: The role a restricted contract asks of the actor: no run is opened with it, so no turn
+#: offers a capability under review (and were one offered, normalize refuses it).
+UNDER_REVIEW_ROLE = "_mcp-under-review"
+
+
+def restricted_contract(record: MappingRecord) -> CapabilityContract:
+    """What a capability whose mapping is not current is registered as, until reviewed again.
+
+    It is offered in no turn, normalizes and executes nothing, and its revision is no
+    enabled mapping's: the final gate, which asks the adapter for fresh facts before it
+    compares revisions, refuses what was approved under the old mapping
+    (``gate.mapping-changed``) instead of waiting for an adapter that is gone. It still
+    answers ``query`` for effects that may have happened under the old mapping, and
+    allows no retry: an effect proven absent goes to an operator.
+    """
+    m = record.mapping
+    return CapabilityContract(
+        name=m.capability,
+        description=(f"Unavailable: the mapping of {record.tool} on MCP server {record.server} "
+                     "is under review."),
+        argument_schema=m.arguments,
+        context_arguments=tuple(sorted(set(m.context.values()))),
+        effect_class=EffectClass.DESTROY,
+        query_by_identity=m.query is not None,
+        send_boundary=f"never sent: mapping {record.revision} is disabled ({record.why or 'disabled'})",
+        recovery=("query", "operator") if m.query is not None else ("operator",),
+        offer=Offer(roles=(UNDER_REVIEW_ROLE,)),
         result_max_bytes=min(m.result_max_bytes, RESULT_MAX_BYTES) + 512,
         result_schema=result_schema(m),
         outcome_deadline_s=m.outcome_deadline_s,

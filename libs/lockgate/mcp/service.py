@@ -10,10 +10,12 @@ declares for the server is settled against the record:
   is *served*: its contract is registered (and renewed by heartbeat) and its orders are
   consumed, through the adapter SDK's ``CapabilityWorker``;
 - an enabled mapping whose tool changed (any field, the description included) or
-  vanished, or whose server identity changed, is disabled on the record (drift) and no
-  longer served: its registration is deleted, so no turn offers it and the final gate,
-  finding no contract of the approved revision, refuses what was approved under it
-  (``gate.mapping-changed``);
+  vanished, or whose server identity changed, is disabled on the record (drift), and so is
+  one an operator disabled: the capability is then registered as a *restricted* contract
+  (``restricted_contract``) that no turn offers, that normalizes and executes nothing,
+  and whose revision no approval was bound to, so the final gate refuses what was
+  approved under the old mapping (``gate.mapping-changed``); it still answers ``query``
+  for effects that may have happened under the old mapping;
 - everything listed that no current mapping covers is in quarantine.
 
 Operators read and write through requests on ``lg.mcp.op.<verb>.<operator>``; the
@@ -46,7 +48,7 @@ from lockgate.adapters.worker import CapabilityWorker
 from lockgate.contracts import subjects as lg_subjects
 from lockgate.core.text import safe_text
 from lockgate.mcp import subjects
-from lockgate.mcp.adapter import MappedAdapter
+from lockgate.mcp.adapter import MappedAdapter, RestrictedAdapter
 from lockgate.mcp.config import ConfigError, ServerConfig, ServersFile
 from lockgate.mcp.mapping import (
     Mapping,
@@ -61,6 +63,7 @@ from lockgate.mcp.mapping import (
     diff,
     drifted,
     quarantined,
+    restricted_contract,
     standing,
     tool_record,
 )
@@ -248,34 +251,39 @@ class McpAdapter:
                     log.warning("MCP server %s: %s disabled (%s) until reviewed again",
                                 stale.server, capability, stale.why)
                     record = stale
-            current = record is not None and server.snapshot is not None and \
-                standing(record, server.identity.digest, server.snapshot) is Standing.CURRENT
-            if current and record is not None and server.snapshot is not None:
-                tool = server.snapshot.tool(record.tool)
-                if tool is not None:
-                    await self._serve(server, record, tool)
-                    continue
-            if capability in self._served:
-                await self._unserve(capability)
+            if record is None:
+                if capability in self._served:
+                    await self._unserve(capability)
+                continue
+            tool = server.snapshot.tool(record.tool) if server.snapshot else None
+            current = standing(record, server.identity.digest, server.snapshot) is Standing.CURRENT
+            if current and tool is not None:
+                await self._serve(server, record, tool)
+            else:
+                # Registered restricted: offered nowhere, refused at the gate, still queried.
+                await self._serve(server, record, tool or tool_record({"name": record.tool}),
+                                  restricted=True)
 
-    async def _serve(self, server: _Server, record: MappingRecord, tool: Any) -> None:
+    async def _serve(self, server: _Server, record: MappingRecord, tool: Any, *,
+                     restricted: bool = False) -> None:
         capability = record.mapping.capability
-        revision = contract_of(record, tool).revision
+        revision = (restricted_contract(record) if restricted else contract_of(record, tool)).revision
         served = self._served.get(capability)
         if served is not None and served.revision == revision:
             return
         if served is not None:
             await self._unserve(capability, delete=False)
-        adapter = MappedAdapter(record, tool, connection=lambda: server.conn,
-                                call_timeout_s=server.config.call_timeout_s)
+        kind = RestrictedAdapter if restricted else MappedAdapter
+        adapter = kind(record, tool, connection=lambda: server.conn,
+                       call_timeout_s=server.config.call_timeout_s)
         worker = CapabilityWorker(adapter, self._nc, name=NAME, ack_wait_s=self._ack_wait_s,
                                   js_prefix=self._js_prefix)
         await worker.start()
         stop = asyncio.Event()
         self._served[capability] = _Served(worker, asyncio.create_task(worker.run_orders(stop)),
                                            stop, revision)
-        log.info("serving %s (mapping %s of %s/%s)", capability, record.revision, record.server,
-                 record.tool)
+        log.info("serving %s%s (mapping %s of %s/%s)", capability, " restricted" if restricted else "",
+                 record.revision, record.server, record.tool)
 
     async def _unserve(self, capability: str, *, delete: bool = True) -> None:
         served = self._served.pop(capability, None)
@@ -358,7 +366,8 @@ class McpAdapter:
                     c: next((str(standing(r, digest_now, snap)) for r in mappings
                              if r.mapping.capability == c), "unmapped")
                     for c in server.config.capabilities},
-                "serving": [c for c in server.config.capabilities if c in self._served],
+                "serving": [c for c in server.config.capabilities if c in self._served
+                            and not isinstance(self._served[c].worker.adapter, RestrictedAdapter)],
                 "quarantined": len(quarantined(snap, mappings, digest_now)) if snap else 0,
             })
         return {"servers": out}
@@ -458,4 +467,6 @@ class McpAdapter:
                 "revision": record.revision, "contract_revision": contract.revision,
                 "effect": str(contract.effect_class), "idempotent": contract.idempotency is not None,
                 "query_by_identity": contract.query_by_identity, "conflicts": list(record.conflicts),
-                "serving": mapping.capability in self._served, "by": principal}
+                "serving": mapping.capability in self._served and not isinstance(
+                    self._served[mapping.capability].worker.adapter, RestrictedAdapter),
+                "by": principal}
