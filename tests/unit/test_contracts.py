@@ -89,6 +89,8 @@ def test_reason_codes_are_pinned() -> None:
         "repo.test-path-not-allowed", "repo.base-stale", "repo.credential-invalid",
         "repo.revision-unknown", "repo.revision-stale", "repo.path-not-found",
         "repo.artifact-not-found", "sandbox.unavailable", "sandbox.network-shared",
+        "mcp.arguments-invalid", "mcp.mapping-disabled", "mcp.server-unavailable",
+        "mcp.remote-refused", "board.tenant-mismatch",
     ])
     assert all(re.fullmatch(r"[a-z]+(\.[a-z0-9-]+)+", code) for code in REASONS)
 

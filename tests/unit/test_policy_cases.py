@@ -14,7 +14,7 @@ from lockgate.authz.cli import policy_main
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "deploy" / "policies"
 TABLES = [POLICIES / "case-notes" / "cases.yaml", POLICIES / "items" / "cases.yaml",
-          POLICIES / "repo" / "cases.yaml"]
+          POLICIES / "repo" / "cases.yaml", POLICIES / "mcp" / "cases.yaml"]
 
 OPEN_CASE = ("{exists: true, tenant: tenant-a, status: open, writes_suspended: false, "
              "actor_may_add_note: true, sensitive: false, version: 3}")

@@ -32,6 +32,7 @@ from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.contracts.vocabulary import Finding
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token, random_id
+from lockgate.mcp import cli as mcp_cli
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
@@ -553,6 +554,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--tenant", required=True)
     ev.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(ev, "operator")
+    mcp_cli.add_commands(sub)
     return p
 
 
@@ -572,6 +574,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _status(args, where)
     if args.command == "token":
         return tokens.command(args, where)
+    if args.command == "mcp":
+        return mcp_cli.run(args, where)
     handler = _ASYNC[args.command]
     return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
 

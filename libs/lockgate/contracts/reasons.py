@@ -83,6 +83,13 @@ REASONS: dict[str, str] = {
     "case.version-conflict": "the case changed between the final gate and the write",
     "case.credential-invalid": "the adapter's credential was refused by the world",
     "remote.rejected": "the remote system refused without a specific reason",
+    # the MCP adapter (lockgate.mcp)
+    "mcp.arguments-invalid": "the model's arguments do not satisfy the mapped capability's schema",
+    "mcp.mapping-disabled": "the order was normalized under a mapping that is no longer served",
+    "mcp.server-unavailable": "the MCP server was not connected, or its query gave no answer, "
+                              "before the send boundary",
+    "mcp.remote-refused": "the MCP server refused the call with a JSON-RPC error (it did not run the tool)",
+    "board.tenant-mismatch": "the board belongs to another tenant",
     "adapter.error": "the adapter failed before its send boundary",
     "adapter.timeout": "the adapter gave up before its send boundary",
     "order.mismatch": "the order did not match the ExecutionAuthorized event it claims",

@@ -68,6 +68,7 @@ from typing import Literal
 
 from lockgate.contracts import subjects
 from lockgate.eventstore.subjects import type_filter
+from lockgate.mcp import subjects as mcp_subjects
 from lockgate.runtime import specs
 from lockgate.runtime.spec import ServiceSpec
 from lockgate.runtime.streams import (
@@ -81,6 +82,7 @@ from lockgate.runtime.streams import (
     RESPONSES,
     RUNS_BUCKET,
 )
+from lockgate.runtime.streams import MCP as MCP_RECORDS
 
 #: The inbox prefix of trusted processes (nats-py's and FastStream's default).
 SERVICE_INBOX = "_INBOX"
@@ -313,9 +315,10 @@ def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
             *(f"lg.withdraw.{t}.*.*.{name}" for t in _scopes(tenants)),
             subjects.STATUS_ALL,
             load.local,
+            f"lg.mcp.op.*.{who}",
         ),
         [_service("lg.reconcile.>"), _service(subjects.WITHDRAW_ALL),
-         _service(subjects.STATUS_ALL), load],
+         _service(subjects.STATUS_ALL), load, _service(mcp_subjects.OPS_ALL)],
         principal=who, tenants=tenants,
     )
 
@@ -402,6 +405,10 @@ def console_role() -> Role:
                 (subjects.status(CONSOLE), _inbox(SERVICE_INBOX)), allow_responses=True)
 
 
+#: The MCP adapter's process name: its role also keeps the MCP records and answers operators.
+MCP_ADAPTER = "mcp"
+
+
 def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     """The adapter process ``name`` serving ``capabilities``, in an account of its own.
 
@@ -435,6 +442,14 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
         ]
         subscribe += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}"), f"lg.interrupt.{cap}"]
         exports += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}")]
+    if who == MCP_ADAPTER:
+        # Its records on LG_MCP (append, and read back by direct get), and the operators'
+        # requests it answers.
+        imports += [_service(mcp_subjects.RECORDS_ALL),
+                    _js(f"{JS_API}.DIRECT.GET.{MCP_RECORDS}.{mcp_subjects.RECORDS_ALL}"),
+                    _js(f"{JS_API}.DIRECT.GET.{MCP_RECORDS}")]
+        subscribe.append(mcp_subjects.OPS_ALL)
+        exports.append(mcp_subjects.OPS_ALL)
     publish = [i.local for i in imports if i.kind == "service"]
     subscribe += [subjects.status(f"adapter.{who}"), _inbox(prefix)]
     return Role(

@@ -207,7 +207,11 @@ REPO = AdapterSpec("repo", "lockgate.worlds.repo", (
     "repo.read_file", "review.prepare_summary", "repo.prepare_patch", "repo.run_tests",
     "review.publish_summary",
 ))
-ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS, REPO)
+#: The MCP adapter: the product capabilities ``deploy/mcp/servers.yaml`` declares (a unit
+#: test keeps the two equal); a deployment with other servers lists its own in
+#: ``LOCKGATE_ADAPTERS``. Never a remote server's names.
+MCP = AdapterSpec("mcp", "lockgate.mcp", ("board.draft_private", "board.publish"))
+ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS, REPO, MCP)
 
 #: Events appended by the read side's processes (``status.READ_SIDE``), not a service.
 READ_SIDE_APPENDS: dict[str, tuple[type[Event], ...]] = {

@@ -21,3 +21,6 @@ LOCKS_BUCKET = "LG_LOCKS"
 PROGRESS_BUCKET = "LG_PROGRESS"
 #: Budget counters (one key per budget, scope and window); old windows expire.
 BUDGETS_BUCKET = "LG_BUDGETS"
+#: The MCP adapter's records: server identities, discovery snapshots, mappings, reviews
+#: (``lockgate.mcp.records``), append-only.
+MCP = "LG_MCP"

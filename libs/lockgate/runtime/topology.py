@@ -35,6 +35,7 @@ from lockgate.runtime.streams import CATALOGUES_BUCKET as CATALOGUES_BUCKET
 from lockgate.runtime.streams import EVENTS as EVENTS
 from lockgate.runtime.streams import EXEC as EXEC
 from lockgate.runtime.streams import LOCKS_BUCKET as LOCKS_BUCKET
+from lockgate.runtime.streams import MCP as MCP
 from lockgate.runtime.streams import PROGRESS_BUCKET as PROGRESS_BUCKET
 from lockgate.runtime.streams import REPORTS as REPORTS
 from lockgate.runtime.streams import RESPONSES as RESPONSES
@@ -112,6 +113,9 @@ def stream_configs(replicas: int = 1) -> list[StreamConfig]:
             max_msgs_per_subject=16,
             max_age=7 * 24 * 3600.0,
         ),
+        # Append-only; the latest record per subject is read by direct get.
+        StreamConfig(name=MCP, subjects=["lg.mcp.rec.>"], storage=StorageType.FILE,
+                     num_replicas=replicas, duplicate_window=two_minutes, allow_direct=True),
     ]
 
 

@@ -1,0 +1,122 @@
+"""``lockgate mcp servers | snapshot | diff | quarantine | map``: operators and the MCP adapter.
+
+Every command is a request to the MCP adapter on ``lg.mcp.op.<verb>.<operator>``, sent
+as the operator's own NATS user: the broker lets only that user publish a subject ending
+in its name, so the adapter records the authenticated operator as the reviewer, and only
+the adapter's user can write the records on ``LG_MCP`` (``lockgate.runtime.roles``).
+Answers are JSON; remote text in them (descriptions) is the servers' and untrusted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from lockgate.core.errors import LockgateError
+from lockgate.mcp import subjects
+from lockgate.mcp.config import ConfigError, read_structured
+
+if TYPE_CHECKING:
+    from lockgate.client.cli import Where
+
+#: How long a command waits for the adapter's answer.
+TIMEOUT_S = 10.0
+
+
+class McpCommandError(LockgateError):
+    """The adapter refused the request, or did not answer."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}" if detail else code, code=code)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``mcp`` and its commands to the ``lockgate`` parser's subcommands."""
+    mcp = subparsers.add_parser("mcp", help="MCP servers: identities, snapshots, quarantine, mappings")
+    verbs = mcp.add_subparsers(dest="mcp_command", required=True)
+
+    def verb(name: str, help_: str) -> argparse.ArgumentParser:
+        c: argparse.ArgumentParser = verbs.add_parser(name, help=help_)
+        c.add_argument("--url", default=argparse.SUPPRESS, help="NATS URL")
+        c.add_argument("--var-dir", type=Path, default=argparse.SUPPRESS,
+                       help="the deployment's var directory")
+        c.add_argument("--as", dest="as_", metavar="NAME", default=None,
+                       help="the operator to act as (default: the first one configured)")
+        return c
+
+    verb("servers", "every configured server: identity, snapshot, mappings, quarantine")
+    snap = verb("snapshot", "a server's latest discovery snapshot (or --seq N)")
+    snap.add_argument("server")
+    snap.add_argument("--seq", type=int, default=None)
+    d = verb("diff", "per tool, what changed between two snapshots (default: mapped vs latest)")
+    d.add_argument("server")
+    d.add_argument("--from", dest="from_", type=int, default=None, metavar="SEQ")
+    d.add_argument("--to", type=int, default=None, metavar="SEQ")
+    q = verb("quarantine", "tools no current mapping covers (new or changed)")
+    q.add_argument("server", nargs="?", default=None)
+    m = verb("map", "review a tool: write its mapping from a file, or --disable it")
+    m.add_argument("server")
+    m.add_argument("tool")
+    how = m.add_mutually_exclusive_group(required=True)
+    how.add_argument("--file", type=Path, help="the mapping, YAML or JSON")
+    how.add_argument("--disable", action="store_true", help="disable every mapping of the tool")
+
+
+def request_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The request a parsed command sends.
+
+    Raises:
+        ConfigError: the mapping file cannot be read.
+    """
+    command = args.mcp_command
+    if command == "servers":
+        return {}
+    if command == "snapshot":
+        return {"server": args.server, **({"seq": args.seq} if args.seq is not None else {})}
+    if command == "diff":
+        return {"server": args.server, "from": args.from_, "to": args.to}
+    if command == "quarantine":
+        return {"server": args.server} if args.server else {}
+    if args.disable:
+        return {"server": args.server, "tool": args.tool, "disable": True}
+    mapping = read_structured(args.file)
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{args.file}: a mapping is an object")
+    return {"server": args.server, "tool": args.tool, "mapping": mapping}
+
+
+async def ask(where: Where, args: argparse.Namespace) -> dict[str, Any]:
+    """Send the command to the adapter as the operator; its answer.
+
+    Raises:
+        McpCommandError: the adapter refused, or no adapter answered.
+    """
+    person = where.person("operator", getattr(args, "as_", None))
+    gw = await where.gateway(f"operator-{person}", principal=person)
+    try:
+        reply = await gw.nc.request(subjects.op(args.mcp_command, gw.principal),
+                                    json.dumps(request_body(args)).encode(), timeout=TIMEOUT_S)
+    except (NatsTimeout, NoRespondersError):
+        raise McpCommandError("mcp.unavailable", "the MCP adapter did not answer") from None
+    finally:
+        await gw.close()
+    answer = json.loads(reply.data)
+    if not isinstance(answer, dict):
+        raise McpCommandError("mcp.malformed", "the adapter's answer is not an object")
+    if "error" in answer:
+        raise McpCommandError(str(answer["error"]), str(answer.get("detail", "")))
+    return answer
+
+
+def run(args: argparse.Namespace, where: Where) -> int:
+    """Run one ``lockgate mcp`` command; print its answer as JSON."""
+    answer = asyncio.run(ask(where, args))
+    sys.stdout.write(json.dumps(answer, indent=2, sort_keys=True) + "\n")
+    return 0
