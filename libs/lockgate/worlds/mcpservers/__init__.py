@@ -7,6 +7,7 @@ and a ledger of every call in SQLite under ``DIR``, and reads the faults a test 
 :func:`arm` at every request.
 """
 
+from lockgate.worlds.mcpservers.process import HttpServerProcess, stdio_command
 from lockgate.worlds.mcpservers.state import (
     FAULTS,
     INJECTED_DESCRIPTION,
@@ -32,6 +33,7 @@ __all__ = [
     "SERVERS",
     "SUBSCRIBERS",
     "FixtureError",
+    "HttpServerProcess",
     "KeyConflict",
     "State",
     "UnknownFault",
@@ -39,4 +41,5 @@ __all__ = [
     "armed",
     "disarm",
     "read_port",
+    "stdio_command",
 ]
