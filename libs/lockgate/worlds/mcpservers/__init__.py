@@ -11,6 +11,7 @@ from lockgate.worlds.mcpservers.process import HttpServerProcess, stdio_command
 from lockgate.worlds.mcpservers.state import (
     FAULTS,
     INJECTED_DESCRIPTION,
+    LISTING_FAULTS,
     ONE_SHOT_FAULTS,
     REASONS,
     SERVERS,
@@ -28,6 +29,7 @@ from lockgate.worlds.mcpservers.state import (
 __all__ = [
     "FAULTS",
     "INJECTED_DESCRIPTION",
+    "LISTING_FAULTS",
     "ONE_SHOT_FAULTS",
     "REASONS",
     "SERVERS",

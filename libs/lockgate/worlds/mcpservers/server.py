@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from lockgate.core.canonical import digest
 from lockgate.worlds.mcpservers.state import (
     INJECTED_DESCRIPTION,
+    LISTING_FAULTS,
     SERVERS,
     FixtureError,
     State,
@@ -191,12 +192,17 @@ def tools_for(kind: ServerKind, faults: Mapping[str, Mapping[str, Any]]) -> list
     return tools
 
 
-def _removed(faults: Mapping[str, Mapping[str, Any]], lists_so_far: int) -> str | None:
-    """The tool ``remove_tool`` hides once ``lists_so_far`` answers have been given, if any."""
+def active(faults: Mapping[str, Mapping[str, Any]], lists_before: int) -> dict[str, Any]:
+    """The armed faults that hold once ``lists_before`` listings have been answered."""
+    return {name: entry for name, entry in faults.items()
+            if name not in LISTING_FAULTS or lists_before >= int(entry.get("from_list", 0))}
+
+
+def visible_tools(kind: ServerKind, faults: Mapping[str, Mapping[str, Any]]) -> list[types.Tool]:
+    """The tools offered under ``faults`` (already filtered by :func:`active`)."""
     removal = faults.get("remove_tool")
-    if removal is None or lists_so_far < int(removal.get("hide_after_list", 0)):
-        return None
-    return str(removal.get("tool", "list_items"))
+    gone = None if removal is None else str(removal.get("tool", "list_items"))
+    return [t for t in tools_for(kind, faults) if t.name != gone]
 
 
 def _result(payload: Mapping[str, Any], *, error: bool = False) -> types.CallToolResult:
@@ -244,20 +250,19 @@ class FixtureServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        faults = armed(self.state_dir)
         answered = self.state.count_list()
-        gone = _removed(faults, answered)
-        tools = [t for t in tools_for(self.kind, faults) if t.name != gone]
+        # This listing is not yet answered: a fault armed for "after one more listing" must
+        # not show in it.
+        tools = visible_tools(self.kind, active(armed(self.state_dir), answered - 1))
         await self._announce_changes(ctx, tools)
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        faults = armed(self.state_dir)
+        faults = active(armed(self.state_dir), self.state.counter("tools_list"))
         arguments = dict(params.arguments or {})
-        gone = _removed(faults, self.state.counter("tools_list"))
-        tools = {t.name: t for t in tools_for(self.kind, faults) if t.name != gone}
+        tools = {t.name: t for t in visible_tools(self.kind, faults)}
         await self._announce_changes(ctx, list(tools.values()))
         tool = tools.get(params.name)
         if tool is None:

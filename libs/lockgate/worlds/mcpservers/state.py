@@ -23,15 +23,18 @@ fault (params)                 what the server does while it is armed
 ``change_description``         ``tool``'s description (default ``create_item``) becomes
 (``tool``, ``text``)           ``text`` (default: injected instructions, a "rug pull")
 ``add_tool`` (``tool``)        a tool (default ``export_all``) appears in ``tools/list``
-``remove_tool`` (``tool``,     ``tool`` (default ``list_items``) disappears after
-``after_lists``)               ``after_lists`` more ``tools/list`` answers (default 0):
-                               listed while planning, gone at call time
+``remove_tool`` (``tool``)     ``tool`` (default ``list_items``) disappears from the
+                               listing, and a call of it is refused as unknown
 ``change_default`` (``field``, the server applies ``value`` when ``field`` is omitted
 ``value``, ``advertise``)      (default: ``visibility`` becomes ``public``); the schema
                                shows the new default only if ``advertise`` is true
 ``conflicting_annotations``    ``create_item``'s annotations claim ``hints`` (default:
 (``hints``)                    read-only and idempotent), whatever it does
 =============================  ==========================================================
+
+The last five take ``after_lists`` (default 0): they hold only once that many more
+``tools/list`` answers were given, so a client plans on the old listing and meets the new
+one at call time ("listed while planning, gone at call time"; a rug pull after review).
 
 Every fault is deterministic: one-shot faults count their uses, the others hold until
 :func:`disarm`, and ``delay_visibility`` stamps each item with the time it becomes visible.
@@ -61,15 +64,17 @@ SERVERS: tuple[str, ...] = ("p", "q")
 #: Faults used by a bounded number of calls (``times``, default 1); the others hold until
 #: disarmed.
 ONE_SHOT_FAULTS: tuple[str, ...] = ("drop_response", "crash_after_commit", "delay_response")
-FAULTS: tuple[str, ...] = (
-    *ONE_SHOT_FAULTS,
-    "delay_visibility",
+#: Faults that change what ``tools/list`` shows (and what a call meets). Each takes
+#: ``after_lists`` (default 0): it holds only once that many more listings were answered, so
+#: a client can plan on the old listing and meet the new one at call time.
+LISTING_FAULTS: tuple[str, ...] = (
     "change_description",
     "add_tool",
     "remove_tool",
     "change_default",
     "conflicting_annotations",
 )
+FAULTS: tuple[str, ...] = (*ONE_SHOT_FAULTS, "delay_visibility", *LISTING_FAULTS)
 
 #: Server Q's subscribers: each publication notifies each of them once.
 SUBSCRIBERS: tuple[str, ...] = ("subscriber-1", "subscriber-2", "subscriber-3")
@@ -147,7 +152,7 @@ def arm(directory: Path | str, fault: str, **params: Any) -> str:
     """Arm ``fault`` for the server whose state is in ``directory``; return the arm's id.
 
     Re-arming a fault replaces its parameters and restarts its count. One-shot faults take
-    ``times`` (default 1). ``remove_tool``'s ``after_lists`` counts from now.
+    ``times`` (default 1). A listing fault's ``after_lists`` counts listings from now.
 
     Raises:
         UnknownFault: ``fault`` is not one of ``FAULTS``.
@@ -159,9 +164,9 @@ def arm(directory: Path | str, fault: str, **params: Any) -> str:
     entry["arm_id"] = uuid.uuid4().hex
     if fault in ONE_SHOT_FAULTS:
         entry.setdefault("times", 1)
-    if fault == "remove_tool":
+    if fault in LISTING_FAULTS:
         # Counted against the server's tools/list answers so far: deterministic, no clock.
-        entry["hide_after_list"] = State(directory).counter("tools_list") + int(
+        entry["from_list"] = State(directory).counter("tools_list") + int(
             entry.pop("after_lists", 0)
         )
     faults = armed(directory)
@@ -244,25 +249,29 @@ class State:
                 ledger; nothing else written).
         """
         now = time.time()
+        conflict: KeyConflict | None = None
         with self._write() as db:
             existing = db.execute(
                 "SELECT * FROM items WHERE key = ? ORDER BY seq", (key,)
             ).fetchone()
-            if existing is not None:
-                if existing["title"] != title or existing["body"] != body:
-                    _record_call(db, "create_item", arguments, "refused.key-conflict",
-                                 existing["item_id"], [], now)
-                    raise KeyConflict(key, existing["item_id"])
+            if existing is not None and (existing["title"] != title or existing["body"] != body):
+                # Recorded, and committed: the refusal is raised once the transaction is over.
+                _record_call(db, "create_item", arguments, "refused.key-conflict",
+                             existing["item_id"], [], now)
+                conflict = KeyConflict(key, existing["item_id"])
+            elif existing is not None:
                 used = _use_one_shot(db, faults)
                 _record_call(db, "create_item", arguments, "replayed", existing["item_id"],
                              used, now)
                 return _receipt(existing, created=False), used
-            item = _insert_item(db, "draft", key=key, title=title, body=body,
-                                visibility=visibility, notify=notify, status="draft",
-                                faults=faults, now=now)
-            used = _use_one_shot(db, faults)
-            _record_call(db, "create_item", arguments, "created", item["item_id"], used, now)
-            return _receipt(item, created=True), used
+            else:
+                item = _insert_item(db, "draft", key=key, title=title, body=body,
+                                    visibility=visibility, notify=notify, status="draft",
+                                    faults=faults, now=now)
+                used = _use_one_shot(db, faults)
+                _record_call(db, "create_item", arguments, "created", item["item_id"], used, now)
+                return _receipt(item, created=True), used
+        raise conflict
 
     def publish(
         self,
