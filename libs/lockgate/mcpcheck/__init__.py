@@ -1,0 +1,41 @@
+"""A conformance suite for MCP servers: does an effect happen once, and can a client tell?
+
+``run_suite(target, probe, timeout_s=...)`` connects to a server (a stdio command or a
+streamable-HTTP URL) with the official client SDK and reports, per property, whether the
+server documents it, whether the suite observed it hold or saw it violated, or could not
+tell — with the evidence.
+"""
+
+from lockgate.mcpcheck.probe import P_PROBE, PROBES, Q_PROBE, Probe, load_probe
+from lockgate.mcpcheck.report import (
+    CLAIMS,
+    OUTCOMES,
+    Finding,
+    Property,
+    Report,
+    Verdict,
+    render_json,
+    render_table,
+)
+from lockgate.mcpcheck.suite import HttpTarget, StdioTarget, Target, describe, run_suite
+
+__all__ = [
+    "CLAIMS",
+    "OUTCOMES",
+    "PROBES",
+    "P_PROBE",
+    "Q_PROBE",
+    "Finding",
+    "HttpTarget",
+    "Probe",
+    "Property",
+    "Report",
+    "StdioTarget",
+    "Target",
+    "Verdict",
+    "describe",
+    "load_probe",
+    "render_json",
+    "render_table",
+    "run_suite",
+]
