@@ -22,6 +22,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from lockgate.core.errors import LockgateError
 from lockgate.mcp import subjects
 from lockgate.mcp.config import ConfigError, read_structured
+from lockgate.mcpcheck import cli as mcpcheck_cli
 
 if TYPE_CHECKING:
     from lockgate.client.cli import Where
@@ -67,6 +68,8 @@ def add_commands(subparsers: Any) -> None:
     how = m.add_mutually_exclusive_group(required=True)
     how.add_argument("--file", type=Path, help="the mapping, YAML or JSON")
     how.add_argument("--disable", action="store_true", help="disable every mapping of the tool")
+    # Talks to an MCP server, not to Lockgate: what a server does when an effect must happen once.
+    mcpcheck_cli.add_command(verbs)
 
 
 def request_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -117,6 +120,8 @@ async def ask(where: Where, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, where: Where) -> int:
     """Run one ``lockgate mcp`` command; print its answer as JSON."""
+    if args.mcp_command == "conformance":
+        return int(args.handler(args))
     answer = asyncio.run(ask(where, args))
     sys.stdout.write(json.dumps(answer, indent=2, sort_keys=True) + "\n")
     return 0
