@@ -23,8 +23,11 @@ def stdio_command(server: str, state_dir: Path | str) -> tuple[str, ...]:
 class HttpServerProcess:
     """A fixture server on streamable HTTP, on an ephemeral loopback port."""
 
-    def __init__(self, server: str, state_dir: Path | str, *, start_timeout_s: float = 20.0) -> None:
+    def __init__(self, server: str, state_dir: Path | str, *, start_timeout_s: float = 20.0,
+                 token_file: Path | None = None) -> None:
+        """``token_file``: serve only requests carrying its bearer token."""
         self.server = server
+        self.token_file = token_file
         self.state_dir = Path(state_dir)
         self.start_timeout_s = start_timeout_s
         self.process: subprocess.Popen[bytes] | None = None
@@ -51,7 +54,8 @@ class HttpServerProcess:
         (self.state_dir / PORT_FILE).unlink(missing_ok=True)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "lockgate.worlds.mcpservers", self.server, "--http",
-             "--host", "127.0.0.1", "--port", "0", "--state", str(self.state_dir)],
+             "--host", "127.0.0.1", "--port", "0", "--state", str(self.state_dir),
+             *(["--token-file", str(self.token_file)] if self.token_file else [])],
             start_new_session=True)
         deadline = time.monotonic() + self.start_timeout_s
         while (port := read_port(self.state_dir)) is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hmac
 import ipaddress
 import logging
 import os
@@ -11,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -34,7 +36,26 @@ def parser() -> argparse.ArgumentParser:
                    help=f"HTTP port (0: any free one, written to STATE/{PORT_FILE})")
     p.add_argument("--host", default="127.0.0.1", help="a loopback address only")
     p.add_argument("--state", type=Path, required=True, help="the state directory")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="HTTP only: answer 401 to a request without this bearer token")
     return p
+
+
+def bearer_only(app: Any, token: str) -> Any:
+    """``app`` behind a bearer token: any HTTP request without it is answered 401."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 async def serve_stdio(server: FixtureServer) -> None:
@@ -44,7 +65,7 @@ async def serve_stdio(server: FixtureServer) -> None:
                                   server.lowlevel.create_initialization_options())
 
 
-async def serve_http(server: FixtureServer, *, host: str, port: int) -> None:
+async def serve_http(server: FixtureServer, *, host: str, port: int, token: str | None = None) -> None:
     """Serve streamable HTTP on ``host:port``; the bound port is written to the state directory.
 
     The socket is bound before the port file is written, so a reader that sees the file can
@@ -56,7 +77,9 @@ async def serve_http(server: FixtureServer, *, host: str, port: int) -> None:
     sock.bind((host, port))
     sock.listen(128)
     bound = sock.getsockname()[1]
-    app = server.lowlevel.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    app: Any = server.lowlevel.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    if token is not None:
+        app = bearer_only(app, token)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     tmp = server.state_dir / f".{PORT_FILE}.{uuid.uuid4().hex}"
     tmp.write_text(f"{bound}\n")
@@ -87,5 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stdio:
         anyio.run(serve_stdio, server)
     else:
-        anyio.run(lambda: serve_http(server, host=args.host, port=args.port))
+        token = args.token_file.read_text().strip() if args.token_file else None
+        anyio.run(lambda: serve_http(server, host=args.host, port=args.port, token=token))
     return 0
