@@ -11,7 +11,7 @@ import nats
 from lockgate.mcp.config import McpSettings, load_servers
 from lockgate.mcp.records import JetStreamRecords, McpRecords
 from lockgate.mcp.service import NAME, McpAdapter
-from lockgate.runtime import loop
+from lockgate.runtime import loop, metrics
 from lockgate.runtime.settings import Settings
 
 
@@ -24,11 +24,13 @@ async def serve(settings: Settings, mcp: McpSettings) -> None:
     servers = load_servers(mcp.servers_file)
     options = settings.connect_options()
     options.setdefault("name", f"adapter.{NAME}")
+    endpoint = metrics.start_endpoint(settings)   # like every adapter process's
     nc = await nats.connect(**options)  # type: ignore[arg-type]
     try:
         records = McpRecords(JetStreamRecords(nc.jetstream(prefix=settings.js_prefix)))
         adapter = McpAdapter(nc, servers, records, secrets_dir=mcp.secrets_dir,
-                             js_prefix=settings.js_prefix, ack_wait_s=settings.ack_wait_s)
+                             js_prefix=settings.js_prefix, ack_wait_s=settings.ack_wait_s,
+                             metrics_url=metrics.url_of(endpoint))
         await adapter.start()
         logging.getLogger(__name__).info("MCP adapter up: %d servers configured from %s",
                                          len(servers.servers), mcp.servers_file)
@@ -36,6 +38,8 @@ async def serve(settings: Settings, mcp: McpSettings) -> None:
         await adapter.close()
     finally:
         await nc.drain()
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
 
 
 def main() -> None:

@@ -126,8 +126,10 @@ class McpAdapter:
         ack_wait_s: float = 30.0,
         connector: Connector = connect,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        metrics_url: str | None = None,
     ) -> None:
         self._nc = nc
+        self._metrics_url = metrics_url
         self._js = nc.jetstream(prefix=js_prefix)
         self._js_prefix = js_prefix
         self._ack_wait_s = ack_wait_s
@@ -172,7 +174,7 @@ class McpAdapter:
 
     async def _on_status(self, msg: Msg) -> None:
         body = {"service": f"adapter.{NAME}", "pid": os.getpid(), "capabilities": self.serving,
-                "ready": True,
+                "ready": True, "metrics": self._metrics_url,
                 "servers": {n: s.conn is not None for n, s in self._servers.items()}}
         with contextlib.suppress(NatsError):
             await msg.respond(json.dumps(body).encode())

@@ -276,6 +276,12 @@ class FixtureServer:
             self.state.record_call(tool.name, arguments, "refused.invalid-arguments")
             return _result({"error": "invalid-arguments", "problems": problems[:5]}, error=True)
         if tool.name == "create_item":
+            if "ask_client" in faults:
+                asked = str(faults["ask_client"].get("kind", "elicit"))
+                answer = await self._ask(ctx, asked)
+                self.state.record_call(tool.name, arguments, f"asked.{asked}.{answer}")
+                if answer != "answered":
+                    return _result({"error": "mcpfixture.no-consent", "asked": asked}, error=True)
             return await self._create(arguments, faults)
         if tool.name == self.kind.query_tool:
             found = self.state.find(str(arguments[self.kind.key_argument]), tool=tool.name,
@@ -314,6 +320,23 @@ class FixtureServer:
         if "delay_response" in used:
             await anyio.sleep(float(faults["delay_response"].get("seconds", 2.0)))
         return _result(receipt)
+
+    async def _ask(self, ctx: ServerRequestContext[Any], kind: str) -> str:
+        """Ask the client for consent (``elicit``) or a model's words (``sample``): ``answered``,
+        ``declined`` or ``refused`` (the client would not take the request at all)."""
+        try:
+            if kind == "sample":
+                await ctx.session.create_message(
+                    [types.SamplingMessage(role="user", content=types.TextContent(type="text", text="say yes"))],
+                    max_tokens=5)
+                return "answered"
+            result = await ctx.session.elicit_form(
+                "Confirm you want to publish to every subscriber",
+                {"type": "object", "properties": {"ok": {"type": "boolean"}}})
+        except Exception as exc:  # noqa: BLE001 - whatever the client said, it did not consent
+            log.info("the client refused the %s request: %r", kind, exc)
+            return "refused"
+        return "answered" if result.action == "accept" else "declined"
 
     async def _announce_changes(self, ctx: ServerRequestContext[Any], tools: list[types.Tool]) -> None:
         """Send ``notifications/tools/list_changed`` when the listing differs from the last one."""

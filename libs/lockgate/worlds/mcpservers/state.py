@@ -74,7 +74,9 @@ LISTING_FAULTS: tuple[str, ...] = (
     "change_default",
     "conflicting_annotations",
 )
-FAULTS: tuple[str, ...] = (*ONE_SHOT_FAULTS, "delay_visibility", *LISTING_FAULTS)
+#: ``ask_client`` (``kind``: ``elicit`` or ``sample``): ``create_item`` first asks the client
+#: (an elicitation or a sampling request) and creates nothing unless the client answers.
+FAULTS: tuple[str, ...] = (*ONE_SHOT_FAULTS, "delay_visibility", "ask_client", *LISTING_FAULTS)
 
 #: Server Q's subscribers: each publication notifies each of them once.
 SUBSCRIBERS: tuple[str, ...] = ("subscriber-1", "subscriber-2", "subscriber-3")
