@@ -74,9 +74,10 @@ _CATALOGUES_CACHED = 1024
 _TURNS_CACHED = 65_536
 
 
-#: Refusals no later call corrects (a flood, an envelope, a stream): not remembered as
-#: what the next call of the tool follows.
-NOT_CORRECTED = ("rate.", "candidate.", "run.", "turn.", "proposal.", "stream.", "provider.")
+#: Refusals no later call of the tool corrects (a flood, an envelope, a stream, a tool that
+#: is not there): not remembered as what the next call of the tool follows.
+NOT_CORRECTED = ("rate.", "candidate.", "run.", "turn.", "proposal.", "stream.", "provider.", "lineage.",
+                 "tool.unknown", "tool.not-offered", "tool.name-invalid", "tool.no-longer-offered")
 
 
 @dataclass(frozen=True)
