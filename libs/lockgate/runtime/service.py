@@ -540,7 +540,9 @@ def add_status(
     me = instance_id(service)
     watch = instruments(broker)
 
-    @broker.subscriber(subjects.status(service), queue=f"status.{service}")
+    # No queue group: every replica answers, so the supervisor and ``lockgate status``
+    # see each one (``status.gather_status``); a plain request takes the first answer.
+    @broker.subscriber(subjects.status(service))
     async def status(msg: NatsMessage) -> dict[str, Any]:
         now = time.monotonic()
         connected = ports()
