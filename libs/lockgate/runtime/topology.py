@@ -145,6 +145,14 @@ def consumer_config(d: Durable, ack_wait_s: float) -> ConsumerConfig:
     )
 
 
+#: Every key-value bucket: its history and the time-to-live of its entries (None: forever).
+BUCKETS: dict[str, tuple[int, float | None]] = {
+    RUNS_BUCKET: (1, None), CATALOGUES_BUCKET: (1, None), CAPABILITIES_BUCKET: (4, None),
+    LOCKS_BUCKET: (1, LOCK_TTL_S), PROGRESS_BUCKET: (1, PROGRESS_TTL_S),
+    BUDGETS_BUCKET: (1, BUDGETS_TTL_S),
+}
+
+
 def consumer_name(capability: str) -> str:
     """Return the durable consumer name of the adapter serving ``capability``."""
     return "adapter-" + capability.replace(".", "_")
@@ -184,12 +192,7 @@ async def ensure_topology(
             await js.add_stream(config)
         except BadRequestError:
             await js.update_stream(config)
-    buckets = (
-        (RUNS_BUCKET, 1, None), (CATALOGUES_BUCKET, 1, None), (CAPABILITIES_BUCKET, 4, None),
-        (LOCKS_BUCKET, 1, LOCK_TTL_S), (PROGRESS_BUCKET, 1, PROGRESS_TTL_S),
-        (BUDGETS_BUCKET, 1, BUDGETS_TTL_S),
-    )
-    for bucket, history, ttl_s in buckets:
+    for bucket, (history, ttl_s) in BUCKETS.items():
         try:
             await js.key_value(bucket)
         except NotFoundError:
