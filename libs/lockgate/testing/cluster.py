@@ -122,7 +122,7 @@ class ClusterSystem(System):
         options.setdefault("reconnect_time_wait", 0.5)
         return await nats.connect(
             servers=self.url.split(","), user=creds.user, password=creds.password,
-            inbox_prefix=creds.inbox_prefix, **options,  # type: ignore[arg-type]
+            inbox_prefix=creds.inbox_prefix, **options,
         )
 
     async def wait_ready(self, names: Sequence[str], timeout_s: float = 90.0) -> None:
