@@ -225,7 +225,14 @@ async def test_the_demo_table(cluster: ClusterSystem, gw: Gateway) -> None:
             run = await scenario_gw.open_run(tenant=s.tenant, actor=s.actor, context={"case_id": s.case})
             turn = await run.open_turn()
             call_id = random_id()
-            resp = await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id)
+            try:
+                resp = await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id)
+            except ClientError as exc:
+                stored = await histories(cluster, set(), time.monotonic())
+                events = [type(e).__name__ for e in stored.get(
+                    intent_id_for(s.tenant, run.id, call_id), [])]
+                wrong.append((s.name, f"{type(exc).__name__}: {exc}; stored {events}"))
+                continue
             if s.repeat:
                 assert await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id) == resp
             after = (world.invocations, len(world.ledger()))
