@@ -24,7 +24,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     Reads, when present on ``args``: ``settings`` (a :class:`Settings`; default: built
     from the environment), ``port`` (the embedded server's port; default 4222) and
     ``embedded`` (default: true unless ``nats_url`` was given explicitly, e.g. through
-    ``LOCKGATE_NATS_URL``: then that server is used and nothing is started).
+    ``LOCKGATE_NATS_URL``: then that server is used and nothing is started) and
+    ``cluster`` (N > 1: the local cluster profile, see ``run_supervisor``).
 
     Returns:
         The supervisor's exit code: 0 after a signal, 2 when it could not start.

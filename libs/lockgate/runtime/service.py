@@ -40,7 +40,7 @@ from uuid import UUID
 
 import msgspec
 from faststream import FastStream
-from faststream.nats import NatsBroker, NatsMessage
+from faststream.nats import NatsBroker, NatsMessage, NatsUserPassword
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
@@ -506,6 +506,10 @@ def make_broker(settings: Settings, service: str) -> NatsBroker:
     """A broker for ``service`` (not connected until started)."""
     options = settings.connect_options()
     servers = options.pop("servers")
+    user, password = options.pop("user", None), options.pop("password", None)
+    if isinstance(user, str):
+        # FastStream takes a user and password as its security option only.
+        options["security"] = NatsUserPassword(username=user, password=str(password or ""))
     broker_log = logging.getLogger(f"lockgate.{service}.broker")
     # FastStream logs every subscriber's shutdown at INFO; warnings and errors stay.
     broker_log.setLevel(logging.WARNING)
