@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run test test-unit bench lint clean chromium
+.PHONY: install run cluster test test-unit test-cluster bench lint clean chromium
 
 install: $(STAMP)
 
@@ -23,6 +23,12 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/lockgate run
+
+# The scale-out profile on this machine, no Docker: three nats-server nodes as one JetStream
+# cluster (R3, sync_interval: always), two replicas of every service and adapter, the views
+# on PostgreSQL; everything under var/cluster/. See docs/cluster.md.
+cluster: $(STAMP)
+	$(BIN)/lockgate run --cluster 3
 
 test: $(STAMP) chromium
 	$(BIN)/pytest -q $(TEST_DIRS)
@@ -43,6 +49,11 @@ chromium:
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
+
+# Every fault test on the local cluster (`make test` runs the short version: the tests not
+# marked cluster_long).
+test-cluster: $(STAMP)
+	LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_faults.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

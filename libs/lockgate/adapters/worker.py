@@ -47,7 +47,6 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
@@ -91,7 +90,10 @@ from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.metrics import start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Settlement, settle_as
-from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC
+from lockgate.runtime.topology import CAPABILITIES_BUCKET as CAPABILITIES_BUCKET
+from lockgate.runtime.topology import EXEC as EXEC
+from lockgate.runtime.topology import consumer_name as consumer_name
+from lockgate.runtime.topology import exec_consumer_config
 from lockgate.runtime.tracing import Tracing, start_tracing
 
 log = logging.getLogger(__name__)
@@ -106,11 +108,6 @@ RETRY_DELAY_S = 1.0
 
 #: Execute invocations per capability in this process.
 invocations: _Tally[str] = _Tally()
-
-
-def consumer_name(capability: str) -> str:
-    """Return the durable consumer name of the adapter serving ``capability``."""
-    return "adapter-" + capability.replace(".", "_")
 
 
 def queue_group(capability: str) -> str:
@@ -183,18 +180,9 @@ class CapabilityWorker:
         self._kv = kv
         await self._register()
         self._beat = asyncio.create_task(self._heartbeat())
-        await self._js.add_consumer(
-            EXEC,
-            ConsumerConfig(
-                name=consumer_name(self.capability),
-                durable_name=consumer_name(self.capability),
-                deliver_policy=DeliverPolicy.ALL,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=self._ack_wait_s,
-                max_deliver=-1,
-                filter_subject=subjects.order(self.capability),
-            ),
-        )
+        # Idempotent: the same configuration the administrator may have created already
+        # (``ensure_topology(capabilities=...)``, the cluster profile's topology step).
+        await self._js.add_consumer(EXEC, exec_consumer_config(self.capability, self._ack_wait_s))
         for operation in self._handlers:
             sub = await self._nc.subscribe(
                 subjects.adapter(self.capability, operation),

@@ -429,7 +429,8 @@ def _status(args: argparse.Namespace, where: Where) -> int:
     from lockgate.runtime.cli_ops import cmd_status
 
     person = where.person("operator", getattr(args, "as_", None))
-    return asyncio.run(cmd_status(where.url, where.credentials(f"operator-{person}")))
+    return asyncio.run(cmd_status(where.url, where.credentials(f"operator-{person}"),
+                                  read_run_info(where.var_dir)))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -437,7 +438,8 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = Settings() if args.url is None else Settings(nats_url=args.url)
     embedded = args.url is None and "LOCKGATE_NATS_URL" not in os.environ
-    return cmd_run(argparse.Namespace(settings=settings, port=args.port, embedded=embedded))
+    return cmd_run(argparse.Namespace(settings=settings, port=args.port, embedded=embedded,
+                                      cluster=args.cluster))
 
 
 # -- the parser -----------------------------------------------------------------------------
@@ -470,7 +472,13 @@ def parser() -> argparse.ArgumentParser:
         return c
 
     run = command("run", "start the whole system on this machine (what `make run` does)")
-    run.add_argument("--port", type=int, default=None, help="port of the embedded nats-server")
+    run.add_argument("--port", type=int, default=None,
+                     help="port of the embedded nats-server (with --cluster: of the first node; "
+                          "0: ephemeral ports)")
+    run.add_argument("--cluster", type=int, default=0, metavar="N",
+                     help="run N nats-server nodes as one JetStream cluster on loopback, R3 "
+                          "streams, two replicas of every service and adapter, views on "
+                          "PostgreSQL (what `make cluster` does)")
     _as(command("status", "exit 0 only when every service and adapter answers and makes progress"),
         "operator")
     pr = command("propose", "propose one tool call and print the model-facing response")

@@ -520,8 +520,10 @@ async def _open(url: str, credentials: Credentials | None, options: dict[str, An
         extra.update(user=credentials.user, password=credentials.password,
                      inbox_prefix=credentials.inbox_prefix)
     try:
+        # ``url`` may name every node of a cluster, comma-separated: nats-py fails over.
+        servers = [u.strip() for u in url.split(",") if u.strip()]
         return await nats.connect(
-            url, max_reconnect_attempts=extra.pop("max_reconnect_attempts", 3),
+            servers, max_reconnect_attempts=extra.pop("max_reconnect_attempts", 3),
             connect_timeout=extra.pop("connect_timeout", 2), **extra)
     except Exception as exc:  # nats raises several unrelated types for "cannot connect"
         raise ClientError(f"cannot connect to {url}: {exc}", code="lockgate.unavailable") from exc

@@ -11,10 +11,11 @@ import sys
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from lockgate.runtime.deployment import Credentials
+from lockgate.runtime.cluster import cluster_report
+from lockgate.runtime.deployment import Credentials, RunInfo
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import check_status, problem, status_names
-from lockgate.runtime.supervisor import DEFAULT_PORT, run_supervisor
+from lockgate.runtime.status import Status, gather_status, problem, status_names
+from lockgate.runtime.supervisor import DEFAULT_PORT, TOPOLOGY_STREAMS, run_supervisor
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -23,7 +24,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     Reads, when present on ``args``: ``settings`` (a :class:`Settings`; default: built
     from the environment), ``port`` (the embedded server's port; default 4222) and
     ``embedded`` (default: true unless ``nats_url`` was given explicitly, e.g. through
-    ``LOCKGATE_NATS_URL``: then that server is used and nothing is started).
+    ``LOCKGATE_NATS_URL``: then that server is used and nothing is started) and
+    ``cluster`` (N > 1: the local cluster profile, see ``run_supervisor``).
 
     Returns:
         The supervisor's exit code: 0 after a signal, 2 when it could not start.
@@ -33,46 +35,83 @@ def cmd_run(args: argparse.Namespace) -> int:
     if embedded is None:
         embedded = "nats_url" not in settings.model_fields_set
     port = getattr(args, "port", None)
+    cluster = int(getattr(args, "cluster", 0) or 0)
+    if cluster > 1 and not embedded:
+        print("lockgate: --cluster starts its own nodes; unset LOCKGATE_NATS_URL and --url",
+              file=sys.stderr)
+        return 2
     return asyncio.run(
         run_supervisor(
-            settings, embedded=bool(embedded), port=DEFAULT_PORT if port is None else int(port)
+            settings, embedded=bool(embedded), port=DEFAULT_PORT if port is None else int(port),
+            cluster=cluster,
         )
     )
 
 
-async def cmd_status(url: str, credentials: Credentials | None = None) -> int:
+async def cmd_status(
+    url: str, credentials: Credentials | None = None, info: RunInfo | None = None
+) -> int:
     """Print one JSON line per service and adapter: ``{"service", "ok", "pid", "metrics", "problem"}``.
 
     ``ok`` means it answered and makes progress (see ``status.problem``); ``metrics`` is
     where the process serves its Prometheus metrics (absent when it serves none).
 
+    On a local cluster (``info`` names its nodes) it first prints one line per node
+    (``{"node", "url", "up", "healthy", "meta_leader"}``) and per stream
+    (``{"stream", "leader", "replicas": [{"name", "current", "lag"}]}``), then one line
+    per replica of each process (``"replica"``: 1, 2, ... in the order they answered;
+    a replica that did not answer is a line with ``"ok": false``).
+
     Returns:
-        0 when every service and adapter is OK, 1 otherwise.
+        0 when every node is up, every stream led with current replicas, and every
+        replica of every service and adapter is OK; 1 otherwise.
     """
     names = status_names()
-    answers: dict[str, dict[str, object] | None] = dict.fromkeys(names)
+    expected = {name: (info.replicas.get(name, 1) if info else 1) for name in names}
+    healthy = True
+    if info is not None and info.nodes:
+        report = await cluster_report(info.nodes)
+        for node in report.nodes:
+            healthy = healthy and node.up and node.healthy
+            print(json.dumps({"node": node.name, "url": node.url, "up": node.up,
+                              "healthy": node.healthy, "meta_leader": node.meta_leader or None}),
+                  flush=True)
+        led = {s.stream for s in report.streams}
+        for stream in report.streams:
+            healthy = healthy and all(r.current for r in stream.replicas)
+            print(json.dumps({"stream": stream.stream, "leader": stream.leader,
+                              "messages": stream.messages,
+                              "replicas": [{"name": r.name, "current": r.current, "lag": r.lag}
+                                           for r in stream.replicas]}), flush=True)
+        for leaderless in sorted(set(TOPOLOGY_STREAMS) - led):
+            healthy = False
+            print(json.dumps({"stream": leaderless, "leader": None, "problem": "no leader"}),
+                  flush=True)
     try:
         nc = await _connect_once(url, credentials)
     except ConnectionError as exc:
         print(f"lockgate: cannot connect to NATS at {url}: {exc}", file=sys.stderr)
         return 1
     try:
-        answers = await check_status(nc, names)
+        answers = await gather_status(nc, expected)
     finally:
         with contextlib.suppress(NatsError, OSError):
             await nc.close()
-    healthy = True
     for name in names:
-        answer = answers[name]
-        why = problem(answer)
-        healthy = healthy and why is None
-        pid = answer.get("pid") if answer is not None else None
-        line: dict[str, object] = {"service": name, "ok": why is None, "pid": pid}
-        if answer is not None and answer.get("metrics"):
-            line["metrics"] = answer["metrics"]
-        if why is not None:
-            line["problem"] = why
-        print(json.dumps(line), flush=True)
+        got = sorted(answers[name], key=lambda a: str(a.get("instance") or a.get("pid")))
+        shown: list[Status | None] = [*got, *([None] * max(0, expected[name] - len(got)))]
+        for replica, answer in enumerate(shown, start=1):
+            why = problem(answer)
+            healthy = healthy and why is None
+            pid = answer.get("pid") if answer is not None else None
+            line: dict[str, object] = {"service": name, "ok": why is None, "pid": pid}
+            if expected[name] > 1:
+                line["replica"] = replica
+            if answer is not None and answer.get("metrics"):
+                line["metrics"] = answer["metrics"]
+            if why is not None:
+                line["problem"] = why
+            print(json.dumps(line), flush=True)
     return 0 if healthy else 1
 
 
@@ -83,7 +122,7 @@ async def _connect_once(url: str, credentials: Credentials | None) -> Client:
         return None
 
     options: dict[str, object] = dict(
-        servers=[url], connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=1,
+        servers=[u for u in url.split(",") if u], connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=1,
         error_cb=on_error, name="lockgate-status",
     )
     # nats-py drops a server from its pool only after max_reconnect_attempts (> 0)

@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 
 from lockgate.core.errors import LockgateError
+from lockgate.runtime.cluster import NodeAddress
 from lockgate.runtime.roles import Role, render_accounts, roles
 
 #: A new credentials file is readable by its owner only.
@@ -66,6 +67,10 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     credentials_dir: str = ""
     embedded: bool = True
+    #: The nodes of a local cluster (empty: one server at ``url``).
+    nodes: list[NodeAddress] = []
+    #: How many replicas of each supervised process run (absent: one).
+    replicas: dict[str, int] = {}
 
 
 def credentials_dir(var_dir: Path) -> Path:

@@ -294,7 +294,8 @@ def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     # The projector's status: whether the review queue it reads is up to date.
     return _edge(
         name, (*reviews, subjects.status(PROJECTOR)),
-        [_service("lg.review.>"), _service(subjects.STATUS_ALL)], principal=who, tenants=tenants,
+        [_service("lg.review.>"), _service(subjects.STATUS_ALL, "stream")], principal=who,
+        tenants=tenants,
     )
 
 
@@ -318,7 +319,7 @@ def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
             f"lg.mcp.op.*.{who}",
         ),
         [_service("lg.reconcile.>"), _service(subjects.WITHDRAW_ALL),
-         _service(subjects.STATUS_ALL), load, _service(mcp_subjects.OPS_ALL)],
+         _service(subjects.STATUS_ALL, "stream"), load, _service(mcp_subjects.OPS_ALL)],
         principal=who, tenants=tenants,
     )
 
@@ -513,6 +514,15 @@ def _allow(kind: str, items: Iterable[str]) -> list[str]:
             "            ] }"]
 
 
+def _responses_of(subject: str) -> Literal["single", "stream"]:
+    """How many answers a request to an exported ``subject`` may get.
+
+    A status request is answered by every replica of the process (each says how it is),
+    so status subjects pass a stream of responses; any other request gets one answer.
+    """
+    return "stream" if subject.startswith(subjects.status("")) else "single"
+
+
 @dataclass
 class _Account:
     users: list[tuple[str, Role, str]] = field(default_factory=list)
@@ -539,9 +549,10 @@ def _accounts(users: Mapping[str, tuple[Role, str]]) -> dict[str, _Account]:
             for subject in role.exports:
                 # An adapter's requests and status, for the services (and, by their
                 # export of lg.status.>, for operators).
-                _, importers = account.exports.setdefault(("service", subject), ("single", set()))
+                responses = _responses_of(subject)
+                _, importers = account.exports.setdefault(("service", subject), (responses, set()))
                 importers.add(SERVICES_ACCOUNT)
-                back = Import(subject, subject, "service", "single", source=name)
+                back = Import(subject, subject, "service", responses, source=name)
                 accounts[SERVICES_ACCOUNT].imports[("service", subject, subject, name)] = back
     return accounts
 

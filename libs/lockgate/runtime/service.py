@@ -40,7 +40,7 @@ from uuid import UUID
 
 import msgspec
 from faststream import FastStream
-from faststream.nats import NatsBroker, NatsMessage
+from faststream.nats import NatsBroker, NatsMessage, NatsUserPassword
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
@@ -55,6 +55,7 @@ from lockgate.eventstore.base import (
     AggregateHistory,
     ConcurrencyConflict,
     EventStore,
+    EventStoreUnavailable,
     RecordedEvent,
 )
 from lockgate.eventstore.jetstream import recorded_event as stored
@@ -380,7 +381,27 @@ async def load_intent(
         known = cache.at(tenant, intent_id, trigger)
         if known is not None:
             return fold(known.events)
-    return fold((await load_known(store, tenant, intent_id, cache)).events)
+    loaded = await load_known(store, tenant, intent_id, cache)
+    if trigger is None:
+        return fold(loaded.events)
+    for attempt in range(STALE_LOADS):
+        if loaded.history.version >= trigger.version:
+            return fold(loaded.events)
+        # On a replicated stream any replica answers a direct get, and one behind the
+        # leader answers with a history that ends before the event just delivered (seen
+        # right after a leader change). Acting on it would answer for an earlier state.
+        await asyncio.sleep(STALE_LOAD_PAUSE_S * (attempt + 1))
+        loaded = await load_known(store, tenant, intent_id, cache)
+    if loaded.history.version >= trigger.version:
+        return fold(loaded.events)
+    raise EventStoreUnavailable(
+        f"{tenant}/{intent_id} loaded at version {loaded.history.version}, before its trigger "
+        f"at {trigger.version}: a replica behind the stream's leader answered")
+
+
+#: How often a load that ends before its trigger is tried again, and the first pause.
+STALE_LOADS = 5
+STALE_LOAD_PAUSE_S = 0.05
 
 
 def abandonment(intent: EffectIntent, why: Abandonment, trigger: str, now: datetime) -> list[Event]:
@@ -485,6 +506,10 @@ def make_broker(settings: Settings, service: str) -> NatsBroker:
     """A broker for ``service`` (not connected until started)."""
     options = settings.connect_options()
     servers = options.pop("servers")
+    user, password = options.pop("user", None), options.pop("password", None)
+    if isinstance(user, str):
+        # FastStream takes a user and password as its security option only.
+        options["security"] = NatsUserPassword(username=user, password=str(password or ""))
     broker_log = logging.getLogger(f"lockgate.{service}.broker")
     # FastStream logs every subscriber's shutdown at INFO; warnings and errors stay.
     broker_log.setLevel(logging.WARNING)
@@ -540,7 +565,9 @@ def add_status(
     me = instance_id(service)
     watch = instruments(broker)
 
-    @broker.subscriber(subjects.status(service), queue=f"status.{service}")
+    # No queue group: every replica answers, so the supervisor and ``lockgate status``
+    # see each one (``status.gather_status``); a plain request takes the first answer.
+    @broker.subscriber(subjects.status(service))
     async def status(msg: NatsMessage) -> dict[str, Any]:
         now = time.monotonic()
         connected = ports()

@@ -126,15 +126,26 @@ class Settings(BaseSettings):
         return self.credentials.js_prefix if self.credentials else JS_API
 
     def connect_options(self) -> dict[str, object]:
-        """Keyword arguments for ``nats.connect`` / ``NatsBroker``."""
+        """Keyword arguments for ``nats.connect`` (``make_broker`` adapts them for FastStream).
+
+        The user and password go as options, not in the URLs: nats-py adds the servers a
+        cluster announces to its pool as URLs without credentials (it compares them with
+        the configured ones including the credentials), and reconnecting to one of them
+        with credentials taken from the URL fails with an authorization violation. The
+        options are sent to every server.
+        """
         creds = self.credentials
-        return {
-            "servers": self.servers(),
+        user, password = (creds.user, creds.password) if creds else (self.nats_user, self.nats_password)
+        options: dict[str, object] = {
+            "servers": [u.strip() for u in self.nats_url.split(",") if u.strip()],
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": 0.5,
             "connect_timeout": 2,
             "inbox_prefix": creds.inbox_prefix if creds else self.inbox_prefix,
         }
+        if user:
+            options.update(user=user, password=password or "")
+        return options
 
     def servers(self) -> list[str]:
         """The server URLs (``nats_url`` may list several, comma-separated), with credentials."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from lockgate.contracts import subjects
@@ -95,6 +97,71 @@ async def check_status(
     """
     answers = await asyncio.gather(*(_ask(nc, name, timeout_s) for name in names))
     return dict(zip(names, answers, strict=True))
+
+
+async def gather_status(
+    nc: Client, expected: Mapping[str, int], timeout_s: float = 1.0
+) -> dict[str, list[Status]]:
+    """Ask every process for its status and collect the answer of each replica.
+
+    Every replica of a process answers ``lg.status.<name>`` (no queue group), so one
+    request brings one answer per running replica; the wait for a name ends when
+    ``expected[name]`` answers arrived, or after ``timeout_s``.
+
+    Args:
+        nc: a connected client (in an account whose status import passes a stream of
+            responses: ``LOCKGATE``, or an operator's or reviewer's ``EDGE``).
+        expected: status name → how many replicas should answer.
+        timeout_s: the longest wait for the answers of one name.
+
+    Returns:
+        Each name's answers (JSON objects), in arrival order; empty when none came.
+    """
+    names = list(expected)
+    answers = await asyncio.gather(*(_collect(nc, n, expected[n], timeout_s) for n in names))
+    return dict(zip(names, answers, strict=True))
+
+
+async def _collect(nc: Client, name: str, count: int, timeout_s: float) -> list[Status]:
+    got: list[Status] = []
+    done = asyncio.Event()
+
+    async def received(msg: Msg) -> None:
+        with contextlib.suppress(ValueError):
+            body = json.loads(msg.data)
+            # A no-responders status has no body: nobody runs.
+            if isinstance(body, dict):
+                got.append(body)
+        if len(got) >= count:
+            done.set()
+
+    inbox = nc.new_inbox()
+    try:
+        sub = await nc.subscribe(inbox, cb=received)
+        await nc.publish(status_subject(name), b"", reply=inbox)
+    except NatsError:
+        return got
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout_s)
+    finally:
+        with contextlib.suppress(NatsError):
+            await sub.unsubscribe()
+    return got
+
+
+def answer_of(answers: Sequence[Status], pid: int | None, *, only: bool) -> Status | None:
+    """The answer of the replica whose process id is ``pid``.
+
+    ``only``: that replica is the only one of its name, so an answer that names no pid
+    (an older process) is still its own.
+    """
+    for answer in answers:
+        if pid is not None and answer.get("pid") == pid:
+            return answer
+    if only and answers and all(a.get("pid") is None for a in answers):
+        return answers[0]
+    return None
 
 
 async def _ask(nc: Client, name: str, timeout_s: float) -> Status | None:

@@ -31,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +43,14 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from lockgate.core.errors import LockgateError
+from lockgate.runtime.cluster import (
+    DEFAULT_MONITOR_PORT,
+    DEFAULT_ROUTE_PORT,
+    LocalCluster,
+    NodePorts,
+    node_ports,
+    wait_for_leaders,
+)
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
@@ -54,9 +63,19 @@ from lockgate.runtime.deployment import (
 )
 from lockgate.runtime.metrics import CHILD_RESTARTS, CHILD_UP, Endpoint, start_endpoint
 from lockgate.runtime.natsserver import NatsServer, NatsServerError
+from lockgate.runtime.postgres import PostgresServer, PostgresUnavailable
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import CHILDREN, STALL_S, Status, check_status, child_user, problem
-from lockgate.runtime.topology import ensure_topology
+from lockgate.runtime.status import (
+    CHILDREN,
+    READ_SIDE,
+    STALL_S,
+    Status,
+    answer_of,
+    child_user,
+    gather_status,
+    problem,
+)
+from lockgate.runtime.topology import BUCKETS, ensure_topology, stream_configs
 
 #: Where the embedded server listens unless told otherwise (the NATS default port).
 DEFAULT_PORT = 4222
@@ -78,6 +97,8 @@ WATCH_EVERY_S = 2.0
 UNRESPONSIVE_S = 15.0
 #: The broker not answering the supervisor for this long is hung: killed and restarted.
 BROKER_UNRESPONSIVE_S = 20.0
+#: Replicas of every service and adapter in the cluster profile.
+CLUSTER_CHILD_REPLICAS = 2
 
 READY_LINE = "Lockgate ready"
 
@@ -131,6 +152,9 @@ async def probe_port(host: str, port: int, timeout_s: float = 1.0) -> PortState:
 class _Child:
     name: str
     module: str
+    #: Which replica of ``name`` this is (1-based) and how many run.
+    replica: int = 1
+    replicas: int = 1
     proc: asyncio.subprocess.Process | None = None
     restarts: int = 0
     #: Process groups that may still hold a process of this child's (leader pid = pgid).
@@ -144,6 +168,16 @@ class _Child:
     unwell: str | None = None
     #: The metrics port it is handed (0: one it chooses).
     metrics_port: int = 0
+
+    @property
+    def label(self) -> str:
+        """How logs, messages and the targets file name it: ``intake``, or ``intake-2`` of two."""
+        return self.name if self.replicas == 1 else f"{self.name}-{self.replica}"
+
+    def answer(self, answers: dict[str, list[Status]]) -> Status | None:
+        """Its own status answer among every replica's (matched by process id)."""
+        pid = self.proc.pid if self.proc is not None else None
+        return answer_of(answers.get(self.name, []), pid, only=self.replicas == 1)
 
 
 #: Where the supervisor lists every process's metrics endpoint, under ``var/``.
@@ -161,6 +195,10 @@ class Targets:
     def __init__(self, var_dir: Path) -> None:
         self.path = var_dir / TARGETS_FILE
         self._urls: dict[str, str] = {}
+
+    def learn_each(self, kids: Sequence[_Child], answers: dict[str, list[Status]]) -> None:
+        """:meth:`learn` for every child, each by its label."""
+        self.learn({kid.label: kid.answer(answers) for kid in kids})
 
     def learn(self, answers: dict[str, Status | None]) -> None:
         """Take each answering process's metrics URL; rewrite the file if one changed."""
@@ -203,8 +241,17 @@ async def run_supervisor(
     children: Sequence[tuple[str, str]] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
     stop_timeout_s: float = STOP_TIMEOUT_S,
+    cluster: int = 0,
 ) -> int:
     """Run Lockgate on this machine until SIGINT, SIGTERM or SIGHUP.
+
+    With ``cluster`` = N (> 1) it runs the scale-out profile on loopback instead of the
+    embedded server: N ``nats-server`` nodes as one JetStream cluster
+    (``lockgate.runtime.cluster``, stores under ``<var_dir>/cluster/n<k>/``), the topology
+    created once by ``admin`` with R3 streams and buckets (``min(N, 3)`` replicas), two
+    replicas of every service and adapter on their shared durables, and the views on a
+    PostgreSQL server whose data is under ``<var_dir>/postgres/`` (unless
+    ``views_url`` names one). Every process is handed every node's URL.
 
     Starts (or reuses) the NATS server, creates the topology, starts every child as
     ``python -m <module>`` with ``LOCKGATE_NATS_URL`` and ``LOCKGATE_VAR_DIR`` set and
@@ -215,12 +262,15 @@ async def run_supervisor(
         settings: shared settings; ``var_dir`` holds the server's store and the logs.
         embedded: start a ``nats-server`` on ``127.0.0.1:port`` (or use the NATS server
             already listening there); when false, use ``settings.nats_url``.
-        port: the embedded server's port (0: any free port).
+        port: the embedded server's port (0: any free port); with ``cluster``, the
+            first node's (the others take the next ones; routes from 6222 and
+            monitoring from 8222 likewise), 0: every port free and ephemeral.
         children: ``(status name, python module)`` pairs; default: every service and
             demo adapter (``status.CHILDREN``).
         ready_timeout_s: after this long without every answer, say who is missing
             (and keep waiting).
         stop_timeout_s: grace between SIGTERM and SIGKILL on shutdown.
+        cluster: how many nodes of a local cluster to run (0 or 1: the single server).
 
     Returns:
         0 after a signal-driven shutdown, 2 when it could not start.
@@ -231,9 +281,19 @@ async def run_supervisor(
     var_dir = settings.var_dir.resolve()
     log_dir = var_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
-    kids = [_Child(name, module) for name, module in (CHILDREN if children is None else children)]
+    clustered = cluster > 1
+    kids = [
+        _Child(name, module, replica=k, replicas=n)
+        for name, module in (CHILDREN if children is None else children)
+        for n in [replicas_of(name) if clustered else 1]
+        for k in range(1, n + 1)
+    ]
     tasks: list[asyncio.Task[None]] = []
     server: NatsServer | None = None
+    nodes: LocalCluster | None = None
+    postgres: PostgresServer | None = None
+    extra_env: dict[str, str] = {}
+    stream_replicas = min(cluster, 3) if clustered else settings.replicas
     nc: Client | None = None
     admin: Credentials | None = None
     targets = Targets(var_dir)
@@ -244,8 +304,10 @@ async def run_supervisor(
         for i, kid in enumerate(kids, start=1):
             kid.metrics_port = settings.metrics_port + i
     try:
-        if embedded:
-            deployment = _deployment(settings, var_dir)
+        if embedded or clustered:
+            deployment = _deployment(
+                settings, var_dir,
+                server_config=cluster_dir(var_dir) / "accounts.conf" if clustered else None)
             admin = deployment.of("admin")
             for kid in kids:
                 path = credentials_path(var_dir, child_user(kid.name))
@@ -254,24 +316,45 @@ async def run_supervisor(
                 else:
                     _say(f"lockgate: {kid.name} has no user of its own in the role table; "
                          "it connects with whatever its environment says", error=True)
-            url, server = await _embedded_server(var_dir, port)
+            if clustered:
+                nodes = await _local_cluster(var_dir, cluster, port)
+                url = nodes.url
+                postgres, views_url = await _views_server(settings, var_dir)
+                extra_env = {"LOCKGATE_REPLICAS": str(stream_replicas),
+                             "LOCKGATE_VIEWS_URL": views_url}
+            else:
+                url, server = await _embedded_server(var_dir, port)
         else:
             url = settings.nats_url
             _say(f"lockgate: using the NATS server at {url}")
         nc = await _connect(settings, url, stopping, admin)
         try:
+            # The administrator's step: every stream, bucket and durable, once. Services
+            # and adapters only bind to them (their users may not create them).
             await ensure_topology(
-                nc.jetstream(), replicas=settings.replicas, ack_wait_s=settings.ack_wait_s
+                nc.jetstream(), replicas=stream_replicas, ack_wait_s=settings.ack_wait_s,
+                capabilities=[c for caps in settings.adapters.values() for c in caps]
+                if clustered else (),
             )
         except NatsError as exc:
             raise SupervisorError(
                 f"could not create streams on {url} (is JetStream enabled?): {exc!r}"
             ) from exc
+        if nodes is not None:
+            try:
+                report = await wait_for_leaders(nodes.addresses(), TOPOLOGY_STREAMS)
+            except TimeoutError as exc:
+                raise SupervisorError(f"the cluster's streams did not settle: {exc}") from exc
+            leaders = Counter(s.leader for s in report.streams)
+            _say(f"lockgate: topology created at R{stream_replicas}; stream leaders per node "
+                 f"{dict(sorted(leaders.items()))}")
         if stopping.is_set():
             return 0
         write_run_info(var_dir, RunInfo(
-            url=url, pid=os.getpid(), embedded=embedded,
-            credentials_dir=str(credentials_dir(var_dir)) if embedded else "",
+            url=url, pid=os.getpid(), embedded=embedded or clustered,
+            credentials_dir=str(credentials_dir(var_dir)) if embedded or clustered else "",
+            nodes=nodes.addresses() if nodes is not None else [],
+            replicas={kid.name: kid.replicas for kid in kids},
         ))
         # Only now, with the system its own: another supervisor's list is not this one's.
         listing = True
@@ -279,8 +362,8 @@ async def run_supervisor(
         if endpoint is not None:
             targets.learn({"supervisor": {"metrics": endpoint.url}})
             _say(f"lockgate: metrics on {endpoint.url}; every process's in {targets.path}")
-        env = _child_env(url, var_dir)
-        _say(f"lockgate: starting {', '.join(k.name for k in kids)}; logs in {log_dir}")
+        env = {**_child_env(url, var_dir), **extra_env}
+        _say(f"lockgate: starting {', '.join(k.label for k in kids)}; logs in {log_dir}")
         health = _Health(loop.time())
         tasks = [asyncio.create_task(_keep_running(kid, env, log_dir)) for kid in kids]
         tasks += [
@@ -290,6 +373,8 @@ async def run_supervisor(
         ]
         if server is not None:
             tasks.append(asyncio.create_task(_watch_broker(server, nc, health)))
+        if nodes is not None:
+            tasks.append(asyncio.create_task(_watch_nodes(nodes, nc, health)))
         await stopping.wait()
         _say("lockgate: stopping")
         return 0
@@ -303,6 +388,10 @@ async def run_supervisor(
                 await nc.close()
         if server is not None:
             await asyncio.to_thread(server.stop)
+        if nodes is not None:
+            await asyncio.to_thread(nodes.stop)
+        if postgres is not None:
+            await asyncio.to_thread(postgres.stop)
         clear_run_info(var_dir, os.getpid())
         if listing:
             targets.clear()
@@ -312,10 +401,72 @@ async def run_supervisor(
             loop.remove_signal_handler(sig)
 
 
-def _deployment(settings: Settings, var_dir: Path) -> Deployment:
+def replicas_of(name: str) -> int:
+    """How many replicas of the child ``name`` the cluster profile runs.
+
+    Two of every service and adapter, on their shared durables; one of each read-side
+    process: the projector keeps one ordered position in the views, the archiver purges
+    what the views hold, the console serves a port.
+    """
+    return 1 if name in {n for n, _ in READ_SIDE} else CLUSTER_CHILD_REPLICAS
+
+
+#: Every stream and bucket the topology creates (the supervisor waits for their leaders).
+TOPOLOGY_STREAMS: tuple[str, ...] = (
+    *(c.name for c in stream_configs() if c.name),
+    *(f"KV_{b}" for b in BUCKETS),
+)
+
+
+def cluster_dir(var_dir: Path) -> Path:
+    """Where the local cluster keeps its nodes' stores and their accounts."""
+    return var_dir / "cluster"
+
+
+async def _local_cluster(var_dir: Path, size: int, port: int) -> LocalCluster:
+    ports = node_ports(size, base=NodePorts(port, DEFAULT_ROUTE_PORT, DEFAULT_MONITOR_PORT)
+                       if port else None)
+    for p in ports if port else []:
+        for taken in (p.client, p.route, p.monitor):
+            if await probe_port("127.0.0.1", taken) != "free":
+                raise SupervisorError(
+                    f"port {taken} on 127.0.0.1 is taken (another lockgate run?); stop it or "
+                    "choose other ports (--port N: clients from N, or 0 for ephemeral ports)")
+    nodes = LocalCluster(cluster_dir(var_dir), size, ports, log_dir=var_dir / "log")
+    try:
+        await asyncio.to_thread(nodes.start)
+    except NatsServerError as exc:
+        raise SupervisorError(
+            f"the local cluster did not start: {exc} (see {var_dir / 'log'}/nats-n*.log)") from exc
+    for a in nodes.addresses():
+        _say(f"lockgate: cluster node {a.name} on {a.url} (monitoring {a.monitor}), "
+             f"store {cluster_dir(var_dir) / a.name}")
+    return nodes
+
+
+async def _views_server(settings: Settings, var_dir: Path) -> tuple[PostgresServer | None, str]:
+    """The PostgreSQL server of the views (started here unless ``views_url`` names one)."""
+    if settings.views_url:
+        return None, settings.views_url
+    # Not under cluster/: that directory holds the accounts (mode 0700), and a server
+    # started by root runs as the postgres user.
+    server = PostgresServer(var_dir / "postgres")
+    try:
+        await asyncio.to_thread(server.start)
+    except PostgresUnavailable as exc:
+        raise SupervisorError(
+            f"PostgreSQL for the views did not start: {exc} (install postgresql, or set "
+            "LOCKGATE_VIEWS_URL)") from exc
+    _say(f"lockgate: views on PostgreSQL at 127.0.0.1:{server.port}, data {server.data}")
+    return server, server.url
+
+
+def _deployment(
+    settings: Settings, var_dir: Path, *, server_config: Path | None = None
+) -> Deployment:
     """Every role's user and credentials under ``var_dir`` (made on the first start)."""
     try:
-        deployment = ensure_deployment(var_dir, settings.roles())
+        deployment = ensure_deployment(var_dir, settings.roles(), server_config=server_config)
     except (OSError, ValueError) as exc:
         raise SupervisorError(f"could not make the deployment's users: {exc}") from exc
     _say(f"lockgate: {len(deployment.credentials)} NATS users, one per process and person; "
@@ -387,7 +538,7 @@ async def _connect(
     if admin is not None:
         options.update(user=admin.user, password=admin.password)
     options.update(
-        servers=[url],
+        servers=[u for u in url.split(",") if u],
         name="lockgate-supervisor",
         error_cb=on_error,
         disconnected_cb=on_disconnected,
@@ -450,7 +601,7 @@ async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.sub
     env = {**env, "LOCKGATE_METRICS_PORT": str(kid.metrics_port)}
     if kid.credentials is not None:
         env = {**env, "LOCKGATE_CREDENTIALS_FILE": str(kid.credentials)}
-    log = await asyncio.to_thread(_open_log, log_dir / f"{kid.name}.log", kid.module)
+    log = await asyncio.to_thread(_open_log, log_dir / f"{kid.label}.log", kid.module)
     with log:
         return await asyncio.create_subprocess_exec(
             sys.executable,
@@ -487,9 +638,9 @@ async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None
         if loop.time() - started >= STABLE_AFTER_S:
             delay_s = BACKOFF_MIN_S
         kid.restarts += 1
-        CHILD_RESTARTS.labels(kid.name).inc()
-        CHILD_UP.labels(kid.name).set(0)
-        _say(f"lockgate: {kid.name} {outcome}, restarting (restart #{kid.restarts})")
+        CHILD_RESTARTS.labels(kid.label).inc()
+        CHILD_UP.labels(kid.label).set(0)
+        _say(f"lockgate: {kid.label} {outcome}, restarting (restart #{kid.restarts})")
         await asyncio.sleep(delay_s)
         delay_s = min(delay_s * 2, BACKOFF_MAX_S)
 
@@ -501,20 +652,20 @@ async def _announce_ready(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     warned = False
-    names = [k.name for k in kids]
+    expected = Counter(k.name for k in kids)
     while True:
-        answers = await check_status(nc, names, timeout_s=1.0)
-        targets.learn(answers)
-        missing = [name for name in names if answers[name] is None]
+        answers = await gather_status(nc, expected, timeout_s=1.0)
+        targets.learn_each(kids, answers)
+        missing = [kid.label for kid in kids if kid.answer(answers) is None]
         if not missing:
             now = loop.time()
             for kid in kids:  # each answered: from here, silence counts against it
                 kid.well_at = kid.well_at or now
             _say(READY_LINE)
-            for name in names:  # a child that serves people says where (the console)
-                answer = answers[name] or {}
+            for kid in kids:  # a child that serves people says where (the console)
+                answer = kid.answer(answers) or {}
                 if isinstance(answer.get("url"), str):
-                    _say(f"lockgate: {name} at {answer['url']}")
+                    _say(f"lockgate: {kid.label} at {answer['url']}")
             return
         if not warned and loop.time() >= deadline:
             _say(
@@ -552,30 +703,30 @@ async def _watch_children(
         await asyncio.sleep(WATCH_EVERY_S)
         live = [(k, k.proc) for k in kids if k.proc is not None and k.proc.returncode is None]
         try:
-            answers = await check_status(nc, [k.name for k, _ in live], timeout_s=1.0)
+            answers = await gather_status(nc, Counter(k.name for k, _ in live), timeout_s=1.0)
         except NatsError:
             continue
-        targets.learn(answers)
+        targets.learn_each([k for k, _ in live], answers)
         now = loop.time()
         for kid, proc in live:
-            why = problem(answers.get(kid.name), STALL_S)
-            CHILD_UP.labels(kid.name).set(1 if why is None else 0)
+            why = problem(kid.answer(answers), STALL_S)
+            CHILD_UP.labels(kid.label).set(1 if why is None else 0)
             if why is None:
                 kid.well_at, kid.unwell = now, None
-                unwell_since.pop(kid.name, None)
+                unwell_since.pop(kid.label, None)
                 continue
             if not health.broker_ok(now):
-                unwell_since.pop(kid.name, None)
+                unwell_since.pop(kid.label, None)
                 continue
-            since = unwell_since.setdefault(kid.name, now)
+            since = unwell_since.setdefault(kid.label, now)
             # Never yet answered since it started: it gets the ready timeout to come up.
             grace = ready_timeout_s if kid.well_at is None else UNRESPONSIVE_S
             if now - max(since, kid.started_at) < grace:
                 continue
-            _say(f"lockgate: {kid.name} is not well ({why}) for {now - since:.0f}s; "
+            _say(f"lockgate: {kid.label} is not well ({why}) for {now - since:.0f}s; "
                  "killing it, it will be started again")
             _signal_group(proc.pid, signal.SIGKILL)
-            unwell_since.pop(kid.name, None)
+            unwell_since.pop(kid.label, None)
 
 
 async def _watch_broker(server: NatsServer, nc: Client, health: _Health) -> None:
@@ -606,6 +757,33 @@ async def _watch_broker(server: NatsServer, nc: Client, health: _Health) -> None
         except NatsServerError as exc:
             _say(f"lockgate: nats-server did not start again: {exc} (see {server.log_file}); "
                  "trying again", error=True)
+
+
+async def _watch_nodes(nodes: LocalCluster, nc: Client, health: _Health) -> None:
+    """Start a cluster node again, on its own store, when its process died.
+
+    A node that is alive but silent is left alone: the others hold quorum and lead
+    meanwhile, and a node stopped on purpose (SIGSTOP) rejoins when it is continued.
+    The supervisor's connection fails over to another node by itself; while it answers
+    through any of them, the broker counts as up.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(WATCH_EVERY_S)
+        with contextlib.suppress(NatsError, TimeoutError):
+            await nc.flush(timeout=int(WATCH_EVERY_S))
+            health.broker_ok_at = loop.time()
+        for address, node in zip(nodes.addresses(), nodes.nodes, strict=True):
+            if node.running:
+                continue
+            code = node.process.returncode if node.process is not None else None
+            _say(f"lockgate: cluster node {address.name} exited with {code}; starting it again "
+                 "on its store")
+            try:
+                await asyncio.to_thread(node.start)
+            except NatsServerError as exc:
+                _say(f"lockgate: node {address.name} did not start again: {exc}; trying again",
+                     error=True)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

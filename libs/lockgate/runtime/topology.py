@@ -10,6 +10,7 @@ so Lockgate owns its topology here and services only bind to it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -144,24 +145,54 @@ def consumer_config(d: Durable, ack_wait_s: float) -> ConsumerConfig:
     )
 
 
+#: Every key-value bucket: its history and the time-to-live of its entries (None: forever).
+BUCKETS: dict[str, tuple[int, float | None]] = {
+    RUNS_BUCKET: (1, None), CATALOGUES_BUCKET: (1, None), CAPABILITIES_BUCKET: (4, None),
+    LOCKS_BUCKET: (1, LOCK_TTL_S), PROGRESS_BUCKET: (1, PROGRESS_TTL_S),
+    BUDGETS_BUCKET: (1, BUDGETS_TTL_S),
+}
+
+
+def consumer_name(capability: str) -> str:
+    """Return the durable consumer name of the adapter serving ``capability``."""
+    return "adapter-" + capability.replace(".", "_")
+
+
+def exec_consumer_config(capability: str, ack_wait_s: float) -> ConsumerConfig:
+    """The durable on ``LG_EXEC`` the adapters of ``capability`` share.
+
+    The adapter SDK creates it with this configuration when it starts (its grant names
+    exactly this consumer and filter); an administrator may create it first.
+    """
+    name = consumer_name(capability)
+    return ConsumerConfig(
+        name=name,
+        durable_name=name,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_deliver=-1,
+        filter_subject=subjects.order(capability),
+    )
+
+
 async def ensure_topology(
-    js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = 5.0
+    js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = 5.0,
+    capabilities: Sequence[str] = (),
 ) -> None:
     """Create (or bring up to date) every stream, bucket and durable consumer.
 
-    Safe to run from several processes at once and on every start.
+    Safe to run from several processes at once and on every start. ``capabilities``:
+    also create their adapters' execution durables (``exec_consumer_config``), so that
+    on a cluster every replicated consumer exists, with its replicas placed, before
+    any process binds to it.
     """
     for config in stream_configs(replicas):
         try:
             await js.add_stream(config)
         except BadRequestError:
             await js.update_stream(config)
-    buckets = (
-        (RUNS_BUCKET, 1, None), (CATALOGUES_BUCKET, 1, None), (CAPABILITIES_BUCKET, 4, None),
-        (LOCKS_BUCKET, 1, LOCK_TTL_S), (PROGRESS_BUCKET, 1, PROGRESS_TTL_S),
-        (BUDGETS_BUCKET, 1, BUDGETS_TTL_S),
-    )
-    for bucket, history, ttl_s in buckets:
+    for bucket, (history, ttl_s) in BUCKETS.items():
         try:
             await js.key_value(bucket)
         except NotFoundError:
@@ -178,3 +209,5 @@ async def ensure_topology(
     for d in DURABLES:
         # CONSUMER.CREATE without an action creates, or updates a compatible existing one.
         await js.add_consumer(d.stream, consumer_config(d, ack_wait_s))
+    for capability in capabilities:
+        await js.add_consumer(EXEC, exec_consumer_config(capability, ack_wait_s))

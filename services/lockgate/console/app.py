@@ -168,8 +168,9 @@ async def _open_views(settings: Settings, attempts: int = 20) -> Views:
 
 
 def _bare(settings: Settings) -> str:
-    """The broker's URL without this process's own user in it (people connect as themselves)."""
-    return settings.nats_url.split(",")[0].strip()
+    """The broker's URLs (every node of a cluster) without this process's own user in them
+    (people connect as themselves)."""
+    return ",".join(u.strip() for u in settings.nats_url.split(",") if u.strip())
 
 
 def main() -> None:

@@ -20,10 +20,12 @@ from nats.js.errors import APIError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from lockgate.core.bounded import keep
+from lockgate.eventstore.jetstream import CONFLICT_CODES
 from lockgate.runtime.topology import LOCKS_BUCKET
 
-#: JetStream's "wrong last sequence": the key moved since the revision named.
-_WRONG_LAST = 10071
+#: JetStream's "wrong last sequence": the key moved since the revision named. A
+#: replicated bucket (R3) may answer 10164 instead, the same refusal without the number.
+_WRONG_LAST = CONFLICT_CODES
 #: Keys whose last revision and value a process remembers (oldest forgotten).
 _REVISIONS_KEPT = 65_536
 
@@ -100,7 +102,7 @@ class ResourceLocks:
         try:
             ack = await self._js.publish(self._prefix + key, value, headers=headers)
         except APIError as exc:
-            if exc.err_code == _WRONG_LAST:
+            if exc.err_code in _WRONG_LAST:
                 self._known.pop(key, None)
                 raise _Moved from None
             raise

@@ -1,0 +1,318 @@
+"""A JetStream cluster on loopback: three ``nats-server`` processes from the same wheel.
+
+``lockgate run --cluster 3`` (``make cluster``) and the cluster tests run it. Each node
+is a :class:`~lockgate.runtime.natsserver.NatsServer` with a server name, routes to the
+other nodes and ``sync_interval: always``; its store is ``<root>/n<k>/``; all of them
+include the one ``accounts.conf`` the deployment renders (``lockgate.runtime.roles``),
+so the cluster has exactly the single server's accounts and users.
+
+What the nodes say about themselves (up or down, the JetStream meta leader, each stream's
+leader and replicas) is read from their HTTP monitoring ports, on loopback, which need
+no NATS user: :func:`cluster_report`.
+
+Server facts this relies on (nats-server ``server/raft.go``): a follower waits 4 to 9 s
+for a silent leader before it campaigns, heartbeats go every second, and a leader that
+hears from no quorum for 10 s steps down. So a node frozen for longer than ~10 s has lost
+every leadership it held, and the two others have elected new leaders meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from lockgate.runtime.natsserver import ClusterPeer, NatsServer, NatsServerError, free_port
+
+#: The cluster's name (``cluster.name``); every node of one cluster shares it.
+CLUSTER_NAME = "lockgate"
+#: Nodes of the default local cluster.
+DEFAULT_SIZE = 3
+#: ``make cluster``'s ports: client 4222-4224, routes 6222-6224, monitoring 8222-8224
+#: (as ``deploy/nats/cluster/n<k>.conf`` describe the same cluster).
+DEFAULT_CLIENT_PORT, DEFAULT_ROUTE_PORT, DEFAULT_MONITOR_PORT = 4222, 6222, 8222
+#: The longest a follower waits for a silent leader before it campaigns (raft.go's
+#: ``maxElectionTimeoutDefault``); a leader without quorum steps down after 10 s.
+ELECTION_TIMEOUT_MAX_S = 9.0
+LOST_QUORUM_S = 10.0
+
+
+class NodeAddress(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one node listens (written to ``run.json``; no secrets)."""
+
+    name: str
+    url: str
+    monitor: str
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """One node's loopback ports."""
+
+    client: int
+    route: int
+    monitor: int
+
+
+def node_ports(size: int, *, base: NodePorts | None = None) -> list[NodePorts]:
+    """Ports for ``size`` nodes: consecutive from ``base``, or free ephemeral ones."""
+    if base is None:
+        return [NodePorts(free_port(), free_port(), free_port()) for _ in range(size)]
+    return [NodePorts(base.client + i, base.route + i, base.monitor + i) for i in range(size)]
+
+
+def node_name(index: int) -> str:
+    """The server name of the node at ``index`` (0-based): ``n1``, ``n2``, ..."""
+    return f"n{index + 1}"
+
+
+@dataclass
+class LocalCluster:
+    """``size`` JetStream nodes on loopback, each with its own store under ``root``.
+
+    ``accounts.conf`` under ``root`` is included by every node: render it first
+    (``lockgate.runtime.deployment.ensure_deployment(..., server_config=cluster.accounts_conf)``).
+    """
+
+    root: Path
+    size: int = DEFAULT_SIZE
+    ports: Sequence[NodePorts] = ()
+    log_dir: Path | None = None
+    nodes: list[NatsServer] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError("a cluster has at least one node")
+        ports = list(self.ports) or node_ports(self.size)
+        if len(ports) != self.size:
+            raise ValueError(f"{len(ports)} port sets for {self.size} nodes")
+        for i, p in enumerate(ports):
+            name = node_name(i)
+            peer = ClusterPeer(
+                server_name=name, cluster_name=CLUSTER_NAME, route_port=p.route,
+                peer_route_ports=tuple(q.route for j, q in enumerate(ports) if j != i),
+            )
+            self.nodes.append(NatsServer(
+                store_dir=self.root / name, port=p.client, monitor_port=p.monitor,
+                # Relative to the node's own configuration file, in its store directory.
+                config_text='include "../accounts.conf"',
+                log_file=(self.log_dir / f"nats-{name}.log") if self.log_dir else None,
+                cluster=peer if self.size > 1 else None, sync_always=True,
+            ))
+
+    @property
+    def accounts_conf(self) -> Path:
+        """The accounts block every node includes."""
+        return self.root / "accounts.conf"
+
+    @property
+    def urls(self) -> list[str]:
+        """Every node's client URL."""
+        return [n.url for n in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """Every node's client URL, comma-separated (what ``LOCKGATE_NATS_URL`` takes)."""
+        return ",".join(self.urls)
+
+    def addresses(self) -> list[NodeAddress]:
+        """Where each node listens."""
+        return [NodeAddress(name=n.cluster.server_name if n.cluster else node_name(i), url=n.url,
+                            monitor=f"http://127.0.0.1:{n.monitor_port}")
+                for i, n in enumerate(self.nodes)]
+
+    def node(self, name: str) -> NatsServer:
+        """The node called ``name``.
+
+        Raises:
+            KeyError: no such node.
+        """
+        for i, n in enumerate(self.nodes):
+            if node_name(i) == name:
+                return n
+        raise KeyError(name)
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start every node and wait until the cluster has a JetStream meta leader.
+
+        Raises:
+            NatsServerError: a node did not start, or no leader within ``timeout_s``.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.accounts_conf.exists():
+            raise NatsServerError(f"no {self.accounts_conf}: render the deployment first")
+        try:
+            for n in self.nodes:
+                n.start(timeout_s)
+            self.wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_healthy(self, timeout_s: float = 30.0, names: Sequence[str] | None = None) -> None:
+        """Wait until each running node (of ``names``) reports JetStream healthy.
+
+        Raises:
+            NatsServerError: not within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        addresses = [a for a in self.addresses() if names is None or a.name in names]
+        while True:
+            unhealthy = [a.name for a in addresses if not healthy(a.monitor)]
+            if not unhealthy:
+                return
+            if time.monotonic() > deadline:
+                raise NatsServerError(f"cluster nodes not healthy after {timeout_s}s: {unhealthy}")
+            time.sleep(0.2)
+
+    def restart(self, name: str, timeout_s: float = 30.0) -> None:
+        """Start a stopped or killed node again on its own store and ports."""
+        node = self.node(name)
+        node.kill()
+        node.start(timeout_s)
+
+    def stop(self) -> None:
+        """Stop every node (a frozen one is thawed first, or SIGTERM would wait on it)."""
+        import signal
+
+        for n in self.nodes:
+            n.signal(signal.SIGCONT)
+        for n in self.nodes:
+            n.stop()
+
+
+def _get_json(url: str, timeout_s: float = 1.0) -> dict[str, object] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:  # noqa: S310 - loopback
+            body = json.loads(reply.read())
+    except (urllib.error.HTTPError, urllib.error.URLError, OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def healthy(monitor: str, timeout_s: float = 1.0) -> bool:
+    """Whether the node's ``/healthz`` says JetStream is up and current."""
+    try:
+        with urllib.request.urlopen(f"{monitor}/healthz", timeout=timeout_s) as reply:  # noqa: S310
+            return bool(reply.status == 200)
+    except (urllib.error.HTTPError, urllib.error.URLError, OSError):
+        return False
+
+
+class ReplicaState(msgspec.Struct, frozen=True, kw_only=True):
+    """One follower of a stream, as its leader sees it."""
+
+    name: str
+    current: bool
+    lag: int = 0
+    active_s: float | None = None
+
+
+class StreamState(msgspec.Struct, frozen=True, kw_only=True):
+    """A stream's leader and replicas."""
+
+    stream: str
+    leader: str
+    replicas: list[ReplicaState]
+    messages: int = 0
+
+
+class NodeState(msgspec.Struct, frozen=True, kw_only=True):
+    """One node: whether it answers, and who it thinks leads the JetStream meta group."""
+
+    name: str
+    url: str
+    up: bool
+    healthy: bool = False
+    meta_leader: str = ""
+
+
+class ClusterReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``lockgate status`` says about the broker of a cluster."""
+
+    nodes: list[NodeState]
+    streams: list[StreamState]
+
+
+def _node_state(address: NodeAddress) -> tuple[NodeState, dict[str, object] | None]:
+    jsz = _get_json(f"{address.monitor}/jsz?accounts=true&streams=true")
+    if jsz is None:
+        return NodeState(name=address.name, url=address.url, up=False), None
+    meta = jsz.get("meta_cluster")
+    leader = str(meta.get("leader", "")) if isinstance(meta, dict) else ""
+    return NodeState(name=address.name, url=address.url, up=True,
+                     healthy=healthy(address.monitor), meta_leader=leader), jsz
+
+
+def _streams(jsz: dict[str, object], server_name: str) -> dict[str, StreamState]:
+    """The streams ``server_name`` leads, from its ``/jsz?accounts=true&streams=true``."""
+    found: dict[str, StreamState] = {}
+    accounts = jsz.get("account_details")
+    for account in accounts if isinstance(accounts, list) else []:
+        streams = account.get("stream_detail") if isinstance(account, dict) else None
+        for s in streams if isinstance(streams, list) else []:
+            if not isinstance(s, dict):
+                continue
+            cluster = s.get("cluster")
+            if not isinstance(cluster, dict) or cluster.get("leader") != server_name:
+                continue
+            state = s.get("state")
+            replicas = [
+                ReplicaState(name=str(r.get("name", "")), current=bool(r.get("current")),
+                             lag=int(r.get("lag", 0) or 0),
+                             active_s=(int(r["active"]) / 1e9) if isinstance(r.get("active"), int) else None)
+                for r in cluster.get("replicas", []) or [] if isinstance(r, dict)
+            ]
+            found[str(s.get("name"))] = StreamState(
+                stream=str(s.get("name")), leader=server_name, replicas=replicas,
+                messages=int(state.get("messages", 0)) if isinstance(state, dict) else 0)
+    return found
+
+
+def read_cluster(addresses: Sequence[NodeAddress]) -> ClusterReport:
+    """Ask every node how it is, and each stream's leader how its replicas are (blocking)."""
+    nodes: list[NodeState] = []
+    streams: dict[str, StreamState] = {}
+    for address in addresses:
+        state, jsz = _node_state(address)
+        nodes.append(state)
+        if jsz is not None:
+            # Each leader knows its followers' lag; a follower's view of them is stale.
+            for name, stream in _streams(jsz, address.name).items():
+                streams.setdefault(name, stream)
+    return ClusterReport(nodes=nodes, streams=[streams[k] for k in sorted(streams)])
+
+
+async def cluster_report(addresses: Sequence[NodeAddress]) -> ClusterReport:
+    """:func:`read_cluster` off the event loop."""
+    return await asyncio.to_thread(read_cluster, addresses)
+
+
+async def wait_for_leaders(
+    addresses: Sequence[NodeAddress], streams: Sequence[str], timeout_s: float = 30.0
+) -> ClusterReport:
+    """Wait until every stream in ``streams`` has a leader and every replica is current.
+
+    Raises:
+        TimeoutError: not within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        report = await cluster_report(addresses)
+        led = {s.stream: s for s in report.streams}
+        missing = [s for s in streams if s not in led
+                   or not all(r.current for r in led[s].replicas)]
+        if not missing:
+            return report
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"streams without a leader or with lagging replicas: {missing}")
+        with contextlib.suppress(Exception):
+            await asyncio.sleep(0.25)

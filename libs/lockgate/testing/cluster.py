@@ -1,0 +1,234 @@
+"""The whole system on a local JetStream cluster, for the fault tests at scale.
+
+As ``lockgate run --cluster 3`` runs it: three nodes (``lockgate.runtime.cluster``) on
+ephemeral loopback ports with their stores under the test's directory, one accounts file
+for all of them, the topology created once by ``admin`` at R3 (and the adapters'
+execution durables with it), two replicas of every service and adapter, one of each
+read-side process, the views on a throwaway PostgreSQL server when one is installed
+(SQLite otherwise). Every process is handed every node's URL.
+
+A replicated process is known by its label, ``intake-1`` and ``intake-2``; ``kill`` and
+``restart`` take labels. Nodes are ``n1`` .. ``n3``: ``kill_node``, ``freeze_node``,
+``thaw_node``, ``restart_node``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client
+
+from lockgate.runtime import postgres
+from lockgate.runtime.cluster import (
+    LocalCluster,
+    NodeAddress,
+    StreamState,
+    cluster_report,
+    wait_for_leaders,
+)
+from lockgate.runtime.deployment import ensure_deployment
+from lockgate.runtime.postgres import PostgresServer
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.status import gather_status
+from lockgate.runtime.supervisor import TOPOLOGY_STREAMS, replicas_of
+from lockgate.runtime.topology import ensure_topology
+from lockgate.testing.system import System
+
+#: Replicas of every stream and bucket.
+STREAM_REPLICAS = 3
+
+
+def label_of(name: str, replica: int, replicas: int) -> str:
+    """A child's label: its status name, with the replica's number when there are several."""
+    return name if replicas == 1 else f"{name}-{replica}"
+
+
+@dataclass
+class ClusterSystem(System):
+    """Three nodes, the topology at R3, two replicas of every service and adapter."""
+
+    size: int = 3
+    use_postgres: bool = True
+    cluster: LocalCluster | None = None
+    views: PostgresServer | None = None
+    #: label → (status name, module)
+    labels: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """Every node's URL, comma-separated."""
+        if self.cluster is None:
+            raise RuntimeError("cluster not started")
+        return self.cluster.url
+
+    @property
+    def nodes(self) -> list[NodeAddress]:
+        """Where each node listens."""
+        if self.cluster is None:
+            raise RuntimeError("cluster not started")
+        return self.cluster.addresses()
+
+    async def start(self, timeout_s: float = 120.0) -> None:
+        """Render the users, start the nodes and PostgreSQL, create the topology, start every child."""
+        (self.root / "log").mkdir(parents=True, exist_ok=True)
+        self.cluster = LocalCluster(self.root / "cluster", self.size, log_dir=self.root / "log")
+        self.deployment = ensure_deployment(self.root, Settings(var_dir=self.root).roles(),
+                                            server_config=self.cluster.accounts_conf)
+        await asyncio.to_thread(self.cluster.start)
+        if self.use_postgres and postgres.available():
+            self.views = PostgresServer()
+            await asyncio.to_thread(self.views.start)
+            self.extra_env.setdefault("LOCKGATE_VIEWS_URL", self.views.url)
+        self.extra_env.setdefault("LOCKGATE_REPLICAS", str(STREAM_REPLICAS))
+        nc = await self.connect()
+        try:
+            settings = Settings(var_dir=self.root)
+            await ensure_topology(
+                nc.jetstream(), replicas=STREAM_REPLICAS, ack_wait_s=settings.ack_wait_s,
+                capabilities=[c for caps in settings.adapters.values() for c in caps])
+        finally:
+            await nc.close()
+        await wait_for_leaders(self.nodes, TOPOLOGY_STREAMS)
+        for name, module in self.children:
+            n = replicas_of(name)
+            for k in range(1, n + 1):
+                self.labels[label_of(name, k, n)] = (name, module)
+        for label in self.labels:
+            self.spawn_replica(label)
+        await self.wait_ready(list(self.labels), timeout_s)
+
+    def spawn_replica(self, label: str) -> None:
+        """Start the child ``label`` (as its status name's user; its log is its label's)."""
+        name, module = self.labels[label]
+        self.spawn(name, module)
+        # System.spawn keys by status name; a replica is known by its label.
+        self.processes[label] = self.processes.pop(name) if label != name else self.processes[name]
+
+    def log(self, name: str) -> Path:
+        """A child's log (the replicas of one name share it: each line names its process)."""
+        return self.root / "log" / f"{name}.log"
+
+    async def connect(self, user: str = "admin", **options: object) -> Client:
+        """A connection to the cluster (every node's URL) as ``user``."""
+        creds = self.credentials(user)
+        options.setdefault("max_reconnect_attempts", -1)
+        options.setdefault("reconnect_time_wait", 0.5)
+        return await nats.connect(
+            servers=self.url.split(","), user=creds.user, password=creds.password,
+            inbox_prefix=creds.inbox_prefix, **options,
+        )
+
+    async def wait_ready(self, names: Sequence[str], timeout_s: float = 90.0) -> None:
+        """Poll until every child labelled in ``names`` answers that it is ready.
+
+        Raises:
+            TimeoutError: some did not, within ``timeout_s``.
+            RuntimeError: one exited.
+        """
+        labels = [n for n in names if n in self.labels] or list(names)
+        nc = await self.connect()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                wanted = Counter(self.labels[label][0] for label in self.labels)
+                answers = await gather_status(nc, wanted, timeout_s=0.5)
+                missing = []
+                for label in labels:
+                    proc = self.processes.get(label)
+                    if proc is not None and proc.poll() is not None:
+                        raise RuntimeError(f"{label} exited with {proc.returncode}: see "
+                                           f"{self.log(self.labels[label][0])}")
+                    name = self.labels[label][0]
+                    mine = [a for a in answers.get(name, [])
+                            if proc is not None and a.get("pid") == proc.pid]
+                    if not mine or mine[0].get("ready") is False:
+                        missing.append(label)
+                if not missing:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not ready: {missing}")
+                await asyncio.sleep(0.3)
+        finally:
+            await nc.close()
+
+    async def restart(self, name: str) -> None:
+        """Start a killed child again (by label) and wait until it answers."""
+        self.spawn_replica(name)
+        await self.wait_ready([name])
+
+    # -- the nodes ----------------------------------------------------------------------
+
+    def kill_node(self, name: str) -> None:
+        """SIGKILL one node, as a crash would."""
+        if self.cluster is None:
+            raise RuntimeError("cluster not started")
+        self.cluster.node(name).kill()
+
+    def freeze_node(self, name: str) -> None:
+        """SIGSTOP one node: alive, holding its sockets, answering nothing."""
+        if self.cluster is None:
+            raise RuntimeError("cluster not started")
+        self.cluster.node(name).signal(signal.SIGSTOP)
+
+    def thaw_node(self, name: str) -> None:
+        """SIGCONT a frozen node."""
+        if self.cluster is None:
+            raise RuntimeError("cluster not started")
+        self.cluster.node(name).signal(signal.SIGCONT)
+
+    async def restart_node(self, name: str) -> None:
+        """Start a stopped or killed node again on its store and ports; wait until healthy."""
+        if self.cluster is None:
+            raise RuntimeError("cluster not started")
+        await asyncio.to_thread(self.cluster.restart, name)
+        await asyncio.to_thread(self.cluster.wait_healthy, 60.0, [name])
+
+    async def stream(self, name: str) -> StreamState | None:
+        """The stream's leader and replicas, as its leader reports them."""
+        report = await cluster_report(self.nodes)
+        return next((s for s in report.streams if s.stream == name), None)
+
+    async def leader_of(self, stream: str, timeout_s: float = 30.0) -> str:
+        """The node leading ``stream`` (waiting for one while an election runs).
+
+        Raises:
+            TimeoutError: no leader within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = await self.stream(stream)
+            if found is not None and found.leader:
+                return found.leader
+            await asyncio.sleep(0.25)
+        raise TimeoutError(f"{stream} has no leader")
+
+    async def settled(self, timeout_s: float = 60.0) -> None:
+        """Wait until every stream has a leader and every replica is current again."""
+        await wait_for_leaders(self.nodes, TOPOLOGY_STREAMS, timeout_s)
+
+    def violations(self, account: str = "LOCKGATE") -> list[str]:
+        """The nodes' permission-violation lines for users of ``account``."""
+        found: list[str] = []
+        for path in sorted((self.root / "log").glob("nats-n*.log")):
+            text = path.read_text(errors="replace")
+            found += [line for line in text.splitlines()
+                      if "Violation" in line and f'"{account}/user:' in line]
+        return found
+
+    def stop(self) -> None:
+        """Stop every child, the nodes and PostgreSQL."""
+        try:
+            super().stop()
+        finally:
+            if self.cluster is not None:
+                self.cluster.stop()
+            if self.views is not None:
+                self.views.stop()
+
