@@ -26,7 +26,7 @@ run: $(STAMP)
 
 # The scale-out profile on this machine, no Docker: three nats-server nodes as one JetStream
 # cluster (R3, sync_interval: always), two replicas of every service and adapter, the views
-# on PostgreSQL; everything under var/cluster/. See docs/cluster.md.
+# on PostgreSQL; everything under var/cluster/. The README's "Running it at scale" says more.
 cluster: $(STAMP)
 	$(BIN)/lockgate run --cluster 3
 
