@@ -50,10 +50,10 @@ chromium:
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-# Every fault test on the local cluster (`make test` runs the short version: the tests not
-# marked cluster_long).
+# Every fault test on the local cluster (not yet in `make test`: one liveness failure is
+# still open, see the README's "Running it at scale").
 test-cluster: $(STAMP)
-	LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_faults.py
+	LOCKGATE_CLUSTER=1 LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_faults.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
