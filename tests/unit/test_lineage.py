@@ -13,6 +13,7 @@ from lockgate.intent.lineage import Kind, compare, place
 from lockgate.normalization.domain import placed
 from lockgate.policy.domain import evaluate_for
 from lockgate.testing.intents import History
+from lockgate.testing.system import REPO
 
 SCOPE = {"path": "reports", "tenant": "tenant-a"}
 ARGS: dict[str, Any] = {"path": "reports", "recipients": ["a", "b"]}
@@ -79,9 +80,8 @@ async def test_a_lineage_walks_back_past_syntax_repairs_and_counts_refusals() ->
     assert first is not None and (first.kind, first.denials) == (Kind.REPAIR, 0)
 
 
-def bundle() -> PolicyBundle:
-    from pathlib import Path
-    return PolicyBundle.load(Path(__file__).parents[2] / "deploy" / "policies")
+#: The demo bundle, loaded once.
+DEMO = PolicyBundle.load(REPO / "deploy" / "policies")
 
 
 def successor(kind: Kind, *, denials: int = 0, predecessor_denied: bool = False) -> EffectIntent:
@@ -90,7 +90,7 @@ def successor(kind: Kind, *, denials: int = 0, predecessor_denied: bool = False)
 
 
 def test_a_reviewers_denial_flows_to_an_equivalent_successor_and_nowhere_else() -> None:
-    b = bundle()
+    b = DEMO
     same = evaluate_for(successor(Kind.EQUIVALENT, predecessor_denied=True), b, None)
     assert (same.outcome, same.reasons) == (DecisionOutcome.DENY, ("lineage.denied-before",))
     for kind in (Kind.NARROWING, Kind.BRANCH):
@@ -99,7 +99,7 @@ def test_a_reviewers_denial_flows_to_an_equivalent_successor_and_nowhere_else() 
 
 
 def test_the_progress_checkpoint_stops_a_lineage_probing_past_its_refusals() -> None:
-    b = bundle()
+    b = DEMO
     limit = b.config.progress.max_repeated_denials
     assert evaluate_for(successor(Kind.BRANCH, denials=limit), b, None).reasons == ("run.progress-stalled",)
     assert evaluate_for(successor(Kind.BRANCH, denials=limit - 1), b, None).reasons == ("facts.unavailable",)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +14,7 @@ from lockgate.contracts.offer import ALIVE_WITHIN_S, Circumstances, Offer, alive
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.policy.domain import evaluate_for
 from lockgate.testing.intents import T0, History
+from lockgate.testing.system import REPO
 
 NOW = Circumstances(stage="default", roles=("analyst",), data_classes=None, done=frozenset(),
                     budget_left=None, alive=True)
@@ -66,7 +66,7 @@ def test_alive_is_three_heartbeats() -> None:
 
 
 def test_a_capability_gone_since_its_turn_is_denied_by_current_policy() -> None:
-    bundle = PolicyBundle.load(Path(__file__).parents[2] / "deploy" / "policies")
+    bundle = PolicyBundle.load(REPO / "deploy" / "policies")
     intent = History().normalized().intent
     gone = evaluate_for(intent, bundle, None, evidence=Evidence(offered_now=False))
     assert (gone.outcome, gone.reasons) == (DecisionOutcome.DENY, ("tool.no-longer-offered",))

@@ -419,6 +419,18 @@ class _RepoAdapter(Adapter):
     def _file(self, raw: object, revision: str) -> paths.Resolved:
         return paths.resolve_file(self._world.tree(revision), paths.canonical(raw))
 
+    def _file_at_revision(self, req: NormalizeRequest, *, destination: str) -> NormalizeResult:
+        """A file of the workspace at a (current) revision: the arguments of a read or a
+        summary; ``destination`` follows the repository's (``/artifacts`` for a summary)."""
+        repo_id = self._repo(req)
+        revision = self._revision(req.arguments.get("revision"))
+        found = self._file(req.arguments.get("path"), revision)
+        return NormalizeResult(
+            arguments={"repo_id": repo_id, "path": found.path, "revision": revision},
+            resource=self._resource(req, repo_id, found.path, revision),
+            destination=f"repo:{req.tenant}/{repo_id}{destination}",
+        )
+
     def _resource(self, req: NormalizeRequest, repo_id: str, path: str, revision: str,
                   **extra: str) -> dict[str, str]:
         return {"type": "repo", "id": f"{repo_id}:{self.object_kind}:{path}@{revision}",
@@ -463,14 +475,7 @@ class ReadFileAdapter(_RepoAdapter):
     object_kind = "file"
 
     def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
-        repo_id = self._repo(req)
-        revision = self._revision(req.arguments.get("revision"))
-        found = self._file(req.arguments.get("path"), revision)
-        return NormalizeResult(
-            arguments={"repo_id": repo_id, "path": found.path, "revision": revision},
-            resource=self._resource(req, repo_id, found.path, revision),
-            destination=f"repo:{req.tenant}/{repo_id}",
-        )
+        return self._file_at_revision(req, destination="")
 
     async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
         """Read the file at the revision; the text, bounded, is the result."""
@@ -495,14 +500,7 @@ class PrepareSummaryAdapter(_RepoAdapter):
     object_kind = "file"
 
     def _normalize(self, req: NormalizeRequest) -> NormalizeResult:
-        repo_id = self._repo(req)
-        revision = self._revision(req.arguments.get("revision"))
-        found = self._file(req.arguments.get("path"), revision)
-        return NormalizeResult(
-            arguments={"repo_id": repo_id, "path": found.path, "revision": revision},
-            resource=self._resource(req, repo_id, found.path, revision),
-            destination=f"repo:{req.tenant}/{repo_id}/artifacts",
-        )
+        return self._file_at_revision(req, destination="/artifacts")
 
     async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
         """Store the summary artifact (the same one for the same file and revision)."""
