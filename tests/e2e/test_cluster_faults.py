@@ -198,8 +198,37 @@ async def judge(cluster: ClusterSystem, sent: list[Sent], tasks: list[asyncio.Ta
                f"{retried} proposed again after a timeout; final states "
                f"{dict(Counter(f.state.value if f else 'missing' for f in finals.values()))}")
     print(summary)
+    if problems:
+        summary += "\n" + await diagnosis(cluster, [s.intent_id for s in sent], stored, finals)
     assert not problems, summary + "\n  " + "\n  ".join(problems[:30])
     return summary
+
+
+async def diagnosis(cluster: ClusterSystem, ids: list[str], stored: dict[str, list[Event]],
+                    finals: dict[str, object]) -> str:
+    """What a failure needs said: the unsettled intents' events and every durable's state."""
+    lines = []
+    for i in ids:
+        f = finals[i]
+        if f is None or not getattr(f, "state").terminal:  # noqa: B009
+            lines.append(f"  {i}: " + " ".join(type(e).__name__ for e in stored.get(i, [])))
+    nc = await cluster.connect()
+    try:
+        js = nc.jetstream()
+        for stream in (EVENTS,):
+            async for info in _consumers(js, stream):
+                c = info.config
+                lines.append(f"  {stream}/{c.durable_name}: pending {info.num_pending} "
+                             f"ack_pending {info.num_ack_pending} redelivered {info.num_redelivered} "
+                             f"waiting {info.num_waiting} leader {info.cluster.leader if info.cluster else '?'}")
+    finally:
+        await nc.close()
+    return "\n".join(lines)
+
+
+async def _consumers(js: object, stream: str) -> AsyncIterator[object]:
+    for info in await js.consumers_info(stream):  # type: ignore[attr-defined]
+        yield info
 
 
 async def new_candidates_execute(cluster: ClusterSystem, gw: Gateway, tag: str) -> None:

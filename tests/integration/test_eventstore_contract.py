@@ -17,22 +17,30 @@ from lockgate.eventstore import (
     MemoryEventStore,
     NewEvent,
 )
-from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
+from lockgate.eventstore.jetstream import (
+    JetStreamEventStore,
+    events_stream_config,
+    partition_stream_configs,
+)
+from lockgate.eventstore.partitions import Partitions
 
 
-@pytest.fixture(params=["memory", "jetstream"])
+@pytest.fixture(params=["memory", "jetstream", "partitioned"])
 async def store(request: pytest.FixtureRequest, nc: Client) -> AsyncIterator[EventStore]:
     if request.param == "memory":
         yield MemoryEventStore()
         return
+    # Partitioned under a stem and prefix of its own: ``lg.evt.p<k>.>`` overlaps ``lg.evt.>``.
+    partitions = Partitions(3, "PT_EVENTS", "pt.evt") if request.param == "partitioned" else Partitions()
     js = nc.jetstream()
-    with contextlib.suppress(NotFoundError):  # absent on the first test
-        await js.delete_stream("LG_EVENTS")
-    await js.add_stream(events_stream_config())
-    # A delete the server had not finished when the same stream was added again leaves
-    # the old messages under the new one: each test starts from an empty stream.
-    await js.purge_stream("LG_EVENTS")
-    yield JetStreamEventStore(nc)
+    for config in partition_stream_configs(partitions):
+        with contextlib.suppress(NotFoundError):  # absent on the first test
+            await js.delete_stream(config.name)
+        await js.add_stream(config)
+        # A delete the server had not finished when the same stream was added again leaves
+        # the old messages under the new one: each test starts from an empty stream.
+        await js.purge_stream(config.name)
+    yield JetStreamEventStore(nc, partitions=partitions)
 
 
 def ev(event_id: str, event_type: str = "Noted", data: bytes = b"{}") -> NewEvent:
@@ -181,3 +189,32 @@ async def test_a_known_aggregate_loads_what_another_writer_appended_since(nc: Cl
     # And a stale writer on what it knows is still refused by the server.
     with pytest.raises(ConcurrencyConflict):
         await mine.append(h, [ev("late")])
+
+
+async def test_partitions_hold_their_own_intents_and_scan_covers_all(nc: Client) -> None:
+    """K = 3: each intent's events are in the stream its id hashes to, under that stream's
+    prefix, and nowhere else; a scan hands every one of them over."""
+    partitions = Partitions(3, "PT_EVENTS", "pt.evt")
+    js = nc.jetstream()
+    for config in partition_stream_configs(partitions):
+        with contextlib.suppress(NotFoundError):
+            await js.delete_stream(config.name)
+        await js.add_stream(config)
+        await js.purge_stream(config.name)
+    store = JetStreamEventStore(nc, partitions=partitions)
+    ids = [f"i{n}" for n in range(30)]
+    for i in ids:
+        await store.append(await store.load("tenant-a", i), [ev(f"{i}-1"), ev(f"{i}-2")])
+    where = {i: partitions.of(i) for i in ids}
+    assert len({p.index for p in where.values()}) == 3  # thirty ids reach every partition
+    for p in partitions:
+        info = await js.stream_info(p.stream)
+        mine = [i for i in ids if where[i] == p]
+        assert info.state.messages == 2 * len(mine), p.stream
+        stored = [e async for e in store.scan_partition(p.index)]
+        assert {e.intent_id for e in stored} == set(mine)
+    assert sorted([e.event_id async for e in store.scan()]) == sorted(
+        f"{i}-{n}" for i in ids for n in (1, 2))
+    # A fresh store (another process) finds each where it is.
+    again = JetStreamEventStore(nc, partitions=partitions)
+    assert [e.event_id for e in (await again.load("tenant-a", "i7")).events] == ["i7-1", "i7-2"]

@@ -20,7 +20,7 @@ class CountingStore(MemoryEventStore):
         super().__init__()
         self.loads = 0
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
         self.loads += 1
         return await super().load(tenant, intent_id)
 

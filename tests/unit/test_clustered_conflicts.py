@@ -33,7 +33,7 @@ class _Store(JetStreamEventStore):
                        guard: dict[str, str]) -> PubAck:
         return PubAck(error=PubAck._Error(err_code=self.code, description="wrong last sequence"))
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
         return AggregateHistory(tenant, intent_id, self.head)
 
 

@@ -32,11 +32,19 @@ from lockgate.eventstore.base import (
 _record = msgspec.json.Decoder(IntentRecord)
 
 
+class _Refused(msgspec.Struct):
+    error: str = ""
+
+
+_refused = msgspec.json.Decoder(_Refused)
+
+
 class Record(Protocol):
     """What an adapter reads the record with: ``OrderRecord``, or any ``EventStore``."""
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
-        """Every event of the intent, in order (empty when unknown or not the reader's)."""
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
+        """Every event of the intent, in order (empty when unknown or not the reader's);
+        never ending before ``at_least`` when the intent has events."""
         ...
 
 
@@ -48,17 +56,23 @@ class OrderRecord:
         self._subject = subjects.record(capability)
         self._timeout_s = timeout_s
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
         """The intent's events, or none when it is not an intent of this capability.
 
+        ``at_least``: the version the order names; the executor reads where no replica
+        lags rather than answer with less.
+
         Raises:
-            EventStoreUnavailable: nobody answered (the executor is down or busy).
+            EventStoreUnavailable: nobody answered (the executor is down or busy), or
+                the executor said it could not answer now.
         """
         try:
-            reply = await self._nc.request(
-                self._subject, msgspec.json.encode(RecordRequest(tenant=tenant, intent_id=intent_id)),
-                timeout=self._timeout_s,
-            )
+            request = RecordRequest(tenant=tenant, intent_id=intent_id, at_least=at_least)
+            reply = await self._nc.request(self._subject, msgspec.json.encode(request),
+                                           timeout=self._timeout_s)
+            refused = _refused.decode(reply.data).error
+            if refused:
+                raise EventStoreUnavailable(f"{self._subject} answered {refused}")
             answer = _record.decode(reply.data)
         except (NatsTimeout, NoRespondersError) as exc:
             raise EventStoreUnavailable(f"no answer on {self._subject}") from exc
@@ -80,7 +94,7 @@ async def answer_record(store: EventStore, subject: str, body: bytes) -> bytes:
             raise ValueError("not an intent")
     except (subjects.NotACommandSubject, msgspec.MsgspecError, ValueError):
         return _NONE
-    history = await store.load(request.tenant, request.intent_id)
+    history = await store.load(request.tenant, request.intent_id, at_least=request.at_least)
     if not history.events or _tool(history.events[0]) != capability:
         return _NONE
     return msgspec.json.encode(IntentRecord(events=tuple(

@@ -338,7 +338,7 @@ class CapabilityWorker:
             log.error("order with invalid tenant or intent id on %s, terminated", msg.subject)
             return Settlement.TERM
         try:
-            history = await self._store.load(order.tenant, order.intent_id)
+            history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
             verify_order(order, self.capability, history.events)
         except EventStoreUnavailable as exc:
             log.warning("event store unavailable: %s", exc)
@@ -462,7 +462,7 @@ class CapabilityWorker:
         """
         checked_at = time.monotonic()
         try:
-            history = await self._store.load(order.tenant, order.intent_id)
+            history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
             agg = verify_crossing(order, self.capability, history.events, now=datetime.now(UTC))
         except (EventStoreUnavailable, AuthorizationNotVisible) as exc:
             raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
@@ -497,7 +497,7 @@ class CapabilityWorker:
     async def _still_current(self, order: ExecutionOrder) -> bool:
         """True when the record still has ``order``'s attempt open (authorized or sent)."""
         try:
-            history = await self._store.load(order.tenant, order.intent_id)
+            history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
         except EventStoreUnavailable as exc:
             raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
         return attempt_open(history.events, order.attempt_id)

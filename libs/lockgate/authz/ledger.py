@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TypeVar
 
 import msgspec
+from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -20,9 +21,11 @@ from lockgate.authz.budgets import NO_LIMIT, Counter, keys, remaining, reserve, 
 from lockgate.authz.config import Budget, Limit
 from lockgate.authz.limits import LimitState, Refusal, admit, limit_key, release
 from lockgate.authz.limits import scope_value as limit_scope
+from lockgate.contracts.buckets import leader_entry
 from lockgate.core.bounded import keep
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
+from lockgate.runtime.streams import BUDGETS_BUCKET
 
 _counter = msgspec.json.Decoder(Counter)
 #: Compare-and-set attempts before the decision is retried as a whole.
@@ -32,8 +35,21 @@ CAS_TRIES = 8
 S = TypeVar("S", bound=msgspec.Struct)
 
 
-async def _read(kv: KeyValue, key: str, decoder: msgspec.json.Decoder[S], empty: S) -> tuple[S, int | None]:
-    """A counter and its revision (``empty`` and ``None`` when the key has none yet)."""
+async def _read(
+    kv: KeyValue, key: str, decoder: msgspec.json.Decoder[S], empty: S,
+    leader: JetStreamContext | None = None,
+) -> tuple[S, int | None]:
+    """A counter and its revision (``empty`` and ``None`` when the key has none yet).
+
+    With ``leader``, as the bucket's leader holds it (``lockgate.contracts.buckets``):
+    for what is believed without a write (a refusal, nothing to change), which a
+    replica behind the leader would otherwise answer from an older counter.
+    """
+    if leader is not None:
+        found = await leader_entry(leader, BUDGETS_BUCKET, key)
+        if found is None:
+            return empty, None
+        return (decoder.decode(found.value) if found.value else empty), found.revision
     try:
         entry = await kv.get(key)
     except KeyNotFoundError:
@@ -62,22 +78,34 @@ class BudgetContention(TransientError):
 class BudgetLedger:
     """Reserves, consumes and releases an intent's share of every budget that counts it."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, js: JetStreamContext | None = None) -> None:
+        """``js``: where the bucket's leader is asked before an exhausted budget or a
+        change with nothing to change is believed (``None``: the bucket is not replicated)."""
         self._kv = kv
+        self._js = js
 
     async def _change(self, key: str, change: Callable[[Counter], Counter | None]) -> bool:
-        """Apply ``change`` to one counter atomically; False when it refused (exhausted)."""
+        """Apply ``change`` to one counter atomically; False when it refused (exhausted).
+
+        A read says what to write, and the compare-and-set checks it; what is decided
+        without a write (exhausted, or already so: a hold already released) is asked of
+        the bucket's leader first, and so is the counter after another writer got in.
+        """
+        leader: JetStreamContext | None = None
         for _ in range(CAS_TRIES):
-            current, revision = await _read(self._kv, key, _counter, Counter())
+            current, revision = await _read(self._kv, key, _counter, Counter(), leader)
+            believed = leader is not None or self._js is None
             changed = change(current)
-            if changed is None:
-                return False
-            if changed == current:
-                return True
+            if changed is None or changed == current:
+                if believed:
+                    return changed is not None
+                leader = self._js
+                continue
             try:
                 await _write(self._kv, key, changed, revision)
                 return True
             except KeyWrongLastSequenceError:
+                leader = self._js
                 continue
         raise BudgetContention(f"budget counter {key} kept changing", code="budget.contention")
 
@@ -164,9 +192,14 @@ class LimitLedger:
     key are serialized, so a process never races itself; replicas race only each other.
     """
 
-    def __init__(self, kv: KeyValue, clock_s: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, kv: KeyValue, clock_s: Callable[[], float] = time.time, js: JetStreamContext | None = None,
+    ) -> None:
+        """``js``: where the bucket's leader is asked before a refusal or a change with
+        nothing to change is believed (``None``: the bucket is not replicated)."""
         self._kv = kv
         self._clock_s = clock_s
+        self._js = js
         # Both bounded: a run has a key of its own, and runs keep coming.
         self._locks: dict[str, asyncio.Lock] = {}
         #: The last state and revision seen of each key: where the next compare-and-set
@@ -196,25 +229,30 @@ class LimitLedger:
         """
         async with self._lock(key):
             seen = self._seen.get(key)
+            leader: JetStreamContext | None = None
             for attempt in range(LIMIT_CAS_TRIES):
                 if seen is not None:
-                    (current, revision), fresh, seen = seen, False, None
+                    (current, revision), fresh, read, seen = seen, False, False, None
                 else:
                     if attempt:
                         # Replicas that keep meeting on a hot key (a tenant's) take turns.
                         await asyncio.sleep(random.uniform(0, 0.001 * attempt))
-                    current, revision = await _read(self._kv, key, _limit_state, LimitState())
-                    fresh = True
+                    current, revision = await _read(self._kv, key, _limit_state, LimitState(), leader)
+                    # A direct get may come from a replica behind the leader.
+                    fresh, read = leader is not None or self._js is None, True
                     self._saw(key, current, revision)
                 changed = change(current)
                 if isinstance(changed, Refusal) or changed == current:
                     if fresh:
                         return changed if isinstance(changed, Refusal) else None
+                    # What this process saw last, then a direct get, then the leader.
+                    leader = self._js if read else None
                     continue
                 try:
                     self._saw(key, changed, await _write(self._kv, key, changed, revision))
                     return None
                 except KeyWrongLastSequenceError:
+                    leader = self._js
                     continue
         raise BudgetContention(f"limit counter {key} kept changing", code="budget.contention")
 

@@ -355,11 +355,15 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
 # --- the record, as an adapter may read it ---------------------------------------------
 
 
-class RecordRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """An adapter asks for one intent's events (``lg.record.<capability>``)."""
+class RecordRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An adapter asks for one intent's events (``lg.record.<capability>``).
+
+    ``at_least``: the version its order names; the answer does not end before it.
+    """
 
     tenant: str
     intent_id: str
+    at_least: int = msgspec.field(default=0)
 
 
 class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):

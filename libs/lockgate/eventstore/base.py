@@ -86,8 +86,15 @@ class AggregateHistory:
 class EventStore(Protocol):
     """Loads and appends aggregate histories with optimistic concurrency."""
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
         """Return every event of the aggregate in version order (empty when unknown).
+
+        ``at_least``: a version the caller has reason to think the aggregate reached
+        (the event that triggered it was delivered at it, a conflict said a later one
+        exists, an order names it). A store whose reads may lag behind its writes
+        (replicas) reads a shorter history again where none lags, and answers with that:
+        if it is still shorter, that is the store's answer (an order ahead of the record,
+        or a forged one), and the caller judges it.
 
         Raises:
             EventStoreUnavailable: the store did not answer.

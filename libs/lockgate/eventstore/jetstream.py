@@ -9,6 +9,17 @@ grow with the stream because every event has a subject of its own. Its replies c
 to one inbox subscription the store keeps for its connection (a token per request),
 so a load is one publish, not a subscribe, a publish and an unsubscribe.
 
+On a replicated stream any current replica answers a direct get, and one that has not
+applied the latest writes yet answers with an older history (the server guarantees no
+read-your-writes for direct gets; nats-server 2.15 has no ``min_last_seq`` to ask for
+one). A caller that knows the aggregate reached a version (the event that triggered it
+was delivered at it; a conflict said a later one exists) says so with ``at_least``; a
+history that ends before it is completed with message gets (``STREAM.MSG.GET``), which
+only the stream's leader answers. The fast path stays one direct get.
+
+A partitioned deployment keeps its events in K streams (``lockgate.eventstore.partitions``):
+the store sends each load and append to its intent's stream, and scans each in turn.
+
 ``DirectGet`` (those requests and their inbox) and ``publish_atomically`` (one message,
 or an atomic batch) are shared with the library's recorder interface on the same stream
 (``lockgate.eventstore.recorder``).
@@ -17,11 +28,12 @@ or an atomic batch) are shared with the library's recorder interface on the same
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -40,6 +52,8 @@ from lockgate.eventstore.base import (
     NewEvent,
     RecordedEvent,
 )
+from lockgate.eventstore.partitions import STREAM as STREAM
+from lockgate.eventstore.partitions import Partitions
 from lockgate.eventstore.subjects import (
     PREFIX,
     aggregate_filter,
@@ -48,8 +62,6 @@ from lockgate.eventstore.subjects import (
     first_event_filter,
     parse_event_subject,
 )
-
-STREAM = "LG_EVENTS"
 
 #: Server errors that mean "someone else appended first". 10164 is what an R3 stream
 #: answers while another proposal for the same aggregate is in flight.
@@ -60,6 +72,8 @@ _RELOAD_CODES = CONFLICT_CODES | {10201}
 #: ``multi_last`` answers at most this many subjects; longer aggregates are paged.
 _MULTI_LAST_LIMIT = 1024
 _PAGE = 1024
+#: What an append reports as a conflict when the server already held its event id.
+_OURS = "duplicate event id"
 #: Aggregates a store remembers the history of (least recently used go first).
 HISTORIES_KEPT = 8192
 
@@ -79,6 +93,30 @@ class PubAck(msgspec.Struct):
 
 
 _ack_decoder = msgspec.json.Decoder(PubAck)
+
+
+class _StoredMessage(msgspec.Struct):
+    subject: str
+    seq: int
+    hdrs: str = ""
+    data: str = ""
+
+
+class MsgGetAnswer(msgspec.Struct):
+    """The leader's answer to ``STREAM.MSG.GET``: the message, or why not (404: none)."""
+
+    message: _StoredMessage | None = None
+    error: PubAck._Error | None = None
+
+
+_msg_get_decoder = msgspec.json.Decoder(MsgGetAnswer)
+
+
+def _headers(encoded: str) -> dict[str, str]:
+    """The headers of a message get's answer (base64 of ``NATS/1.0\\r\\nKey: value...``)."""
+    lines = base64.b64decode(encoded).decode("utf-8", "replace").split("\r\n")[1:]
+    pairs = (line.split(":", 1) for line in lines if ":" in line)
+    return {k.strip(): v.strip() for k, v in pairs}
 
 
 class _Replies:
@@ -106,6 +144,14 @@ def events_stream_config(
         duplicate_window=duplicate_window_s,
         deny_delete=True,
     )
+
+
+def partition_stream_configs(
+    partitions: Partitions, *, replicas: int = 1, duplicate_window_s: float = 120.0,
+) -> list[StreamConfig]:
+    """The configuration of every events stream of ``partitions``, in partition order."""
+    return [events_stream_config(p.stream, replicas=replicas, duplicate_window_s=duplicate_window_s,
+                                 subject_prefix=p.prefix) for p in partitions]
 
 
 def recorded_event(
@@ -138,6 +184,7 @@ class DirectGet:
         self._nc = nc
         self._timeout_s = timeout_s
         self._api = f"{api_prefix}.DIRECT.GET.{stream}"
+        self._msg_get = f"{api_prefix}.STREAM.MSG.GET.{stream}"
         #: Direct gets waiting for their replies, by the reply subject's last token.
         self._waiting: dict[str, _Replies] = {}
         self._tokens = itertools.count()
@@ -181,6 +228,32 @@ class DirectGet:
         if status:
             raise EventStoreUnavailable(f"direct get answered status {status}")
         return msg
+
+    async def leader_next(self, seq: int, subject_filter: str) -> tuple[str, dict[str, str], bytes, int] | None:
+        """The first message at or after ``seq`` on ``subject_filter``, as the stream's
+        leader holds it (``STREAM.MSG.GET``: only the leader answers), or ``None``.
+
+        Returns ``(subject, headers, data, sequence)``.
+
+        Raises:
+            EventStoreUnavailable: no answer (an election, say), or an error but 404.
+        """
+        request = json.dumps({"seq": seq, "next_by_subj": subject_filter}).encode()
+        try:
+            msg = await self._nc.request(self._msg_get, request, timeout=self._timeout_s)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise EventStoreUnavailable(f"message get not answered: {exc!r}") from exc
+        answer = _msg_get_decoder.decode(msg.data)
+        if answer.error is not None:
+            if answer.error.code == 404:
+                return None
+            raise EventStoreUnavailable(
+                f"message get refused: {answer.error.err_code} {answer.error.description}")
+        if answer.message is None:
+            raise EventStoreUnavailable("message get answered neither a message nor an error")
+        m = answer.message
+        data = base64.b64decode(m.data) if m.data else b""
+        return m.subject, _headers(m.hdrs) if m.hdrs else {}, data, m.seq
 
     async def _replies_inbox(self) -> str:
         """The inbox every direct get of this store is answered on (subscribed once)."""
@@ -238,32 +311,56 @@ async def publish_atomically(
         raise EventStoreUnavailable(f"append not acknowledged: {exc!r}") from exc
 
 
+@dataclass(frozen=True)
+class _Route:
+    """Where one partition's events are: its stream, subject prefix and direct gets."""
+
+    stream: str
+    prefix: str
+    get: DirectGet
+
+
 class JetStreamEventStore:
-    """An ``EventStore`` on one JetStream stream."""
+    """An ``EventStore`` on one JetStream stream, or on K partitions of it."""
 
     def __init__(
         self, nc: Client, *, stream: str = STREAM, timeout_s: float = 5.0, api_prefix: str = "$JS.API",
-        subject_prefix: str = PREFIX,
+        subject_prefix: str = PREFIX, partitions: Partitions | None = None,
     ) -> None:
         """``api_prefix``: the JetStream API as this connection's account reaches it
         (``lg.jsapi`` in an account that imports it; see ``lockgate.runtime.roles``).
-        ``subject_prefix``: the stream's subjects are ``<subject_prefix>.>``."""
+        ``subject_prefix``: the stream's subjects are ``<subject_prefix>.>``.
+        ``partitions``: the events streams of a partitioned deployment
+        (``lockgate.eventstore.partitions``; ``stream`` and ``subject_prefix`` are then
+        its stem and prefix); by default the one stream."""
         self._nc = nc
-        self._stream = stream
         self._timeout_s = timeout_s
-        self._prefix = subject_prefix
-        self._get = DirectGet(nc, stream, timeout_s=timeout_s, api_prefix=api_prefix)
+        self.partitions = partitions or Partitions(1, stream, subject_prefix)
+        self._routes = tuple(
+            _Route(p.stream, p.prefix, DirectGet(nc, p.stream, timeout_s=timeout_s, api_prefix=api_prefix))
+            for p in self.partitions)
+        #: The plain prefix: it parses every partition's subjects.
+        self._prefix = self.partitions.subject_prefix
+        #: Loads a replica answered behind what the caller knew, completed by the leader.
+        self.behind = 0
         #: Histories this store loaded or appended lately (loads go on from them).
         self._histories: OrderedDict[tuple[str, str], AggregateHistory] = OrderedDict()
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
-        """Return every event of the aggregate, in version order.
+    def _route(self, intent_id: str) -> _Route:
+        return self._routes[self.partitions.index_of(intent_id)]
+
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
+        """Return every event of the aggregate, in version order (at ``at_least`` or later).
 
         An aggregate this store loaded or appended lately is loaded from where it left
         off: stored events never change and are never deleted (the stream denies it), so
         its history is the one known plus whatever was stored after its last sequence,
         asked for with one direct get (``next_by_subj`` from that sequence), which answers
-        with only the new events, or with none.
+        with only the new events, or with none. A history that ends before ``at_least``
+        (a replica behind the leader may have answered) is completed by the leader.
+
+        Raises:
+            EventStoreUnavailable: no answer.
         """
         key = (tenant, intent_id)
         known = self._histories.get(key)
@@ -271,8 +368,32 @@ class JetStreamEventStore:
             history = await self._load_after(known)
         else:
             history = await self._load_whole(tenant, intent_id)
+        if history.version < at_least:
+            self.behind += 1
+            history = await self._leader_after(history)
         self._keep(history)
         return history
+
+    async def _leader_after(self, known: AggregateHistory) -> AggregateHistory:
+        """``known`` and the events stored after it, as the stream's leader holds them.
+
+        One message get per event, from the sequence after ``known``'s last: for the few
+        events a lagging replica had not applied yet, never on the path of a current one.
+        """
+        events = list(known.events)
+        seq = known.last_sequence + 1
+        route = self._route(known.intent_id)
+        subject_filter = aggregate_filter(known.tenant, known.intent_id, prefix=route.prefix)
+        while (found := await route.get.leader_next(seq, subject_filter)) is not None:
+            subject, headers, data, sequence = found
+            event = recorded_event(subject, headers, data, sequence, prefix=self._prefix)
+            if event.version != len(events) + 1:
+                raise EventStoreUnavailable(
+                    f"{known.tenant}/{known.intent_id}: version {event.version} stored after "
+                    f"{len(events)}")
+            events.append(event)
+            seq = sequence + 1
+        return replace(known, events=tuple(events))
 
     def _keep(self, history: AggregateHistory) -> None:
         if not history.events:
@@ -285,11 +406,12 @@ class JetStreamEventStore:
 
     async def _load_after(self, known: AggregateHistory) -> AggregateHistory:
         """``known`` and the aggregate's events stored after it."""
+        route = self._route(known.intent_id)
         status, messages = await self._direct_get({
             "seq": known.last_sequence + 1,
-            "next_by_subj": aggregate_filter(known.tenant, known.intent_id, prefix=self._prefix),
+            "next_by_subj": aggregate_filter(known.tenant, known.intent_id, prefix=route.prefix),
             "batch": _PAGE,
-        })
+        }, route)
         if status not in ("204", "404"):
             raise EventStoreUnavailable(f"direct get answered status {status}")
         later = sorted((self._recorded(m) for m in messages), key=lambda e: e.sequence)
@@ -299,8 +421,9 @@ class JetStreamEventStore:
         return replace(known, events=known.events + tuple(later))
 
     async def _load_whole(self, tenant: str, intent_id: str) -> AggregateHistory:
+        route = self._route(intent_id)
         status, messages = await self._direct_get(
-            {"multi_last": [aggregate_filter(tenant, intent_id, prefix=self._prefix)]}
+            {"multi_last": [aggregate_filter(tenant, intent_id, prefix=route.prefix)]}, route
         )
         if status == "413":  # more subjects than multi_last answers: page through them
             messages = await self._paged(tenant, intent_id)
@@ -310,12 +433,20 @@ class JetStreamEventStore:
         return AggregateHistory(tenant, intent_id, tuple(events))
 
     async def scan(self, start_sequence: int = 1) -> AsyncIterator[RecordedEvent]:
-        """Every stored event from ``start_sequence`` on, in store order (for audits and replays)."""
+        """Every stored event from ``start_sequence`` on, in store order (for audits and
+        replays); of a partitioned store, each partition's in turn, each from there."""
+        for index in range(len(self._routes)):
+            async for event in self.scan_partition(index, start_sequence):
+                yield event
+
+    async def scan_partition(self, index: int, start_sequence: int = 1) -> AsyncIterator[RecordedEvent]:
+        """The events of partition ``index`` from ``start_sequence`` on, in its order."""
+        route = self._routes[index]
         seq = start_sequence
         while True:
             status, page = await self._direct_get(
-                {"seq": seq, "next_by_subj": all_events_filter(prefix=self._prefix), "batch": _PAGE}
-            )
+                {"seq": seq, "next_by_subj": all_events_filter(prefix=route.prefix), "batch": _PAGE},
+                route)
             for msg in page:
                 yield self._recorded(msg)
             if not page or status != "204" or len(page) < _PAGE:
@@ -323,8 +454,9 @@ class JetStreamEventStore:
             seq = int((page[-1].headers or {})["Nats-Sequence"]) + 1
 
     async def _paged(self, tenant: str, intent_id: str) -> list[Msg]:
+        route = self._route(intent_id)
         status, first = await self._direct_get(
-            {"multi_last": [first_event_filter(tenant, intent_id, prefix=self._prefix)]}
+            {"multi_last": [first_event_filter(tenant, intent_id, prefix=route.prefix)]}, route
         )
         if not first:
             raise EventStoreUnavailable(f"aggregate {tenant}/{intent_id} has no first event")
@@ -332,8 +464,8 @@ class JetStreamEventStore:
         out: list[Msg] = []
         while True:
             status, page = await self._direct_get(
-                {"seq": seq, "next_by_subj": aggregate_filter(tenant, intent_id, prefix=self._prefix),
-                 "batch": _PAGE}
+                {"seq": seq, "next_by_subj": aggregate_filter(tenant, intent_id, prefix=route.prefix),
+                 "batch": _PAGE}, route
             )
             out.extend(page)
             if not page or status != "204":
@@ -342,9 +474,9 @@ class JetStreamEventStore:
             if len(page) < _PAGE:
                 return out
 
-    async def _direct_get(self, request: dict[str, Any]) -> tuple[str, list[Msg]]:
-        """Send one batched direct-get and collect replies until the status message."""
-        return await self._get.request(request)
+    async def _direct_get(self, request: dict[str, Any], route: _Route) -> tuple[str, list[Msg]]:
+        """Send one batched direct-get to ``route``'s stream; collect replies until its status."""
+        return await route.get.request(request)
 
     def _recorded(self, msg: Msg) -> RecordedEvent:
         headers = msg.headers or {}
@@ -359,15 +491,16 @@ class JetStreamEventStore:
         """Append ``events`` after ``history`` as one atomic write."""
         if not events:
             return history
+        prefix = self._route(history.intent_id).prefix
         subjects = [
             event_subject(history.tenant, history.intent_id, history.version + i, e.event_type,
-                          e.route, prefix=self._prefix)
+                          e.route, prefix=prefix)
             for i, e in enumerate(events, start=1)
         ]
         guard = {
             "Nats-Expected-Last-Subject-Sequence": str(history.last_sequence),
             "Nats-Expected-Last-Subject-Sequence-Subject": aggregate_filter(
-                history.tenant, history.intent_id, prefix=self._prefix
+                history.tenant, history.intent_id, prefix=prefix
             ),
         }
         try:
@@ -379,7 +512,7 @@ class JetStreamEventStore:
             # The server already holds a message with this event id. Only if it sits
             # exactly where this append would put it is that success; an event id
             # reused at another position must not pass for an append.
-            ack = PubAck(error=PubAck._Error(err_code=10071, description="duplicate event id"))
+            ack = PubAck(error=PubAck._Error(err_code=10071, description=_OURS))
         if ack is not None and ack.error is None:
             last = ack.seq
             recorded = tuple(
@@ -402,8 +535,12 @@ class JetStreamEventStore:
                 f"append refused: {ack.error.err_code} {ack.error.description}"
             )
         # A conflict, or no answer. A retried append whose first ack was lost comes
-        # back as a conflict too: our own events at the head mean it landed.
-        current = await self.load(history.tenant, history.intent_id)
+        # back as a conflict too: our own events at the head mean it landed. A refusal
+        # says an event follows ``history``: a replica that has not applied it yet must
+        # not answer for the store.
+        later = history.version + 1 if ack is not None and ack.error is not None \
+            and ack.error.err_code in CONFLICT_CODES and ack.error.description != _OURS else 0
+        current = await self.load(history.tenant, history.intent_id, at_least=later)
         mine = current.events[history.version : history.version + len(events)]
         if [e.event_id for e in mine] == [e.event_id for e in events]:
             return replace(history, events=current.events[: history.version + len(events)])

@@ -23,8 +23,9 @@ class MemoryEventStore:
         self._sequence = 0
         self._lock = asyncio.Lock()
 
-    async def load(self, tenant: str, intent_id: str) -> AggregateHistory:
-        """Return the aggregate's history (empty when unknown)."""
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
+        """Return the aggregate's history (empty when unknown; never behind, so ``at_least``
+        asks nothing of it)."""
         event_subject(tenant, intent_id, 1, "Probe")  # same token rules as the real store
         return AggregateHistory(tenant, intent_id, self._streams.get((tenant, intent_id), ()))
 

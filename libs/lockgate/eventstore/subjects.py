@@ -10,6 +10,10 @@ load, parse and match ``legacy_type_filter``.
 The server does not check that ``Nats-Expected-Last-Subject-Sequence-Subject`` matches
 the subject being published, so both come from the functions below.
 
+A partitioned stream's subjects carry its partition after the prefix
+(``lg.evt.p<k>.<tenant>...``, ``lockgate.eventstore.partitions``): built with the
+partition's prefix, and parsed here with the plain one too.
+
 Every function takes the subject prefix as a keyword (``lg.evt`` unless told): a stream
 laid out like ``LG_EVENTS`` under another prefix (a test's own, a second deployment on
 one broker) is built and parsed by the same code.
@@ -17,11 +21,14 @@ one broker) is built and parsed by the same code.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from lockgate.core.ids import is_subject_token
 
 PREFIX = "lg.evt"
+#: The token a partitioned stream's subjects carry after the prefix: ``p<k>``.
+_PARTITION = re.compile(r"p[0-9]{1,2}")
 #: The route of an event whose type alone says who acts on it.
 NO_ROUTE = "_"
 
@@ -121,6 +128,8 @@ def parse_event_subject(subject: str, *, prefix: str = PREFIX) -> EventAddress:
     """
     head = prefix + "."
     parts = subject[len(head):].split(".") if subject.startswith(head) else []
+    if len(parts) == 6 and _PARTITION.fullmatch(parts[0]):
+        parts = parts[1:]  # a partitioned stream's subject (``lockgate.eventstore.partitions``)
     if len(parts) not in (4, 5) or not parts[2].isdigit():
         raise NotAnEventSubject(f"not an event subject: {subject!r}")
     return EventAddress(parts[0], parts[1], int(parts[2]), parts[3], *parts[4:])

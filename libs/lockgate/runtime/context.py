@@ -11,10 +11,10 @@ import msgspec
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from lockgate.adapters.client import AdapterClient
+from lockgate.contracts.buckets import confirmed_get
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.subjects import run_key
@@ -64,11 +64,11 @@ class Ports:
         if cached is not None:
             self._runs.move_to_end((tenant, run_id))
             return cached
-        try:
-            entry = await self.runs.get(run_key(tenant, run_id))
-        except KeyNotFoundError:
+        # A run opened a moment ago may not be on every replica yet: a miss asks the leader.
+        value = await confirmed_get(self.js, self.runs, RUNS_BUCKET, run_key(tenant, run_id))
+        if value is None:
             return None
-        run = msgspec.json.decode(entry.value or b"", type=RunContext)
+        run = msgspec.json.decode(value, type=RunContext)
         return keep(self._runs, (tenant, run_id), run, _RUNS_CACHED)
 
 

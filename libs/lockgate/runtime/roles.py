@@ -176,8 +176,11 @@ def kv_open(bucket: str) -> tuple[str, ...]:
 
 
 def kv_read(bucket: str) -> tuple[str, ...]:
-    """Get keys of a bucket (direct get, as the buckets are created with ``direct=True``)."""
-    return (*kv_open(bucket), f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.>")
+    """Get keys of a bucket: direct gets (the buckets are created with ``direct=True``),
+    and message gets, which only the bucket's leader answers, to confirm what a replica
+    behind it may have answered (``lockgate.contracts.buckets``)."""
+    return (*kv_open(bucket), f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.>",
+            f"$JS.API.STREAM.MSG.GET.KV_{bucket}")
 
 
 def kv_list(bucket: str) -> tuple[str, ...]:
@@ -205,6 +208,9 @@ def adapter_ask(verb: str) -> tuple[str, ...]:
 
 #: Load an aggregate or verify an order: direct get (``multi_last``) on the events stream.
 EVENT_LOAD = f"{JS_API}.DIRECT.GET.{EVENTS}"
+#: Complete a load a lagging replica answered: message gets, which only the stream's
+#: leader answers (``lockgate.eventstore.jetstream``).
+EVENT_LEADER_GET = f"{JS_API}.STREAM.MSG.GET.{EVENTS}"
 
 
 def event_append(*event_types: str) -> tuple[str, ...]:
@@ -347,7 +353,7 @@ def service_role(name: str) -> Role:
     publish: list[str] = []
     for consumer in spec.consumes:
         publish += js_pull(consumer.stream, consumer.name)
-    publish.append(EVENT_LOAD)
+    publish += (EVENT_LOAD, EVENT_LEADER_GET)
     # Every consumer may give a message up on the record (lockgate.runtime.service).
     publish += event_append(*(event.__name__ for event in spec.may_append))
     for bucket in _OPENED_BY_EVERY_SERVICE:
@@ -386,7 +392,8 @@ def archiver_role() -> Role:
     body), so it is this role's alone, and the archiver checks on the record itself,
     under optimistic concurrency, that what it purges has ended.
     """
-    publish = (EVENT_LOAD, *event_append("IntentArchived"), f"{JS_API}.STREAM.PURGE.{EVENTS}")
+    publish = (EVENT_LOAD, EVENT_LEADER_GET, *event_append("IntentArchived"),
+               f"{JS_API}.STREAM.PURGE.{EVENTS}")
     subscribe = (subjects.status(ARCHIVER), _inbox(SERVICE_INBOX))
     return Role(ARCHIVER, publish, subscribe, allow_responses=True)
 

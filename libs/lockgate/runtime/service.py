@@ -316,13 +316,18 @@ async def decide_and_append(
     """
     recall = cache.recall(tenant, intent_id, trigger) if cache is not None else None
     first, conflicted = True, 0
+    # What the store is known to hold: the trigger's version, and after a conflict one
+    # past the history that conflicted. A load is never taken for less (on a replicated
+    # stream a lagging replica would answer with a history before the trigger, and a
+    # step finding nothing to do there would settle the message unanswered).
+    at_least = trigger.version if trigger is not None else 0
     while True:
         if first and assume_new:
             known, trusted = Known(AggregateHistory(tenant, intent_id), ()), True
         elif first and recall is not None:
             known, trusted = recall.known, recall.exact
         else:
-            known, trusted = await load_known(store, tenant, intent_id, cache), True
+            known, trusted = await load_known(store, tenant, intent_id, cache, at_least=at_least), True
         first = False
         intent = fold(known.events)
         # A terminal state is final (only neutral events follow it), so what a step finds
@@ -341,6 +346,7 @@ async def decide_and_append(
             conflicted += 1
             if conflicted >= conflicts:
                 raise
+            at_least = max(at_least, known.history.version + 1)
             continue
         metrics.appended(events)
         if cache is not None:
@@ -350,12 +356,19 @@ async def decide_and_append(
 
 async def load_known(
     store: EventStore, tenant: str, intent_id: str, cache: AggregateCache | None = None,
+    *, at_least: int = 0,
 ) -> Known:
-    """Load an aggregate's history and decode it (and let ``cache`` keep it).
+    """Load an aggregate's history (at ``at_least`` or later) and decode it (and let
+    ``cache`` keep it).
 
     Events ``cache`` already holds decoded are not decoded again: only the new ones.
     """
-    history = await store.load(tenant, intent_id)
+    history = await store.load(tenant, intent_id, at_least=at_least)
+    if history.version < at_least:
+        # Even where no replica lags (a leader just deposed answered, say): acting on a
+        # history before what is known to be stored would answer for an earlier state.
+        raise EventStoreUnavailable(
+            f"{tenant}/{intent_id} loaded at version {history.version}, before {at_least}")
     prior = cache.peek(tenant, intent_id) if cache is not None else None
     decoded: tuple[Event, ...] = ()
     if prior is not None and 0 < prior.history.version <= history.version \
@@ -374,34 +387,16 @@ async def load_intent(
 ) -> EffectIntent | None:
     """Return the folded aggregate, or ``None`` when it has no events.
 
-    With a ``cache`` and a ``trigger``, the aggregate as it was when the trigger was
-    stored, when this process knows exactly that; otherwise as loaded now.
+    With a ``trigger``, never as it was before the trigger (the store reads again where
+    no replica lags); with a ``cache`` too, as it was when the trigger was stored, when
+    this process knows exactly that; otherwise as loaded now.
     """
     if cache is not None and trigger is not None:
         known = cache.at(tenant, intent_id, trigger)
         if known is not None:
             return fold(known.events)
-    loaded = await load_known(store, tenant, intent_id, cache)
-    if trigger is None:
-        return fold(loaded.events)
-    for attempt in range(STALE_LOADS):
-        if loaded.history.version >= trigger.version:
-            return fold(loaded.events)
-        # On a replicated stream any replica answers a direct get, and one behind the
-        # leader answers with a history that ends before the event just delivered (seen
-        # right after a leader change). Acting on it would answer for an earlier state.
-        await asyncio.sleep(STALE_LOAD_PAUSE_S * (attempt + 1))
-        loaded = await load_known(store, tenant, intent_id, cache)
-    if loaded.history.version >= trigger.version:
-        return fold(loaded.events)
-    raise EventStoreUnavailable(
-        f"{tenant}/{intent_id} loaded at version {loaded.history.version}, before its trigger "
-        f"at {trigger.version}: a replica behind the stream's leader answered")
-
-
-#: How often a load that ends before its trigger is tried again, and the first pause.
-STALE_LOADS = 5
-STALE_LOAD_PAUSE_S = 0.05
+    at_least = trigger.version if trigger is not None else 0
+    return fold((await load_known(store, tenant, intent_id, cache, at_least=at_least)).events)
 
 
 def abandonment(intent: EffectIntent, why: Abandonment, trigger: str, now: datetime) -> list[Event]:
@@ -428,8 +423,9 @@ async def record_abandonment(
     the last one stored, and the record says what was given up even if nothing can act
     on it.
     """
+    at_least = 0
     for attempt in range(conflicts):
-        history = await store.load(tenant, intent_id)
+        history = await store.load(tenant, intent_id, at_least=at_least)
         if not history.events:
             return
         try:
@@ -454,6 +450,7 @@ async def record_abandonment(
         except ConcurrencyConflict:
             if attempt == conflicts - 1:
                 raise
+            at_least = history.version + 1
             continue
         metrics.appended(events)
         return

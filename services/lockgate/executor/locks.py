@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from lockgate.contracts.buckets import leader_entry
 from lockgate.core.bounded import keep
 from lockgate.eventstore.jetstream import CONFLICT_CODES
 from lockgate.runtime.topology import LOCKS_BUCKET
@@ -40,6 +41,7 @@ class ResourceLocks:
     def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str = LOCKS_BUCKET) -> None:
         self._js = js
         self._kv = kv
+        self._bucket = bucket
         self._prefix = f"$KV.{bucket}."
         #: key → (revision, value) as this process last wrote or read it.
         self._known: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
@@ -77,7 +79,13 @@ class ResourceLocks:
                 pass
         revision, value = await self._read(key)
         if value != holder:
-            return
+            # A replica behind the leader may not have this holder's take yet (another
+            # executor replica took it): left to expire, the lock would stall the
+            # resource for its TTL. Only the leader's answer is believed here.
+            found = await leader_entry(self._js, self._bucket, key)
+            if found is None or found.value != holder:
+                return
+            revision = found.revision
         # Moved meanwhile: released already (the lock durable and the fast path both got here).
         with contextlib.suppress(_Moved):
             await self._write(key, b"", expect=revision, delete=True)

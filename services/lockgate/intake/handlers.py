@@ -14,6 +14,7 @@ from nats.js.errors import InvalidKeyError, KeyNotFoundError, KeyWrongLastSequen
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import Admission, BudgetLedger, LimitLedger
 from lockgate.authz.source import BundleSource
+from lockgate.contracts.buckets import confirmed_get
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
@@ -64,6 +65,7 @@ from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.streams import CATALOGUES_BUCKET, RUNS_BUCKET
 
 log = logging.getLogger("lockgate.intake")
 
@@ -106,8 +108,8 @@ class IntakeHandlers:
         self.clock = clock
         #: The bundle whose ``limits`` intake applies (``None``: no limits).
         self.bundles = bundles
-        self.limits = LimitLedger(ports.budgets)
-        self.budgets = BudgetLedger(ports.budgets)
+        self.limits = LimitLedger(ports.budgets, js=ports.js)
+        self.budgets = BudgetLedger(ports.budgets, ports.js)
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
         #: Turn entry → its catalogue's key, for turns this process opened or read.
         self._turns: OrderedDict[str, str] = OrderedDict()
@@ -215,10 +217,10 @@ class IntakeHandlers:
     async def _done(self, run: RunContext, capability: str) -> bool:
         """True when ``capability`` executed in the run (intake marks it when it answers)."""
         try:
-            await self.ports.runs.get(done_key(run.tenant, run.run_id, capability))
-        except (KeyNotFoundError, InvalidKeyError, ValueError):
+            return await confirmed_get(self.ports.js, self.ports.runs, RUNS_BUCKET,
+                                       done_key(run.tenant, run.run_id, capability)) is not None
+        except (InvalidKeyError, ValueError):
             return False
-        return True
 
     async def _turn_catalogue(self, tenant: str, run_id: str, turn_id: str) -> tuple[str | None, Catalogue | None]:
         """The digest and content of the catalogue offered in a turn.
@@ -232,13 +234,20 @@ class IntakeHandlers:
             key = self._turns.get(entry)
             catalogue = self._catalogues.get(key) if key is not None else None
             if key is None or catalogue is None:
-                key = ((await self.ports.runs.get(entry)).value or b"").decode()
+                # A turn opened a moment ago may not be on every replica yet.
+                found = await confirmed_get(self.ports.js, self.ports.runs, RUNS_BUCKET, entry)
+                if found is None:
+                    return None, None
+                key = found.decode()
                 catalogue = self._catalogues.get(key)
                 if catalogue is None:
-                    catalogue = msgspec.json.decode(
-                        (await self.ports.catalogues.get(key)).value or b"", type=Catalogue)
+                    stored = await confirmed_get(self.ports.js, self.ports.catalogues,
+                                                 CATALOGUES_BUCKET, key)
+                    if stored is None:
+                        return None, None
+                    catalogue = msgspec.json.decode(stored, type=Catalogue)
                 self._keep_turn(entry, key, catalogue)
-        except (KeyNotFoundError, InvalidKeyError, UnicodeDecodeError, msgspec.MsgspecError):
+        except (InvalidKeyError, UnicodeDecodeError, msgspec.MsgspecError):
             return None, None
         return "sha256:" + key, catalogue
 

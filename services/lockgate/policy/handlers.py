@@ -42,7 +42,7 @@ class PolicyHandlers:
         self.ports = ports
         self.bundles = bundles
         self.clock = clock
-        self.ledger = BudgetLedger(ports.budgets)
+        self.ledger = BudgetLedger(ports.budgets, ports.js)
         #: Intents whose decision, appended here, reserved no budget: their end settles
         #: nothing, so their events need no load (bounded, oldest forgotten).
         self._reserved_nothing: OrderedDict[str, None] = OrderedDict()
