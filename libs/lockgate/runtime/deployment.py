@@ -225,12 +225,44 @@ def clear_run_info(var_dir: Path, pid: int) -> None:
             path.unlink()
 
 
+#: The views' PostgreSQL user and database in the compose profile.
+VIEWS_USER = "lockgate"
+VIEWS_DATABASE = "lockgate"
+#: Where, beside the credentials, the compose profile's other secrets are.
+SECRETS_DIR = "secrets"
+#: The PostgreSQL server's password for ``VIEWS_USER`` (the server's container reads it).
+VIEWS_PASSWORD_FILE = "postgres-password"
+#: The same password as libpq's password file (``PGPASSFILE``) for the views' readers, so
+#: that no password is in a URL or an environment variable.
+VIEWS_PGPASS_FILE = "pgpass"
+
+
+def ensure_views_secrets(directory: Path) -> None:
+    """Make the views' PostgreSQL password and its libpq password file, once (mode 0600).
+
+    A password already there is kept; the password file is rewritten from it.
+    """
+    _private_dir(directory)
+    path = directory / VIEWS_PASSWORD_FILE
+    try:
+        password = path.read_text().strip()
+    except FileNotFoundError:
+        password = ""
+    if not password:
+        # URL-safe: no ':' or backslash, which the password file would need escaped.
+        password = secrets.token_urlsafe(24)
+        _write_private(path, password.encode() + b"\n")
+    _write_private(directory / VIEWS_PGPASS_FILE,
+                   f"*:*:{VIEWS_DATABASE}:{VIEWS_USER}:{password}\n".encode())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m lockgate.runtime.deployment --tenants a,b --out DIR``: a deployment's users.
 
     Writes ``DIR/accounts.conf`` (the servers include it) and ``DIR/credentials/<user>.json``
     (each process gets its own, as ``LOCKGATE_CREDENTIALS_FILE``), as ``lockgate run`` does
-    under ``var/``; running it again keeps the passwords.
+    under ``var/``, and ``DIR/secrets/`` (the views' PostgreSQL password, for the compose
+    profile); running it again keeps the passwords.
     """
     parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.deployment")
     parser.add_argument("--tenants", required=True, help="comma-separated tenant ids")
@@ -241,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         made = ensure_deployment(args.out, roles(tenants), server_config=args.out / "accounts.conf")
     except ValueError as exc:
         parser.error(str(exc))
-    print(f"{len(made.credentials)} users: {made.server_config} and {credentials_dir(args.out)}/")
+    ensure_views_secrets(args.out / SECRETS_DIR)
+    print(f"{len(made.credentials)} users: {made.server_config} and {credentials_dir(args.out)}/; "
+          f"the views' PostgreSQL password in {args.out / SECRETS_DIR}/")
     return 0
 
 

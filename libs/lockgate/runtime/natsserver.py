@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,68 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def render_config(
+    *,
+    listen: str,
+    store_dir: str,
+    server_name: str = "",
+    monitor: str = "",
+    cluster_name: str = "",
+    cluster_listen: str = "",
+    routes: Sequence[str] = (),
+    sync_always: bool = False,
+    extra: str = "",
+) -> str:
+    """One node's ``nats-server.conf``: the embedded server's, a local cluster node's, a container's.
+
+    Every configuration Lockgate runs or ships is rendered here (``NatsServer.config`` and
+    ``lockgate.runtime.deployfiles``), so the embedded server, ``make cluster`` and the
+    files under ``deploy/nats/`` cannot drift apart.
+
+    Args:
+        listen: the client address, ``host:port``.
+        store_dir: JetStream's store directory.
+        server_name: the node's name (a cluster node's must stay the same across restarts).
+        monitor: the HTTP monitoring address, ``host:port`` (empty: none).
+        cluster_name: the cluster's name (empty: not clustered).
+        cluster_listen: where the node listens for routes, ``host:port``.
+        routes: the other nodes' route addresses, ``host:port`` each.
+        sync_always: fsync every write before it is acknowledged.
+        extra: configuration text appended as it is (the ``include`` of the accounts).
+
+    Returns:
+        The file's text.
+    """
+    lines = [f"server_name: {server_name}"] if server_name else []
+    lines += [
+        f'listen: "{listen}"',
+        # A candidate of 1 MiB must reach intake to be rejected on the record.
+        "max_payload: 4MB",
+        "jetstream {",
+        f'  store_dir: "{store_dir}"',
+    ]
+    if sync_always:
+        # fsync before the acknowledgement: an acknowledged append survives power loss
+        # on a majority of the replicas, not only a process crash.
+        lines.append("  sync_interval: always")
+    lines.append("}")
+    if cluster_name:
+        lines += [
+            "cluster {",
+            f"  name: {cluster_name}",
+            f'  listen: "{cluster_listen}"',
+            "  routes: [",
+            *(f"    nats-route://{route}" for route in routes),
+            "  ]",
+            "}",
+        ]
+    if monitor:
+        lines.append(f'http: "{monitor}"')
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -109,35 +172,19 @@ class NatsServer:
         raise NatsServerError(f"nats-server did not listen on {self.port} in {timeout_s}s")
 
     def config(self) -> str:
-        """The server's configuration file, as ``start`` writes it."""
-        lines = [f"server_name: {self.cluster.server_name}"] if self.cluster else []
-        lines += [
-            f'listen: "127.0.0.1:{self.port}"',
-            # A candidate of 1 MiB must reach intake to be rejected on the record.
-            "max_payload: 4MB",
-            "jetstream {",
-            f'  store_dir: "{self.store_dir}"',
-        ]
-        if self.sync_always:
-            # fsync before the acknowledgement: an acknowledged append survives power loss
-            # on a majority of the replicas, not only a process crash.
-            lines.append("  sync_interval: always")
-        lines.append("}")
-        if self.cluster is not None:
-            lines += [
-                "cluster {",
-                f"  name: {self.cluster.cluster_name}",
-                f'  listen: "127.0.0.1:{self.cluster.route_port}"',
-                "  routes: [",
-                *(f"    nats-route://127.0.0.1:{p}" for p in self.cluster.peer_route_ports),
-                "  ]",
-                "}",
-            ]
-        if self.monitor_port:
-            lines.append(f'http: "127.0.0.1:{self.monitor_port}"')
-        if self.config_text:
-            lines.append(self.config_text)
-        return "\n".join(lines) + "\n"
+        """The server's configuration file, as ``start`` writes it (:func:`render_config`)."""
+        peer = self.cluster
+        return render_config(
+            listen=f"127.0.0.1:{self.port}",
+            store_dir=str(self.store_dir),
+            server_name=peer.server_name if peer else "",
+            monitor=f"127.0.0.1:{self.monitor_port}" if self.monitor_port else "",
+            cluster_name=peer.cluster_name if peer else "",
+            cluster_listen=f"127.0.0.1:{peer.route_port}" if peer else "",
+            routes=tuple(f"127.0.0.1:{p}" for p in peer.peer_route_ports) if peer else (),
+            sync_always=self.sync_always,
+            extra=self.config_text,
+        )
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after five seconds)."""

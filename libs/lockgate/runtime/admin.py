@@ -1,0 +1,141 @@
+"""The administrator's step of a deployment: create the topology once, then exit.
+
+``python -m lockgate.runtime.admin`` connects as its own user (``LOCKGATE_CREDENTIALS_FILE``,
+``admin`` in the role table, the only user that may create a stream), creates every
+stream and bucket at ``LOCKGATE_REPLICAS`` and every durable consumer, the adapters'
+execution durables included, as ``lockgate run --cluster`` does before any service
+starts; then it waits until every stream has a leader and current replicas, and exits 0.
+It is the compose profile's one-shot ``admin`` job, which every other process waits for
+(``docker-compose.yml``): services and adapters only bind to what it made.
+
+Running it again is harmless (``ensure_topology`` creates or brings up to date).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+
+import nats
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from lockgate.core.errors import LockgateError
+from lockgate.runtime.settings import Settings
+from lockgate.runtime.supervisor import TOPOLOGY_STREAMS
+from lockgate.runtime.topology import ensure_topology
+
+#: How long the step waits for a node to answer and for the streams to settle.
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class TopologyError(LockgateError):
+    """The topology could not be created, or its streams did not settle in time."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="admin.topology")
+
+
+async def connect(settings: Settings, timeout_s: float) -> Client:
+    """Connect as the settings' user, trying again until a node answers or ``timeout_s`` passes.
+
+    Raises:
+        TopologyError: no node answered in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    options = {**settings.connect_options(), "name": "lockgate-admin",
+               # The first connection is retried here, not by nats-py (which would retry forever).
+               "allow_reconnect": True, "max_reconnect_attempts": 10}
+    while True:
+        try:
+            return await nats.connect(**options)  # type: ignore[arg-type]
+        except (OSError, TimeoutError, NatsError) as exc:
+            if time.monotonic() > deadline:
+                raise TopologyError(f"no NATS node answered at {settings.nats_url}: {exc!r}") from exc
+        await asyncio.sleep(1.0)
+
+
+async def wait_settled(
+    js: JetStreamContext, streams: Sequence[str], timeout_s: float
+) -> dict[str, str]:
+    """Wait until every stream in ``streams`` has a leader and every replica is current.
+
+    Returns:
+        Each stream's leader (empty for a stream that is not replicated).
+
+    Raises:
+        TopologyError: not within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leaders: dict[str, str] = {}
+        waiting: list[str] = []
+        for name in streams:
+            try:
+                info = await js.stream_info(name)
+            except NatsError:
+                waiting.append(name)
+                continue
+            cluster = info.cluster
+            if cluster is None:
+                leaders[name] = ""
+            elif cluster.leader and all(peer.current for peer in cluster.replicas or []):
+                leaders[name] = cluster.leader
+            else:
+                waiting.append(name)
+        if not waiting:
+            return leaders
+        if time.monotonic() > deadline:
+            raise TopologyError(f"streams without a leader or with lagging replicas: {waiting}")
+        await asyncio.sleep(0.25)
+
+
+async def create_topology(settings: Settings, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+    """Create every stream, bucket and durable at ``settings.replicas`` and wait for their leaders.
+
+    Returns:
+        Each stream's leader.
+
+    Raises:
+        TopologyError: no node answered, the server refused, or the streams did not settle.
+    """
+    nc = await connect(settings, timeout_s)
+    try:
+        js = nc.jetstream()
+        try:
+            await ensure_topology(
+                js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s,
+                capabilities=[c for caps in settings.adapters.values() for c in caps])
+        except NatsError as exc:
+            raise TopologyError(f"could not create the topology: {exc!r}") from exc
+        return await wait_settled(js, TOPOLOGY_STREAMS, timeout_s)
+    finally:
+        await nc.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lockgate.runtime.admin [--timeout S]``: the topology, once; exit 0 when it is there."""
+    parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.admin")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help="seconds to wait for a node and for the streams (default %(default)s)")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    try:
+        leaders = asyncio.run(create_topology(settings, timeout_s=args.timeout))
+    except LockgateError as exc:
+        print(f"lockgate admin: {exc}", file=sys.stderr, flush=True)
+        return 1
+    per_node: dict[str, int] = {}
+    for leader in leaders.values():
+        per_node[leader or "-"] = per_node.get(leader or "-", 0) + 1
+    print(f"lockgate admin: topology at R{settings.replicas}, {len(leaders)} streams; "
+          f"leaders per node {dict(sorted(per_node.items()))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
