@@ -49,7 +49,7 @@ async def connect(settings: Settings, timeout_s: float) -> Client:
     deadline = time.monotonic() + timeout_s
     options = {**settings.connect_options(), "name": "lockgate-admin",
                # The first connection is retried here, not by nats-py (which would retry forever).
-               "allow_reconnect": True, "max_reconnect_attempts": 10}
+               "allow_reconnect": True, "max_reconnect_attempts": 3}
     while True:
         try:
             return await nats.connect(**options)  # type: ignore[arg-type]
