@@ -10,6 +10,7 @@ their own accounts, and the compose profile's admin job creates the topology at 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from lockgate.runtime import deployfiles
 from lockgate.runtime.admin import TopologyError, create_topology
 from lockgate.runtime.cluster import NodeAddress, cluster_report, healthy
 from lockgate.runtime.deployment import Credentials
@@ -55,6 +57,15 @@ def test_nats_server_t_refuses_a_node_without_its_accounts(tmp_path: Path) -> No
     result = subprocess.run([str(server_binary()), "-t", "-c", str(copy)],
                             capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode != 0
+
+
+def test_the_nats_image_runs_the_server_the_tests_validate_with() -> None:
+    out = subprocess.run([str(server_binary()), "--version"], capture_output=True, text=True,
+                         check=True).stdout
+    found = re.search(r"v(\d+)\.(\d+)\.", out)
+    assert found, out
+    tag = deployfiles.NATS_IMAGE.split(":", 1)[1]
+    assert tag.startswith(f"{found[1]}.{found[2]}-"), (tag, out)
 
 
 def on_loopback(text: str, node: str, ports: dict[str, tuple[int, int, int]], store: Path) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ import yaml
 
 from lockgate.runtime import deployfiles
 from lockgate.runtime.deployment import main as make_users
-from lockgate.runtime.natsserver import server_binary
 from lockgate.runtime.roles import admin_role, roles
 from lockgate.runtime.status import ADAPTERS, CHILDREN, SERVICES, child_user
 from lockgate.runtime.supervisor import replicas_of
@@ -169,15 +167,6 @@ def test_the_nodes_mount_their_own_configuration_and_fsync(services: dict[str, A
         routes = set(re.findall(r"nats-route://(n\d):6222", text))
         assert routes == {"n1", "n2", "n3"} - {node}, node
         assert text.rstrip().endswith("include ./accounts.conf")
-
-
-def test_the_nats_image_runs_the_server_the_tests_validate_with() -> None:
-    out = subprocess.run([str(server_binary()), "--version"], capture_output=True, text=True,
-                         check=True).stdout
-    found = re.search(r"v(\d+)\.(\d+)\.", out)
-    assert found, out
-    tag = deployfiles.NATS_IMAGE.split(":", 1)[1]
-    assert tag.startswith(f"{found[1]}.{found[2]}-"), (tag, out)
 
 
 # -- credentials -------------------------------------------------------------------------
