@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from lockgate.runtime import deployfiles
+from lockgate.runtime.deployment import load_credentials
 from lockgate.runtime.deployment import main as make_users
 from lockgate.runtime.roles import admin_role, roles
 from lockgate.runtime.status import ADAPTERS, CHILDREN, SERVICES, child_user
@@ -223,6 +224,21 @@ def test_no_password_is_in_the_environment_or_a_url(compose: dict[str, Any]) -> 
             assert not re.search(r"://[^/@]*:[^/@]*@", str(value)), (name, key)
 
 
+def accounts_of(conf: str) -> dict[str, tuple[str, str]]:
+    """user → (its account, its role) in a rendered accounts block."""
+    found: dict[str, tuple[str, str]] = {}
+    account = ""
+    role = ""
+    for line in conf.splitlines():
+        if m := re.fullmatch(r"  (\w+): \{", line):
+            account = m[1]
+        elif m := re.fullmatch(r"\s+# role: ([\w.-]+);.*", line):
+            role = m[1]
+        elif m := re.fullmatch(r'\s+user: "([^"]+)"', line):
+            found[m[1]] = (account, role)
+    return found
+
+
 def test_making_the_users_writes_every_file_compose_mounts(tmp_path: Path, compose: dict[str, Any]) -> None:
     out = tmp_path / "users"
     assert make_users(["--tenants", ",".join(deployfiles.TENANTS), "--out", str(out)]) == 0
@@ -231,7 +247,14 @@ def test_making_the_users_writes_every_file_compose_mounts(tmp_path: Path, compo
         path = out / secret["file"].removeprefix(prefix)
         assert path.is_file(), f"secret {source}: {path} was not made"
         assert path.stat().st_mode & 0o077 == 0, path
-    assert (out / "accounts.conf").is_file()
+    # Each container's credentials name a user of the accounts the nodes include, in the
+    # account and with the role the credentials say.
+    accounts = accounts_of((out / "accounts.conf").read_text())
+    for name in lockgate_services(compose["services"]):
+        (path,) = own_credentials(compose, name)
+        creds = load_credentials(out / path.removeprefix(prefix))
+        assert creds.user == Path(path).stem
+        assert accounts[creds.user] == (creds.account, creds.user), name
     password = (out / "secrets" / "postgres-password").read_text()
     assert make_users(["--tenants", ",".join(deployfiles.TENANTS), "--out", str(out)]) == 0
     assert (out / "secrets" / "postgres-password").read_text() == password  # kept
