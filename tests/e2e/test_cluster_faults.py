@@ -33,12 +33,10 @@ from lockgate.client.demo import SCENARIOS
 from lockgate.client.sdk import ClientError, Gateway, Run, Turn
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for, random_id
-from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import Event, State
 from lockgate.intent.codec import fold
 from lockgate.runtime.cluster import ELECTION_TIMEOUT_MAX_S, LOST_QUORUM_S
 from lockgate.runtime.status import ADAPTERS, SERVICES
-from lockgate.runtime.streams import EVENTS
 from lockgate.testing.cluster import ClusterSystem
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import running
@@ -47,6 +45,8 @@ from lockgate.worlds.items.adapter import DRAFT, PUBLISH
 from lockgate.worlds.items.world import World as ItemsWorld
 
 LONG = os.environ.get("LOCKGATE_CLUSTER_LONG") == "1"
+#: The events partition whose leader the leader faults hit (each node leads one).
+EVENTS = "LG_EVENTS_0"
 pytestmark = pytest.mark.skipif(not (LONG or os.environ.get("LOCKGATE_CLUSTER") == "1"),
                                 reason="make test-cluster runs the cluster suite (LOCKGATE_CLUSTER=1)")
 long_only = pytest.mark.skipif(not LONG, reason="make test-cluster runs it (LOCKGATE_CLUSTER_LONG=1)")
@@ -147,7 +147,7 @@ async def histories(cluster: ClusterSystem, intent_ids: set[str], until: float) 
     nc = await cluster.connect()
     try:
         while True:
-            found = by_intent([e async for e in JetStreamEventStore(nc).scan()])
+            found = by_intent([e async for e in cluster.store(nc).scan()])
             finals = [fold(found.get(i, [])) for i in intent_ids]
             if all(f is not None and f.state.terminal for f in finals) or time.monotonic() > until:
                 return found
@@ -215,7 +215,7 @@ async def diagnosis(cluster: ClusterSystem, ids: list[str], stored: dict[str, li
     nc = await cluster.connect()
     try:
         js = nc.jetstream()
-        for stream in (EVENTS,):
+        for stream in cluster.partitions.streams:
             async for info in _consumers(js, stream):
                 c = info.config
                 lines.append(f"  {stream}/{c.durable_name}: pending {info.num_pending} "
@@ -243,9 +243,14 @@ async def new_candidates_execute(cluster: ClusterSystem, gw: Gateway, tag: str) 
 
 
 async def test_every_process_runs_twice_on_r3_streams(cluster: ClusterSystem) -> None:
-    events = await cluster.stream(EVENTS)
-    assert events is not None and events.leader
-    assert len(events.replicas) == 2 and all(r.current for r in events.replicas)
+    leaders = []
+    for stream in cluster.partitions.streams:
+        events = await cluster.stream(stream)
+        assert events is not None and events.leader, stream
+        assert len(events.replicas) == 2 and all(r.current for r in events.replicas), stream
+        leaders.append(events.leader)
+    # Each partition led by a node of its own: no node leads every append.
+    assert sorted(leaders) == sorted(n.name for n in cluster.nodes), leaders
     for name in (*SERVICES, *(n for n, _ in ADAPTERS)):
         assert {f"{name}-1", f"{name}-2"} <= set(cluster.processes), name
     conf = (cluster.root / "cluster" / "n1" / "nats-server.conf").read_text()

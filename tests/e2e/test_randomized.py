@@ -39,12 +39,12 @@ from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
-from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
 from lockgate.runtime.specs import ENDS_HOLD
 from lockgate.runtime.status import CHILDREN
 from lockgate.runtime.topology import LOCKS_BUCKET
+from lockgate.testing.cluster import ClusterSystem
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.adapter import CONTRACT as NOTE_CONTRACT
@@ -54,6 +54,9 @@ from lockgate.worlds.items.world import FAULTS, SERVERS
 from lockgate.worlds.items.world import World as ItemsWorld
 
 SEED = int(os.environ.get("LOCKGATE_CHAOS_SEED", "20260417"))
+#: The cluster mode (``make test-cluster``): the same plan on three nodes, R3 streams,
+#: three events partitions and two replicas of every process (``ClusterSystem``).
+CLUSTER = os.environ.get("LOCKGATE_CHAOS_CLUSTER") == "1"
 CANDIDATES = int(os.environ.get("LOCKGATE_CHAOS_CANDIDATES", "200"))
 #: Proposals waiting for their first response at once.
 IN_FLIGHT = 16
@@ -75,6 +78,16 @@ SELF_KILL_PROBABILITY, SELF_KILL_LIMIT = 0.15, 4
 #: Subscribers of space-1 in the items world's seed: one notification each per publication.
 SUBSCRIBERS = 3
 ADAPTER, EXECUTOR = "adapter.items", "executor"
+
+
+def replicas(name: str) -> tuple[str, ...]:
+    """The processes of ``name``: itself, or its two replicas' labels on the cluster."""
+    return (f"{name}-1", f"{name}-2") if CLUSTER else (name,)
+
+
+#: The processes the test's supervisor brings back; the executor replica the plan SIGKILLs.
+WATCHED = (*replicas(ADAPTER), *replicas(EXECUTOR))
+KILLED = replicas(EXECUTOR)[0]
 #: Exit status of an adapter killed by an armed crash fault; of a SIGKILLed service.
 CRASH_EXIT, SIGKILLED = 137, -9
 
@@ -300,11 +313,11 @@ async def inject_faults(system: System, items: ItemsWorld, supervisor: Superviso
         except TimeoutError:
             pass
         if action.fault == KILL:
-            if not supervisor.alive(EXECUTOR):
+            if not supervisor.alive(KILLED):
                 chaos.skipped_kills += 1  # still coming back from the last kill
                 continue
-            supervisor.hold(EXECUTOR, action.pause_s)
-            system.kill(EXECUTOR)
+            supervisor.hold(KILLED, action.pause_s)
+            system.kill(KILLED)
             chaos.kills += 1
         else:
             await asyncio.to_thread(items.inject, action.server, action.fault)
@@ -388,7 +401,7 @@ async def drain_store(system: System, intent_ids: set[str], until: float) -> dic
     nc = await system.connect()  # the record is read as the topology owner
     try:
         while True:
-            histories = by_intent([e async for e in JetStreamEventStore(nc).scan()])
+            histories = by_intent([e async for e in system.store(nc).scan()])
             finals = (fold(histories.get(i, [])) for i in intent_ids)
             if all(f is not None and f.state.terminal for f in finals) or time.monotonic() > until:
                 return histories
@@ -577,8 +590,9 @@ async def released_locks(system: System, s: Settled, timeout_s: float) -> dict[s
 def vacuous(chaos: Chaos, supervisor: Supervisor, paths: Counter[str], s: Settled,
             self_kills: list[str]) -> list[str]:
     """The faults really happened: a run without them proves nothing."""
-    crashes = [code for name, code in supervisor.exits if name == ADAPTER]
-    kills = [code for name, code in supervisor.exits if name == EXECUTOR]
+    crashes = [code for name, code in supervisor.exits if name in replicas(ADAPTER)]
+    kills = [code for name, code in supervisor.exits if name in replicas(EXECUTOR)]
+    restarts = {n: sum(supervisor.restarts[r] for r in replicas(n)) for n in (ADAPTER, EXECUTOR)}
     problems = [f"{server}/{fault}: injected {chaos.injected[(server, fault)]}, none consumed"
                 for server in SERVERS for fault in FAULTS if chaos.consumed[(server, fault)] < 1]
     problems += [f"adapter exited with {code}, not {CRASH_EXIT}" for code in crashes if code != CRASH_EXIT]
@@ -589,14 +603,14 @@ def vacuous(chaos: Chaos, supervisor: Supervisor, paths: Counter[str], s: Settle
         problems.append(f"{consumed_crashes} crash faults consumed, but the adapter never exited")
     if len(crashes) > consumed_crashes:
         problems.append(f"{len(crashes)} adapter exits for {consumed_crashes} crash faults")
-    if supervisor.restarts[ADAPTER] < 1:
+    if restarts[ADAPTER] < 1:
         problems.append("the adapter was never restarted")
     # A planned SIGKILL may land on a process that just killed itself: one exit for both.
-    if supervisor.restarts[EXECUTOR] < 1 or not (
+    if restarts[EXECUTOR] < 1 or not (
             chaos.kills <= len(kills) <= chaos.kills + len(self_kills)):
         problems.append(f"executor killed {chaos.kills} times and killed itself "
                         f"{len(self_kills)} times, exits seen {len(kills)}, "
-                        f"restarted {supervisor.restarts[EXECUTOR]}")
+                        f"restarted {restarts[EXECUTOR]}")
     if not self_kills:
         problems.append("the executor never died between ending a hold and freeing its lock")
     elif any(NOTE not in line.split() for line in self_kills):
@@ -617,7 +631,8 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     root = tmp_path_factory.mktemp("chaos")
     children = tuple((name, "lockgate.testing.crashpoints" if name == EXECUTOR else module)
                      for name, module in CHILDREN)
-    s = System(root, children=children, extra_env={
+    kind = ClusterSystem if CLUSTER else System
+    s = kind(root, children=children, extra_env={
         "LOCKGATE_ITEMS_WORLD_OUTCOME_DEADLINE_S": str(DEADLINE_S),
         # The moment that strands a lock unless release comes from the record.
         "LOCKGATE_CRASH_LOG": str(root / "self-kills"),
@@ -627,7 +642,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         "LOCKGATE_CRASH_LIMIT": str(SELF_KILL_LIMIT),
         "LOCKGATE_CRASH_SEED": str(SEED),
     })
-    with running(s):
+    with running(s, timeout_s=180.0 if CLUSTER else 60.0):
         yield s
 
 
@@ -651,7 +666,7 @@ async def test_many_candidates_through_random_faults(
     candidates = [Candidate(p, *runs[p.n // PER_RUN]) for p in candidate_plan(SEED, CANDIDATES)]
 
     # -- the chaos: candidates flow while faults are armed and processes die ------------
-    supervisor = Supervisor(system, (ADAPTER, EXECUTOR))
+    supervisor = Supervisor(system, WATCHED)
     supervisor.start()
     chaos, stop = Chaos(), asyncio.Event()
     injector = asyncio.create_task(inject_faults(system, items, supervisor, chaos, stop))

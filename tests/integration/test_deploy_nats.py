@@ -21,13 +21,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime import deployfiles
 from lockgate.runtime.admin import TopologyError, create_topology
 from lockgate.runtime.cluster import NodeAddress, cluster_report, healthy
 from lockgate.runtime.deployment import Credentials
 from lockgate.runtime.natsserver import free_port, server_binary
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.supervisor import TOPOLOGY_STREAMS
+from lockgate.runtime.topology import topology_streams
 
 REPO = Path(__file__).resolve().parents[2]
 NATS = REPO / "deploy" / "nats"
@@ -124,7 +125,8 @@ def admin_settings(tmp_path: Path, urls: list[str]) -> Settings:
     path.write_bytes(msgspec.json.encode(Credentials(
         user="admin", password="CHANGE-ME-admin", account="LOCKGATE", inbox_prefix="_INBOX",
         js_prefix="$JS.API")))
-    return Settings(nats_url=",".join(urls), credentials_file=path, replicas=3, var_dir=tmp_path)
+    return Settings(nats_url=",".join(urls), credentials_file=path, replicas=3, var_dir=tmp_path,
+                    event_partitions=3)
 
 
 async def test_the_compose_nodes_form_a_cluster_and_the_admin_job_creates_the_topology(
@@ -132,8 +134,10 @@ async def test_the_compose_nodes_form_a_cluster_and_the_admin_job_creates_the_to
 ) -> None:
     urls = [a.url for a in compose_cluster]
     leaders = await create_topology(admin_settings(tmp_path, urls), timeout_s=60)
-    assert set(leaders) == set(TOPOLOGY_STREAMS)
+    assert set(leaders) == set(topology_streams(Partitions(3)))
     assert set(leaders.values()) <= set(NODES)
+    # The events partitions' leaders spread over the nodes: none leads every append.
+    assert sorted(leaders[s] for s in Partitions(3).streams) == sorted(NODES), leaders
     report = await cluster_report(compose_cluster)
     assert all(n.up and n.healthy for n in report.nodes), report.nodes
     assert len({n.meta_leader for n in report.nodes}) == 1  # one meta group

@@ -16,6 +16,7 @@ from lockgate.projector import source
 from lockgate.projector.source import StreamSource
 from lockgate.runtime.settings import Settings
 from lockgate.testing.intents import History
+from lockgate.views.store import SOURCE
 
 
 class Flaky:
@@ -50,7 +51,7 @@ async def positions(src: StreamSource, after: int | None, want: int) -> list[int
     stop = asyncio.Event()
     seen: list[int] = []
     async with asyncio.timeout(10):
-        async for batch in src.batches(after, stop):
+        async for batch in src.batches({SOURCE: after}, stop):
             seen.extend(t.notification_id for _, t in batch)
             if len(seen) >= want:
                 stop.set()

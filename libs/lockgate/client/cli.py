@@ -439,7 +439,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = Settings() if args.url is None else Settings(nats_url=args.url)
     embedded = args.url is None and "LOCKGATE_NATS_URL" not in os.environ
     return cmd_run(argparse.Namespace(settings=settings, port=args.port, embedded=embedded,
-                                      cluster=args.cluster))
+                                      cluster=args.cluster, partitions=args.partitions))
 
 
 # -- the parser -----------------------------------------------------------------------------
@@ -479,6 +479,9 @@ def parser() -> argparse.ArgumentParser:
                      help="run N nats-server nodes as one JetStream cluster on loopback, R3 "
                           "streams, two replicas of every service and adapter, views on "
                           "PostgreSQL (what `make cluster` does)")
+    run.add_argument("--partitions", type=int, default=None, metavar="K",
+                     help="keep the events in K streams, each with its own leader (default: "
+                          "1; with --cluster N: N, the leaders spread over the nodes)")
     _as(command("status", "exit 0 only when every service and adapter answers and makes progress"),
         "operator")
     pr = command("propose", "propose one tool call and print the model-facing response")

@@ -26,8 +26,8 @@ from nats.js import JetStreamContext
 
 from lockgate.core.errors import LockgateError
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.supervisor import TOPOLOGY_STREAMS
-from lockgate.runtime.topology import ensure_topology
+from lockgate.runtime.streams import CANDIDATES
+from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
 
 #: How long the step waits for a node to answer and for the streams to settle.
 DEFAULT_TIMEOUT_S = 120.0
@@ -109,12 +109,27 @@ async def create_topology(settings: Settings, *, timeout_s: float = DEFAULT_TIME
         try:
             await ensure_topology(
                 js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s,
-                capabilities=[c for caps in settings.adapters.values() for c in caps])
+                capabilities=[c for caps in settings.adapters.values() for c in caps],
+                partitions=settings.partitions)
         except NatsError as exc:
             raise TopologyError(f"could not create the topology: {exc!r}") from exc
-        return await wait_settled(js, TOPOLOGY_STREAMS, timeout_s)
+        streams = topology_streams(settings.partitions)
+        await wait_settled(js, streams, timeout_s)
+        # The partitions' leaders onto the nodes in turn (the nodes: the meta group's).
+        await spread_leaders(nc, settings.partitions, await _node_names(js))
+        return await wait_settled(js, streams, timeout_s)
     finally:
         await nc.close()
+
+
+async def _node_names(js: JetStreamContext) -> list[str]:
+    """The nodes an R3 stream is placed on, by server name (the candidates stream's)."""
+    info = await js.stream_info(CANDIDATES)
+    cluster = info.cluster
+    if cluster is None:
+        return []
+    names = {r.name for r in cluster.replicas or [] if r.name}
+    return sorted(names | ({cluster.leader} if cluster.leader else set()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,11 +11,13 @@ import sys
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from lockgate.eventstore.partitions import MAX_PARTITIONS, Partitions
 from lockgate.runtime.cluster import cluster_report
 from lockgate.runtime.deployment import Credentials, RunInfo
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import Status, gather_status, problem, status_names
-from lockgate.runtime.supervisor import DEFAULT_PORT, TOPOLOGY_STREAMS, run_supervisor
+from lockgate.runtime.supervisor import DEFAULT_PORT, run_supervisor
+from lockgate.runtime.topology import topology_streams
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -40,6 +42,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("lockgate: --cluster starts its own nodes; unset LOCKGATE_NATS_URL and --url",
               file=sys.stderr)
         return 2
+    partitions = getattr(args, "partitions", None)
+    if partitions is None and cluster > 1 and "event_partitions" not in settings.model_fields_set:
+        partitions = cluster  # a leader per node
+    if partitions is not None:
+        if not 1 <= int(partitions) <= MAX_PARTITIONS:
+            print(f"lockgate: --partitions must be 1..{MAX_PARTITIONS}", file=sys.stderr)
+            return 2
+        settings = settings.model_copy(update={"event_partitions": int(partitions)})
     return asyncio.run(
         run_supervisor(
             settings, embedded=bool(embedded), port=DEFAULT_PORT if port is None else int(port),
@@ -83,7 +93,7 @@ async def cmd_status(
                               "messages": stream.messages,
                               "replicas": [{"name": r.name, "current": r.current, "lag": r.lag}
                                            for r in stream.replicas]}), flush=True)
-        for leaderless in sorted(set(TOPOLOGY_STREAMS) - led):
+        for leaderless in sorted(set(topology_streams(Partitions(info.event_partitions))) - led):
             healthy = False
             print(json.dumps({"stream": leaderless, "leader": None, "problem": "no leader"}),
                   flush=True)

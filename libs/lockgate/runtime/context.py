@@ -85,11 +85,12 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
     """Make sure the topology exists and build the ports over a connected client."""
     js = nc.jetstream()
     if settings.manage_topology:
-        await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s)
+        await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s,
+                              partitions=settings.partitions)
     return Ports(
         nc=nc,
         js=js,
-        store=JetStreamEventStore(nc),
+        store=JetStreamEventStore(nc, partitions=settings.partitions),
         cache=AggregateCache(),
         registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),

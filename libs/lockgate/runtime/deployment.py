@@ -71,6 +71,8 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     nodes: list[NodeAddress] = []
     #: How many replicas of each supervised process run (absent: one).
     replicas: dict[str, int] = {}
+    #: How many events streams the deployment keeps (``lockgate.eventstore.partitions``).
+    event_partitions: int = 1
 
 
 def credentials_dir(var_dir: Path) -> Path:

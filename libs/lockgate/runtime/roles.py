@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lockgate.contracts import subjects
+from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import type_filter
 from lockgate.mcp import subjects as mcp_subjects
 from lockgate.runtime import specs
@@ -206,16 +207,17 @@ def adapter_ask(verb: str) -> tuple[str, ...]:
     return subjects.adapter_all(verb)
 
 
-#: Load an aggregate or verify an order: direct get (``multi_last``) on the events stream.
-EVENT_LOAD = f"{JS_API}.DIRECT.GET.{EVENTS}"
-#: Complete a load a lagging replica answered: message gets, which only the stream's
-#: leader answers (``lockgate.eventstore.jetstream``).
-EVENT_LEADER_GET = f"{JS_API}.STREAM.MSG.GET.{EVENTS}"
+def event_load(partitions: Partitions = SINGLE) -> tuple[str, ...]:
+    """Load an aggregate (direct gets, ``multi_last``, on each events stream), and complete
+    a load a lagging replica answered (message gets, which only a stream's leader
+    answers: ``lockgate.eventstore.jetstream``)."""
+    return tuple(s for p in partitions
+                 for s in (f"{JS_API}.DIRECT.GET.{p.stream}", f"{JS_API}.STREAM.MSG.GET.{p.stream}"))
 
 
-def event_append(*event_types: str) -> tuple[str, ...]:
-    """Append events of ``event_types`` (and only those) to any aggregate."""
-    return tuple(type_filter(t) for t in event_types)
+def event_append(*event_types: str, partitions: Partitions = SINGLE) -> tuple[str, ...]:
+    """Append events of ``event_types`` (and only those) to any aggregate, in any partition."""
+    return tuple(type_filter(t, prefix=p.prefix) for p in partitions for t in event_types)
 
 
 # -- the roles ----------------------------------------------------------------------------
@@ -305,7 +307,8 @@ def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     )
 
 
-def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
+def operator_role(person: str, tenants: Sequence[str] | None = None,
+                  partitions: Partitions = SINGLE) -> Role:
     """An operator (one person): settles outcomes, withdraws, reads the record and every status.
 
     The record is read by batched direct gets, whose filter is in the request body, so a
@@ -314,18 +317,18 @@ def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     """
     who = _token(person, "operator")
     name = f"operator-{who}"
-    load = _js(EVENT_LOAD, "stream")
+    loads = [_js(f"{JS_API}.DIRECT.GET.{p.stream}", "stream") for p in partitions]
     return _edge(
         name,
         (
             *(f"lg.reconcile.{t}.*.resolve.{who}" for t in _scopes(tenants)),
             *(f"lg.withdraw.{t}.*.*.{name}" for t in _scopes(tenants)),
             subjects.STATUS_ALL,
-            load.local,
+            *(load.local for load in loads),
             f"lg.mcp.op.*.{who}",
         ),
         [_service("lg.reconcile.>"), _service(subjects.WITHDRAW_ALL),
-         _service(subjects.STATUS_ALL, "stream"), load, _service(mcp_subjects.OPS_ALL)],
+         _service(subjects.STATUS_ALL, "stream"), *loads, _service(mcp_subjects.OPS_ALL)],
         principal=who, tenants=tenants,
     )
 
@@ -340,7 +343,7 @@ _OPENED_BY_EVERY_SERVICE = (
 )
 
 
-def service_role(name: str) -> Role:
+def service_role(name: str, partitions: Partitions = SINGLE) -> Role:
     """The role of the service ``name`` (``intake``, ``normalization``, ...), from its spec.
 
     Services bind to durables the admin created; they never create or change streams
@@ -352,10 +355,12 @@ def service_role(name: str) -> Role:
     spec = SERVICES[name]
     publish: list[str] = []
     for consumer in spec.consumes:
-        publish += js_pull(consumer.stream, consumer.name)
-    publish += (EVENT_LOAD, EVENT_LEADER_GET)
+        # A consumer of the events stream has its durable on every partition.
+        streams = partitions.streams if consumer.stream == EVENTS else (consumer.stream,)
+        publish += (s for stream in streams for s in js_pull(stream, consumer.name))
+    publish += event_load(partitions)
     # Every consumer may give a message up on the record (lockgate.runtime.service).
-    publish += event_append(*(event.__name__ for event in spec.may_append))
+    publish += event_append(*(event.__name__ for event in spec.may_append), partitions=partitions)
     for bucket in _OPENED_BY_EVERY_SERVICE:
         publish += kv_read(bucket) if bucket in spec.reads else kv_open(bucket)
     for bucket in spec.lists:
@@ -369,14 +374,15 @@ def service_role(name: str) -> Role:
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
 
 
-def projector_role() -> Role:
+def projector_role(partitions: Partitions = SINGLE) -> Role:
     """The projector: reads the events stream in order, and nothing else.
 
     It reads with batched direct gets (the read every service has) and asks the stream
     how far it goes; it creates no consumer, so it cannot change the services' durables,
     and it appends nothing.
     """
-    publish = (EVENT_LOAD, f"{JS_API}.STREAM.INFO.{EVENTS}")
+    publish = tuple(s for p in partitions
+                    for s in (f"{JS_API}.DIRECT.GET.{p.stream}", f"{JS_API}.STREAM.INFO.{p.stream}"))
     subscribe = (subjects.status(PROJECTOR), _inbox(SERVICE_INBOX))
     return Role(PROJECTOR, publish, subscribe, allow_responses=True)
 
@@ -385,15 +391,15 @@ def projector_role() -> Role:
 ARCHIVER = "archiver"
 
 
-def archiver_role() -> Role:
+def archiver_role(partitions: Partitions = SINGLE) -> Role:
     """The archiver: reads the record, marks an ended intent archived, purges before the mark.
 
     The purge grant cannot be narrowed to one intent (its filter is in the request
     body), so it is this role's alone, and the archiver checks on the record itself,
     under optimistic concurrency, that what it purges has ended.
     """
-    publish = (EVENT_LOAD, EVENT_LEADER_GET, *event_append("IntentArchived"),
-               f"{JS_API}.STREAM.PURGE.{EVENTS}")
+    publish = (*event_load(partitions), *event_append("IntentArchived", partitions=partitions),
+               *(f"{JS_API}.STREAM.PURGE.{p.stream}" for p in partitions))
     subscribe = (subjects.status(ARCHIVER), _inbox(SERVICE_INBOX))
     return Role(ARCHIVER, publish, subscribe, allow_responses=True)
 
@@ -482,21 +488,23 @@ def roles(
     *,
     reviewers: Mapping[str, Sequence[str]] | None = None,
     operators: Mapping[str, Sequence[str]] | None = None,
+    partitions: Partitions = SINGLE,
 ) -> list[Role]:
-    """Every role of a deployment serving ``tenants`` with these adapters and people."""
+    """Every role of a deployment serving ``tenants`` with these adapters and people, its
+    events in ``partitions``."""
     adapters = DEMO_ADAPTERS if adapters is None else adapters
     reviewers = DEMO_REVIEWERS if reviewers is None else reviewers
     operators = DEMO_OPERATORS if operators is None else operators
     return [
         admin_role(),
-        *(service_role(s) for s in SERVICES),
-        projector_role(),
-        archiver_role(),
+        *(service_role(s, partitions) for s in SERVICES),
+        projector_role(partitions),
+        archiver_role(partitions),
         console_role(),
         host_role(),
         *(agent_role(t) for t in tenants),
         *(reviewer_role(p, scope) for p, scope in reviewers.items()),
-        *(operator_role(p, scope) for p, scope in operators.items()),
+        *(operator_role(p, scope, partitions) for p, scope in operators.items()),
         *(adapter_role(caps, name) for name, caps in adapters.items()),
     ]
 
@@ -628,10 +636,11 @@ def deployment_users(
 
 
 def demo_users(
-    tenants: Sequence[str], *, password: Callable[[str], str] | None = None
+    tenants: Sequence[str], *, password: Callable[[str], str] | None = None,
+    partitions: Partitions = SINGLE,
 ) -> dict[str, tuple[Role, str]]:
     """The demo deployment's users (``roles(tenants)``)."""
-    return deployment_users(roles(tenants), password=password)
+    return deployment_users(roles(tenants, partitions=partitions), password=password)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,6 +59,7 @@ from lockgate.eventstore.base import (
     RecordedEvent,
 )
 from lockgate.eventstore.jetstream import recorded_event as stored
+from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import NotAnEventSubject, parse_event_subject
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
@@ -572,9 +573,12 @@ def add_status(
         for name, p in progress.items():
             pending = -1
             if connected is not None:
+                # An events durable is on every partition: its backlog is theirs summed.
+                streams = connected.store.partitions.streams if p.stream == EVENTS else (p.stream,)
                 with contextlib.suppress(NatsError, TimeoutError):
-                    info = await connected.js.consumer_info(p.stream, name, timeout=0.5)
-                    pending = int(info.num_pending or 0)
+                    infos = [await connected.js.consumer_info(stream, name, timeout=0.5)
+                             for stream in streams]
+                    pending = sum(int(info.num_pending or 0) for info in infos)
             consumers[name] = ConsumerProgress(
                 pending=pending,
                 idle_s=round(now - p.last_settled, 1),
@@ -737,7 +741,8 @@ class Binding:
     entry: Callable[[Delivery], Awaitable[None]]
     workers: int
     log: logging.Logger
-    consumer: PullConsumer | None = None
+    #: Pulling once connected: one per partition for a durable of the events stream.
+    consumers: list[PullConsumer] = field(default_factory=list)
 
 
 #: Each broker's durables, started once its service connected.
@@ -847,13 +852,21 @@ def answers(broker: NatsBroker) -> tuple[Answering, ...]:
     return tuple(_ANSWERS.get(broker, ()))
 
 
-async def start_consumers(broker: NatsBroker, nc: Client) -> None:
-    """Start pulling every durable bound on ``broker``, and answering its requests, over ``nc``."""
+async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions = SINGLE) -> None:
+    """Start pulling every durable bound on ``broker``, and answering its requests, over ``nc``.
+
+    A durable of the events stream is pulled on every partition's stream (the same name
+    on each), its workers shared out among them.
+    """
     for b in _bindings(broker):
-        if b.consumer is None:
-            b.consumer = PullConsumer(nc, b.durable.stream, b.durable.name, b.entry,
-                                      workers=b.workers, log=b.log)
-            await b.consumer.start()
+        if b.consumers:
+            continue
+        streams = partitions.streams if b.durable.stream == EVENTS else (b.durable.stream,)
+        workers = max(2, -(-b.workers // len(streams))) if len(streams) > 1 else b.workers
+        b.consumers = [PullConsumer(nc, stream, b.durable.name, b.entry, workers=workers, log=b.log)
+                       for stream in streams]
+        for consumer in b.consumers:
+            await consumer.start()
     for a in _ANSWERS.get(broker, ()):
         if a.subscription is None:
             await a.start(nc)
@@ -861,11 +874,11 @@ async def start_consumers(broker: NatsBroker, nc: Client) -> None:
 
 async def stop_consumers(broker: NatsBroker, timeout_s: float = 10.0) -> None:
     """Stop asking for messages; let running handlers settle theirs (up to ``timeout_s``)."""
-    running = [b.consumer for b in _bindings(broker) if b.consumer is not None]
+    running = [c for b in _bindings(broker) for c in b.consumers]
     await asyncio.gather(*(c.stop(timeout_s) for c in running),
                          *(a.stop(timeout_s) for a in _ANSWERS.get(broker, ())))
     for b in _bindings(broker):
-        b.consumer = None
+        b.consumers = []
 
 
 def service_app(
@@ -892,7 +905,7 @@ def service_app(
 
     @app.after_startup
     async def consume() -> None:
-        await start_consumers(broker, service.ports.nc)
+        await start_consumers(broker, service.ports.nc, settings.partitions)
         consuming.append(True)  # ready: its status says so from now on
 
     @app.on_shutdown

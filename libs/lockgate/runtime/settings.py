@@ -9,6 +9,7 @@ from urllib.parse import quote
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lockgate.eventstore.partitions import MAX_PARTITIONS, Partitions
 from lockgate.runtime.deployment import Credentials, load_credentials
 from lockgate.runtime.roles import (
     DEMO_ADAPTERS,
@@ -69,6 +70,10 @@ class Settings(BaseSettings):
     policy_dir: Path = _REPO / "deploy" / "policies"
     #: Replicas of every stream: 1 embedded, 3 in a cluster.
     replicas: int = Field(default=1, ge=1, le=5)
+    #: Events streams (``lockgate.eventstore.partitions``): 1 embedded (``LG_EVENTS``),
+    #: K in a cluster (``LG_EVENTS_0`` ... ``LG_EVENTS_<K-1>``, leaders spread over the
+    #: nodes). Every process of a deployment must be given the same K.
+    event_partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
     #: How long a service waits for an adapter's request/reply answer.
     adapter_timeout_s: float = 2.0
     #: How long a JetStream message may stay unacknowledged before redelivery: the
@@ -107,9 +112,15 @@ class Settings(BaseSettings):
     #: How often the archiver looks for intents that may leave.
     archive_every_s: float = Field(default=60.0, gt=0)
 
+    @property
+    def partitions(self) -> Partitions:
+        """The events streams of this deployment."""
+        return Partitions(self.event_partitions)
+
     def roles(self) -> list[Role]:
         """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""
-        return roles(self.tenants, self.adapters, reviewers=self.reviewers, operators=self.operators)
+        return roles(self.tenants, self.adapters, reviewers=self.reviewers, operators=self.operators,
+                     partitions=self.partitions)
 
     @cached_property
     def credentials(self) -> Credentials | None:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from lockgate.contracts import channels
 from lockgate.contracts.channels import Channel
-from lockgate.eventstore.subjects import legacy_type_filter, type_filter
+from lockgate.eventstore.subjects import PREFIX, legacy_type_filter, type_filter
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.runtime.streams import EVENTS
 
@@ -91,15 +91,22 @@ class Consumer:
     @property
     def filters(self) -> tuple[str, ...]:
         """The consumer's subject filters on its stream."""
+        return self.filters_for(PREFIX)
+
+    def filters_for(self, prefix: str) -> tuple[str, ...]:
+        """Its filters on an events stream whose subjects are under ``prefix`` (a partition's)."""
         if self.channel is not None:
             return self.channel.subjects
         filters: list[str] = []
         for event in self.events:
             name = event.__name__
             routes = self.routes_of(event)
-            filters += [type_filter(name, r) for r in routes] if routes else [type_filter(name)]
-            # Events stored before subjects carried a route (their handlers still check).
-            filters.append(legacy_type_filter(name))
+            filters += ([type_filter(name, r, prefix=prefix) for r in routes] if routes
+                        else [type_filter(name, prefix=prefix)])
+            if prefix == PREFIX:
+                # Events stored before subjects carried a route (their handlers still
+                # check); partitioned streams are younger than routes.
+                filters.append(legacy_type_filter(name))
         return tuple(filters)
 
 

@@ -75,7 +75,12 @@ from lockgate.runtime.status import (
     gather_status,
     problem,
 )
-from lockgate.runtime.topology import BUCKETS, ensure_topology, stream_configs
+from lockgate.runtime.topology import (
+    PartitionsMismatch,
+    ensure_topology,
+    spread_leaders,
+    topology_streams,
+)
 
 #: Where the embedded server listens unless told otherwise (the NATS default port).
 DEFAULT_PORT = 4222
@@ -334,15 +339,20 @@ async def run_supervisor(
             await ensure_topology(
                 nc.jetstream(), replicas=stream_replicas, ack_wait_s=settings.ack_wait_s,
                 capabilities=[c for caps in settings.adapters.values() for c in caps]
-                if clustered else (),
+                if clustered else (), partitions=settings.partitions,
             )
         except NatsError as exc:
             raise SupervisorError(
                 f"could not create streams on {url} (is JetStream enabled?): {exc!r}"
             ) from exc
+        except PartitionsMismatch as exc:
+            raise SupervisorError(str(exc)) from exc
         if nodes is not None:
             try:
-                report = await wait_for_leaders(nodes.addresses(), TOPOLOGY_STREAMS)
+                streams = topology_streams(settings.partitions)
+                await wait_for_leaders(nodes.addresses(), streams)
+                await spread_leaders(nc, settings.partitions, [n.name for n in nodes.addresses()])
+                report = await wait_for_leaders(nodes.addresses(), streams)
             except TimeoutError as exc:
                 raise SupervisorError(f"the cluster's streams did not settle: {exc}") from exc
             leaders = Counter(s.leader for s in report.streams)
@@ -355,6 +365,7 @@ async def run_supervisor(
             credentials_dir=str(credentials_dir(var_dir)) if embedded or clustered else "",
             nodes=nodes.addresses() if nodes is not None else [],
             replicas={kid.name: kid.replicas for kid in kids},
+            event_partitions=settings.event_partitions,
         ))
         # Only now, with the system its own: another supervisor's list is not this one's.
         listing = True
@@ -362,7 +373,8 @@ async def run_supervisor(
         if endpoint is not None:
             targets.learn({"supervisor": {"metrics": endpoint.url}})
             _say(f"lockgate: metrics on {endpoint.url}; every process's in {targets.path}")
-        env = {**_child_env(url, var_dir), **extra_env}
+        env = {**_child_env(url, var_dir), **extra_env,
+               "LOCKGATE_EVENT_PARTITIONS": str(settings.event_partitions)}
         _say(f"lockgate: starting {', '.join(k.label for k in kids)}; logs in {log_dir}")
         health = _Health(loop.time())
         tasks = [asyncio.create_task(_keep_running(kid, env, log_dir)) for kid in kids]
@@ -411,11 +423,9 @@ def replicas_of(name: str) -> int:
     return 1 if name in {n for n, _ in READ_SIDE} else CLUSTER_CHILD_REPLICAS
 
 
-#: Every stream and bucket the topology creates (the supervisor waits for their leaders).
-TOPOLOGY_STREAMS: tuple[str, ...] = (
-    *(c.name for c in stream_configs() if c.name),
-    *(f"KV_{b}" for b in BUCKETS),
-)
+#: Every stream and bucket the topology creates with one events stream (a partitioned
+#: deployment's: ``topology_streams``).
+TOPOLOGY_STREAMS: tuple[str, ...] = topology_streams()
 
 
 def cluster_dir(var_dir: Path) -> Path:

@@ -10,9 +10,13 @@ so Lockgate owns its topology here and services only bind to it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -26,7 +30,9 @@ from nats.js.api import (
 from nats.js.errors import BadRequestError, NotFoundError
 
 from lockgate.contracts import subjects
-from lockgate.eventstore.jetstream import events_stream_config
+from lockgate.core.errors import LockgateError
+from lockgate.eventstore.jetstream import partition_stream_configs
+from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.runtime.spec import SHARED_PENDING, Consumer
 from lockgate.runtime.specs import SERVICES
 from lockgate.runtime.streams import BUDGETS_BUCKET as BUDGETS_BUCKET
@@ -73,13 +79,28 @@ class Durable:
 
 
 def durable_of(consumer: Consumer) -> Durable:
-    """The durable a service spec's consumer is on the server."""
+    """The durable a service spec's consumer is on the server (on the one events stream
+    of K = 1; ``durables_on`` places it on every partition)."""
     return Durable(consumer.stream, consumer.name, consumer.filters,
                    max_ack_pending=consumer.max_ack_pending, timers=consumer.timers)
 
 
 #: Every durable consumer, derived from the services' specs (``lockgate.runtime.specs``).
 DURABLES: tuple[Durable, ...] = tuple(durable_of(c) for s in SERVICES for c in s.consumes)
+
+
+def durables_on(partitions: Partitions) -> tuple[Durable, ...]:
+    """Every durable on the server: an events consumer once on each partition's stream
+    (same name, filters under that partition's prefix), the others as they are."""
+    placed: list[Durable] = []
+    for service in SERVICES:
+        for c in service.consumes:
+            if c.stream != EVENTS:
+                placed.append(durable_of(c))
+                continue
+            placed += [Durable(p.stream, c.name, c.filters_for(p.prefix), max_ack_pending=c.max_ack_pending,
+                               timers=c.timers) for p in partitions]
+    return tuple(placed)
 
 
 def durable(name: str) -> Durable:
@@ -94,11 +115,11 @@ def durable(name: str) -> Durable:
     raise KeyError(name)
 
 
-def stream_configs(replicas: int = 1) -> list[StreamConfig]:
-    """Every stream Lockgate uses."""
+def stream_configs(replicas: int = 1, partitions: Partitions = SINGLE) -> list[StreamConfig]:
+    """Every stream Lockgate uses (the events stream once per partition)."""
     two_minutes = 120.0
     return [
-        events_stream_config(EVENTS, replicas=replicas, duplicate_window_s=two_minutes),
+        *partition_stream_configs(partitions, replicas=replicas, duplicate_window_s=two_minutes),
         # Work queues: a message is gone once its consumer acknowledged it.
         _work_queue(CANDIDATES, subjects.PROPOSE_ALL, replicas,
                     max_msg_size=MAX_CANDIDATE_MESSAGE_BYTES),
@@ -178,7 +199,7 @@ def exec_consumer_config(capability: str, ack_wait_s: float) -> ConsumerConfig:
 
 async def ensure_topology(
     js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = 5.0,
-    capabilities: Sequence[str] = (),
+    capabilities: Sequence[str] = (), partitions: Partitions = SINGLE,
 ) -> None:
     """Create (or bring up to date) every stream, bucket and durable consumer.
 
@@ -187,7 +208,8 @@ async def ensure_topology(
     on a cluster every replicated consumer exists, with its replicas placed, before
     any process binds to it.
     """
-    for config in stream_configs(replicas):
+    await _check_partitions(js, partitions)
+    for config in stream_configs(replicas, partitions):
         try:
             await js.add_stream(config)
         except BadRequestError:
@@ -206,8 +228,68 @@ async def ensure_topology(
                     direct=True,
                 )
             )
-    for d in DURABLES:
+    for d in durables_on(partitions):
         # CONSUMER.CREATE without an action creates, or updates a compatible existing one.
         await js.add_consumer(d.stream, consumer_config(d, ack_wait_s))
     for capability in capabilities:
         await js.add_consumer(EXEC, exec_consumer_config(capability, ack_wait_s))
+
+
+class PartitionsMismatch(LockgateError):
+    """The broker keeps the events in another number of streams than this deployment says."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="topology.partitions-mismatch")
+
+
+async def _check_partitions(js: JetStreamContext, partitions: Partitions) -> None:
+    """Refuse a K that disagrees with the events streams already there.
+
+    Intents are placed by their id's hash modulo K: another K would look for them in
+    other streams, and the ones stored would never be read again.
+
+    Raises:
+        PartitionsMismatch: a stream of another K exists.
+    """
+    other_layouts = ([f"{partitions.stem}_0"] if len(partitions) == 1
+                     else [partitions.stem, f"{partitions.stem}_{len(partitions)}"])
+    for name in other_layouts:
+        try:
+            await js.stream_info(name)
+        except NotFoundError:
+            continue
+        raise PartitionsMismatch(
+            f"the broker has {name}: its events were placed for another number of partitions "
+            f"than {len(partitions)} (LOCKGATE_EVENT_PARTITIONS); K is chosen when a "
+            "deployment is created and kept")
+
+
+def topology_streams(partitions: Partitions = SINGLE) -> tuple[str, ...]:
+    """Every stream and bucket stream the topology creates (what a cluster waits for)."""
+    return (*(c.name for c in stream_configs(partitions=partitions) if c.name),
+            *(f"KV_{b}" for b in BUCKETS))
+
+
+async def spread_leaders(nc: Client, partitions: Partitions, nodes: Sequence[str]) -> dict[str, str]:
+    """Move the events partitions' leaders onto the nodes in turn (partition k on node
+    k mod N), so that no node leads every append; return each partition's leader.
+
+    Raft elects wherever it likes (three partitions led by one node were seen); a
+    stepdown naming a preferred node (``$JS.API.STREAM.LEADER.STEPDOWN``, nats-server
+    2.11+) hands the leadership over. A node that does not take it leaves the partition
+    where it is: spreading is for throughput, never a condition to run.
+    """
+    leaders: dict[str, str] = {}
+    if len(partitions) < 2 or len(nodes) < 2:
+        return leaders
+    js = nc.jetstream()
+    for p in partitions:
+        preferred = nodes[p.index % len(nodes)]
+        info = await js.stream_info(p.stream)
+        leader = info.cluster.leader if info.cluster is not None else None
+        if leader and leader != preferred:
+            request = json.dumps({"placement": {"preferred": preferred}}).encode()
+            with contextlib.suppress(NatsError):
+                await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{p.stream}", request, timeout=5.0)
+        leaders[p.stream] = leader or ""
+    return leaders

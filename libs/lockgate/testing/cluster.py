@@ -25,6 +25,7 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client
 
+from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime import postgres
 from lockgate.runtime.cluster import (
     LocalCluster,
@@ -35,10 +36,9 @@ from lockgate.runtime.cluster import (
 )
 from lockgate.runtime.deployment import ensure_deployment
 from lockgate.runtime.postgres import PostgresServer
-from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import gather_status
-from lockgate.runtime.supervisor import TOPOLOGY_STREAMS, replicas_of
-from lockgate.runtime.topology import ensure_topology
+from lockgate.runtime.supervisor import replicas_of
+from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
 from lockgate.testing.system import System
 
 #: Replicas of every stream and bucket.
@@ -56,6 +56,8 @@ class ClusterSystem(System):
 
     size: int = 3
     use_postgres: bool = True
+    #: A partition per node, as ``lockgate run --cluster 3`` keeps them.
+    partitions: Partitions = Partitions(3)
     cluster: LocalCluster | None = None
     views: PostgresServer | None = None
     #: label → (status name, module)
@@ -79,7 +81,7 @@ class ClusterSystem(System):
         """Render the users, start the nodes and PostgreSQL, create the topology, start every child."""
         (self.root / "log").mkdir(parents=True, exist_ok=True)
         self.cluster = LocalCluster(self.root / "cluster", self.size, log_dir=self.root / "log")
-        self.deployment = ensure_deployment(self.root, Settings(var_dir=self.root).roles(),
+        self.deployment = ensure_deployment(self.root, self.settings().roles(),
                                             server_config=self.cluster.accounts_conf)
         await asyncio.to_thread(self.cluster.start)
         if self.use_postgres and postgres.available():
@@ -89,13 +91,16 @@ class ClusterSystem(System):
         self.extra_env.setdefault("LOCKGATE_REPLICAS", str(STREAM_REPLICAS))
         nc = await self.connect()
         try:
-            settings = Settings(var_dir=self.root)
+            settings = self.settings()
             await ensure_topology(
                 nc.jetstream(), replicas=STREAM_REPLICAS, ack_wait_s=settings.ack_wait_s,
-                capabilities=[c for caps in settings.adapters.values() for c in caps])
+                capabilities=[c for caps in settings.adapters.values() for c in caps],
+                partitions=self.partitions)
+            await wait_for_leaders(self.nodes, self.streams)
+            await spread_leaders(nc, self.partitions, [n.name for n in self.nodes])
         finally:
             await nc.close()
-        await wait_for_leaders(self.nodes, TOPOLOGY_STREAMS)
+        await wait_for_leaders(self.nodes, self.streams)
         for name, module in self.children:
             n = replicas_of(name)
             for k in range(1, n + 1):
@@ -211,7 +216,12 @@ class ClusterSystem(System):
 
     async def settled(self, timeout_s: float = 60.0) -> None:
         """Wait until every stream has a leader and every replica is current again."""
-        await wait_for_leaders(self.nodes, TOPOLOGY_STREAMS, timeout_s)
+        await wait_for_leaders(self.nodes, self.streams, timeout_s)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """Every stream and bucket of the topology."""
+        return topology_streams(self.partitions)
 
     def violations(self, account: str = "LOCKGATE") -> list[str]:
         """The nodes' permission-violation lines for users of ``account``."""

@@ -24,6 +24,8 @@ from nats.aio.client import Client
 
 from lockgate.client.sdk import Gateway
 from lockgate.client.sdk import connect as connect_gateway
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
@@ -52,6 +54,8 @@ class System:
     deployment: Deployment | None = None
     #: The broker's HTTP monitoring port on loopback (0: none); the benchmark reads it.
     monitor_port: int = 0
+    #: The events streams (``lockgate.eventstore.partitions``); every child is told.
+    partitions: Partitions = SINGLE
 
     @property
     def url(self) -> str:
@@ -88,6 +92,7 @@ class System:
             LOCKGATE_LOG_LEVEL="INFO",
             # Any free port: a console of `make run` may hold the default one.
             LOCKGATE_CONSOLE_PORT="0",
+            LOCKGATE_EVENT_PARTITIONS=str(len(self.partitions)),
         )
         env.update(self.extra_env)  # a test's own settings win
         return env
@@ -96,7 +101,7 @@ class System:
         """Make the users, start the broker, create the topology, start every child, wait for all."""
         (self.root / "log").mkdir(parents=True, exist_ok=True)
         # The users and accounts `lockgate run` makes, from the same settings.
-        self.deployment = ensure_deployment(self.root, Settings(var_dir=self.root).roles())
+        self.deployment = ensure_deployment(self.root, self.settings().roles())
         self.server = NatsServer(
             store_dir=self.root / "nats", log_file=self.root / "log" / "nats.log",
             config_text="include ./accounts.conf", monitor_port=self.monitor_port,
@@ -104,7 +109,7 @@ class System:
         self.server.start()
         nc = await self.connect()
         try:
-            await ensure_topology(nc.jetstream())
+            await ensure_topology(nc.jetstream(), partitions=self.partitions)
         finally:
             await nc.close()
         for name, module in self.children:
@@ -122,6 +127,14 @@ class System:
                 # reconnecting to whatever server later takes the port.
                 preexec_fn=parent_death_signal(),
             )
+
+    def settings(self) -> Settings:
+        """The settings the children run with (as far as the test's process needs them)."""
+        return Settings(var_dir=self.root, event_partitions=len(self.partitions))
+
+    def store(self, nc: Client) -> JetStreamEventStore:
+        """The event store over ``nc``, on this system's partitions."""
+        return JetStreamEventStore(nc, partitions=self.partitions)
 
     def credentials(self, user: str) -> Credentials:
         """The credentials of ``user`` (``admin``, ``agent-tenant-a``, ``reviewer-alice``…)."""

@@ -38,7 +38,7 @@ from lockgate.views.rows import (
     recorded,
     review_change,
 )
-from lockgate.views.store import Change, Views
+from lockgate.views.store import SOURCE, Change, Views
 
 #: Intents kept folded between their events (the rest are folded again from the views).
 FOLDED_KEPT = 4096
@@ -53,11 +53,22 @@ class IntentViews(Projection[TrackingRecorder]):
 
     name = "lockgate-views"
 
-    def __init__(self, view: Views) -> None:
+    def __init__(self, view: Views, sources: Sequence[str] = (SOURCE,)) -> None:
+        """``sources``: the events streams (partitions) events come from, in partition order."""
         # The library types its views as tracking recorders; both backends are one.
         super().__init__(cast(TrackingRecorder, view))
         self.views = view
+        self._sources = {name: index for index, name in enumerate(sources)}
         self._folded: OrderedDict[str, tuple[EffectIntent, datetime]] = OrderedDict()
+
+    def position(self, tracking: Tracking) -> int:
+        """An event's position in the views' record: its stream sequence with one events
+        stream; with K partitions, the sequence times K plus the partition's index (unique
+        across partitions, and in about the order they were stored, as the partitions
+        grow alike)."""
+        k = len(self._sources)
+        return tracking.notification_id if k == 1 else \
+            tracking.notification_id * k + self._sources[tracking.application_name]
 
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
         """Apply ``domain_event`` (an ``EffectIntent`` event) at ``tracking``'s position.
@@ -129,7 +140,7 @@ class IntentViews(Projection[TrackingRecorder]):
         intent: EffectIntent = event.mutate(before)
         created_at = known[1] if known else event.timestamp
         folded[intent_id] = (intent, created_at)
-        return self.change(event, intent, created_at, tracking.notification_id)
+        return self.change(event, intent, created_at, self.position(tracking))
 
     def refold(self, *, page: int = 500) -> int:
         """Fold the record the views hold into their derived tables again; return intents.

@@ -17,7 +17,7 @@ import fcntl
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +42,21 @@ from lockgate.views.rows import (
     RunRow,
 )
 
-#: The tracking's application name: the position tracked is in the events stream.
+#: The tracking's application name: the position tracked is in the events stream. A
+#: partitioned deployment tracks one position per partition, under its stream's name.
 SOURCE = "LG_EVENTS"
+
+
+def total(positions: Mapping[str, int | None]) -> int | None:
+    """The views' position over every source: the sum of theirs (``None``: none applied
+    yet), beside the streams' last sequences summed; their difference is the lag."""
+    known = [p for p in positions.values() if p is not None]
+    return sum(known) if known else None
+
+
+def views_position(views: Views, sources: Sequence[str] = (SOURCE,)) -> int | None:
+    """How far the views are over ``sources`` (``total`` of their tracked positions)."""
+    return total({name: views.max_tracking_id(name) for name in sources})
 #: The shape of the derived tables. They are not migrated: on a store of another shape
 #: they are dropped and the projector folds the permanent record into them again.
 SHAPE = "5"

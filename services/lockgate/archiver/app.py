@@ -39,12 +39,12 @@ from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
 from lockgate.eventstore.base import ConcurrencyConflict, EventStore, EventStoreError
 from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import aggregate_filter
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime import metrics
 from lockgate.runtime.entry import run_process
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.streams import EVENTS
 from lockgate.views.rows import IntentRow, iso
 from lockgate.views.store import Views, open_views
 
@@ -63,8 +63,10 @@ class Archiver:
     """Moves ended intents out of the hot store, one round at a time."""
 
     def __init__(self, store: EventStore, js: JetStreamContext, views: Views, *,
-                 after_s: float) -> None:
+                 after_s: float, partitions: Partitions = SINGLE) -> None:
+        """``partitions``: the events streams ``store`` keeps the intents in."""
         self.store = store
+        self.partitions = partitions
         self.js = js
         self.views = views
         self.after_s = after_s
@@ -103,7 +105,9 @@ class Archiver:
 
     async def purge_before(self, tenant: str, intent_id: str, sequence: int) -> None:
         """Purge the intent's events stored before ``sequence`` (its mark), and no other."""
-        await self.js.purge_stream(EVENTS, subject=aggregate_filter(tenant, intent_id), seq=sequence)
+        where = self.partitions.of(intent_id)
+        await self.js.purge_stream(where.stream, subject=aggregate_filter(tenant, intent_id, prefix=where.prefix),
+                                   seq=sequence)
 
     async def repair(self, now: datetime) -> int:
         """Finish the purges a crash cut short (marked intents whose events are still there)."""
@@ -125,9 +129,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
     endpoint = metrics.start_endpoint(settings)
     nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
-    archiver = Archiver(JetStreamEventStore(nc, api_prefix=settings.js_prefix),
+    archiver = Archiver(JetStreamEventStore(nc, api_prefix=settings.js_prefix, partitions=settings.partitions),
                         nc.jetstream(prefix=settings.js_prefix), views,
-                        after_s=settings.archive_after_s)
+                        after_s=settings.archive_after_s, partitions=settings.partitions)
 
     async def answer(msg: Msg) -> None:
         if msg.reply:

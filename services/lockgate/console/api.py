@@ -61,7 +61,7 @@ from lockgate.console.people import NotAccepted, People, Person
 from lockgate.contracts.vocabulary import Finding
 from lockgate.intent.aggregate import State
 from lockgate.views.rows import EventRow, IntentRow, ReviewRow, iso
-from lockgate.views.store import SOURCE, Views
+from lockgate.views.store import SOURCE, Views, views_position
 
 STATIC = Path(__file__).resolve().parent / "static"
 VERSION = "1"
@@ -101,8 +101,11 @@ class Console:
     """What the routes read and act through: the views, the people, the latest position."""
 
     def __init__(self, views: Views, people: People, *, poll_s: float = 0.5,
-                 lag: Callable[[], Awaitable[int | None]] | None = None) -> None:
+                 lag: Callable[[], Awaitable[int | None]] | None = None,
+                 sources: Sequence[str] = (SOURCE,)) -> None:
+        """``sources``: the events streams (partitions) the views track a position in."""
         self.views = views
+        self.sources = tuple(sources)
         self.people = people
         self.poll_s = poll_s
         #: How many events the views lag the stream, as the projector says (None: unknown).
@@ -119,7 +122,7 @@ class Console:
         """Poll the views' tracked position until stopping; wake every live stream on a change."""
         while not self.stopping.is_set():
             try:
-                position = await self.read(self.views.max_tracking_id, SOURCE) or 0
+                position = await self.read(views_position, self.views, self.sources) or 0
             except Exception:  # noqa: BLE001 - the views may be briefly locked; poll again
                 position = self.position
             if position != self.position:

@@ -85,7 +85,8 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
     people = People(_bare(settings), key, people_of(settings.reviewers, settings.operators),
                     idle_s=console_settings.idle_s)
     nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{CONSOLE}")  # type: ignore[arg-type]
-    console = Console(views, people, poll_s=console_settings.poll_s, lag=lambda: views_lag(nc))
+    console = Console(views, people, poll_s=console_settings.poll_s, lag=lambda: views_lag(nc),
+                      sources=settings.partitions.streams)
     app = create_app()
     app.state.console = console
     server = _Server(uvicorn.Config(

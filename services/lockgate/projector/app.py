@@ -31,7 +31,7 @@ from lockgate.runtime.entry import run_process
 from lockgate.runtime.settings import Settings
 from lockgate.views.lease import lease_for
 from lockgate.views.rows import NEEDS_A_PERSON
-from lockgate.views.store import SOURCE, Views, open_views
+from lockgate.views.store import Views, open_views, views_position
 
 log = logging.getLogger("lockgate.projector")
 
@@ -93,7 +93,8 @@ class Running:
         with contextlib.suppress(Exception):
             self.stream_last = await asyncio.wait_for(self.source.last_position(), 1.0)
             if self.projector.progress.role != "projecting":
-                self.views_position = await asyncio.to_thread(self.views.max_tracking_id, SOURCE)
+                self.views_position = await asyncio.to_thread(views_position, self.views,
+                                                              self.source.sources)
         await msg.respond(msgspec.json.encode(self.status()))
 
     def refresh_gauges(self) -> None:
@@ -133,7 +134,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
     nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
     source = StreamSource(nc, settings)
-    projector = Projector(views, lease_for(settings.views_url, settings.var_dir), source.batches)
+    projector = Projector(views, lease_for(settings.views_url, settings.var_dir), source.batches,
+                          sources=source.sources)
     running = Running(source, views, projector, metrics_url=metrics.url_of(endpoint))
     status = await nc.subscribe(subjects.status(NAME), cb=running.answer)
     halt = asyncio.Event()

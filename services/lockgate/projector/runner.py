@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from eventsourcing.persistence import Tracking
@@ -22,12 +22,12 @@ from eventsourcing.persistence import Tracking
 from lockgate.intent.aggregate import Event
 from lockgate.views.lease import Lease
 from lockgate.views.projection import IntentViews
-from lockgate.views.store import SOURCE, Views
+from lockgate.views.store import SOURCE, Views, total
 
 log = logging.getLogger(__name__)
 
-#: Batches of events (with their positions) after a position, until the event is set.
-Batches = Callable[[int | None, asyncio.Event], AsyncIterator[list[tuple[Event, Tracking]]]]
+#: Batches of events (with their positions) after each source's position, until the event is set.
+Batches = Callable[[Mapping[str, int | None], asyncio.Event], AsyncIterator[list[tuple[Event, Tracking]]]]
 
 
 @dataclass
@@ -46,13 +46,18 @@ class Progress:
 class Projector:
     """One replica's projection of the event stream into ``views``."""
 
-    def __init__(self, views: Views, lease: Lease, batches: Batches, *, poll_s: float = 0.5) -> None:
+    def __init__(self, views: Views, lease: Lease, batches: Batches, *, poll_s: float = 0.5,
+                 sources: Sequence[str] = (SOURCE,)) -> None:
+        """``sources``: the events streams (partitions) the views track a position in."""
         self.views = views
         self.lease = lease
         self.batches = batches
+        self.sources = tuple(sources)
+        #: Each source's position, as applied.
+        self.positions: dict[str, int | None] = {}
         self.poll_s = poll_s
         self.progress = Progress()
-        self.projection = IntentViews(views)
+        self.projection = IntentViews(views, self.sources)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Project until ``stop`` is set; on a failure give the lease up and re-raise."""
@@ -69,10 +74,12 @@ class Projector:
                     n = await asyncio.to_thread(self.projection.refold)
                     log.info("refolded %d intents from the views' record", n)
                 p.role = "projecting"
-                p.position = await asyncio.to_thread(self.views.max_tracking_id, SOURCE)
+                self.positions = {name: await asyncio.to_thread(self.views.max_tracking_id, name)
+                                  for name in self.sources}
+                p.position = total(self.positions)
                 p.last_applied_at = time.monotonic()
-                log.info("projecting from position %s", p.position)
-                async for batch in self.batches(p.position, stop):
+                log.info("projecting from position %s", self.positions)
+                async for batch in self.batches(dict(self.positions), stop):
                     p.busy_since = time.monotonic()
                     await asyncio.to_thread(self._apply, batch)
                     p.busy_since = None
@@ -89,5 +96,7 @@ class Projector:
         """One transaction per batch: the views move from its first position to its last."""
         p = self.progress
         p.applied += self.projection.process_events(batch)
-        p.position = batch[-1][1].notification_id
+        last = batch[-1][1]
+        self.positions[last.application_name] = last.notification_id
+        p.position = total(self.positions)
         p.last_applied_at = time.monotonic()

@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol, cast
 
 from eventsourcing.persistence import Tracking
 from nats.aio.client import Client
@@ -33,8 +33,6 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import Event
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.streams import EVENTS
-from lockgate.views.store import SOURCE
 
 #: How long a caught-up projector waits before asking the stream again.
 IDLE_POLL_S = 0.1
@@ -53,46 +51,72 @@ class Scan(Protocol):
 
 
 class StreamSource:
-    """Events after a position, in batches, until ``stop`` is set."""
+    """Events after each partition's position, in batches, until ``stop`` is set.
+
+    One events stream (K = 1) is tracked as ``SOURCE``; K partitions each under their
+    stream's name, read in turn, a batch from one partition at a time (an intent's
+    events are all in one partition, so each keeps its order; the views need no order
+    across intents).
+    """
 
     def __init__(self, nc: Client, settings: Settings, store: Scan | None = None) -> None:
         self.nc = nc
-        self.store: Scan = store or JetStreamEventStore(nc, api_prefix=settings.js_prefix)
+        self.partitions = settings.partitions
+        self._store = store or JetStreamEventStore(nc, api_prefix=settings.js_prefix,
+                                                   partitions=self.partitions)
         self._js = nc.jetstream(prefix=settings.js_prefix)
 
-    async def batches(self, after: int | None,
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The tracking name of each partition (its stream's name; ``SOURCE`` for K = 1)."""
+        return self.partitions.streams
+
+    def _scan(self, index: int, start: int) -> AsyncIterator[RecordedEvent]:
+        if len(self.partitions) == 1:
+            return self._store.scan(start)
+        return cast(JetStreamEventStore, self._store).scan_partition(index, start)
+
+    async def batches(self, after: Mapping[str, int | None],
                       stop: asyncio.Event) -> AsyncIterator[list[tuple[Event, Tracking]]]:
-        """Yield what follows ``after`` (``None``: the stream's start), waiting for more.
+        """Yield what follows each partition's position in ``after`` (absent or ``None``:
+        its start), waiting for more.
 
         Raises:
             EventDecodeError: an event this code cannot read (the projection stops
                 rather than skip it).
         """
-        position = after or 0
+        positions = {name: after.get(name) or 0 for name in self.sources}
         retry_s = IDLE_POLL_S
         while not stop.is_set():
-            batch: list[tuple[Event, Tracking]] = []
-            try:
-                async for recorded in self.store.scan(position + 1):
-                    batch.append((decode_event(recorded), Tracking(SOURCE, recorded.sequence)))
-                    if len(batch) >= BATCH:
-                        break
-            except EventStoreUnavailable as exc:
-                log.warning("the events stream did not answer (%s); reading again in %.1f s",
-                            exc, retry_s)
+            handed = False
+            for index, name in enumerate(self.sources):
+                batch: list[tuple[Event, Tracking]] = []
+                try:
+                    async for recorded in self._scan(index, positions[name] + 1):
+                        batch.append((decode_event(recorded), Tracking(name, recorded.sequence)))
+                        if len(batch) >= BATCH:
+                            break
+                except EventStoreUnavailable as exc:
+                    log.warning("%s did not answer (%s); reading again in %.1f s", name, exc, retry_s)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), retry_s)
+                    retry_s = min(retry_s * 2, RETRY_MAX_S)
+                    handed = True  # not idle: the same position is read again at once
+                    break
+                retry_s = IDLE_POLL_S
+                if batch:
+                    positions[name] = batch[-1][1].notification_id
+                    handed = True
+                    yield batch
+            if not handed:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), retry_s)
-                retry_s = min(retry_s * 2, RETRY_MAX_S)
-                continue
-            retry_s = IDLE_POLL_S
-            if batch:
-                position = batch[-1][1].notification_id
-                yield batch
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), IDLE_POLL_S)
+                    await asyncio.wait_for(stop.wait(), IDLE_POLL_S)
 
     async def last_position(self) -> int:
-        """The stream's last sequence (how far the views could be)."""
-        info = await self._js.stream_info(EVENTS)
-        return int(info.state.last_seq)
+        """How far the views could be: the events streams' last sequences, summed (the
+        views' position is their tracked positions summed: ``views_position``)."""
+        total = 0
+        for name in self.sources:
+            info = await self._js.stream_info(name)
+            total += int(info.state.last_seq)
+        return total
