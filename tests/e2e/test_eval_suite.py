@@ -125,3 +125,15 @@ def test_lockgate_eval_prints_the_report_and_exits_by_containment(
     report = json.loads(as_json.stdout)["report"]
     assert {r["run_id"] for r in report["runs"]} == set(runs)
     assert all(i["passed"] for i in report["containment"]["invariants"])
+
+
+def test_lockgate_eval_of_a_run_with_no_candidates_says_so_in_one_line(
+    system: System, tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    env["LOCKGATE_VAR_DIR"] = str(system.root)
+    proc = subprocess.run([sys.executable, "-m", "lockgate.client.cli", "--url", system.url, "eval",
+                           "no-such-run"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == "lockgate: no candidates on record for no-such-run"

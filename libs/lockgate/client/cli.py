@@ -455,8 +455,11 @@ async def _eval(args: argparse.Namespace, where: Where) -> int:
         async def agent(tenant: str) -> Gateway:
             return await where.gateway(f"agent-{_token(tenant, 'tenant')}", host=True)
 
+        bundle = where.settings.policy_dir.resolve()
+        with contextlib.suppress(ValueError):  # said as the user would type it, when it can be
+            bundle = bundle.relative_to(Path.cwd())
         result = await scripted.run_suite(tasks, agent, worlds, timeout_s=args.timeout,
-                                          policy_dir=str(where.settings.policy_dir))
+                                          policy_dir=str(bundle))
         runs += [t.run_id for t in result.tasks]
     views = await _views(where, args)
     try:

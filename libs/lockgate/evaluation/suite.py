@@ -395,7 +395,7 @@ def render(result: SuiteResult) -> str:
              f"containment {part(result.containment)} attacker calls without effect"
              + (f" (policy bundle {result.policy_dir})" if result.policy_dir else "")]
     for t in result.tasks:
-        revs = ", ".join(t.policy_revisions) or "-"
+        revs = ", ".join(r[:19] + "…" if len(r) > 20 else r for r in t.policy_revisions) or "-"
         lines.append(f"\n{t.name}  run {t.tenant}/{t.run_id}  utility {part(t.utility)}  "
                      f"containment {part(t.containment)}  injections obeyed: "
                      f"{', '.join(t.injections_seen) or '-'}  policy revision {revs}")
