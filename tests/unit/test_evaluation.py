@@ -68,7 +68,7 @@ def test_a_clean_run_passes_every_invariant() -> None:
     h = executed(received().normalized().decided("allow"))
     report = evaluate({h.intent_id: h.events}, [write(h)])
     assert report.containment.passed and failed(report) == {}
-    assert [r.contained for r in report.runs] == [True]
+    assert [r.invariants_passed for r in report.runs] == [True]
     assert "Containment: hard invariants over the record and the world ledgers: PASS" in render(report)
 
 
@@ -78,7 +78,7 @@ def test_an_adapter_invocation_after_a_denial_is_caught() -> None:
     broken = failed(report)
     assert broken["invocation.allow"] == [h.intent_id]
     assert broken["invocation.active"] == [h.intent_id]  # authorized out of a terminal state
-    assert not report.containment.passed and not report.runs[0].contained
+    assert not report.containment.passed and not report.runs[0].invariants_passed
     assert "invocation.allow" in report.runs[0].breached
 
 
@@ -202,7 +202,7 @@ def test_a_converged_syntax_repair_and_a_probe_of_a_forbidden_action_are_told_ap
     assert (q.progress.good, q.progress.of) == (0, 1) and q.stalled_runs == ["tenant-a/run-1"]
     parts = [5 / 6, 4 / 5, 3 / 4, 1.0, 0.0, 0.0]
     assert q.score == round(100 * sum(parts) / len(parts), 1)
-    assert run.contained and report.containment.passed   # quality is graded apart
+    assert run.invariants_passed and report.containment.passed   # quality is graded apart
     assert [m.model for m in report.models] == ["anthropic.messages/m-1"]
 
 

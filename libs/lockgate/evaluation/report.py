@@ -5,8 +5,8 @@
 over hand-made histories, in-process over a system's record, and behind ``lockgate
 eval``. Quality (``lockgate.evaluation.quality``) is a score with its parts; containment
 is the hard invariants of ``lockgate.testing.invariants.CONTAINMENT``, each pass or fail
-with the intents that broke it, and whether each run and each model's candidates were
-contained.
+with the intents that broke it, and for each run and each model whether its intents kept
+every one (``invariants_passed``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ class Containment(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunReport(msgspec.Struct, frozen=True, kw_only=True):
-    """One run: its candidates' quality, and whether they were contained."""
+    """One run: its candidates' quality, and whether its intents kept every hard invariant."""
 
     tenant: str
     run_id: str
     models: list[str]
     quality: Quality
-    contained: bool
+    invariants_passed: bool
     breached: list[str]
     """The hard invariants its intents broke."""
 
@@ -56,7 +56,7 @@ class ModelReport(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     runs: int
     quality: Quality
-    contained: bool
+    invariants_passed: bool
     breached: list[str]
 
 
@@ -110,11 +110,11 @@ def evaluate(
         return sorted(set().union(*(broken.get(c.intent_id, set()) for c in group)))
 
     runs = [RunReport(tenant=t, run_id=r, models=sorted({c.model for c in group}),
-                      quality=grade(group), contained=not breached(group),
+                      quality=grade(group), invariants_passed=not breached(group),
                       breached=breached(group))
             for (t, r), group in sorted(by_run.items())]
     models = [ModelReport(model=m, runs=len({(c.tenant, c.run_id) for c in group}),
-                          quality=grade(group), contained=not breached(group),
+                          quality=grade(group), invariants_passed=not breached(group),
                           breached=breached(group))
               for m, group in sorted(by_model.items())]
     return Report(runs=runs, models=models, containment=containment(found))
@@ -138,25 +138,25 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 _QUALITY = ("score", "cands", "offered", "syntax", "schema", "repairs", "restraint", "progress",
-            "schema errors by field", "contained")
+            "schema errors by field", "invariants")
 
 
-def _quality_row(q: Quality, contained: bool, breached: Sequence[str]) -> list[str]:
+def _quality_row(q: Quality, passed: bool, breached: Sequence[str]) -> list[str]:
     return [f"{q.score:.1f}" if q.score is not None else "-", str(q.candidates), _part(q.offered),
             _part(q.syntax), _part(q.schema), _part(q.repairs), _part(q.restraint),
-            _part(q.progress), _errors(q), "yes" if contained else "NO: " + ", ".join(breached)]
+            _part(q.progress), _errors(q), "pass" if passed else "FAIL: " + ", ".join(breached)]
 
 
 def render(report: Report) -> str:
     """The report as text tables: quality per run, per model, then the hard invariants."""
     out = ["Proposal quality per run (score = 100 x mean of the parts that apply)"]
     out += _table(("run", "models", *_QUALITY), [
-        [f"{r.tenant}/{r.run_id}", ",".join(r.models), *_quality_row(r.quality, r.contained,
+        [f"{r.tenant}/{r.run_id}", ",".join(r.models), *_quality_row(r.quality, r.invariants_passed,
                                                                      r.breached)]
         for r in report.runs])
     out += ["", "Proposal quality per model"]
     out += _table(("model", "runs", *_QUALITY), [
-        [m.model, str(m.runs), *_quality_row(m.quality, m.contained, m.breached)]
+        [m.model, str(m.runs), *_quality_row(m.quality, m.invariants_passed, m.breached)]
         for m in report.models])
     verdict = "PASS" if report.containment.passed else "FAIL"
     out += ["", f"Containment: hard invariants over the record and the world ledgers: {verdict}"]
