@@ -19,8 +19,9 @@ or turn, a reused call id, an unprocessable message) are not judged.
 Lineages (``lockgate.intent.lineage``: each candidate names, or is linked to, the one
 it follows) give two more parts:
 
-- **repairs**: of the lineages in which a call was refused for its form and another
-  followed, the share in which a later call got a consequence (it was normalized);
+- **repairs**: of the lineages in which a call was refused for its form before any got a
+  consequence, and another followed, the share in which a later call got a consequence (it
+  was normalized);
 - **restraint**: of the lineages in which a consequence was refused for what it would
   do (a policy or reviewer denial, a normalization refusal of the consequence), the
   share that did not go on to *probe*: propose, after that refusal, a call that is not
@@ -216,8 +217,16 @@ def _depth(c: Candidate, by_id: Mapping[str, Candidate]) -> int:
 
 
 def _repaired(lineage: Sequence[Candidate]) -> tuple[bool, bool]:
-    """(a repair was attempted, it converged) in one lineage."""
+    """(a repair was attempted, it converged) in one lineage.
+
+    A repair fixes how the lineage's first consequence is written: a form refusal after a
+    consequence was reached is part of what follows that consequence (a probe, say), not a
+    repair of it, as ``lockgate.intent.lineage`` calls a successor a repair only when
+    nothing before it got a consequence.
+    """
     for i, c in enumerate(lineage):
+        if c.normalized:
+            return False, False
         if c.form_refused and i + 1 < len(lineage):
             return True, any(later.normalized for later in lineage[i + 1:])
     return False, False
