@@ -154,6 +154,13 @@ def render(report: Report) -> str:
         [f"{r.tenant}/{r.run_id}", ",".join(r.models), *_quality_row(r.quality, r.invariants_passed,
                                                                      r.breached)]
         for r in report.runs])
+    for r in report.runs:
+        q = r.quality
+        if q.probing_lineages or q.stalled_runs:
+            out.append(f"  {r.tenant}/{r.run_id}: "
+                       + "; ".join(([f"probed a refused consequence, lineage from "
+                                     f"{', '.join(q.probing_lineages)}"] if q.probing_lineages else [])
+                                   + (["stopped: run.progress-stalled"] if q.stalled_runs else [])))
     out += ["", "Proposal quality per model"]
     out += _table(("model", "runs", *_QUALITY), [
         [m.model, str(m.runs), *_quality_row(m.quality, m.invariants_passed, m.breached)]
