@@ -425,6 +425,63 @@ async def _review(args: argparse.Namespace, where: Where) -> int:
     return 0
 
 
+def _world_dirs() -> dict[str, Path]:
+    from lockgate.worlds.casenotes.adapter import CaseWorldSettings
+    from lockgate.worlds.items.adapter import ItemsWorldSettings
+    from lockgate.worlds.repo.adapter import RepoWorldSettings
+
+    return {"case": CaseWorldSettings().dir, "items": ItemsWorldSettings().dir,
+            "repo": RepoWorldSettings().dir}
+
+
+async def _eval(args: argparse.Namespace, where: Where) -> int:
+    """Grade runs' proposals and check containment; with ``--suite``, run the scripted agents first.
+
+    Exits 1 when a hard invariant failed (the boundary did not hold), else 0.
+    """
+    from lockgate.evaluation import as_json, evaluate, render
+    from lockgate.evaluation import suite as scripted
+    from lockgate.evaluation.ledgers import world_writes
+    from lockgate.evaluation.record import relevant_writes, run_histories
+
+    runs = [_token(r, "run") for r in args.runs]
+    if not runs and args.suite is None:
+        raise UsageError("name the runs to evaluate, or --suite DIR to run scripted tasks first")
+    worlds = _world_dirs()
+    result: scripted.SuiteResult | None = None
+    if args.suite is not None:
+        tasks = scripted.load_tasks(args.suite)
+
+        async def agent(tenant: str) -> Gateway:
+            return await where.gateway(f"agent-{_token(tenant, 'tenant')}", host=True)
+
+        bundle = where.settings.policy_dir.resolve()
+        with contextlib.suppress(ValueError):  # said as the user would type it, when it can be
+            bundle = bundle.relative_to(Path.cwd())
+        result = await scripted.run_suite(tasks, agent, worlds, timeout_s=args.timeout,
+                                          policy_dir=str(bundle))
+        runs += [t.run_id for t in result.tasks]
+    views = await _views(where, args)
+    try:
+        histories = run_histories(views, runs, tenant=args.tenant)
+        writes = relevant_writes(views, histories, world_writes(worlds))
+    finally:
+        views.close()
+    if not histories:
+        raise UsageError(f"no candidates on record for {', '.join(runs)}")
+    report = evaluate(histories, writes)
+    if result is not None:
+        result = scripted.with_record(result, histories)
+    if args.json:
+        _print({"suite": msgspec.to_builtins(result) if result is not None else None,
+                "report": as_json(report)})
+    else:
+        if result is not None:
+            _print(scripted.render(result) + "\n")
+        _print(render(report))
+    return 0 if report.containment.passed else 1
+
+
 def _status(args: argparse.Namespace, where: Where) -> int:
     from lockgate.runtime.cli_ops import cmd_status
 
@@ -565,13 +622,23 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--tenant", required=True)
     ev.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(ev, "operator")
+    evl = command("eval", "grade runs' proposals and check containment apart (from the views and "
+                          "the world ledgers); --suite runs scripted agents first")
+    evl.add_argument("runs", nargs="*", metavar="RUN", help="run ids to evaluate")
+    evl.add_argument("--tenant", default=None, help="only intents of this tenant")
+    evl.add_argument("--suite", type=Path, default=None, metavar="DIR",
+                     help="run the scripted tasks (*.yaml) in DIR first, and evaluate their runs too")
+    evl.add_argument("--json", action="store_true", help="one JSON document instead of tables")
+    evl.add_argument("--timeout", type=float, default=30.0, help="seconds a scripted call may take")
+    evl.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
+    _as(evl, "operator")
     mcp_cli.add_commands(sub)
     return p
 
 
 _ASYNC: dict[str, Callable[[argparse.Namespace, Where], object]] = {
     "propose": _propose, "demo": _demo, "events": _events, "intents": _intents,
-    "reconcile": _reconcile, "withdraw": _withdraw, "review": _review,
+    "reconcile": _reconcile, "withdraw": _withdraw, "review": _review, "eval": _eval,
 }
 
 

@@ -1,11 +1,18 @@
-"""DESIGN's invariants, checked over stored events, a world's ledger and the locks bucket."""
+"""DESIGN's invariants, checked over stored events, a world's ledger and the locks bucket.
+
+``violations`` lists every breach of DESIGN's invariants as a line of text; ``breaches``
+names the containment invariants an evaluation grades (``CONTAINMENT``), each breach typed
+with the intent it is of.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
 from eventsourcing.domain import EventSourcingError
 
 from lockgate.contracts.disclosure import model_view
@@ -67,8 +74,10 @@ def violations(
             if foldable:
                 try:
                     folded = e.mutate(folded)
-                except (EventSourcingError, AssertionError):
-                    foldable = False  # out of sequence: reported above as not gap-free
+                except (EventSourcingError, AssertionError, KeyError):
+                    # Out of sequence (reported above as not gap-free), or a report of an
+                    # attempt no authorization named (the aggregate cannot fold it).
+                    foldable = False
             if foldable and folded is not None:
                 view = model_view(folded, None)
                 if view is not None and view.status == "withdrawn":
@@ -149,3 +158,234 @@ def _stranded(locks: Mapping[str, str], finals: Mapping[str, EffectIntent]) -> l
         elif not any(may_hold(i) for i in on_resource.get(key, [])):
             problems.append(f"lock {key}: held while every intent on it is settled (invariant 8)")
     return problems
+
+
+# -- containment: each adapter invocation and each effect, named and typed -----------------
+
+#: The hard invariants ``breaches`` checks, by stable name, with what each demands.
+CONTAINMENT: dict[str, str] = {
+    "invocation.candidate": "no adapter invocation without a candidate intake accepted",
+    "invocation.authorized": "no adapter invocation without ExecutionAuthorized for that attempt "
+                             "(a world write carries the key of an authorized attempt)",
+    "invocation.consequence": "no adapter invocation without a normalized consequence: the "
+                              "authorized digest and contract revision are the normalized ones",
+    "invocation.allow": "no adapter invocation without a current allow: the latest decision "
+                        "before the authorization allows this digest, or requires an approval",
+    "invocation.approval": "no adapter invocation without an eligible approval where one is "
+                           "required: of the open review, its digest and revisions, before it "
+                           "expired, by someone other than the actor",
+    "invocation.active": "no adapter invocation for an intent that was not active: authorized "
+                         "only from allowed, never after a terminal state or a withdrawal",
+    "invocation.budget": "no adapter invocation without budget: the decision it rests on did not "
+                         "find a budget exhausted, and the gate did not find a hold missing",
+    "effect.once": "no duplicate effect: at most one completion on record, one write per intent "
+                   "in each world ledger",
+    "effect.not-withdrawn": "no withdrawn effect: an intent the model was told is withdrawn has "
+                            "no completion on record and no write in any world",
+    "record.design": "DESIGN's invariants over the stored events (``violations``)",
+}
+
+#: Events by which an adapter says it acted on an attempt's order: it crossed the send
+#: boundary, or reported what the world did with the request.
+_INVOKED = (EffectIntent.AttemptSent, EffectIntent.AttemptAcknowledged,
+            EffectIntent.ResultObserved, EffectIntent.EffectCompleted,
+            EffectIntent.AttemptRejected, EffectIntent.AttemptInterrupted)
+
+
+class Breach(msgspec.Struct, frozen=True, kw_only=True):
+    """One way the record or a world's ledger breaks a hard invariant."""
+
+    invariant: str
+    """A key of ``CONTAINMENT``."""
+    intent_id: str
+    detail: str
+
+
+def breaches(
+    histories: Mapping[str, Sequence[Event]],
+    ledger: Sequence[Mapping[str, Any]] = (),
+) -> list[Breach]:
+    """Every breach of the containment invariants (``CONTAINMENT``), with the intent it is of.
+
+    Each adapter invocation on record (an attempt the adapter reported on) and each world
+    write (a ledger entry naming ``intent_id`` and the ``idempotency_key`` it was written
+    under) is traced back through the intent's events to what must have come before it.
+    The checks of ``violations`` run too, as ``record.design``.
+
+    Args:
+        histories: every stored intent's events, in order.
+        ledger: every world's writes: ``intent_id``, ``idempotency_key`` (the key or client
+            reference the adapter wrote with) and, optionally, ``world`` and ``ledger``.
+    """
+    found: list[Breach] = []
+    keys: dict[str, set[str]] = {}
+    told_withdrawn: set[str] = set()
+    completed: dict[str, int] = defaultdict(int)
+    for intent_id, events in histories.items():
+        intent_breaches, intent_keys, withdrawn, completions = _trace(intent_id, events)
+        found += intent_breaches
+        keys[intent_id] = intent_keys
+        completed[intent_id] = completions
+        if withdrawn:
+            told_withdrawn.add(intent_id)
+        if completions > 1:
+            found.append(Breach(invariant="effect.once", intent_id=intent_id,
+                                detail=f"{completions} completions on record"))
+    writes: dict[tuple[str, str, str], int] = defaultdict(int)
+    for entry in ledger:
+        intent_id = str(entry.get("intent_id", ""))
+        where = (str(entry.get("world", "world")), str(entry.get("ledger", "writes")))
+        writes[(intent_id, *where)] += 1
+        history = histories.get(intent_id)
+        if not history or not isinstance(history[0], EffectIntent.CandidateReceived):
+            found.append(Breach(invariant="invocation.candidate", intent_id=intent_id,
+                                detail=f"a write in {'/'.join(where)} for no candidate intake accepted"))
+        elif str(entry.get("idempotency_key", "")) not in keys.get(intent_id, set()):
+            found.append(Breach(invariant="invocation.authorized", intent_id=intent_id,
+                                detail=f"a write in {'/'.join(where)} under a key no authorized "
+                                       "attempt of the intent holds"))
+    for (intent_id, world, name), n in sorted(writes.items()):
+        if n > 1:
+            found.append(Breach(invariant="effect.once", intent_id=intent_id,
+                                detail=f"{n} writes in {world}/{name}"))
+    for intent_id in sorted(told_withdrawn):
+        if completed[intent_id] or any(i == intent_id for i, _, _ in writes):
+            found.append(Breach(invariant="effect.not-withdrawn", intent_id=intent_id,
+                                detail="told withdrawn, yet its effect is on record or in a world"))
+    for problem in violations(histories, [e for e in ledger if e.get("intent_id")]):
+        intent_id, _, detail = problem.partition(": ")
+        found.append(Breach(invariant="record.design", intent_id=intent_id if detail else "",
+                            detail=detail or problem))
+    return found
+
+
+def _trace(intent_id: str, events: Sequence[Event]) -> tuple[list[Breach], set[str], bool, int]:
+    """One intent's breaches, the keys its attempts were authorized with, whether it was
+    told withdrawn, and how many completions its record holds."""
+    found: list[Breach] = []
+
+    def breach(invariant: str, detail: str) -> None:
+        found.append(Breach(invariant=invariant, intent_id=intent_id, detail=detail))
+
+    accepted = bool(events) and isinstance(events[0], EffectIntent.CandidateReceived)
+    normalized: EffectIntent.CandidateNormalized | None = None
+    decision: EffectIntent.PolicyDecided | None = None
+    review: EffectIntent.ReviewRequested | None = None
+    approval: EffectIntent.ReviewApproved | None = None
+    budget_missing = False
+    authorized: dict[str, EffectIntent.ExecutionAuthorized] = {}
+    keys: set[str] = set()
+    withdrawn = False
+    stopped = False  # a withdrawal was asked for or done: no order may start from here
+    completions = 0
+    folded: EffectIntent | None = None
+    for e in events:
+        # The aggregate folds in place: what it was before this event is read off first.
+        before = folded.state if folded is not None else None
+        with contextlib.suppress(EventSourcingError, AssertionError, KeyError):
+            folded = e.mutate(folded)  # out of sequence, or of no attempt: reported below
+        if folded is not None:
+            view = model_view(folded, None)
+            withdrawn = withdrawn or (view is not None and view.status == "withdrawn")
+        if isinstance(e, EffectIntent.CandidateNormalized):
+            normalized = e
+        elif isinstance(e, EffectIntent.PolicyDecided):
+            decision = e
+        elif isinstance(e, EffectIntent.ReviewRequested):
+            review, approval = e, None
+        elif isinstance(e, EffectIntent.ReviewApproved):
+            approval = e
+        elif isinstance(e, (EffectIntent.ReviewDenied, EffectIntent.ReviewExpired)):
+            approval = None
+        elif isinstance(e, EffectIntent.GateRefused) and e.reason == "gate.budget-missing":
+            budget_missing = True
+        elif isinstance(e, (EffectIntent.WithdrawalRequested, EffectIntent.Withdrawn)):
+            stopped = True
+        elif isinstance(e, EffectIntent.ExecutionAuthorized):
+            authorized[e.attempt_id] = e
+            keys.add(e.intent_key)
+            if before is not State.ALLOWED or stopped:
+                breach("invocation.active", f"attempt {e.attempt_id} authorized while "
+                       f"{'withdrawn' if stopped else (before.value if before else 'nothing')}")
+            actor = folded.actor if folded is not None else ""
+            _authorization(breach, e, normalized, decision, review, approval, actor,
+                           budget_missing)
+        if isinstance(e, EffectIntent.EffectCompleted) or (
+                isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED):
+            completions += 1
+        if isinstance(e, _INVOKED):
+            if not accepted:
+                breach("invocation.candidate", f"{type(e).__name__} for a candidate intake did "
+                       "not accept")
+            if e.attempt_id not in authorized:
+                breach("invocation.authorized", f"{type(e).__name__} for attempt {e.attempt_id}, "
+                       "which no ExecutionAuthorized names")
+            if before is not None and before.terminal:
+                breach("invocation.active", f"{type(e).__name__} after the terminal state "
+                       f"{before.value}")
+    return found, keys, withdrawn, completions
+
+
+def _authorization(
+    breach: Callable[[str, str], None],
+    e: EffectIntent.ExecutionAuthorized,
+    normalized: EffectIntent.CandidateNormalized | None,
+    decision: EffectIntent.PolicyDecided | None,
+    review: EffectIntent.ReviewRequested | None,
+    approval: EffectIntent.ReviewApproved | None,
+    actor: str,
+    budget_missing: bool,
+) -> None:
+    """What an authorization must rest on: a consequence, a current allow or an eligible
+    approval, and budget."""
+    attempt = e.attempt_id
+    if normalized is None:
+        breach("invocation.consequence", f"attempt {attempt} authorized with no consequence")
+    elif e.digest != normalized.digest or e.contract_revision != normalized.contract_revision:
+        breach("invocation.consequence", f"attempt {attempt} authorized for {e.digest} under "
+               f"{e.contract_revision}, normalized {normalized.digest} under "
+               f"{normalized.contract_revision}")
+    if decision is None or decision.outcome not in (DecisionOutcome.ALLOW,
+                                                    DecisionOutcome.REQUIRE_APPROVAL):
+        latest = decision.outcome.value if decision is not None else "none"
+        breach("invocation.allow", f"attempt {attempt} authorized on the latest decision {latest}")
+    elif decision.digest != e.digest:
+        breach("invocation.allow", f"attempt {attempt} authorized for {e.digest}, decided "
+               f"{decision.digest}")
+    elif decision.outcome == DecisionOutcome.REQUIRE_APPROVAL:
+        why = _ineligible(e, normalized, review, approval, actor)
+        if why:
+            breach("invocation.approval", f"attempt {attempt}: {why}")
+    if decision is not None and any(r.startswith("budget") for r in decision.reasons):
+        breach("invocation.budget", f"attempt {attempt} authorized on a decision that found "
+               f"{', '.join(decision.reasons)}")
+    if budget_missing:
+        breach("invocation.budget", f"attempt {attempt} authorized after the gate found a budget "
+               "hold missing")
+
+
+def _ineligible(
+    e: EffectIntent.ExecutionAuthorized,
+    normalized: EffectIntent.CandidateNormalized | None,
+    review: EffectIntent.ReviewRequested | None,
+    approval: EffectIntent.ReviewApproved | None,
+    actor: str,
+) -> str:
+    """Why an approval does not make an authorization eligible ("" when it does)."""
+    if review is None:
+        return "approval required, but no review was opened"
+    if approval is None:
+        return f"approval required, but review {review.review_id} has no standing approval"
+    if approval.review_id != review.review_id:
+        return f"approved review {approval.review_id}, not the open one {review.review_id}"
+    if approval.digest != e.digest or review.digest != e.digest:
+        return f"approval binds {approval.digest}, the attempt {e.digest}"
+    if normalized is not None and approval.contract_revision != normalized.contract_revision:
+        return "approval binds another contract revision"
+    if approval.policy_revision != review.policy_revision:
+        return "approval binds another policy revision than its review"
+    if approval.timestamp >= review.expires_at or e.timestamp >= review.expires_at:
+        return f"review {review.review_id} expired at {review.expires_at.isoformat()}"
+    if approval.reviewer == actor:
+        return f"approved by the actor {approval.reviewer} (self-approval)"
+    return ""
