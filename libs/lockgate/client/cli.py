@@ -33,6 +33,7 @@ from lockgate.contracts.vocabulary import Finding
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token, random_id
 from lockgate.mcp import cli as mcp_cli
+from lockgate.replay import cli as replay_cli
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
@@ -563,6 +564,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(ev, "operator")
     mcp_cli.add_commands(sub)
+    replay_cli.add_command(sub, _globals)
     return p
 
 
@@ -584,6 +586,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return tokens.command(args, where)
     if args.command == "mcp":
         return mcp_cli.run(args, where)
+    if args.command == "replay":
+        return replay_cli.run(args, where)
     handler = _ASYNC[args.command]
     return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
 

@@ -330,6 +330,22 @@ def operator_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     )
 
 
+#: The replay's NATS user (``lockgate replay``).
+REPLAY = "replay"
+
+
+def replay_role() -> Role:
+    """``lockgate replay``: reads runs' contexts and capabilities' contracts, nothing else.
+
+    A replay runs recorded candidates in a fixture world of its own (a private broker);
+    from the deployment it needs only what the record does not hold: the context each
+    run was opened with and the contracts of the capabilities. No adapter request, no
+    order, no proposal, no append: it holds no credentials that reach the real world.
+    """
+    reads = [_js(subject) for bucket in (RUNS_BUCKET, CAPABILITIES_BUCKET) for subject in kv_read(bucket)]
+    return _edge(REPLAY, (i.local for i in reads), reads)
+
+
 #: What each service does on NATS, by name: its spec (``lockgate.runtime.specs``).
 SERVICES: dict[str, ServiceSpec] = {spec.name: spec for spec in specs.SERVICES}
 
@@ -493,6 +509,7 @@ def roles(
         projector_role(),
         archiver_role(),
         console_role(),
+        replay_role(),
         host_role(),
         *(agent_role(t) for t in tenants),
         *(reviewer_role(p, scope) for p, scope in reviewers.items()),
