@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,31 @@ def test_the_command_prints_the_changed_decisions(
     assert "allow  " in table and "require_approval" in table
 
 
+def test_a_run_or_a_time_range_selects_candidates(
+    system: System, recorded: Recorded, flipped: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LOCKGATE_VAR_DIR", str(system.root))
+    monkeypatch.setenv("LOCKGATE_NATS_URL", system.url)
+    (candidate,) = _candidates(system, (recorded.denied,))
+    assert candidate.first is not None
+    assert main(["replay", candidate.first.run_id, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["candidates"]
+    assert (row["source"], row["replayed"]["state"], row["replayed"]["reason"]) == (
+        recorded.denied, "denied", "case.closed")
+    views = open_views(var_dir=system.root)
+    try:
+        times = sorted(r.created_at for r in (views.intent(i) for i in recorded.all) if r is not None)
+    finally:
+        views.close()
+    last = datetime.fromisoformat(times[-1]) + timedelta(microseconds=1)  # ``until`` is exclusive
+    assert main(["replay", "--since", times[0], "--until", last.isoformat(), "--tenant", "tenant-a",
+                 "--bundle", str(flipped), "--world"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3 of 4 recorded decisions change")
+    assert "approved by alice" in out and FIXTURE_MISSING in out
+
+
 # -- historical approvals -------------------------------------------------------------------
 
 
@@ -217,6 +243,31 @@ async def test_no_evidence_stops_at_normalization(
     (row,) = result.rows
     assert (row.recorded_state, row.state, row.reason) == ("completed", "rejected", FIXTURE_MISSING)
     assert (row.decision, row.executed) == ("", False)
+    assert _ledger(system) == before
+
+
+async def test_missing_facts_stop_the_intent_on_the_record(
+    system: System, recorded: Recorded, deployment: BrokerDeployment, tmp_path: Path,
+) -> None:
+    """Normalization answered by a declared fixture, no facts anywhere: policy cannot ask
+    the world, and the fixture world gives the intent up with the missing fixture as cause."""
+    (candidate,) = _candidates(system, (recorded.executed,))
+    first, normalized = candidate.first, candidate.of(EffectIntent.CandidateNormalized)[0]
+    assert isinstance(first, EffectIntent.CandidateReceived)
+    assert isinstance(normalized, EffectIntent.CandidateNormalized)
+    declared = tmp_path / "fixtures.yaml"
+    declared.write_text(json.dumps({"normalize": [{
+        "capability": first.tool, "tenant": first.tenant, "actor": first.actor,
+        "arguments": first.arguments, "result": {"arguments": normalized.arguments,
+                                                  "resource": normalized.resource,
+                                                  "destination": normalized.destination}}]}))
+    before = _ledger(system)
+    result = await _replay(system, deployment, (recorded.executed,), declared=declared,
+                           recorded_evidence=False)
+    (row,) = result.rows
+    assert (row.digest, row.decision, row.stopped) == (row.recorded_digest, "", FIXTURE_MISSING)
+    assert row.state == "refused"
+    assert [m.verb for m in result.misses] == ["facts"]
     assert _ledger(system) == before
 
 
@@ -281,7 +332,7 @@ async def test_the_replay_user_reads_runs_and_contracts(
 ) -> None:
     (candidate,) = _candidates(system, (recorded.executed,))
     first = candidate.first
-    assert first is not None
+    assert isinstance(first, EffectIntent.CandidateReceived)
     run = await deployment.run("tenant-a", first.run_id)
     assert run is not None and run.context == {"case_id": "case-123"}
     contract = await deployment.contract("case.add_note")

@@ -34,6 +34,7 @@ from lockgate.replay.record import (
     Selection,
     candidates,
     demo_contracts,
+    utc_text,
 )
 from lockgate.replay.report import changes_table, replay, replay_table
 from lockgate.replay.sources import BrokerDeployment
@@ -106,8 +107,8 @@ async def _deployment(where: Where, fixtures: Path | None) -> tuple[Deployment, 
 async def _replay(args: argparse.Namespace, where: Where) -> int:
     from lockgate.views.store import open_views
 
-    selection = Selection(run_id=args.run, tenant=args.tenant, since=args.since, until=args.until,
-                          intent_ids=tuple(args.intent))
+    selection = Selection(run_id=args.run, tenant=args.tenant, since=args.since and utc_text(args.since),
+                          until=args.until and utc_text(args.until), intent_ids=tuple(args.intent))
     views = open_views(where.settings.views_url, var_dir=where.var_dir)
     try:
         chosen: list[Candidate] = candidates(views, selection)

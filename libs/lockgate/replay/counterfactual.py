@@ -52,6 +52,16 @@ class Decided:
         """Whether the other bundle decides otherwise (another outcome, or another reason)."""
         return (self.outcome, self.reasons) != (self.recorded, self.recorded_reasons)
 
+    @property
+    def entered(self) -> tuple[str, ...]:
+        """Policies that determine the other bundle's decision and did not determine the recorded one."""
+        return tuple(p for p in self.determining if p not in self.recorded_determining)
+
+    @property
+    def left(self) -> tuple[str, ...]:
+        """Policies that determined the recorded decision and no longer determine it."""
+        return tuple(p for p in self.recorded_determining if p not in self.determining)
+
     def as_json(self) -> dict[str, object]:
         """The row as JSON."""
         return {
@@ -61,6 +71,7 @@ class Decided:
                          "determining": list(self.recorded_determining), "revision": self.recorded_revision},
             "counterfactual": {"outcome": self.outcome, "reasons": list(self.reasons),
                                "determining": list(self.determining), "revision": self.revision},
+            "changed": self.changed, "entered": list(self.entered), "left": list(self.left),
         }
 
 

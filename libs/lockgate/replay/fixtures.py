@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +149,15 @@ class Fixtures:
     #: then the final gate's); asked more often, the last one answers again.
     facts: dict[str, list[Facts]] = field(default_factory=dict)
     effects: dict[str, Effect] = field(default_factory=dict)
+    #: Declared runs' contexts (else the deployment's record of them).
     runs: dict[tuple[str, str], RunContext] = field(default_factory=dict)
-    #: Where this fixture set came from: a digest of every answer (part of a replay's identity).
+    #: The questions no fixture answered, in the order they were asked.
     misses: list[Miss] = field(default_factory=list)
     _asked: Counter[str] = field(default_factory=Counter)
 
     @property
     def digest(self) -> str:
-        """A digest of every answer these fixtures give."""
+        """A digest of every answer these fixtures give (part of a replay's identity)."""
         return digest({
             "normalize": {k: msgspec.to_builtins(v) for k, v in sorted(self.normalize.items())},
             "facts": {k: [msgspec.to_builtins(f) for f in v] for k, v in sorted(self.facts.items())},
@@ -227,7 +228,7 @@ class Fixtures:
         for run in declared.runs:
             self.runs[(run.tenant, run.run_id)] = RunContext(
                 run_id=run.run_id, tenant=run.tenant, actor=run.actor, context=dict(run.context),
-                delegation=run.delegation, stage=run.stage, opened_at=datetime.fromtimestamp(0).astimezone(),
+                delegation=run.delegation, stage=run.stage, opened_at=datetime.fromtimestamp(0, UTC),
                 roles=run.roles, data_classes=run.data_classes)
         for n in declared.normalize:
             self.normalize[normalize_key(n.capability, n.tenant, n.actor, n.arguments)] = n.result

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 from lockgate.contracts.capability import CapabilityContract
@@ -21,7 +21,7 @@ from lockgate.contracts.messages import RunContext
 from lockgate.core.errors import LockgateError
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, fold
-from lockgate.views.rows import IntentRow, recorded
+from lockgate.views.rows import IntentRow, iso, recorded
 from lockgate.views.store import Views
 
 #: Intents a selection reads at most (a replay is a question about a slice of history).
@@ -35,12 +35,25 @@ class ReplayError(LockgateError):
         super().__init__(message, code="replay.invalid")
 
 
+def utc_text(moment: str) -> str:
+    """``moment`` (ISO-8601; UTC when it names no offset) as the views write times.
+
+    Raises:
+        ReplayError: it is no ISO-8601 time.
+    """
+    try:
+        parsed = datetime.fromisoformat(moment)
+    except ValueError as exc:
+        raise ReplayError(f"{moment!r} is not an ISO-8601 time") from exc
+    return iso(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+
+
 @dataclass(frozen=True)
 class Selection:
     """Which recorded candidates to replay: a run, a time range, or intent ids.
 
-    Times are ISO-8601 UTC text, compared with the intents' ``created_at`` (``since``
-    inclusive, ``until`` exclusive).
+    Times are ISO-8601 UTC text as the views write them (``utc_text``), compared with the
+    intents' ``created_at`` (``since`` inclusive, ``until`` exclusive).
     """
 
     run_id: str = ""

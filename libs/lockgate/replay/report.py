@@ -177,10 +177,11 @@ def changes_table(rows: Sequence[Decided], bundle: str, *, every: bool = False) 
     determine each."""
     changed = [r for r in rows if r.changed or every]
     lines: list[tuple[str, ...]] = [("candidate", "tool", "resource", "recorded", "counterfactual",
-                                     "determining (counterfactual)")]
+                                     "determining (+ now, - no longer)")]
     for r in changed:
+        moved = [f"+{p}" for p in r.entered] + [f"-{p}" for p in r.left]
         lines.append((_short(r.intent_id), r.tool, r.resource, _outcome(r.recorded, r.recorded_reasons),
-                      _outcome(r.outcome, r.reasons), ", ".join(r.determining) or "-"))
+                      _outcome(r.outcome, r.reasons), ", ".join(moved or r.determining) or "-"))
     head = f"{sum(r.changed for r in rows)} of {len(rows)} recorded decisions change under {bundle}"
     return head + ("\n" + _columns(lines) if changed else "")
 

@@ -159,7 +159,11 @@ class FixtureWorld:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> FixtureWorld:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()  # a broker half started is stopped, its store deleted
+            raise
         return self
 
     async def __aexit__(self, *exc: object | type[BaseException] | TracebackType | None) -> None:
@@ -357,13 +361,18 @@ class FixtureWorld:
         return ""
 
     async def _drive(self, tenant: str, intent_id: str) -> str:
-        """Hand each new event of the intent to its reactions until none appends more."""
-        done = 0
+        """Hand each new event of the intent to its reactions until none appends more.
+
+        Returns why it stopped early: a reaction that waits for time to pass, or one the
+        fixture world gave up (recorded on the intent as ``ProcessingAbandoned``, its cause
+        ``replay.fixture-missing`` when a fixture was missing); "" when it ran out of work.
+        """
+        done, gave_up = 0, ""
         while True:
             history = await self.ports.store.load(tenant, intent_id)
             fresh = history.events[done:]
             if not fresh:
-                return ""
+                return gave_up
             if history.version > MAX_EVENTS:
                 return f"stopped after {MAX_EVENTS} events"
             for recorded in fresh:
@@ -375,7 +384,7 @@ class FixtureWorld:
                     except Retry as exc:
                         return f"waiting: {exc}"
                     except (AdapterRefused, AdapterUnavailable, LockgateError) as exc:
-                        await self._abandon(recorded, f"replay-{consumer}", exc)
+                        gave_up = gave_up or await self._abandon(recorded, f"replay-{consumer}", exc)
                 if isinstance(event, EffectIntent.ExecutionAuthorized):
                     await self._execute(recorded, event)
 
@@ -398,8 +407,13 @@ class FixtureWorld:
                 handed.append((consumer.name, reaction))
         return handed
 
-    async def _abandon(self, recorded: RecordedEvent, durable: str, exc: Exception) -> None:
-        """Record that the fixture world gave the intent up, with why (the services' way)."""
+    async def _abandon(self, recorded: RecordedEvent, durable: str, exc: Exception) -> str:
+        """Record that the fixture world gave the intent up, with why (the services' way).
+
+        A live consumer gives a message up after bounded failures; here a failure does not
+        pass with time (the fixtures stay what they are), so the first one is the last.
+        Returns the cause recorded.
+        """
         cause = FIXTURE_MISSING if FIXTURE_MISSING in str(exc) else f"{type(exc).__name__}: {exc}"[:200]
         why = Abandonment(durable=durable, cause=cause, deliveries=1)
 
@@ -407,6 +421,7 @@ class FixtureWorld:
             return abandonment(intent, why, recorded.event_id, self._now) if intent is not None else []
 
         await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step)
+        return cause
 
 
 def _reason(first: EffectIntent.CandidateReceived | EffectIntent.CandidateRejected) -> str:
