@@ -29,6 +29,7 @@ from lockgate.replay.fixtures import FIXTURE_MISSING
 from lockgate.replay.record import Candidate, Selection, candidates
 from lockgate.replay.report import Replay, replay
 from lockgate.replay.sources import BrokerDeployment
+from lockgate.testing.invariants import violations
 from lockgate.testing.system import REPO, System, bundle_copy
 from lockgate.views.store import open_views
 from lockgate.worlds.casenotes.world import World
@@ -295,6 +296,16 @@ async def test_the_same_replay_twice_is_the_same(
     assert first.rows == second.rows
     assert (first.decisions_digest, first.world_digest) == (second.decisions_digest, second.world_digest)
     assert [r.state for r in first.rows] == ["completed", "denied", "awaiting_approval", "awaiting_approval"]
+
+
+async def test_the_fixture_world_keeps_the_invariants(
+    system: System, recorded: Recorded, flipped: Path, deployment: BrokerDeployment,
+) -> None:
+    """DESIGN's invariants over what the replays stored: nothing authorized without an allow
+    or an approval bound to its digest (a recorded approval is neither), no effect twice."""
+    for bundle in (POLICIES, flipped):
+        result = await _replay(system, deployment, recorded.all, bundle)
+        assert violations({r.intent_id: list(r.events) for r in result.replayed if r.intent_id}) == []
 
 
 # -- the replay role ------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from lockgate.runtime.deployment import (
     read_deployment,
     read_run_info,
 )
+from lockgate.runtime.roles import REPLAY
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -587,7 +588,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "mcp":
         return mcp_cli.run(args, where)
     if args.command == "replay":
-        return replay_cli.run(args, where)
+        return replay_cli.run(args, where, lambda: _views(where, args, user=REPLAY))
     handler = _ASYNC[args.command]
     return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
 

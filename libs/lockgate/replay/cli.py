@@ -19,12 +19,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from lockgate.authz import PolicyBundle
-from lockgate.replay.counterfactual import counterfactual
+from nats.errors import Error as NatsError
+
+from lockgate.core.errors import LockgateError
 from lockgate.replay.fixtures import Fixtures
 from lockgate.replay.record import (
     Candidate,
@@ -36,11 +38,13 @@ from lockgate.replay.record import (
     demo_contracts,
     utc_text,
 )
-from lockgate.replay.report import changes_table, replay, replay_table
-from lockgate.replay.sources import BrokerDeployment
 from lockgate.runtime.deployment import Credentials
 from lockgate.runtime.roles import REPLAY
 from lockgate.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from lockgate.replay.sources import BrokerDeployment
+    from lockgate.views.store import Views
 
 
 class Where(Protocol):
@@ -82,15 +86,29 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                     help="answer only from --fixtures, never from the record")
     rp.add_argument("--all", action="store_true", help="with --bundle: every decision, changed or not")
     rp.add_argument("--json", action="store_true", help="JSON instead of a table")
+    rp.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
 
 
-def run(args: argparse.Namespace, where: Where) -> int:
-    """Run ``lockgate replay``."""
-    return asyncio.run(_replay(args, where))
+def run(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
+    """Run ``lockgate replay``; ``fresh_views`` opens the views once the projector caught up."""
+    return asyncio.run(_replay(args, where, fresh_views))
+
+
+async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> Views:
+    """The views, up to date when the running system says so; as they are without one."""
+    from lockgate.views.store import open_views
+
+    try:
+        return await fresh_views()
+    except (LockgateError, NatsError, OSError, TimeoutError) as exc:
+        print(f"lockgate: the views are read as they are ({exc})", file=sys.stderr)
+        return open_views(where.settings.views_url, var_dir=where.var_dir)
 
 
 async def _deployment(where: Where, fixtures: Path | None) -> tuple[Deployment, BrokerDeployment | None]:
     """Declared runs first, then the running system's (as the ``replay`` user), then the code's contracts."""
+    from lockgate.replay.sources import BrokerDeployment
+
     declared = Fixtures()
     if fixtures is not None:
         declared.declare(fixtures)
@@ -104,12 +122,16 @@ async def _deployment(where: Where, fixtures: Path | None) -> tuple[Deployment, 
     return Layered(layers), broker
 
 
-async def _replay(args: argparse.Namespace, where: Where) -> int:
-    from lockgate.views.store import open_views
+async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
+    # Imported here: the fixture world builds every service's handlers, which no other
+    # command needs to load.
+    from lockgate.authz import PolicyBundle
+    from lockgate.replay.counterfactual import counterfactual
+    from lockgate.replay.report import changes_table, replay, replay_table
 
     selection = Selection(run_id=args.run, tenant=args.tenant, since=args.since and utc_text(args.since),
                           until=args.until and utc_text(args.until), intent_ids=tuple(args.intent))
-    views = open_views(where.settings.views_url, var_dir=where.var_dir)
+    views = await _views(where, fresh_views)
     try:
         chosen: list[Candidate] = candidates(views, selection)
     finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import RunContext
@@ -22,7 +22,9 @@ from lockgate.core.errors import LockgateError
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, fold
 from lockgate.views.rows import IntentRow, iso, recorded
-from lockgate.views.store import Views
+
+if TYPE_CHECKING:
+    from lockgate.views.store import Views
 
 #: Intents a selection reads at most (a replay is a question about a slice of history).
 MAX_CANDIDATES = 5000

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockgate.authz import PolicyBundle
@@ -59,6 +59,8 @@ class Replay:
     rows: tuple[Row, ...]
     world_digest: str
     misses: tuple[Miss, ...]
+    #: Every replayed intent with the events the fixture world stored for it.
+    replayed: tuple[Replayed, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def decisions_digest(self) -> str:
@@ -148,7 +150,7 @@ async def replay(
         replayed = await world.replay(candidates)
     return Replay(replay_id=replay_id, bundle_revision=bundle.revision,
                   rows=tuple(row(r) for r in replayed), world_digest=world_digest(replayed),
-                  misses=tuple(fixtures.misses))
+                  misses=tuple(fixtures.misses), replayed=tuple(replayed))
 
 
 def _short(value: str, n: int = 12) -> str:

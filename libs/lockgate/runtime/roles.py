@@ -338,12 +338,14 @@ def replay_role() -> Role:
     """``lockgate replay``: reads runs' contexts and capabilities' contracts, nothing else.
 
     A replay runs recorded candidates in a fixture world of its own (a private broker);
-    from the deployment it needs only what the record does not hold: the context each
-    run was opened with and the contracts of the capabilities. No adapter request, no
-    order, no proposal, no append: it holds no credentials that reach the real world.
+    from the deployment it needs only what the record (the views) does not hold: the
+    context each run was opened with and the contracts of the capabilities, and whether
+    the views are up to date (the projector's status). No adapter request, no order, no
+    proposal, no append: it holds no credentials that reach the real world.
     """
     reads = [_js(subject) for bucket in (RUNS_BUCKET, CAPABILITIES_BUCKET) for subject in kv_read(bucket)]
-    return _edge(REPLAY, (i.local for i in reads), reads)
+    return _edge(REPLAY, (*(i.local for i in reads), subjects.status(PROJECTOR)),
+                 [*reads, _service(subjects.STATUS_ALL, "stream")])
 
 
 #: What each service does on NATS, by name: its spec (``lockgate.runtime.specs``).
