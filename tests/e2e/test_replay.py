@@ -170,7 +170,7 @@ def test_the_command_prints_the_changed_decisions(
     monkeypatch.setenv("LOCKGATE_NATS_URL", system.url)
     intents = [a for i in recorded.all for a in ("--intent", i)]
     assert main(["replay", *intents, "--bundle", str(flipped), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["counterfactual"]
     assert (out["decisions"], out["changed"]) == (4, 3)
     assert {r["intent_id"] for r in out["rows"]} == {recorded.executed, recorded.approved, recorded.waiting}
     assert main(["replay", *intents, "--bundle", str(flipped)]) == 0
@@ -188,7 +188,7 @@ def test_a_run_or_a_time_range_selects_candidates(
     (candidate,) = _candidates(system, (recorded.denied,))
     assert candidate.first is not None
     assert main(["replay", candidate.first.run_id, "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)["candidates"]
+    (row,) = json.loads(capsys.readouterr().out)["replay"]["candidates"]
     assert (row["source"], row["replayed"]["state"], row["replayed"]["reason"]) == (
         recorded.denied, "denied", "case.closed")
     views = open_views(var_dir=system.root)
@@ -202,6 +202,11 @@ def test_a_run_or_a_time_range_selects_candidates(
     out = capsys.readouterr().out
     assert out.startswith("3 of 4 recorded decisions change")
     assert "approved by alice" in out and FIXTURE_MISSING in out
+    assert main(["replay", "--since", times[0], "--bundle", str(flipped), "--world", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["counterfactual"]["changed"] == 3
+    assert [c["replayed"]["state"] for c in both["replay"]["candidates"]] == [
+        "awaiting_approval", "denied", "completed", "failed"]
 
 
 # -- historical approvals -------------------------------------------------------------------

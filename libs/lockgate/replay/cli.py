@@ -137,23 +137,25 @@ async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[
     finally:
         views.close()
     deployment, broker = await _deployment(where, args.fixtures)
+    out: dict[str, object] = {}
+    text: list[str] = []
     try:
         if args.bundle is not None:
-            rows = await counterfactual(chosen, PolicyBundle.load(args.bundle), deployment)
-            shown = rows if args.all else [r for r in rows if r.changed]
-            if args.json:
-                print(json.dumps({"bundle": str(args.bundle), "decisions": len(rows), "changed":
-                                  sum(r.changed for r in rows), "rows": [r.as_json() for r in shown]},
-                                 indent=2))
-            else:
-                print(changes_table(rows, str(args.bundle), every=args.all))
-            if not args.world:
-                return 0
-        bundle_dir = args.bundle if args.bundle is not None else where.settings.policy_dir
-        result = await replay(chosen, deployment, bundle_dir, declared=args.fixtures,
-                              recorded_evidence=not args.no_recorded_evidence)
+            bundle = PolicyBundle.load(args.bundle)
+            rows = await counterfactual(chosen, bundle, deployment)
+            out["counterfactual"] = {
+                "bundle": str(args.bundle), "revision": bundle.revision, "decisions": len(rows),
+                "changed": sum(r.changed for r in rows),
+                "rows": [r.as_json() for r in rows if r.changed or args.all]}
+            text.append(changes_table(rows, str(args.bundle), every=args.all))
+        if args.bundle is None or args.world:
+            bundle_dir = args.bundle if args.bundle is not None else where.settings.policy_dir
+            result = await replay(chosen, deployment, bundle_dir, declared=args.fixtures,
+                                  recorded_evidence=not args.no_recorded_evidence)
+            out["replay"] = result.as_json()
+            text.append(replay_table(result))
     finally:
         if broker is not None:
             await broker.close()
-    print(json.dumps(result.as_json(), indent=2) if args.json else replay_table(result))
+    print(json.dumps(out, indent=2) if args.json else "\n\n".join(text))
     return 0
