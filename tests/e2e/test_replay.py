@@ -202,7 +202,8 @@ def test_a_run_or_a_time_range_selects_candidates(
     out = capsys.readouterr().out
     assert out.startswith("3 of 4 recorded decisions change")
     assert "approved by alice" in out and FIXTURE_MISSING in out
-    assert main(["replay", "--since", times[0], "--bundle", str(flipped), "--world", "--json"]) == 0
+    assert main(["replay", "--since", times[0], "--until", last.isoformat(), "--bundle", str(flipped),
+                 "--world", "--json"]) == 0
     both = json.loads(capsys.readouterr().out)
     assert both["counterfactual"]["changed"] == 3
     assert [c["replayed"]["state"] for c in both["replay"]["candidates"]] == [
@@ -287,6 +288,31 @@ async def test_a_straight_replay_executes_in_its_own_world_only(
     assert executed.digest == executed.recorded_digest and executed.intent != recorded.executed
     assert (denied.decision, denied.state, denied.reason) == ("deny", "denied", "case.closed")
     assert _ledger(system) == before
+
+
+async def test_a_candidate_intake_refused_is_refused_again(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    """Its exact argument text is on the record: intake reads it again and refuses it again."""
+    gw = await system.gateway("tenant-a")
+    try:
+        run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+        turn = await run.open_turn()
+        refused = await turn.propose(tool="case.add_note", arguments='{"note": "a", "note": "b"}')
+    finally:
+        await gw.close()
+    assert refused.status == "rejected"
+    views = open_views(var_dir=system.root)
+    try:
+        deadline = time.monotonic() + 30
+        while views.intent(refused.candidate_id) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    finally:
+        views.close()
+    result = await _replay(system, deployment, (refused.candidate_id,))
+    (row,) = result.rows
+    assert (row.recorded_state, row.recorded_reason) == ("rejected", "tool.arguments.duplicate")
+    assert (row.state, row.reason, row.stopped) == ("rejected", "tool.arguments.duplicate", "")
 
 
 # -- determinism ----------------------------------------------------------------------------

@@ -68,6 +68,7 @@ from lockgate.contracts.messages import (
     RunContext,
 )
 from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import derived_id, intent_id_for, reused_call_id_intent
 from lockgate.eventstore.base import RecordedEvent
@@ -306,7 +307,7 @@ class FixtureWorld:
         if opened:
             return Replayed(source, run_id, "", (), stopped=opened)
         raw = first.raw_arguments
-        if len(raw.encode()) != first.raw_size_bytes:
+        if digest_bytes(raw.encode("utf-8", "surrogatepass")) != first.raw_digest:
             # Bounded on the record: a candidate received whole is its parsed arguments again.
             if not isinstance(first, EffectIntent.CandidateReceived):
                 return Replayed(source, run_id, "", (),
