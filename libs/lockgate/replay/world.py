@@ -205,7 +205,6 @@ class FixtureWorld:
             ("reconciler", "unknown"): lambda r: reconciler.unknown(r, 1),
         }
         self._reactions = registry
-        self._subs.append(await self._nc.subscribe("lg.adapter.>", cb=self._answer))
 
     async def close(self) -> None:
         """Stop the broker and delete the world."""
@@ -238,37 +237,44 @@ class FixtureWorld:
     # -- the fixture adapter ------------------------------------------------------------------
 
     async def _register(self, contract: CapabilityContract) -> None:
+        """Register (or renew, at the world's time) a capability the fixture adapter serves."""
+        if self._nc is not None and contract.name not in self._contracts:
+            for verb in subjects.ADAPTER_VERBS:
+                self._subs.append(await self._nc.subscribe(
+                    subjects.adapter(contract.name, verb), cb=self._answering(contract.name, verb)))
         self._contracts[contract.name] = contract
         kv = await self.ports.js.key_value(CAPABILITIES_BUCKET)
         await kv.put(subjects.capability_key(contract.name), msgspec.json.encode(
             Describe(contract=contract, adapter=FIXTURE_ADAPTER, alive_at=self._now)))
 
-    async def _answer(self, msg: Msg) -> None:
-        """Answer an adapter request on the private broker from the fixtures."""
-        rest = msg.subject.removeprefix("lg.adapter.")
-        capability, _, verb = rest.rpartition(".")
-        contract = self._contracts.get(capability)
+    def _answering(self, capability: str, verb: str) -> Callable[[Msg], Awaitable[None]]:
+        async def answer(msg: Msg) -> None:
+            await msg.respond(msgspec.json.encode(await self._answer(capability, verb, msg.data)))
+
+        return answer
+
+    async def _answer(self, capability: str, verb: str, data: bytes) -> object:
+        """The fixture adapter's answer to ``verb`` about ``capability``."""
+        contract = self._contracts[capability]
         body: object
         try:
-            if contract is None:
-                body = Refusal(FIXTURE_MISSING, "no contract for this capability")
-            elif verb == "describe":
+            if verb == "describe":
                 body = Describe(contract=contract, adapter=FIXTURE_ADAPTER, alive_at=self._now)
             elif verb == "normalize":
                 body = self.fixtures.answer_normalize(
-                    capability, msgspec.json.decode(msg.data, type=NormalizeRequest))
+                    capability, msgspec.json.decode(data, type=NormalizeRequest))
             elif verb == "facts":
-                found = self.fixtures.answer_facts(capability, msgspec.json.decode(msg.data, type=FactsRequest))
+                found = self.fixtures.answer_facts(capability, msgspec.json.decode(data, type=FactsRequest))
                 body = found if found is not None else Refusal(FIXTURE_MISSING, "no facts for this resource")
             elif verb == "query":
-                request = msgspec.json.decode(msg.data, type=QueryRequest)
+                request = msgspec.json.decode(data, type=QueryRequest)
                 intent = await load_intent(self.ports.store, request.tenant, request.intent_id)
                 body = self.fixtures.answer_query(capability, request, (intent.digest or "") if intent else "")
             else:
                 body = Refusal("adapter.unknown-verb", verb[:64])
         except msgspec.MsgspecError as exc:
             body = Refusal("adapter.malformed-request", str(exc)[:200])
-        await msg.respond(msgspec.json.encode(body))
+        return body
 
     async def _execute(self, recorded: RecordedEvent, event: EffectIntent.ExecutionAuthorized) -> None:
         """Hand the order of an authorized attempt to the fixture adapter; record its reports."""
