@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -96,8 +95,6 @@ from lockgate.runtime.service import (
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 
-log = logging.getLogger("lockgate.replay")
-
 #: Events one replayed intent may append before the driver stops it (a loop is a bug).
 MAX_EVENTS = 64
 
@@ -129,6 +126,18 @@ class Replayed:
 Reaction = Callable[[RecordedEvent], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class _Services:
+    """The handlers the world drives: intake's requests, the executor's reports, every reaction."""
+
+    intake: IntakeHandlers
+    executor: ExecutorHandlers
+    #: The executor's report-token key (the fixture adapter echoes each order's token).
+    report_key: bytes
+    #: (service, reaction) of the specs → the handler's method.
+    reactions: dict[tuple[str, str], Reaction]
+
+
 def replay_identity(candidates: Sequence[Candidate], bundle_revision: str, fixtures: Fixtures) -> str:
     """A replay's identity: what it replays, under which bundle, with which answers."""
     return derived_id("replay", json.dumps([c.intent_id for c in candidates]), bundle_revision,
@@ -152,7 +161,7 @@ class FixtureWorld:
     _contracts: dict[str, CapabilityContract] = field(default_factory=dict)
     _runs: dict[tuple[str, str], str] = field(default_factory=dict)
     _turns: set[tuple[str, str, str]] = field(default_factory=set)
-    _reactions: dict[tuple[str, str], Reaction] = field(default_factory=dict)
+    _services: _Services | None = None
     #: Recorded intent id → its call id (what a declared ``follows`` names).
     _calls: dict[str, str] = field(default_factory=dict)
     _own_root: bool = False
@@ -193,8 +202,7 @@ class FixtureWorld:
         approval = ApprovalHandlers(ports, clock, review_ttl_s=settings.review_ttl_s, bundles=bundles)
         executor = ExecutorHandlers(ports, bundles, clock, report_key=key)
         reconciler = ReconcilerHandlers(ports, clock)
-        self._executor, self._intake, self._key = executor, intake, key
-        registry: dict[tuple[str, str], Reaction] = {
+        reactions: dict[tuple[str, str], Reaction] = {
             ("intake", "respond"): intake.respond,
             ("normalization", "received"): lambda r: normalization.received(r, GIVE_UP_AFTER),
             ("policy", "normalized"): lambda r: policy.normalized(r, PAUSE_AFTER),
@@ -204,7 +212,7 @@ class FixtureWorld:
             ("executor", "settled"): executor.settled,
             ("reconciler", "unknown"): lambda r: reconciler.unknown(r, 1),
         }
-        self._reactions = registry
+        self._services = _Services(intake, executor, key, reactions)
 
     async def close(self) -> None:
         """Stop the broker and delete the world."""
@@ -222,6 +230,17 @@ class FixtureWorld:
     def clock(self) -> datetime:
         """The fixture world's time: the recorded time of the candidate being replayed."""
         return self._now
+
+    @property
+    def services(self) -> _Services:
+        """The handlers on the private broker.
+
+        Raises:
+            RuntimeError: the world was not started.
+        """
+        if self._services is None:
+            raise RuntimeError("fixture world not started")
+        return self._services
 
     @property
     def ports(self) -> Ports:
@@ -279,11 +298,11 @@ class FixtureWorld:
     async def _execute(self, recorded: RecordedEvent, event: EffectIntent.ExecutionAuthorized) -> None:
         """Hand the order of an authorized attempt to the fixture adapter; record its reports."""
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id, trigger=recorded)
-        order = order_for(intent, event, key=self._key) if intent is not None else None
+        order = order_for(intent, event, key=self.services.report_key) if intent is not None else None
         if order is None:
             return
         for n, report in enumerate(self.fixtures.execute(order, self._now), start=1):
-            await self._executor.report(msgspec.json.encode(report),
+            await self.services.executor.report(msgspec.json.encode(report),
                                         subjects.report(order.capability, order.intent_id), n)
 
     # -- replaying ---------------------------------------------------------------------------
@@ -326,7 +345,7 @@ class FixtureWorld:
         subject = subjects.propose_subject(first.tenant, run_id)
         data = msgspec.json.encode(message)
         message_id = derived_id("replay-candidate", self.replay_id, source.intent_id)
-        await self._intake.candidate(subject, data, message_id)
+        await self.services.intake.candidate(subject, data, message_id)
         intent_id = intent_id_for(first.tenant, run_id, first.call_id)
         if _reason(first) == "proposal.call-id-reused":
             read = read_candidate(subject, data, message_id)
@@ -355,7 +374,7 @@ class FixtureWorld:
                 run = await self.deployment.run(first.tenant, first.run_id)
                 if run is None:
                     return f"{FIXTURE_MISSING}: the context run {first.run_id} was opened with is unknown"
-                answer = await self._intake.open_run(first.tenant, msgspec.json.encode(_reopen(run, run_id)))
+                answer = await self.services.intake.open_run(first.tenant, msgspec.json.encode(_reopen(run, run_id)))
                 refused = msgspec.json.decode(answer)
                 if isinstance(refused, dict) and "error" in refused:
                     return f"run not opened: {refused['error']}"
@@ -363,7 +382,7 @@ class FixtureWorld:
         turn = (first.tenant, first.run_id, first.turn_id)
         if turn not in self._turns and _reason(first) not in ("run.unknown", "turn.unknown"):
             turn_id = derived_id("replay-turn", self.replay_id, first.turn_id)
-            await self._intake.open_turn(first.tenant, run_id, msgspec.json.encode(OpenTurn(turn_id=turn_id)))
+            await self.services.intake.open_turn(first.tenant, run_id, msgspec.json.encode(OpenTurn(turn_id=turn_id)))
             self._turns.add(turn)
         return ""
 
@@ -408,7 +427,7 @@ class FixtureWorld:
                 key = (spec.name, consumer.reaction)
                 if key in NOT_RUN:
                     continue
-                reaction = self._reactions.get(key)
+                reaction = self.services.reactions.get(key)
                 if reaction is None:
                     raise ReplayWiringError(f"{spec.name}.{consumer.reaction} has no replay reaction")
                 handed.append((consumer.name, reaction))
