@@ -78,6 +78,7 @@ def test_reason_codes_are_pinned() -> None:
         "tool.not-offered", "stream.truncated", "stream.conflicting-delta",
         "stream.repeated-field", "stream.too-large", "stream.cancelled",
         "provider.unknown-item", "provider.item-malformed", "lineage.unknown-predecessor",
+        "replay.fixture-missing",
         "lineage.denied-before", "tool.no-longer-offered",
         "argument.path.invalid", "argument.path.absolute", "argument.path.traversal",
         "argument.path.symlink-escape", "argument.path.not-found", "argument.path.not-a-file",

@@ -33,12 +33,14 @@ from lockgate.contracts.vocabulary import Finding
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token, random_id
 from lockgate.mcp import cli as mcp_cli
+from lockgate.replay import cli as replay_cli
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
     read_deployment,
     read_run_info,
 )
+from lockgate.runtime.roles import REPLAY
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -633,6 +635,7 @@ def parser() -> argparse.ArgumentParser:
     evl.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(evl, "operator")
     mcp_cli.add_commands(sub)
+    replay_cli.add_command(sub, _globals)
     return p
 
 
@@ -654,6 +657,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return tokens.command(args, where)
     if args.command == "mcp":
         return mcp_cli.run(args, where)
+    if args.command == "replay":
+        return replay_cli.run(args, where, lambda: _views(where, args, user=REPLAY))
     handler = _ASYNC[args.command]
     return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
 

@@ -154,6 +154,9 @@ REASONS: dict[str, str] = {
     "proposal.withdrawn": "stopped by its state before anything was sent",
     "reconciled.not-executed": "an operator established that the effect never happened",
     "attempt.interrupted": "an interruptible attempt was stopped before its effect completed",
+    # replay (lockgate.replay): fixture worlds answer from recorded evidence or declared fixtures
+    "replay.fixture-missing": "a replayed candidate asked its fixture world something no recorded "
+                              "evidence or declared fixture answers: it stops there (fail closed)",
 }
 
 #: The model-controlled arguments of the repository world's capabilities.

@@ -333,6 +333,24 @@ def operator_role(person: str, tenants: Sequence[str] | None = None,
     )
 
 
+#: The replay's NATS user (``lockgate replay``).
+REPLAY = "replay"
+
+
+def replay_role() -> Role:
+    """``lockgate replay``: reads runs' contexts and capabilities' contracts, nothing else.
+
+    A replay runs recorded candidates in a fixture world of its own (a private broker);
+    from the deployment it needs only what the record (the views) does not hold: the
+    context each run was opened with and the contracts of the capabilities, and whether
+    the views are up to date (the projector's status). No adapter request, no order, no
+    proposal, no append: it holds no credentials that reach the real world.
+    """
+    reads = [_js(subject) for bucket in (RUNS_BUCKET, CAPABILITIES_BUCKET) for subject in kv_read(bucket)]
+    return _edge(REPLAY, (*(i.local for i in reads), subjects.status(PROJECTOR)),
+                 [*reads, _service(subjects.STATUS_ALL, "stream")])
+
+
 #: What each service does on NATS, by name: its spec (``lockgate.runtime.specs``).
 SERVICES: dict[str, ServiceSpec] = {spec.name: spec for spec in specs.SERVICES}
 
@@ -501,6 +519,7 @@ def roles(
         projector_role(partitions),
         archiver_role(partitions),
         console_role(),
+        replay_role(),
         host_role(),
         *(agent_role(t) for t in tenants),
         *(reviewer_role(p, scope) for p, scope in reviewers.items()),

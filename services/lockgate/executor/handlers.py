@@ -111,7 +111,8 @@ class ExecutorHandlers:
             bundle = self.bundles.current()
             decision = decided_before(bundle, intent, facts)
             if decision is None:
-                evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects)
+                evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects,
+                                        now=self.clock())
                 if bundle.config.budgets:
                     left = await BudgetLedger(self.ports.budgets).remaining(
                         bundle.config.budgets, intent, self.clock())

@@ -1,0 +1,161 @@
+"""``lockgate replay``: recorded candidates again, in a fixture world, or under another bundle.
+
+::
+
+    lockgate replay <run id> [--tenant T]            # one run's candidates
+    lockgate replay --since 2026-12-01T00:00 --until 2026-12-02T00:00
+    lockgate replay --intent ID [--intent ID ...]
+    lockgate replay <selection> --bundle DIR [--json]   # the decisions DIR would change
+    lockgate replay <selection> --bundle DIR --world    # ... and the whole replay under DIR
+
+The candidates come from the views (the permanent record); the context of each run and
+the capabilities' contracts are read from the running system as the ``replay`` user,
+which can reach nothing else (``--fixtures FILE`` declares runs, and answers, instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from nats.errors import Error as NatsError
+
+from lockgate.core.errors import LockgateError
+from lockgate.replay.fixtures import Fixtures
+from lockgate.replay.record import (
+    Candidate,
+    Deployment,
+    Known,
+    Layered,
+    Selection,
+    candidates,
+    demo_contracts,
+    utc_text,
+)
+from lockgate.runtime.deployment import Credentials
+from lockgate.runtime.roles import REPLAY
+from lockgate.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from lockgate.replay.sources import BrokerDeployment
+    from lockgate.views.store import Views
+
+
+class Where(Protocol):
+    """What the ``lockgate`` CLI knows of the running system (``lockgate.client.cli.Where``)."""
+
+    @property
+    def url(self) -> str:
+        """The broker's URL."""
+
+    @property
+    def var_dir(self) -> Path:
+        """The deployment's var directory."""
+
+    @property
+    def settings(self) -> Settings:
+        """The deployment's settings."""
+
+    def credentials(self, user: str) -> Credentials | None:
+        """``user``'s credentials (``None``: a broker without users)."""
+
+
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                globals_: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``replay`` to the CLI's subcommands."""
+    rp = sub.add_parser("replay", help="replay recorded candidates in a fixture world, or ask "
+                                       "another policy bundle what it would have decided")
+    globals_(rp)
+    rp.add_argument("run", nargs="?", default="", help="the run whose candidates to replay")
+    rp.add_argument("--tenant", default="", help="only this tenant's candidates")
+    rp.add_argument("--since", default="", help="candidates recorded at or after this time (ISO-8601 UTC)")
+    rp.add_argument("--until", default="", help="candidates recorded before this time (ISO-8601 UTC)")
+    rp.add_argument("--intent", action="append", default=[], metavar="ID", help="this candidate (repeatable)")
+    rp.add_argument("--bundle", type=Path, default=None,
+                    help="print the decisions this policy bundle would change (no world is asked)")
+    rp.add_argument("--world", action="store_true",
+                    help="with --bundle: also replay the candidates in a fixture world under it")
+    rp.add_argument("--fixtures", type=Path, default=None, help="a fixture file: runs and answers to declare")
+    rp.add_argument("--no-recorded-evidence", action="store_true",
+                    help="answer only from --fixtures, never from the record")
+    rp.add_argument("--all", action="store_true", help="with --bundle: every decision, changed or not")
+    rp.add_argument("--json", action="store_true", help="JSON instead of a table")
+    rp.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
+
+
+def run(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
+    """Run ``lockgate replay``; ``fresh_views`` opens the views once the projector caught up."""
+    return asyncio.run(_replay(args, where, fresh_views))
+
+
+async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> Views:
+    """The views, up to date when the running system says so; as they are without one."""
+    from lockgate.views.store import open_views
+
+    try:
+        return await fresh_views()
+    except (LockgateError, NatsError, OSError, TimeoutError) as exc:
+        print(f"lockgate: the views are read as they are ({exc})", file=sys.stderr)
+        return open_views(where.settings.views_url, var_dir=where.var_dir)
+
+
+async def _deployment(where: Where, fixtures: Path | None) -> tuple[Deployment, BrokerDeployment | None]:
+    """Declared runs first, then the running system's (as the ``replay`` user), then the code's contracts."""
+    from lockgate.replay.sources import BrokerDeployment
+
+    declared = Fixtures()
+    if fixtures is not None:
+        declared.declare(fixtures)
+    layers: list[Deployment] = [Known(dict(declared.runs), {})]
+    broker = None
+    with contextlib.suppress(Exception):  # no system running: declared runs only
+        broker = await BrokerDeployment.open(where.url, where.credentials(REPLAY))
+    if broker is not None:
+        layers.append(broker)
+    layers.append(Known({}, demo_contracts()))
+    return Layered(layers), broker
+
+
+async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
+    # Imported here: the fixture world builds every service's handlers, which no other
+    # command needs to load.
+    from lockgate.authz import PolicyBundle
+    from lockgate.replay.counterfactual import counterfactual
+    from lockgate.replay.report import changes_table, replay, replay_table
+
+    selection = Selection(run_id=args.run, tenant=args.tenant, since=args.since and utc_text(args.since),
+                          until=args.until and utc_text(args.until), intent_ids=tuple(args.intent))
+    views = await _views(where, fresh_views)
+    try:
+        chosen: list[Candidate] = candidates(views, selection)
+    finally:
+        views.close()
+    deployment, broker = await _deployment(where, args.fixtures)
+    out: dict[str, object] = {}
+    text: list[str] = []
+    try:
+        if args.bundle is not None:
+            bundle = PolicyBundle.load(args.bundle)
+            rows = await counterfactual(chosen, bundle, deployment)
+            out["counterfactual"] = {
+                "bundle": str(args.bundle), "revision": bundle.revision, "decisions": len(rows),
+                "changed": sum(r.changed for r in rows),
+                "rows": [r.as_json() for r in rows if r.changed or args.all]}
+            text.append(changes_table(rows, str(args.bundle), every=args.all))
+        if args.bundle is None or args.world:
+            bundle_dir = args.bundle if args.bundle is not None else where.settings.policy_dir
+            result = await replay(chosen, deployment, bundle_dir, declared=args.fixtures,
+                                  recorded_evidence=not args.no_recorded_evidence)
+            out["replay"] = result.as_json()
+            text.append(replay_table(result))
+    finally:
+        if broker is not None:
+            await broker.close()
+    print(json.dumps(out, indent=2) if args.json else "\n\n".join(text))
+    return 0

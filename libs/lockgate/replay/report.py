@@ -1,0 +1,199 @@
+"""A replay's outcome per candidate: what the record says beside what the fixture world did."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockgate.authz import PolicyBundle
+from lockgate.core.canonical import digest
+from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.replay.counterfactual import Decided
+from lockgate.replay.fixtures import Fixtures, Miss
+from lockgate.replay.record import Candidate, Deployment, Known, Layered
+from lockgate.replay.world import FixtureWorld, Replayed, replay_identity, world_digest
+
+
+@dataclass(frozen=True)
+class Row:
+    """One candidate: recorded, and replayed."""
+
+    source: str
+    tenant: str
+    tool: str
+    recorded_state: str
+    recorded_reason: str
+    recorded_decision: str
+    recorded_digest: str
+    #: What the recorded reviewer decided (evidence only: never an approval in the replay).
+    recorded_review: str
+    intent: str
+    state: str
+    reason: str
+    decision: str
+    determining: tuple[str, ...]
+    digest: str
+    executed: bool
+    stopped: str
+
+    def as_json(self) -> dict[str, object]:
+        """The row as JSON."""
+        return {
+            "source": self.source, "tenant": self.tenant, "tool": self.tool,
+            "recorded": {"state": self.recorded_state, "reason": self.recorded_reason,
+                         "decision": self.recorded_decision, "digest": self.recorded_digest,
+                         "review": self.recorded_review},
+            "replayed": {"intent": self.intent, "state": self.state, "reason": self.reason,
+                         "decision": self.decision, "determining": list(self.determining),
+                         "digest": self.digest, "executed": self.executed, "stopped": self.stopped},
+        }
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A whole replay: its identity, bundle, rows, and the digests two equal replays share."""
+
+    replay_id: str
+    bundle_revision: str
+    rows: tuple[Row, ...]
+    world_digest: str
+    misses: tuple[Miss, ...]
+    #: Every replayed intent with the events the fixture world stored for it.
+    replayed: tuple[Replayed, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def decisions_digest(self) -> str:
+        """A digest of every replayed decision, digest and end state, in order."""
+        return digest([[r.source, r.decision, list(r.determining), r.digest, r.state, r.reason]
+                       for r in self.rows])
+
+    def as_json(self) -> dict[str, object]:
+        """The replay as JSON."""
+        return {"replay": self.replay_id, "bundle_revision": self.bundle_revision,
+                "decisions_digest": self.decisions_digest, "world_digest": self.world_digest,
+                "candidates": [r.as_json() for r in self.rows],
+                "fixture_misses": [{"verb": m.verb, "capability": m.capability, "key": m.key}
+                                   for m in self.misses]}
+
+
+def _review(events: Sequence[Event]) -> str:
+    """What the record says the reviewers did (the last decision of the last review)."""
+    said = ""
+    for event in events:
+        if isinstance(event, EffectIntent.ReviewRequested):
+            said = "waiting"
+        elif isinstance(event, EffectIntent.ReviewApproved):
+            said = f"approved by {event.reviewer}"
+        elif isinstance(event, EffectIntent.ReviewDenied):
+            said = f"{'edited' if event.edited_into else 'denied'} by {event.reviewer}"
+        elif isinstance(event, EffectIntent.ReviewExpired):
+            said = "expired"
+    return said
+
+
+def _decision(events: Sequence[Event]) -> EffectIntent.PolicyDecided | None:
+    decided = [e for e in events if isinstance(e, EffectIntent.PolicyDecided)]
+    return decided[-1] if decided else None
+
+
+def _digest(events: Sequence[Event]) -> str:
+    normalized = [e for e in events if isinstance(e, EffectIntent.CandidateNormalized)]
+    return normalized[-1].digest if normalized else ""
+
+
+def row(replayed: Replayed) -> Row:
+    """The row of one replayed candidate."""
+    source = replayed.source
+    recorded = source.final()
+    final = replayed.final()
+    was, now = _decision(source.events), _decision(replayed.events)
+    first = source.first
+    return Row(
+        source=source.intent_id, tenant=source.tenant, tool=first.tool if first else "",
+        recorded_state=str(recorded.state) if recorded else "", recorded_reason=(recorded.reason or "") if recorded else "",
+        recorded_decision=str(was.outcome) if was else "", recorded_digest=_digest(source.events),
+        recorded_review=_review(source.events), intent=replayed.intent_id,
+        state=str(final.state) if final else "", reason=(final.reason or "") if final else "",
+        decision=str(now.outcome) if now else "", determining=tuple(now.determining) if now else (),
+        digest=_digest(replayed.events),
+        executed=any(isinstance(e, EffectIntent.EffectCompleted) for e in replayed.events),
+        stopped=replayed.stopped,
+    )
+
+
+async def replay(
+    candidates: Sequence[Candidate], deployment: Deployment, bundle_dir: Path, *,
+    declared: Path | None = None, recorded_evidence: bool = True, root: Path | None = None,
+) -> Replay:
+    """Replay ``candidates`` in a fixture world of their own, under the bundle in ``bundle_dir``.
+
+    Args:
+        candidates: the recorded candidates (``lockgate.replay.record.candidates``).
+        deployment: the runs' contexts and the contracts (the ``replay`` role's reads).
+        bundle_dir: the policy bundle the replay decides under.
+        declared: a fixture file (``lockgate.replay.fixtures``); its answers win.
+        recorded_evidence: answer from the record as well (else only from ``declared``).
+        root: where the fixture world keeps its broker store (default: a temporary directory).
+
+    Raises:
+        BundleError: the bundle does not load.
+        ReplayError: the fixture file is not one.
+    """
+    fixtures = Fixtures.recorded(candidates) if recorded_evidence else Fixtures()
+    if declared is not None:
+        fixtures.declare(declared)
+    deployment = Layered([Known(dict(fixtures.runs), {}), deployment])
+    bundle = PolicyBundle.load(bundle_dir)
+    replay_id = replay_identity(candidates, bundle.revision, fixtures)
+    async with FixtureWorld(fixtures, deployment, bundle_dir, replay_id=replay_id, root=root) as world:
+        replayed = await world.replay(candidates)
+    return Replay(replay_id=replay_id, bundle_revision=bundle.revision,
+                  rows=tuple(row(r) for r in replayed), world_digest=world_digest(replayed),
+                  misses=tuple(fixtures.misses), replayed=tuple(replayed))
+
+
+def _short(value: str, n: int = 12) -> str:
+    return value.removeprefix("sha256:")[:n]
+
+
+def replay_table(result: Replay) -> str:
+    """The replay as a table: each candidate as recorded, and as replayed."""
+    header = ("candidate", "tool", "recorded", "review (evidence)", "replayed", "digest")
+    lines = [header]
+    for r in result.rows:
+        recorded = f"{r.recorded_decision or '-'} → {r.recorded_state}" + (
+            f" ({r.recorded_reason})" if r.recorded_reason else "")
+        replayed = f"{r.decision or '-'} → {r.state or 'not replayed'}" + (
+            f" ({r.reason})" if r.reason else "") + (f" [{r.stopped}]" if r.stopped else "")
+        same = "same" if r.digest and r.digest == r.recorded_digest else (_short(r.digest) or "-")
+        lines.append((_short(r.source), r.tool, recorded, r.recorded_review or "-", replayed, same))
+    body = _columns(lines)
+    return (f"replay {result.replay_id[:12]} under bundle {_short(result.bundle_revision)}: "
+            f"{len(result.rows)} candidates, decisions {_short(result.decisions_digest)}, "
+            f"world {_short(result.world_digest)}, {len(result.misses)} fixture misses\n{body}")
+
+
+def changes_table(rows: Sequence[Decided], bundle: str, *, every: bool = False) -> str:
+    """The decisions another bundle changes (``every``: all of them), with the policies that
+    determine each."""
+    changed = [r for r in rows if r.changed or every]
+    lines: list[tuple[str, ...]] = [("candidate", "tool", "resource", "recorded", "counterfactual",
+                                     "determining (+ now, - no longer)")]
+    for r in changed:
+        moved = [f"+{p}" for p in r.entered] + [f"-{p}" for p in r.left]
+        lines.append((_short(r.intent_id), r.tool, r.resource, _outcome(r.recorded, r.recorded_reasons),
+                      _outcome(r.outcome, r.reasons), ", ".join(moved or r.determining) or "-"))
+    head = f"{sum(r.changed for r in rows)} of {len(rows)} recorded decisions change under {bundle}"
+    return head + ("\n" + _columns(lines) if changed else "")
+
+
+def _outcome(outcome: str, reasons: Sequence[str]) -> str:
+    shown = [r for r in reasons if r != "policy.approval-required"]
+    return outcome + (f" ({', '.join(shown)})" if shown else "")
+
+
+def _columns(lines: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)

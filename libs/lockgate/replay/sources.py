@@ -1,0 +1,72 @@
+"""The deployment as a replay reads it: runs' contexts and contracts, as the ``replay`` role.
+
+The ``replay`` user (``lockgate.runtime.roles.replay_role``) may read two buckets, the
+runs (``LG_RUNS``: the context the trusted host opened each run with) and the
+capabilities (``LG_CAPABILITIES``: the contracts), and nothing else: no adapter request,
+no order, no proposal, no append. A replay connected as it cannot reach the real world
+even by mistake.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.messages import RunContext
+from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.contracts.subjects import run_key
+from lockgate.core.ids import is_subject_token
+from lockgate.runtime.deployment import Credentials
+from lockgate.runtime.roles import JS_API
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, RUNS_BUCKET
+
+
+class BrokerDeployment:
+    """Runs and contracts read from a deployment's broker (connect with ``open``)."""
+
+    def __init__(self, nc: Client, runs: KeyValue, registry: CapabilityRegistry) -> None:
+        self._nc = nc
+        self._runs = runs
+        self._registry = registry
+
+    @classmethod
+    async def open(cls, url: str, credentials: Credentials | None) -> BrokerDeployment:
+        """Connect as ``credentials`` (the ``replay`` user; none on a broker without users)."""
+        options: dict[str, object] = {"max_reconnect_attempts": 0, "connect_timeout": 2}
+        if credentials is not None:
+            options.update(user=credentials.user, password=credentials.password,
+                           inbox_prefix=credentials.inbox_prefix)
+        nc = await nats.connect(url, **options)
+        try:
+            js = nc.jetstream(prefix=credentials.js_prefix if credentials else JS_API)
+            runs = await js.key_value(RUNS_BUCKET)
+            registry = CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET))
+        except Exception:
+            await nc.close()
+            raise
+        return cls(nc, runs, registry)
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self._nc.close()
+
+    async def run(self, tenant: str, run_id: str) -> RunContext | None:
+        """The context ``run_id`` was opened with, from ``LG_RUNS``."""
+        if not (is_subject_token(tenant) and is_subject_token(run_id)):
+            return None
+        try:
+            entry = await self._runs.get(run_key(tenant, run_id))
+        except KeyNotFoundError:
+            return None
+        try:
+            return msgspec.json.decode(entry.value or b"", type=RunContext)
+        except msgspec.MsgspecError:
+            return None
+
+    async def contract(self, capability: str) -> CapabilityContract | None:
+        """The contract registered for ``capability``, from ``LG_CAPABILITIES``."""
+        return await self._registry.get(capability)

@@ -1,0 +1,381 @@
+"""Replay: recorded candidates through the same gates in a fixture world, and under another bundle.
+
+The system runs as processes; four candidates are recorded through it (executed, denied,
+approved by a reviewer and executed, left waiting for one). The replays read them from
+the views, the runs' contexts and contracts as the ``replay`` user, and run in a fixture
+world of their own: the real world's ledger never moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from nats.errors import Error as NatsError
+
+from lockgate.authz import PolicyBundle
+from lockgate.client.cli import main
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import decode_event
+from lockgate.replay.counterfactual import counterfactual
+from lockgate.replay.fixtures import FIXTURE_MISSING
+from lockgate.replay.record import Candidate, Selection, candidates
+from lockgate.replay.report import Replay, replay
+from lockgate.replay.sources import BrokerDeployment
+from lockgate.testing.invariants import violations
+from lockgate.testing.system import REPO, System, bundle_copy
+from lockgate.views.store import open_views
+from lockgate.worlds.casenotes.world import World
+
+POLICIES = REPO / "deploy" / "policies"
+#: The rule that sends notes on sensitive cases to a reviewer, flipped: sensitive notes go
+#: unattended, every other note waits for a reviewer.
+UNATTENDED = "unless { resource.sensitive };"
+FLIPPED = "when { resource.sensitive };"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The four recorded candidates, by what happened to them live."""
+
+    executed: str
+    denied: str
+    approved: str
+    waiting: str
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return (self.executed, self.denied, self.approved, self.waiting)
+
+
+async def _record(system: System) -> Recorded:
+    gw = await system.gateway("tenant-a")
+    alice = await system.person("reviewer-alice")
+    try:
+        ids = []
+        for case_id, note in (("case-123", "Customer called back."), ("case-closed", "Reopen?"),
+                              ("case-sensitive", "Escalated to legal."), ("case-sensitive", "And again.")):
+            run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": case_id})
+            turn = await run.open_turn()
+            answer = await turn.propose(tool="case.add_note", arguments=json.dumps({"note": note}))
+            ids.append(answer.candidate_id)
+            if note == "Escalated to legal.":
+                nc = await system.connect()
+                try:
+                    history = await JetStreamEventStore(nc).load("tenant-a", answer.candidate_id)
+                finally:
+                    await nc.close()
+                review = next(e for e in map(decode_event, history.events)
+                              if isinstance(e, EffectIntent.ReviewRequested))
+                await alice.decide_review(tenant="tenant-a", candidate_id=answer.candidate_id,
+                                          review_id=review.review_id, digest=review.digest, approve=True)
+                assert (await run.wait(answer.candidate_id)).status == "executed"
+    finally:
+        await gw.close()
+        await alice.close()
+    return Recorded(*ids)
+
+
+def _settled(system: System, recorded: Recorded) -> None:
+    """Wait until the views hold every recorded candidate's end (the projector folds them)."""
+    views = open_views(var_dir=system.root)
+    try:
+        deadline = time.monotonic() + 30
+        want = {"completed", "denied", "awaiting_approval"}
+        while time.monotonic() < deadline:
+            rows = [views.intent(i) for i in recorded.all]
+            if all(r is not None and r.state in want for r in rows):
+                return
+            time.sleep(0.2)
+    finally:
+        views.close()
+    raise AssertionError("the views did not catch up")
+
+
+@pytest.fixture(scope="module")
+def recorded(system: System) -> Recorded:
+    ids = asyncio.run(_record(system))
+    _settled(system, ids)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def flipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("flipped")
+    cedar = (POLICIES / "case-notes" / "case-notes.cedar").read_text()
+    assert cedar.count(UNATTENDED) == 1
+    return bundle_copy(root, (POLICIES / "bundle.yaml").read_text(),
+                       {"case-notes/case-notes.cedar": cedar.replace(UNATTENDED, FLIPPED)})
+
+
+def _candidates(system: System, ids: tuple[str, ...]) -> list[Candidate]:
+    views = open_views(var_dir=system.root)
+    try:
+        return candidates(views, Selection(intent_ids=ids))
+    finally:
+        views.close()
+
+
+@pytest.fixture
+async def deployment(system: System) -> AsyncIterator[BrokerDeployment]:
+    """The running system as the replay user sees it: runs and contracts, nothing else."""
+    broker = await BrokerDeployment.open(system.url, system.credentials("replay"))
+    try:
+        yield broker
+    finally:
+        await broker.close()
+
+
+async def _replay(system: System, deployment: BrokerDeployment, ids: tuple[str, ...],
+                  bundle: Path = POLICIES, **options: object) -> Replay:
+    return await replay(_candidates(system, ids), deployment, bundle, **options)  # type: ignore[arg-type]
+
+
+def _ledger(system: System) -> tuple[int, int]:
+    world = World(system.world_dir)
+    return world.invocations, len(world.ledger())
+
+
+# -- counterfactual policy ------------------------------------------------------------------
+
+
+async def test_a_flipped_rule_changes_exactly_its_rows(
+    system: System, recorded: Recorded, flipped: Path, deployment: BrokerDeployment,
+) -> None:
+    rows = await counterfactual(_candidates(system, recorded.all), PolicyBundle.load(flipped), deployment)
+    changed = {r.intent_id: (r.recorded, r.outcome) for r in rows if r.changed}
+    assert changed == {
+        recorded.executed: ("allow", "require_approval"),
+        recorded.approved: ("require_approval", "allow"),
+        recorded.waiting: ("require_approval", "allow"),
+    }
+    approved = next(r for r in rows if r.intent_id == recorded.approved)
+    assert "case-notes.unattended-unless-sensitive" in approved.determining
+    denied = next(r for r in rows if r.intent_id == recorded.denied)
+    assert (denied.outcome, denied.reasons) == ("deny", ("case.closed",))
+
+
+def test_the_command_prints_the_changed_decisions(
+    system: System, recorded: Recorded, flipped: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LOCKGATE_VAR_DIR", str(system.root))
+    monkeypatch.setenv("LOCKGATE_NATS_URL", system.url)
+    intents = [a for i in recorded.all for a in ("--intent", i)]
+    assert main(["replay", *intents, "--bundle", str(flipped), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["counterfactual"]
+    assert (out["decisions"], out["changed"]) == (4, 3)
+    assert {r["intent_id"] for r in out["rows"]} == {recorded.executed, recorded.approved, recorded.waiting}
+    assert main(["replay", *intents, "--bundle", str(flipped)]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("3 of 4 recorded decisions change")
+    assert "allow  " in table and "require_approval" in table
+
+
+def test_a_run_or_a_time_range_selects_candidates(
+    system: System, recorded: Recorded, flipped: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LOCKGATE_VAR_DIR", str(system.root))
+    monkeypatch.setenv("LOCKGATE_NATS_URL", system.url)
+    (candidate,) = _candidates(system, (recorded.denied,))
+    assert candidate.first is not None
+    assert main(["replay", candidate.first.run_id, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["replay"]["candidates"]
+    assert (row["source"], row["replayed"]["state"], row["replayed"]["reason"]) == (
+        recorded.denied, "denied", "case.closed")
+    views = open_views(var_dir=system.root)
+    try:
+        times = sorted(r.created_at for r in (views.intent(i) for i in recorded.all) if r is not None)
+    finally:
+        views.close()
+    last = datetime.fromisoformat(times[-1]) + timedelta(microseconds=1)  # ``until`` is exclusive
+    assert main(["replay", "--since", times[0], "--until", last.isoformat(), "--tenant", "tenant-a",
+                 "--bundle", str(flipped), "--world"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3 of 4 recorded decisions change")
+    assert "approved by alice" in out and FIXTURE_MISSING in out
+    assert main(["replay", "--since", times[0], "--until", last.isoformat(), "--bundle", str(flipped),
+                 "--world", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["counterfactual"]["changed"] == 3
+    assert [c["replayed"]["state"] for c in both["replay"]["candidates"]] == [
+        "awaiting_approval", "denied", "completed", "failed"]
+
+
+# -- historical approvals -------------------------------------------------------------------
+
+
+async def test_a_recorded_approval_is_evidence_not_authority(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    before = _ledger(system)
+    result = await _replay(system, deployment, (recorded.approved,))
+    (row,) = result.rows
+    assert (row.recorded_state, row.recorded_review) == ("completed", "approved by alice")
+    assert (row.decision, row.state, row.executed) == ("require_approval", "awaiting_approval", False)
+    assert row.digest == row.recorded_digest  # the same consequence, to the byte
+    assert _ledger(system) == before
+
+
+# -- fail closed ----------------------------------------------------------------------------
+
+
+async def test_an_effect_never_recorded_fails_closed(
+    system: System, recorded: Recorded, flipped: Path, deployment: BrokerDeployment,
+) -> None:
+    """Allowed only under the flipped bundle, the waiting note reaches the gate: its world has
+    no recorded effect for it, so the attempt is refused before anything is sent."""
+    before = _ledger(system)
+    result = await _replay(system, deployment, (recorded.waiting,), flipped)
+    (row,) = result.rows
+    assert (row.recorded_state, row.decision) == ("awaiting_approval", "allow")
+    assert (row.state, row.reason, row.executed) == ("failed", FIXTURE_MISSING, False)
+    assert [m.verb for m in result.misses] == ["execute"]
+    assert _ledger(system) == before
+
+
+async def test_no_evidence_stops_at_normalization(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    before = _ledger(system)
+    result = await _replay(system, deployment, (recorded.executed,), recorded_evidence=False)
+    (row,) = result.rows
+    assert (row.recorded_state, row.state, row.reason) == ("completed", "rejected", FIXTURE_MISSING)
+    assert (row.decision, row.executed) == ("", False)
+    assert _ledger(system) == before
+
+
+async def test_missing_facts_stop_the_intent_on_the_record(
+    system: System, recorded: Recorded, deployment: BrokerDeployment, tmp_path: Path,
+) -> None:
+    """Normalization answered by a declared fixture, no facts anywhere: policy cannot ask
+    the world, and the fixture world gives the intent up with the missing fixture as cause."""
+    (candidate,) = _candidates(system, (recorded.executed,))
+    first, normalized = candidate.first, candidate.of(EffectIntent.CandidateNormalized)[0]
+    assert isinstance(first, EffectIntent.CandidateReceived)
+    assert isinstance(normalized, EffectIntent.CandidateNormalized)
+    declared = tmp_path / "fixtures.yaml"
+    declared.write_text(json.dumps({"normalize": [{
+        "capability": first.tool, "tenant": first.tenant, "actor": first.actor,
+        "arguments": first.arguments, "result": {"arguments": normalized.arguments,
+                                                  "resource": normalized.resource,
+                                                  "destination": normalized.destination}}]}))
+    before = _ledger(system)
+    result = await _replay(system, deployment, (recorded.executed,), declared=declared,
+                           recorded_evidence=False)
+    (row,) = result.rows
+    assert (row.digest, row.decision, row.stopped) == (row.recorded_digest, "", FIXTURE_MISSING)
+    assert row.state == "refused"
+    assert [m.verb for m in result.misses] == ["facts"]
+    assert _ledger(system) == before
+
+
+async def test_a_straight_replay_executes_in_its_own_world_only(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    before = _ledger(system)
+    result = await _replay(system, deployment, (recorded.executed, recorded.denied))
+    executed, denied = result.rows
+    assert (executed.decision, executed.state, executed.executed) == ("allow", "completed", True)
+    assert executed.digest == executed.recorded_digest and executed.intent != recorded.executed
+    assert (denied.decision, denied.state, denied.reason) == ("deny", "denied", "case.closed")
+    assert _ledger(system) == before
+
+
+async def test_a_candidate_intake_refused_is_refused_again(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    """Its exact argument text is on the record: intake reads it again and refuses it again."""
+    gw = await system.gateway("tenant-a")
+    try:
+        run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+        turn = await run.open_turn()
+        refused = await turn.propose(tool="case.add_note", arguments='{"note": "a", "note": "b"}')
+    finally:
+        await gw.close()
+    assert refused.status == "rejected"
+    views = open_views(var_dir=system.root)
+    try:
+        deadline = time.monotonic() + 30
+        while views.intent(refused.candidate_id) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    finally:
+        views.close()
+    result = await _replay(system, deployment, (refused.candidate_id,))
+    (row,) = result.rows
+    assert (row.recorded_state, row.recorded_reason) == ("rejected", "tool.arguments.duplicate")
+    assert (row.state, row.reason, row.stopped) == ("rejected", "tool.arguments.duplicate", "")
+
+
+# -- determinism ----------------------------------------------------------------------------
+
+
+async def test_the_same_replay_twice_is_the_same(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    first = await _replay(system, deployment, recorded.all)
+    second = await _replay(system, deployment, recorded.all)
+    assert first.replay_id == second.replay_id
+    assert first.rows == second.rows
+    assert (first.decisions_digest, first.world_digest) == (second.decisions_digest, second.world_digest)
+    assert [r.state for r in first.rows] == ["completed", "denied", "awaiting_approval", "awaiting_approval"]
+
+
+async def test_the_fixture_world_keeps_the_invariants(
+    system: System, recorded: Recorded, flipped: Path, deployment: BrokerDeployment,
+) -> None:
+    """DESIGN's invariants over what the replays stored: nothing authorized without an allow
+    or an approval bound to its digest (a recorded approval is neither), no effect twice."""
+    for bundle in (POLICIES, flipped):
+        result = await _replay(system, deployment, recorded.all, bundle)
+        assert violations({r.intent_id: list(r.events) for r in result.replayed if r.intent_id}) == []
+
+
+# -- the replay role ------------------------------------------------------------------------
+
+
+async def test_the_replay_user_cannot_reach_a_real_adapter(system: System, recorded: Recorded) -> None:
+    before = _ledger(system)
+    errors: list[Exception] = []
+
+    async def noted(exc: Exception) -> None:
+        errors.append(exc)
+
+    nc = await system.connect("replay", error_cb=noted)
+    try:
+        with pytest.raises((NatsError, TimeoutError)):
+            await nc.request("lg.adapter.case.add_note.facts", b"{}", timeout=1)
+        with pytest.raises((NatsError, TimeoutError)):
+            await nc.request("lg.adapter.case.add_note.normalize", b"{}", timeout=1)
+        for subject in ("lg.exec.case.add_note", "lg.propose.tenant-a.r1", "lg.run.tenant-a.open",
+                        "lg.evt.tenant-a.x.1.CandidateReceived._"):
+            await nc.publish(subject, b"{}")
+        await nc.flush()
+        await asyncio.sleep(0.3)
+    finally:
+        await nc.close()
+    refused = " ".join(str(e) for e in errors).lower()  # nats-py lower-cases the server's -ERR
+    for subject in ("lg.adapter.case.add_note.facts", "lg.adapter.case.add_note.normalize",
+                    "lg.exec.case.add_note", "lg.propose.tenant-a.r1", "lg.run.tenant-a.open"):
+        assert f'permissions violation for publish to "{subject}"' in refused
+    assert _ledger(system) == before
+
+
+async def test_the_replay_user_reads_runs_and_contracts(
+    system: System, recorded: Recorded, deployment: BrokerDeployment,
+) -> None:
+    (candidate,) = _candidates(system, (recorded.executed,))
+    first = candidate.first
+    assert isinstance(first, EffectIntent.CandidateReceived)
+    run = await deployment.run("tenant-a", first.run_id)
+    assert run is not None and run.context == {"case_id": "case-123"}
+    contract = await deployment.contract("case.add_note")
+    assert contract is not None and contract.revision == first.contract_revision
