@@ -12,9 +12,9 @@ execute once the fault is over.
 
 ``make test-cluster`` runs them (``LOCKGATE_CLUSTER=1``; ``LOCKGATE_CLUSTER_LONG=1`` adds
 a node frozen past the election timeout, a node restarted on its store, and larger
-bursts). They are not in ``make test`` yet: a candidate can still stay ``normalized``
-without a policy decision after a node is frozen or a policy replica killed (seen once
-in each), and a suite that fails now and then would only teach everyone to ignore it.
+bursts), and CI runs ``make test-cluster`` after ``make test``. The events are in three
+partitions, one led by each node (``lockgate.eventstore.partitions``): the leader faults
+hit the node leading ``LG_EVENTS_0``, which leads that partition only.
 """
 
 from __future__ import annotations
