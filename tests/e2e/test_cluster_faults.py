@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pytest
 
 from lockgate.client.demo import SCENARIOS
-from lockgate.client.sdk import ClientError, Gateway, Run, Turn
+from lockgate.client.sdk import ClientError, Gateway, Refused, Run, Turn
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for, random_id
 from lockgate.intent.aggregate import Event, State
@@ -118,6 +118,25 @@ async def propose_until_answered(s: Sent, until: float) -> None:
             await asyncio.sleep(0.5)
 
 
+async def open_until_answered(gw: Gateway) -> tuple[Run, Turn]:
+    """Open a run and its turn; a request lost to a node going away is asked again, as an
+    agent runtime would (a run opened twice is two runs: harmless)."""
+    until = time.monotonic() + SETTLE_S
+    while True:
+        try:
+            run = await gw.open_run(tenant=TENANT, actor=ACTOR,
+                                    context={"space_id": SPACE, "case_id": CASE})
+            return run, await run.open_turn()
+        except Refused as exc:
+            if exc.code != "service.unavailable":
+                raise  # an answer, and a wrong one (run.unknown from a lagging replica, say)
+        except ClientError:
+            pass  # no answer: a node went away with the request
+        if time.monotonic() > until:
+            raise TimeoutError(f"no run opened within {SETTLE_S:.0f}s")
+        await asyncio.sleep(0.5)  # "ask again": JetStream was electing a leader
+
+
 async def burst(gw: Gateway, tag: str, n: int = BURST) -> tuple[list[Sent], list[asyncio.Task[None]]]:
     """Start ``n`` candidates (P, Q and C in turn), ``IN_FLIGHT`` at a time; return at once."""
     tools = (DRAFT, PUBLISH, NOTE)
@@ -125,9 +144,7 @@ async def burst(gw: Gateway, tag: str, n: int = BURST) -> tuple[list[Sent], list
     for i in range(n):
         if i % PER_RUN == 0:
             # A run's budgets and rate limits are policy's business, not this test's.
-            run = await gw.open_run(tenant=TENANT, actor=ACTOR,
-                                    context={"space_id": SPACE, "case_id": CASE})
-            turn = await run.open_turn()
+            run, turn = await open_until_answered(gw)
         tool = tools[i % len(tools)]
         arguments = (f'{{"note": "{tag} {i}"}}' if tool == NOTE
                      else f'{{"title": "{tag} {i}", "body": "b{i}"}}')

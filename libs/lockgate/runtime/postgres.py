@@ -23,6 +23,22 @@ DATABASE = "postgres"
 USER = "lockgate"
 
 
+def _reachable(directory: Path, user: pwd.struct_passwd) -> None:
+    """Refuse, saying what to do, a directory the server's user cannot reach: every
+    directory above its data must let others through (``o+x``), or initdb fails with
+    a bare "Permission denied".
+
+    Raises:
+        PostgresUnavailable: one of them does not.
+    """
+    for d in (directory.resolve(), *directory.resolve().parents):
+        st = d.stat()
+        if st.st_uid != user.pw_uid and not st.st_mode & 0o001:
+            raise PostgresUnavailable(
+                f"PostgreSQL runs as {user.pw_name} (not as root), which cannot enter {d}: "
+                f"let others through it (chmod o+x {d}) or set LOCKGATE_VIEWS_URL")
+
+
 class PostgresUnavailable(RuntimeError):
     """The PostgreSQL server binaries are not installed, or the server did not start."""
 
@@ -93,6 +109,7 @@ class PostgresServer:
                 except KeyError:
                     continue
             if self._user is not None:
+                _reachable(self.root.parent, self._user)
                 os.chown(self.root, self._user.pw_uid, self._user.pw_gid)
                 if self.data.exists():
                     os.chown(self.data, self._user.pw_uid, self._user.pw_gid)
