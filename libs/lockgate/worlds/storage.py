@@ -13,17 +13,49 @@ opening SQLite and running the schema on every call cost more than the call itse
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from lockgate.core.errors import LockgateError
 
 DB_FILE = "world.db"
+
+
+@contextmanager
+def seeding(directory: Path) -> Iterator[None]:
+    """Hold the directory's seed lock: whether a world is seeded, and seeding it, is one
+    step for every process that opens it (two replicas of an adapter start together;
+    the repository world's seed also writes a checkout outside the database, which two
+    seeds at once tore apart)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".seed.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+W = TypeVar("W")
+
+
+def opened_or_seeded(
+    directory: Path, write: Callable[[], AbstractContextManager[sqlite3.Connection]], opened: W,
+    seed: Callable[[], W],
+) -> W:
+    """``opened`` when the world in ``directory`` has its seed, else ``seed()``: under the
+    seed lock, so of replicas starting together exactly one seeds."""
+    with seeding(directory):
+        with write() as db:
+            seeded = db.execute("SELECT 1 FROM meta WHERE key = 'credential_sha256'").fetchone()
+        return opened if seeded else seed()
 
 
 class WorldError(LockgateError):

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lockgate.core.canonical import digest_bytes
-from lockgate.worlds.storage import WorldError, WorldStore, credential_hash
+from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
 
 DEMO_CREDENTIAL = "case-world-demo-secret-7f3a"
 #: Open cases ``case-load-00`` .. for load tests, one per concurrent writer.
@@ -186,10 +186,8 @@ class World:
     ) -> World:
         """Open the world in ``directory``, seeding it first when it has no state."""
         world = cls(directory, clock=clock)
-        world.directory.mkdir(parents=True, exist_ok=True)
-        with world._write() as db:
-            seeded = db.execute("SELECT 1 FROM meta WHERE key = 'credential_sha256'").fetchone()
-        return world if seeded else cls.seed(directory, credential=credential, clock=clock)
+        return opened_or_seeded(world.directory, world._write, world,
+                                lambda: cls.seed(directory, credential=credential, clock=clock))
 
     # -- operations --------------------------------------------------------------------
 

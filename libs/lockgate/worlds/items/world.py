@@ -63,7 +63,7 @@ from typing import Any, TextIO
 
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
-from lockgate.worlds.storage import WorldError, WorldStore, credential_hash
+from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
 
 DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
 
@@ -233,10 +233,8 @@ class World:
     ) -> World:
         """Open the world in ``directory``, seeding it first when it has no state."""
         world = cls(directory, clock=clock)
-        world.directory.mkdir(parents=True, exist_ok=True)
-        with world._write() as db:
-            seeded = db.execute("SELECT 1 FROM meta WHERE key = 'credential_sha256'").fetchone()
-        return world if seeded else cls.seed(directory, credential=credential, clock=clock)
+        return opened_or_seeded(world.directory, world._write, world,
+                                lambda: cls.seed(directory, credential=credential, clock=clock))
 
     # -- operations --------------------------------------------------------------------
 

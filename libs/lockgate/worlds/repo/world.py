@@ -52,7 +52,7 @@ from typing import Any, TextIO, TypeVar
 
 from lockgate.core.canonical import digest, digest_bytes
 from lockgate.worlds.repo.paths import Entry, escapes
-from lockgate.worlds.storage import WorldError, WorldStore, credential_hash
+from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
 
 DEMO_CREDENTIAL = "repo-world-demo-secret-5e1b"
 REPO_ID = "repo-1"
@@ -323,10 +323,8 @@ class World:
     ) -> World:
         """Open the world in ``directory``, seeding it first when it has no state."""
         world = cls(directory, clock=clock)
-        world.directory.mkdir(parents=True, exist_ok=True)
-        with world._write() as db:
-            seeded = db.execute("SELECT 1 FROM meta WHERE key = 'credential_sha256'").fetchone()
-        return world if seeded else cls.seed(directory, credential=credential, clock=clock)
+        return opened_or_seeded(world.directory, world._write, world,
+                                lambda: cls.seed(directory, credential=credential, clock=clock))
 
     def commit(self, message: str, files: Mapping[str, str],
                symlinks: Mapping[str, str] | None = None) -> str:
