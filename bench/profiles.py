@@ -109,7 +109,7 @@ class ClusterPlan:
 
 
 CLUSTER_DEFAULT = ClusterPlan(rate_per_s=20, duration_s=10, concurrency=64, count=600,
-                              raw_count=2000, warmup=32, op_timeout_s=30, phase_max_s=120)
+                              raw_count=3000, warmup=32, op_timeout_s=30, phase_max_s=120)
 CLUSTER_QUICK = ClusterPlan(rate_per_s=20, duration_s=3, concurrency=64, count=150,
                             raw_count=400, warmup=8, op_timeout_s=15, phase_max_s=30)
 
