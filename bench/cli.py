@@ -1,6 +1,12 @@
-"""``python -m bench``: Lockgate's executed path against the raw six-stage chain, one run, one server.
+"""``python -m bench``: Lockgate's executed path against the raw six-stage chain, in one run.
 
-Phases, in order, after a warm-up of each system:
+``--profile`` says where: ``single`` (the default, below), ``cluster-r1`` and
+``cluster-r3`` (the local cluster at R1 and at R3 with ``sync_interval: always``,
+``bench.profiles``), ``cluster`` (both) or ``all``. Each profile measures the raw chain
+on its own nodes, streams and sync beside Lockgate, and reports the ratio; with more
+than one profile, or a cluster one, the last line is ``{"profiles": {name: figures}}``.
+
+The single server's phases, in order, after a warm-up of each system:
 
 1. raw chain, open loop   (``--rate`` arrivals/s for ``--duration`` s): latency at low load
 2. Lockgate,  open loop   (the same arrivals); the broker counts what each executed
