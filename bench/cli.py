@@ -424,6 +424,11 @@ async def _cluster(profile: profiles.Profile, plan: profiles.ClusterPlan,
                   f"in {p.elapsed_s:.1f}s for {p.planned_s:.1f}s of arrivals")
     for n in measured.notes:
         print(n)
+    if measured.hops is not None:
+        print()
+        print(f"where the latency of an executed candidate goes ({measured.phases[-1].mode}, "
+              f"{measured.hops.sampled} sampled): median gap between consecutive events of its record")
+        print(measured.hops.table())
     f = measured.figures
     print(f"{profile.name}: Lockgate sustains {f['lockgate_per_s']}/s executed against the raw "
           f"chain's {f['raw_chain_per_s']}/s (ratio {f['throughput_ratio']}); at "

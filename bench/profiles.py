@@ -32,7 +32,9 @@ from pathlib import Path
 
 from bench import load
 from bench.cpu import CpuMeter
-from bench.gateway import LOAD_CASES, Proposer
+from bench.gateway import LOAD_CASES, TENANT, Proposer
+from bench.hops import Hops
+from bench.hops import measure as measure_hops
 from bench.phases import DEMO_BUNDLE, check_raw, ledger_size, progress, raised_limits, reseed
 from bench.projector import catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
@@ -122,6 +124,8 @@ class ProfileRun:
     phases: list[Phase]
     notes: list[str]
     figures: dict[str, object] = field(default_factory=dict)
+    #: Where the open loop's latency went (``bench.hops``).
+    hops: Hops | None = None
 
 
 def _num(x: float, digits: int) -> float | None:
@@ -248,6 +252,7 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
         ledger_open = await ledger_size(system)
 
         progress("checking what was stored")
+        hops = await measure_hops(system.store(nc), TENANT, proposer.sent.get("open", []))
         notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
         for phase, ledger in ((lg_closed, ledger_closed), (lg_open, ledger_open)):
@@ -270,7 +275,7 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
             "leaders": leaders,
             "start_s": round(started_s, 1),
         }
-        return ProfileRun(profile, phases, notes, figures)
+        return ProfileRun(profile, phases, notes, figures, hops)
     finally:
         progress("stopping")
         closers = [proposer.stop() if proposer else None, driver.stop() if driver else None,
