@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster test test-unit test-cluster bench lint clean chromium
+.PHONY: install run cluster test test-unit test-cluster bench bench-cluster bench-all lint clean chromium
 
 install: $(STAMP)
 
@@ -59,6 +59,15 @@ test-cluster: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The same comparison on the local cluster: three nodes at R1 with three events partitions,
+# then at R3 with sync_interval: always; Lockgate beside the raw chain on each (a few minutes).
+bench-cluster: $(STAMP)
+	$(BIN)/python -m bench --profile cluster
+
+# Every profile in one run: the single server's whole benchmark, then both cluster profiles.
+bench-all: $(STAMP)
+	$(BIN)/python -m bench --profile all
 
 lint: $(STAMP)
 	$(BIN)/ruff check libs services tests bench

@@ -5,7 +5,9 @@ in a temporary directory, and on the same server a chain of six plain nats-py du
 pull consumers that each load and append with the same ``JetStreamEventStore``. Both
 are driven the same way: open loop at a fixed arrival rate (latency) and closed loop
 with a fixed number of concurrent proposers (throughput). Lockgate's figure is
-reported as a ratio to the chain's, measured in the same run.
+reported as a ratio to the chain's, measured in the same run. ``--profile`` runs the
+same comparison on the local three-node cluster too (``bench.profiles``), the chain
+partitioned and replicated as Lockgate's events are.
 
 Nothing here asserts on time: the benchmark reports, it does not judge.
 """

@@ -1,6 +1,12 @@
-"""``python -m bench``: Lockgate's executed path against the raw six-stage chain, one run, one server.
+"""``python -m bench``: Lockgate's executed path against the raw six-stage chain, in one run.
 
-Phases, in order, after a warm-up of each system:
+``--profile`` says where: ``single`` (the default, below), ``cluster-r1`` and
+``cluster-r3`` (the local cluster at R1 and at R3 with ``sync_interval: always``,
+``bench.profiles``), ``cluster`` (both) or ``all``. Each profile measures the raw chain
+on its own nodes, streams and sync beside Lockgate, and reports the ratio; with more
+than one profile, or a cluster one, the last line is ``{"profiles": {name: figures}}``.
+
+The single server's phases, in order, after a warm-up of each system:
 
 1. raw chain, open loop   (``--rate`` arrivals/s for ``--duration`` s): latency at low load
 2. Lockgate,  open loop   (the same arrivals); the broker counts what each executed
@@ -53,9 +59,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from bench import load, machine
+from bench import load, machine, profiles
 from bench import policy as policy_bench
 from bench.cpu import CpuMeter
 from bench.fairness import QUICK_FAIRNESS, Fairness, FairnessPlan, run_fairness
@@ -63,14 +67,14 @@ from bench.gateway import LOAD_CASES, TENANT, Proposer
 from bench.hops import Hops
 from bench.hops import measure as measure_hops
 from bench.path import PathCost, counts
+from bench.phases import DEMO_BUNDLE, check_raw, ledger_size, progress, raised_limits, reseed
 from bench.projector import LagSampler, catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.runtime.natsserver import free_port
-from lockgate.testing.system import REPO, System, bundle_copy
-from lockgate.worlds.casenotes.world import World
+from lockgate.testing.system import System, bundle_copy
 
 
 @dataclass(frozen=True)
@@ -95,11 +99,6 @@ QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, count=200, raw_count=1
              reject_count=1000, warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS)
 
 
-def progress(text: str) -> None:
-    """A progress line on stderr."""
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
 def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__,
@@ -119,6 +118,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
                         help="leave out the policy-engine benchmark")
     parser.add_argument("--skip-fairness", action="store_true",
                         help="leave out the fairness scenario (a flooding tenant beside a steady one)")
+    parser.add_argument("--profile", default="single",
+                        choices=(*profiles.PROFILES, *profiles.GROUPS),
+                        help="where to run: single (one nats-server, the default), cluster-r1, "
+                             "cluster-r3, cluster (both) or all; each reports Lockgate beside the "
+                             "raw chain on the same profile")
+    parser.add_argument("--partitions", type=int,
+                        help="events partitions K of the cluster profiles (3: one per node)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (logs, store, world) and print it")
     args = parser.parse_args(argv)
@@ -136,44 +142,6 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         fairness=None if args.skip_fairness else base.fairness,
     )
     return plan, args
-
-
-async def check_raw(driver: ChainDriver, spec: ChainSpec, label: str, phase: Phase,
-                    sample: int = 50) -> str:
-    """Load a sample of the phase's aggregates and check each holds the whole chain."""
-    n = phase.offered
-    picks = sorted({round(i * (n - 1) / max(1, sample - 1)) for i in range(min(sample, n))})
-    want = spec.event_types()
-    bad = [i for i in picks if await driver.stored_types(driver.aggregate_id(label, i)) != want]
-    return f"{len(picks) - len(bad)}/{len(picks)} sampled aggregates hold {'+'.join(want)}"
-
-
-async def reseed(system: System) -> None:
-    """Give a Lockgate phase a freshly seeded case world.
-
-    The demo world rewrites one JSON file with every note and reads it whole on every
-    call, so its cost grows with the notes already written; reseeding makes each phase
-    independent of what ran before it. Nothing is in flight between phases.
-    """
-    await asyncio.to_thread(World.seed, system.world_dir)
-
-
-async def ledger_size(system: System) -> int:
-    """Notes the case-notes world accepted since it was last seeded."""
-    return await asyncio.to_thread(lambda: len(World(system.world_dir).ledger()))
-
-
-DEMO_BUNDLE = REPO / "deploy" / "policies" / "bundle.yaml"
-
-
-def raised_limits(text: str, factor: int = 100) -> str:
-    """The bundle's admission settings with every flood limit raised ``factor``-fold."""
-    config = yaml.safe_load(text) or {}
-    for limit in config.get("limits", []):
-        for name in ("per_s", "burst", "max_in_flight"):
-            if limit.get(name) is not None:
-                limit[name] = limit[name] * factor
-    return yaml.safe_dump(config, sort_keys=False)
 
 
 @dataclass
@@ -215,7 +183,7 @@ async def run(plan: Plan, root: Path) -> Run:
         admin = system.credentials("admin")
         for s, w in ((spec, workers), (fetch_spec, fetch_workers)):
             await ensure_consumers(nc.jetstream(), s)
-            w.url = system.url.replace("://", f"://{admin.user}:{admin.password}@", 1)
+            w.url, w.user, w.password = system.url, admin.user, admin.password
             await w.start()
             progress(f"raw chain ({s.mode}): durables {s.durable(1)}..{s.durable(s.stages)} "
                      f"on tenant {s.tenant}, one worker process")
@@ -398,6 +366,78 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
     print("machine")
     for key, value in machine.describe().items():
         print(f"  {key:<13} {value}")
+    names = profiles.GROUPS.get(args.profile, (args.profile,))
+    if names == ("single",):
+        # Today's run, and today's last line.
+        figures = await _single(plan, args)
+        print(json.dumps(figures))
+        return 0
+    cplan = profiles.cluster_plan(plan_quick(args), rate_per_s=args.rate, duration_s=args.duration,
+                                  concurrency=args.concurrency, count=args.count,
+                                  raw_count=args.raw_count)
+    results: dict[str, dict[str, object]] = {}
+    took: dict[str, float] = {}
+    for name in names:
+        began = time.monotonic()
+        profile = profiles.with_partitions(profiles.PROFILES[name], args.partitions)
+        print()
+        print(f"=== profile {profile.describe()}")
+        if name == "single":
+            results[name] = {"profile": name, **profile.setup(), "open_rate_per_s": plan.rate_per_s,
+                             **await _single(plan, args)}
+        else:
+            print(f"plan: {cplan}")
+            sys.stdout.flush()
+            results[name] = await _cluster(profile, cplan, args)
+        took[name] = round(time.monotonic() - began, 1)
+        results[name]["run_s"] = took[name]
+        sys.stdout.flush()
+    print()
+    print("each profile: Lockgate beside the raw chain on the same nodes, streams and sync, "
+          "in the same run")
+    print(profiles.summary_table(results))
+    print(f"all profiles took {sum(took.values()):.0f} s")
+    print(json.dumps({"profiles": results}))
+    return 0
+
+
+async def _cluster(profile: profiles.Profile, plan: profiles.ClusterPlan,
+                   args: argparse.Namespace) -> dict[str, object]:
+    """Run one cluster profile; print its tables; return its figures."""
+    root_dir = tempfile.mkdtemp(prefix="lockgate-bench-")
+    try:
+        measured = await profiles.run_cluster(profile, plan, Path(root_dir))
+    finally:
+        if args.keep:
+            progress(f"kept {root_dir}")
+        else:
+            shutil.rmtree(root_dir, ignore_errors=True)
+    print()
+    print(table(measured.phases))
+    print()
+    print("CPU ms per successful operation, by process")
+    print(cpu_table(measured.phases))
+    print()
+    for p in measured.phases:
+        if p.overloaded:
+            print(f"WARNING: {p.system} did not keep up with {p.mode}: {p.ok}/{p.offered} done "
+                  f"in {p.elapsed_s:.1f}s for {p.planned_s:.1f}s of arrivals")
+    for n in measured.notes:
+        print(n)
+    if measured.hops is not None:
+        print()
+        print(f"where the latency of an executed candidate goes ({measured.phases[-1].mode}, "
+              f"{measured.hops.sampled} sampled): median gap between consecutive events of its record")
+        print(measured.hops.table())
+    f = measured.figures
+    print(f"{profile.name}: Lockgate sustains {f['lockgate_per_s']}/s executed against the raw "
+          f"chain's {f['raw_chain_per_s']}/s (ratio {f['throughput_ratio']}); at "
+          f"{f['open_rate_per_s']}/s offered, p50 {f['lockgate_p50_ms']} ms vs {f['raw_p50_ms']} ms raw")
+    return f
+
+
+async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, float | int | None]:
+    """The single-server run as it has always been: every phase, its tables, its figures."""
     print(f"plan: {plan}")
     sys.stdout.flush()
     if not args.skip_policy:
@@ -472,8 +512,7 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
     print(f"Lockgate sustains {figures['lockgate_per_s']}/s executed against the raw chain's "
           f"{figures['raw_chain_per_s']}/s (ratio {ratio}); at {plan.rate_per_s:g}/s offered, "
           f"p50 {figures['lockgate_p50_ms']} ms vs {figures['raw_p50_ms']} ms raw")
-    print(json.dumps(figures))
-    return 0
+    return figures
 
 
 def plan_quick(args: argparse.Namespace) -> bool:

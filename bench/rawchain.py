@@ -25,8 +25,18 @@ Two ways to consume, chosen per worker process (``--mode``):
 Either way a stage is idempotent like a service: one that finds its own event already
 stored acks and does nothing.
 
-``python -m bench.rawchain --url ...`` runs the six stages as one process; it stops
-at end of stdin (its parent went away), on SIGTERM/SIGINT, or after ``--max-seconds``.
+On a partitioned profile (``ChainSpec.partitions`` K > 1) the chain is laid out as
+Lockgate's events are (``lockgate.eventstore.partitions``): K streams ``BENCH_EVENTS_<k>``
+with subjects ``bench.evt.p<k>.>``, at ``ChainSpec.replicas``; each stage's durable is on
+every partition's stream (the same name, its filter under that partition's prefix) and
+pulled on each, its handlers shared out among them as ``start_consumers`` shares a
+service's; loads and appends go to the aggregate's partition through the same
+``JetStreamEventStore(partitions=...)``. K = 1 is the one stream ``BENCH_EVENTS``.
+
+``python -m bench.rawchain --url ...`` runs the six stages as one process (its user and
+password from ``BENCH_NATS_USER`` and ``BENCH_NATS_PASSWORD``, so that a reconnect to a
+node the cluster announced authenticates too); it stops at end of stdin (its parent went
+away), on SIGTERM/SIGINT, or after ``--max-seconds``.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -55,7 +66,8 @@ from lockgate.eventstore.base import (
     EventStoreUnavailable,
     NewEvent,
 )
-from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
+from lockgate.eventstore.jetstream import JetStreamEventStore, partition_stream_configs
+from lockgate.eventstore.partitions import Partition, Partitions
 from lockgate.eventstore.subjects import parse_event_subject
 from lockgate.runtime import loop
 from lockgate.runtime.consumer import Delivery, PullConsumer
@@ -87,19 +99,46 @@ class ChainSpec:
     mode: str = "pull"
     #: Handlers of one stage at once (``Consumer.workers`` of the services' specs).
     workers: int = Consumer.workers
+    #: Events streams (K) and the replicas of each (R), as the profile keeps Lockgate's.
+    partitions: int = 1
+    replicas: int = 1
+
+    @property
+    def layout(self) -> Partitions:
+        """The chain's streams: ``BENCH_EVENTS`` for K = 1, else ``BENCH_EVENTS_<k>``."""
+        return Partitions(self.partitions, self.stream, self.prefix)
 
     def durable(self, k: int) -> str:
         """The durable of stage ``k`` (1-based)."""
         return f"{self.durable_prefix}{k}"
 
-    def filter(self, k: int) -> str:
-        """What stage ``k`` consumes: the previous stage's event, any aggregate, any version."""
-        return f"{self.prefix}.{self.tenant}.*.*.Stage{k - 1}.*"
+    def filter(self, k: int, partition: Partition | None = None) -> str:
+        """What stage ``k`` consumes (on ``partition``): the previous stage's event, any
+        aggregate, any version."""
+        prefix = partition.prefix if partition is not None else self.prefix
+        return f"{prefix}.{self.tenant}.*.*.Stage{k - 1}.*"
+
+    def done_subjects(self) -> list[str]:
+        """The subjects of the last stage's events, on every partition: a chain is done
+        when one is published."""
+        return [f"{p.prefix}.{self.tenant}.*.*.Stage{self.stages}.*" for p in self.layout]
 
     @property
     def done_subject(self) -> str:
-        """The subjects of the last stage's events: a chain is done when one is published."""
+        """The last stage's subjects of the one stream (K = 1)."""
         return f"{self.prefix}.{self.tenant}.*.*.Stage{self.stages}.*"
+
+    def stage_workers(self) -> int:
+        """Handlers of one stage on one partition: a service's workers shared out among
+        the partitions as ``lockgate.runtime.service.start_consumers`` shares them."""
+        k = self.partitions
+        return max(2, -(-self.workers // k)) if k > 1 else self.workers
+
+    def store(self, nc: Client) -> JetStreamEventStore:
+        """The event store over the chain's streams (Lockgate's own store)."""
+        if self.partitions == 1:
+            return JetStreamEventStore(nc, stream=self.stream, subject_prefix=self.prefix)
+        return JetStreamEventStore(nc, partitions=self.layout)
 
     def event_types(self) -> list[str]:
         """The event types of a finished aggregate, in order."""
@@ -113,19 +152,22 @@ async def ensure_consumers(js: JetStreamContext, spec: ChainSpec) -> None:
     services' default, so the only difference is the filter.
     """
     ack_wait_s = Settings.model_fields["ack_wait_s"].default
-    with contextlib.suppress(BadRequestError):  # the other chain's made it already
-        await js.add_stream(events_stream_config(spec.stream, subject_prefix=spec.prefix))
-    for k in range(1, spec.stages + 1):
-        d = Durable(spec.stream, spec.durable(k), (spec.filter(k),),
-                    max_ack_pending=spec.max_ack_pending)
-        await js.add_consumer(spec.stream, consumer_config(d, ack_wait_s))
+    for config in partition_stream_configs(spec.layout, replicas=spec.replicas):
+        with contextlib.suppress(BadRequestError):  # the other chain's made it already
+            await js.add_stream(config)
+    for p in spec.layout:
+        for k in range(1, spec.stages + 1):
+            d = Durable(p.stream, spec.durable(k), (spec.filter(k, p),),
+                        max_ack_pending=spec.max_ack_pending)
+            await js.add_consumer(p.stream, consumer_config(d, ack_wait_s))
 
 
 async def delete_consumers(js: JetStreamContext, spec: ChainSpec) -> None:
     """Remove the chain's durables (absent ones are fine)."""
-    for k in range(1, spec.stages + 1):
-        with contextlib.suppress(NotFoundError):
-            await js.delete_consumer(spec.stream, spec.durable(k))
+    for p in spec.layout:
+        for k in range(1, spec.stages + 1):
+            with contextlib.suppress(NotFoundError):
+                await js.delete_consumer(p.stream, spec.durable(k))
 
 
 @dataclass
@@ -143,17 +185,19 @@ class StageWorkers:
     async def start(self) -> None:
         """Bind every stage to its durable and start consuming."""
         js = self.nc.jetstream()
-        store = JetStreamEventStore(self.nc, stream=self.spec.stream, subject_prefix=self.spec.prefix)
+        store = self.spec.store(self.nc)
         for k in range(1, self.spec.stages + 1):
-            if self.spec.mode == "pull":
-                pull = PullConsumer(self.nc, self.spec.stream, self.spec.durable(k),
-                                    self._delivered(k, store), workers=self.spec.workers, log=log)
-                await pull.start()
-                self._pulls.append(pull)
-                continue
-            sub = await js.pull_subscribe_bind(durable=self.spec.durable(k), stream=self.spec.stream)
-            self._subs.append(sub)
-            self._tasks.append(asyncio.create_task(self._consume(k, sub, store)))
+            for p in self.spec.layout:
+                if self.spec.mode == "pull":
+                    pull = PullConsumer(self.nc, p.stream, self.spec.durable(k),
+                                        self._delivered(k, store), workers=self.spec.stage_workers(),
+                                        log=log)
+                    await pull.start()
+                    self._pulls.append(pull)
+                    continue
+                sub = await js.pull_subscribe_bind(durable=self.spec.durable(k), stream=p.stream)
+                self._subs.append(sub)
+                self._tasks.append(asyncio.create_task(self._consume(k, sub, store)))
 
     def _delivered(self, k: int, store: JetStreamEventStore) -> Callable[[Delivery], Awaitable[None]]:
         async def handle(delivery: Delivery) -> None:
@@ -217,11 +261,11 @@ class ChainDriver:
     spec: ChainSpec
     nonce: str
     _waiting: dict[str, asyncio.Future[None]] = field(default_factory=dict)
-    _sub: Subscription | None = None
+    _subs: list[Subscription] = field(default_factory=list)
 
     async def start(self) -> None:
-        """Listen for finished chains (one core subscription for all of them)."""
-        self._store = JetStreamEventStore(self.nc, stream=self.spec.stream, subject_prefix=self.spec.prefix)
+        """Listen for finished chains (one core subscription per partition for all of them)."""
+        self._store = self.spec.store(self.nc)
 
         async def done(msg: Msg) -> None:
             try:
@@ -231,7 +275,8 @@ class ChainDriver:
             if future is not None and not future.done():
                 future.set_result(None)
 
-        self._sub = await self.nc.subscribe(self.spec.done_subject, cb=done)
+        for subject in self.spec.done_subjects():
+            self._subs.append(await self.nc.subscribe(subject, cb=done))
 
     def aggregate_id(self, label: str, i: int) -> str:
         """The aggregate of chain ``i`` of phase ``label`` (a subject token)."""
@@ -261,10 +306,10 @@ class ChainDriver:
 
     async def stop(self) -> None:
         """Stop listening."""
-        if self._sub is not None:
+        for sub in self._subs:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
+                await sub.unsubscribe()
+        self._subs.clear()
 
 
 @dataclass
@@ -276,6 +321,9 @@ class WorkerProcess:
     log_file: Path
     max_s: float
     proc: asyncio.subprocess.Process | None = None
+    #: The user it connects as (its password in the child's environment, not its arguments).
+    user: str = ""
+    password: str = ""
 
     async def start(self, timeout_s: float = 20.0) -> None:
         """Start the child and wait until it has bound every stage.
@@ -287,11 +335,12 @@ class WorkerProcess:
             sys.executable, "-m", "bench.rawchain", "--url", self.url,
             "--tenant", self.spec.tenant, "--prefix", self.spec.durable_prefix,
             "--batch", str(self.spec.batch), "--max-seconds", str(self.max_s),
-            "--mode", self.spec.mode,
+            "--mode", self.spec.mode, "--partitions", str(self.spec.partitions),
         ]
+        env = {**os.environ, "BENCH_NATS_USER": self.user, "BENCH_NATS_PASSWORD": self.password}
         with open(self.log_file, "ab") as log_handle:
             self.proc = await asyncio.create_subprocess_exec(
-                *args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_handle,
+                *args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_handle, env=env,
                 start_new_session=True,  # Ctrl-C reaches the parent, which stops it in order
                 cwd=Path(__file__).resolve().parents[1],
             )
@@ -327,7 +376,8 @@ class WorkerProcess:
 async def _serve(args: argparse.Namespace) -> None:
     import nats
 
-    spec = ChainSpec(tenant=args.tenant, durable_prefix=args.prefix, batch=args.batch, mode=args.mode)
+    spec = ChainSpec(tenant=args.tenant, durable_prefix=args.prefix, batch=args.batch, mode=args.mode,
+                     partitions=args.partitions)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -336,7 +386,10 @@ async def _serve(args: argparse.Namespace) -> None:
     async def closed() -> None:
         stop.set()
 
-    nc = await nats.connect(args.url, max_reconnect_attempts=3, closed_cb=closed)
+    credentials = {k: v for k, v in (("user", os.environ.get("BENCH_NATS_USER", "")),
+                                     ("password", os.environ.get("BENCH_NATS_PASSWORD", ""))) if v}
+    nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=3, closed_cb=closed,
+                            **credentials)
     workers = StageWorkers(nc, spec)
     try:
         await workers.start()
@@ -366,6 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=ChainSpec.batch)
     parser.add_argument("--max-seconds", type=float, default=900.0)
     parser.add_argument("--mode", choices=("pull", "fetch"), default=ChainSpec.mode)
+    parser.add_argument("--partitions", type=int, default=ChainSpec.partitions)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s rawchain %(levelname)s %(message)s")
     loop.run(_serve(args))  # the services' loop and client settings: the same floor

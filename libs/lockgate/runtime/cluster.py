@@ -74,6 +74,11 @@ def node_name(index: int) -> str:
     return f"n{index + 1}"
 
 
+def node_tag(name: str) -> str:
+    """The server tag of node ``name`` (``LocalCluster.server_tags``)."""
+    return f"node:{name}"
+
+
 @dataclass
 class LocalCluster:
     """``size`` JetStream nodes on loopback, each with its own store under ``root``.
@@ -86,6 +91,12 @@ class LocalCluster:
     size: int = DEFAULT_SIZE
     ports: Sequence[NodePorts] = ()
     log_dir: Path | None = None
+    #: ``sync_interval: always`` on every node (the profile's setting; the benchmark's R1
+    #: profile turns it off to measure the cluster at the server's default).
+    sync_always: bool = True
+    #: Tag each node ``node:<name>`` (``server_tags``), so that a stream can be placed on
+    #: one by ``placement.tags``: JetStream puts every R1 stream on the same node otherwise.
+    server_tags: bool = False
     nodes: list[NatsServer] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -103,9 +114,10 @@ class LocalCluster:
             self.nodes.append(NatsServer(
                 store_dir=self.root / name, port=p.client, monitor_port=p.monitor,
                 # Relative to the node's own configuration file, in its store directory.
-                config_text='include "../accounts.conf"',
+                config_text='include "../accounts.conf"' + (
+                    f'\nserver_tags: ["{node_tag(name)}"]' if self.server_tags else ""),
                 log_file=(self.log_dir / f"nats-{name}.log") if self.log_dir else None,
-                cluster=peer if self.size > 1 else None, sync_always=True,
+                cluster=peer if self.size > 1 else None, sync_always=self.sync_always,
             ))
 
     @property

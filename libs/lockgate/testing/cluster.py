@@ -15,6 +15,8 @@ A replicated process is known by its label, ``intake-1`` and ``intake-2``; ``kil
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import signal
 import time
 from collections import Counter
@@ -24,7 +26,11 @@ from pathlib import Path
 
 import nats
 from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import Placement, StreamConfig
+from nats.js.errors import BadRequestError
 
+from lockgate.eventstore.jetstream import partition_stream_configs
 from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime import postgres
 from lockgate.runtime.cluster import (
@@ -32,6 +38,7 @@ from lockgate.runtime.cluster import (
     NodeAddress,
     StreamState,
     cluster_report,
+    node_tag,
     wait_for_leaders,
 )
 from lockgate.runtime.deployment import ensure_deployment
@@ -45,6 +52,20 @@ from lockgate.testing.system import System
 STREAM_REPLICAS = 3
 
 
+async def place_on_nodes(js: JetStreamContext, configs: Sequence[StreamConfig], nodes: Sequence[str]) -> None:
+    """Create each stream of ``configs`` on a node of its own, in turn (stream i on node
+    i mod N), by the node's server tag; a stream that exists stays where it is.
+
+    For R1 partitions: JetStream placed every R1 stream on one node, and an R1 stream's
+    leadership cannot be handed over. The placement is asked once at creation; the
+    topology's update (which names no placement) leaves the stream on its node.
+    """
+    for i, config in enumerate(configs):
+        placed = dataclasses.replace(config, placement=Placement(tags=[node_tag(nodes[i % len(nodes)])]))
+        with contextlib.suppress(BadRequestError):
+            await js.add_stream(placed)
+
+
 def label_of(name: str, replica: int, replicas: int) -> str:
     """A child's label: its status name, with the replica's number when there are several."""
     return name if replicas == 1 else f"{name}-{replica}"
@@ -52,12 +73,16 @@ def label_of(name: str, replica: int, replicas: int) -> str:
 
 @dataclass
 class ClusterSystem(System):
-    """Three nodes, the topology at R3, two replicas of every service and adapter."""
+    """Three nodes, the topology at R3 (``replicas``), two replicas of every service and adapter."""
 
     size: int = 3
     use_postgres: bool = True
     #: A partition per node, as ``lockgate run --cluster 3`` keeps them.
     partitions: Partitions = Partitions(3)
+    #: Replicas of every stream and bucket, and whether the nodes fsync every write
+    #: (the benchmark's R1 profile changes both).
+    replicas: int = STREAM_REPLICAS
+    sync_always: bool = True
     cluster: LocalCluster | None = None
     views: PostgresServer | None = None
     #: label → (status name, module)
@@ -80,7 +105,9 @@ class ClusterSystem(System):
     async def start(self, timeout_s: float = 120.0) -> None:
         """Render the users, start the nodes and PostgreSQL, create the topology, start every child."""
         (self.root / "log").mkdir(parents=True, exist_ok=True)
-        self.cluster = LocalCluster(self.root / "cluster", self.size, log_dir=self.root / "log")
+        spread_r1 = self.replicas == 1 and len(self.partitions) > 1 and self.size > 1
+        self.cluster = LocalCluster(self.root / "cluster", self.size, log_dir=self.root / "log",
+                                    sync_always=self.sync_always, server_tags=spread_r1)
         self.deployment = ensure_deployment(self.root, self.settings().roles(),
                                             server_config=self.cluster.accounts_conf)
         await asyncio.to_thread(self.cluster.start)
@@ -88,12 +115,16 @@ class ClusterSystem(System):
             self.views = PostgresServer()
             await asyncio.to_thread(self.views.start)
             self.extra_env.setdefault("LOCKGATE_VIEWS_URL", self.views.url)
-        self.extra_env.setdefault("LOCKGATE_REPLICAS", str(STREAM_REPLICAS))
+        self.extra_env.setdefault("LOCKGATE_REPLICAS", str(self.replicas))
         nc = await self.connect()
         try:
             settings = self.settings()
+            if spread_r1:  # R1 partitions cannot be spread by a leader stepdown
+                await place_on_nodes(nc.jetstream(), partition_stream_configs(
+                    self.partitions, replicas=1, duplicate_window_s=120.0),
+                    [n.name for n in self.nodes])
             await ensure_topology(
-                nc.jetstream(), replicas=STREAM_REPLICAS, ack_wait_s=settings.ack_wait_s,
+                nc.jetstream(), replicas=self.replicas, ack_wait_s=settings.ack_wait_s,
                 capabilities=[c for caps in settings.adapters.values() for c in caps],
                 partitions=self.partitions)
             await wait_for_leaders(self.nodes, self.streams)
