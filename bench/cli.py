@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import os
@@ -61,13 +62,20 @@ from pathlib import Path
 
 from bench import load, machine, profiles
 from bench import policy as policy_bench
-from bench.cpu import CpuMeter
 from bench.fairness import QUICK_FAIRNESS, Fairness, FairnessPlan, run_fairness
 from bench.gateway import LOAD_CASES, TENANT, Proposer
 from bench.hops import Hops
 from bench.hops import measure as measure_hops
 from bench.path import PathCost, counts
-from bench.phases import DEMO_BUNDLE, check_raw, ledger_size, progress, raised_limits, reseed
+from bench.phases import (
+    DEMO_BUNDLE,
+    check_raw,
+    ledger_size,
+    progress,
+    raised_limits,
+    reseed,
+    with_cpu,
+)
 from bench.projector import LagSampler, catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase, cpu_table, table
@@ -211,11 +219,7 @@ async def run(plan: Plan, root: Path) -> Run:
             pids["rawfetch worker"] = fetch_workers.proc.pid
         pids["bench drivers"] = os.getpid()
 
-        async def measured(phase: Phase, work: Awaitable[Phase]) -> Phase:
-            meter = CpuMeter(pids)
-            await work
-            phase.cpu_s = meter.spent()
-            return phase
+        measured = functools.partial(with_cpu, pids)
 
         phases: list[Phase] = []
         read_side: dict[str, float | int | None] = {}

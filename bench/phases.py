@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Mapping
 
 import yaml
 
+from bench.cpu import CpuMeter
 from bench.rawchain import ChainDriver, ChainSpec
 from bench.stats import Phase
 from lockgate.testing.system import REPO, System
@@ -58,3 +60,12 @@ def raised_limits(text: str, factor: int = 100) -> str:
             if limit.get(name) is not None:
                 limit[name] = limit[name] * factor
     return yaml.safe_dump(config, sort_keys=False)
+
+
+async def with_cpu(pids: Mapping[str, int], phase: Phase, work: Awaitable[Phase]) -> Phase:
+    """Run ``work`` and put the CPU time the processes ``pids`` spent meanwhile on ``phase``
+    (``pids`` is read when the phase starts: add a restarted process before it)."""
+    meter = CpuMeter(pids)
+    await work
+    phase.cpu_s = meter.spent()
+    return phase

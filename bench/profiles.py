@@ -23,19 +23,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import load
-from bench.cpu import CpuMeter
 from bench.gateway import LOAD_CASES, TENANT, Proposer
 from bench.hops import Hops
 from bench.hops import measure as measure_hops
-from bench.phases import DEMO_BUNDLE, check_raw, ledger_size, progress, raised_limits, reseed
+from bench.phases import (
+    DEMO_BUNDLE,
+    check_raw,
+    ledger_size,
+    progress,
+    raised_limits,
+    reseed,
+    with_cpu,
+)
 from bench.projector import catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
 from bench.stats import Phase
@@ -201,11 +208,7 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
                 pids[f"rawchain worker {i}"] = w.proc.pid
         pids["bench drivers"] = os.getpid()
 
-        async def measured(phase: Phase, work: Awaitable[Phase]) -> Phase:
-            meter = CpuMeter(pids)
-            await work
-            phase.cpu_s = meter.spent()
-            return phase
+        measured = functools.partial(with_cpu, pids)
 
         phases: list[Phase] = []
         closed_mode = f"closed x{plan.concurrency}"

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from lockgate.client.demo import SCENARIOS
 from lockgate.client.sdk import ClientError, Gateway, Refused, Run, Turn
 from lockgate.contracts.responses import ModelResponse
-from lockgate.core.ids import intent_id_for, random_id
+from lockgate.core.ids import intent_id_for
 from lockgate.intent.aggregate import Event, State
 from lockgate.intent.codec import fold
 from lockgate.runtime.cluster import ELECTION_TIMEOUT_MAX_S, LOST_QUORUM_S
 from lockgate.runtime.status import ADAPTERS, SERVICES
 from lockgate.testing.cluster import ClusterSystem
+from lockgate.testing.demo import play_table
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import running
 from lockgate.worlds.casenotes.world import World as CaseWorld
@@ -275,33 +275,7 @@ async def test_every_process_runs_twice_on_r3_streams(cluster: ClusterSystem) ->
 
 
 async def test_the_demo_table(cluster: ClusterSystem, gw: Gateway) -> None:
-    world = CaseWorld(cluster.world_dir)
-    wrong = []
-    for s in SCENARIOS:
-        scenario_gw = gw if s.tenant == TENANT else await cluster.gateway(s.tenant)
-        try:
-            before = (world.invocations, len(world.ledger()))
-            run = await scenario_gw.open_run(tenant=s.tenant, actor=s.actor, context={"case_id": s.case})
-            turn = await run.open_turn()
-            call_id = random_id()
-            try:
-                resp = await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id)
-            except ClientError as exc:
-                stored = await histories(cluster, set(), time.monotonic())
-                events = [type(e).__name__ for e in stored.get(
-                    intent_id_for(s.tenant, run.id, call_id), [])]
-                wrong.append((s.name, f"{type(exc).__name__}: {exc}; stored {events}"))
-                continue
-            if s.repeat:
-                assert await turn.propose(tool=s.tool, arguments=s.arguments, call_id=call_id) == resp
-            after = (world.invocations, len(world.ledger()))
-            got = (resp.status, resp.code, resp.field, after[0] - before[0], after[1] - before[1])
-            if got != (s.status, s.code, s.field, s.invocations, s.ledger):
-                wrong.append((s.name, got))
-        finally:
-            if scenario_gw is not gw:
-                await scenario_gw.close()
-    assert wrong == []
+    assert (await play_table(cluster, gw, TENANT)).wrong == []
 
 
 async def test_events_leader_killed_mid_burst(cluster: ClusterSystem, gw: Gateway) -> None:

@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,25 +18,13 @@ from lockgate.evaluation.ledgers import world_writes
 from lockgate.evaluation.record import relevant_writes, run_histories
 from lockgate.evaluation.suite import SuiteResult, TaskResult, load_tasks, run_suite
 from lockgate.testing.system import REPO, System
-from lockgate.views.store import SOURCE, Views, open_views
+from lockgate.views.store import open_views
 
 TASKS = REPO / "deploy" / "eval" / "tasks"
 
 
 def worlds(system: System) -> dict[str, Path]:
     return {"case": system.world_dir, "items": system.items_dir, "repo": system.repo_dir}
-
-
-async def caught_up(system: System, views: Views) -> None:
-    nc = await system.connect()
-    try:
-        last = (await nc.jetstream().stream_info("LG_EVENTS")).state.last_seq
-    finally:
-        await nc.close()
-    deadline = time.monotonic() + 30
-    while (views.max_tracking_id(SOURCE) or 0) < last:
-        assert time.monotonic() < deadline, "the views never caught up"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +104,7 @@ async def test_the_suites_runs_pass_every_hard_invariant_and_quality_sees_the_pr
 ) -> None:
     views = open_views(var_dir=system.root)
     try:
-        await caught_up(system, views)
+        await system.views_caught_up(views)
         histories = run_histories(views, [t.run_id for t in suite.tasks])
         writes = relevant_writes(views, histories, world_writes(worlds(system)))
     finally:

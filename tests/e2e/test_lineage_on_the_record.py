@@ -8,9 +8,7 @@ what the run may use, and a tool it withheld is refused as not offered.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from typing import TypeVar
 
 from lockgate.client.sdk import Gateway
@@ -18,7 +16,7 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.testing.system import System
-from lockgate.views.store import SOURCE, Views, open_views
+from lockgate.views.store import open_views
 from lockgate.worlds.casenotes.world import World
 
 NOTE = "case.add_note"
@@ -41,18 +39,6 @@ async def first_of(system: System, candidate_id: str, cls: type[E]) -> E:
         if isinstance(event, cls):
             return event
     raise AssertionError(f"no {cls.__name__} on {candidate_id}")
-
-
-async def caught_up(system: System, views: Views) -> None:
-    nc = await system.connect()
-    try:
-        last = (await nc.jetstream().stream_info("LG_EVENTS")).state.last_seq
-    finally:
-        await nc.close()
-    deadline = time.monotonic() + 30
-    while (views.max_tracking_id(SOURCE) or 0) < last:
-        assert time.monotonic() < deadline, "the views never caught up"
-        await asyncio.sleep(0.1)
 
 
 def note(text: str) -> str:
@@ -88,7 +74,7 @@ async def test_a_correction_in_the_turn_is_linked_to_the_refused_call_and_keeps_
 
     views = open_views(var_dir=system.root)
     try:
-        await caught_up(system, views)
+        await system.views_caught_up(views)
         chain = views.lineage(fixed.candidate_id)
     finally:
         views.close()

@@ -38,6 +38,7 @@ from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import CHILDREN, check_status, child_user
 from lockgate.runtime.supervisor import parent_death_signal
 from lockgate.runtime.topology import ensure_topology
+from lockgate.views.store import Views, views_position
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -135,6 +136,24 @@ class System:
     def store(self, nc: Client) -> JetStreamEventStore:
         """The event store over ``nc``, on this system's partitions."""
         return JetStreamEventStore(nc, partitions=self.partitions)
+
+    async def views_caught_up(self, views: Views, timeout_s: float = 30.0) -> None:
+        """Wait until the views hold every event stored so far, in every partition.
+
+        Raises:
+            TimeoutError: not within ``timeout_s``.
+        """
+        nc = await self.connect()
+        try:
+            js = nc.jetstream()
+            last = sum([(await js.stream_info(p.stream)).state.last_seq for p in self.partitions])
+        finally:
+            await nc.close()
+        deadline = time.monotonic() + timeout_s
+        while (position := views_position(views, self.partitions.streams) or 0) < last:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the views are at {position}, the streams at {last}")
+            await asyncio.sleep(0.1)
 
     def credentials(self, user: str) -> Credentials:
         """The credentials of ``user`` (``admin``, ``agent-tenant-a``, ``reviewer-alice``…)."""
