@@ -15,10 +15,11 @@ from typing import Any
 import msgspec
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from lockgate.adapters import sdk
+from lockgate.adapters import sdk, worker
 from lockgate.adapters.record import serve_record
 from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
 from lockgate.contracts.messages import (
@@ -672,6 +673,8 @@ async def test_the_record_is_checked_again_right_before_the_send_boundary(env: E
     await asyncio.wait_for(adapter.entered.wait(), 5)  # verified against the record, executing
 
     await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
+    # Past the window in which the check on receipt stands for the one at the boundary.
+    await asyncio.sleep(worker.RECHECK_AFTER_S + 0.05)
     adapter.go.set()
     reports = await env.wait_for_stages(intent.intent_id, "withdrawn")
 
@@ -679,6 +682,49 @@ async def test_the_record_is_checked_again_right_before_the_send_boundary(env: E
     assert [(r.stage, r.reason) for r in reports] == [("withdrawn", "order.withdrawn")]
     assert env.world.invocations == 0 and env.world.ledger() == []
     await env.settled()
+
+
+async def test_an_order_crossing_at_once_is_checked_on_receipt_and_after_its_claim(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two reads of the record, not three: the check on receipt is fresh at the boundary."""
+    monkeypatch.setattr(worker, "RECHECK_AFTER_S", 30.0)  # however slow this machine is now
+    asked: list[str] = []
+
+    async def count(msg: Msg) -> None:
+        asked.append(msg.subject)
+
+    counter = await env.nc.subscribe(f"lg.record.{CAPABILITY}", cb=count)
+    await env.start(CaseNotesAdapter(env.world, DEMO_CREDENTIAL))
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    reports = await env.wait_for_stages(intent.intent_id, "completed")
+    await counter.unsubscribe()
+    assert [r.stage for r in reports] == ["sent", "completed"]
+    assert len(asked) == 2 and len(env.world.ledger()) == 1
+
+
+async def test_a_withdrawal_inside_the_fresh_window_comes_after_the_boundary(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requested within ``RECHECK_AFTER_S`` of the check on receipt, a withdrawal is one that
+    came a moment after the send boundary: the effect happens once and the record says so;
+    nothing reports it withdrawn."""
+    monkeypatch.setattr(worker, "RECHECK_AFTER_S", 30.0)
+    adapter = Hesitant(env.world)
+    await env.start(adapter)
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    await asyncio.wait_for(adapter.entered.wait(), 5)
+    await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
+    adapter.go.set()
+    reports = await env.wait_for_stages(intent.intent_id, "completed")
+    assert [r.stage for r in reports] == ["sent", "completed"] and adapter.refused == []
+    assert len(env.world.ledger()) == 1
 
 
 async def test_without_a_withdrawal_the_check_before_the_boundary_lets_it_cross(env: Env) -> None:

@@ -125,3 +125,55 @@ async def test_a_hold_released_elsewhere_admits_the_next_candidate_at_once(ports
     state = msgspec.json.decode((await ports.budgets.get(f"limit={cap.name}.t_r")).value or b"",
                                 type=LimitState)
     assert sorted(state.holds) == ["i1", "i3"]  # the other process's release was not undone
+
+
+async def test_concurrent_changes_of_a_hot_key_share_their_writes(ports: Ports) -> None:
+    """Candidates of one tenant arriving together: one compare-and-set per batch, still exact."""
+    cap = Limit(name=f"hot-{random_id()[:8]}", scope="tenant", max_in_flight=30)
+    kv = CountingKV(ports.budgets)
+    ledger = LimitLedger(kv)  # type: ignore[arg-type]
+    admissions = await asyncio.gather(*(
+        ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id=f"i{n}") for n in range(60)
+    ))
+    assert sum(a.refused is None for a in admissions) == 30
+    assert {a.refused.reason for a in admissions if a.refused} == {"rate.in-flight"}
+    # One at a time this is 61 round trips (a read, then a write per candidate).
+    assert kv.calls <= 6, kv.calls
+    held = [f"i{n}" for n, a in enumerate(admissions) if a.refused is None]
+    calls = kv.calls
+    await asyncio.gather(*(ledger.release(list(a.holds), f"i{n}") for n, a in enumerate(admissions)
+                           if a.refused is None))
+    assert kv.calls - calls <= 3
+    state = msgspec.json.decode((await ports.budgets.get(f"limit={cap.name}.t")).value or b"",
+                                type=LimitState)
+    assert state.holds == {} and len(held) == 30
+
+
+async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(ports: Ports) -> None:
+    """The caller whose write is in flight is cancelled: the changes batched behind it still land."""
+    cap = Limit(name=f"cancel-{random_id()[:8]}", scope="tenant", max_in_flight=10)
+    slow = asyncio.Event()
+
+    class SlowKV(CountingKV):
+        def __getattr__(self, name: str) -> object:
+            attr = super().__getattr__(name)
+            if name != "create":
+                return attr
+            async def held_up(*args: object, **kwargs: object) -> object:
+                await slow.wait()
+                return await attr(*args, **kwargs)  # type: ignore[operator]
+            return held_up
+
+    ledger = LimitLedger(SlowKV(ports.budgets))  # type: ignore[arg-type]
+    first = asyncio.create_task(ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0"))
+    await asyncio.sleep(0.05)  # its create is held up
+    rest = [asyncio.create_task(ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id=f"i{n}"))
+            for n in range(1, 5)]
+    await asyncio.sleep(0.01)
+    first.cancel()
+    slow.set()
+    admissions = await asyncio.wait_for(asyncio.gather(*rest), 10)
+    assert all(a.refused is None for a in admissions)
+    state = msgspec.json.decode((await ports.budgets.get(f"limit={cap.name}.t")).value or b"",
+                                type=LimitState)
+    assert sorted(state.holds) == ["i1", "i2", "i3", "i4"]

@@ -7,6 +7,7 @@ would, and reads back what was appended.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
@@ -543,3 +544,38 @@ async def test_the_sdk_raises_what_settled_an_outcome(ports: Ports, nc: Client) 
     assert settled.value.code == "reconcile.already-settled"
     assert settled.value.answer.receipt == {"note_id": "n9"}
     assert "operator:ops-1 recorded Reconciled(confirmed" in str(settled.value)
+
+
+async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
+    """The done mark (what ``Offer.after`` asks) is written when the first call of a tool
+    completes; later completions in the run cost the bucket nothing."""
+    writes: list[str] = []
+
+    class Counted:
+        def __init__(self, kv: object) -> None:
+            self._kv = kv
+
+        def __getattr__(self, name: str) -> object:
+            attr = getattr(self._kv, name)
+            if name not in ("create", "put"):
+                return attr
+
+            async def counted(key: str, *args: object, **kwargs: object) -> object:
+                writes.append(key)
+                return await attr(key, *args, **kwargs)  # type: ignore[operator]
+            return counted
+
+    run_id = f"run-{random_id()[:8]}"
+    intake = IntakeHandlers(dataclasses.replace(ports, runs=Counted(ports.runs)),  # type: ignore[arg-type]
+                            SETTINGS, lambda: T0 + timedelta(seconds=2))
+    for call_id in ("call-1", "call-2", "call-3"):
+        h = History(run_id=run_id, call_id=call_id).normalized().decided("allow")
+        h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+              policy_revision="p", contract_revision="rev-1", gate_facts={},
+              deadline_at=T0 + timedelta(seconds=30))
+        h.add(EffectIntent.AttemptSent, attempt_id="a1")
+        h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+        await intake.respond(await store_history(ports, h))
+    key = subjects.done_key("tenant-a", run_id, "case.add_note")
+    assert writes == [key]
+    assert (await ports.runs.get(key)).value == b"1"

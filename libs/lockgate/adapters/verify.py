@@ -4,7 +4,9 @@ A worker executes an order only when the intent's stored events hold an
 ``ExecutionAuthorized`` at the order's version with the same attempt, key and digest, on
 an intent whose current attempt it still is, with no withdrawal requested
 (``verify_order``). It checks again right before the send boundary, and then also that
-the attempt's deadline is not (nearly) reached (``verify_crossing``).
+the attempt's deadline is not (nearly) reached (``verify_crossing``); a check on receipt
+younger than the worker's ``RECHECK_AFTER_S`` stands for that one, the deadline judged
+again at the boundary.
 
 The send boundary is *claimed*: ``sent`` and every report that says the attempt was not
 sent (``failed_before_send``, ``refused_order``, ``withdrawn``) share the message id

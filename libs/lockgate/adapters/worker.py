@@ -10,7 +10,8 @@ For each capability (``CapabilityWorker``) it
 - consumes ``lg.exec.<capability>`` from ``LG_EXEC`` through its own durable pull
   consumer, and executes an order only after checking it against the record
   (``lockgate.adapters.verify``), which it asks the executor for (``OrderRecord``);
-- checks the record again when the adapter crosses the send boundary, and claims it;
+- checks the record again when the adapter crosses the send boundary (unless its check on
+  receipt is younger than ``RECHECK_AFTER_S``), and claims it;
 - reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
   ``Nats-Msg-Id: <attempt_id>:<stage>`` (or the boundary's claim id) so a redelivered
   order reports nothing twice, echoing the order's ``report_token`` (the executor's
@@ -36,6 +37,7 @@ import socket
 import time
 from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +70,7 @@ from lockgate.adapters.verify import (
     claimed_in_time,
     not_sent_stage,
     report_msg_id,
+    too_late,
     verify_crossing,
     verify_order,
 )
@@ -85,6 +88,7 @@ from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_capability_name, is_subject_token
 from lockgate.eventstore import EventStoreUnavailable
+from lockgate.intent import EffectIntent
 from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.metrics import start_endpoint, url_of
@@ -101,6 +105,9 @@ log = logging.getLogger(__name__)
 #: Orders whose authorization is not visible yet (a lagging replica) are retried this
 #: often before they are refused as not matching the record.
 UNSEEN_AUTHORIZATION_RETRIES = 5
+#: A check of the record on receipt younger than this stands for the check before the
+#: send boundary (``CapabilityWorker._cross``).
+RECHECK_AFTER_S = 0.2
 #: How often an adapter renews its registration (its heartbeat).
 HEARTBEAT_S = 5.0
 #: Redelivery delay after a transient failure (event store, broker).
@@ -113,6 +120,14 @@ invocations: _Tally[str] = _Tally()
 def queue_group(capability: str) -> str:
     """Return the queue group the adapter's replicas share."""
     return f"adapter.{capability}"
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """An order's check against the record: the intent it found, and when (monotonic s)."""
+
+    intent: EffectIntent
+    at_s: float
 
 
 class _ReportNotPublished(Exception):
@@ -339,7 +354,7 @@ class CapabilityWorker:
             return Settlement.TERM
         try:
             history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
-            verify_order(order, self.capability, history.events)
+            agg = verify_order(order, self.capability, history.events)
         except EventStoreUnavailable as exc:
             log.warning("event store unavailable: %s", exc)
             return Settlement.NAK
@@ -352,6 +367,7 @@ class CapabilityWorker:
             log.warning("refused order %s/%s: %s", order.intent_id, order.attempt_id, exc.detail)
             await self._claim_not_sent(order, exc.reason, exc.detail)
             return Settlement.ACK
+        checked = _Checked(agg, time.monotonic())
         if msg.metadata.num_delivered > 1 and self.contract.idempotency is None:
             # An earlier delivery may have crossed the send boundary and died before it
             # could report. Without an idempotency key the remote system cannot tell a
@@ -362,35 +378,35 @@ class CapabilityWorker:
                 self.capability, order.attempt_id,
             )
             return Settlement.ACK
-        return await self._execute(order, msg)
+        return await self._execute(order, msg, checked)
 
-    async def _execute(self, order: ExecutionOrder, msg: Msg) -> Settlement:
+    async def _execute(self, order: ExecutionOrder, msg: Msg, checked: _Checked) -> Settlement:
         """Execute ``order``, timed and counted by how it ended (and traced when tracing is on)."""
         started = time.perf_counter()
         result = "error"  # what an exception escaping the execution counts as
         tracing = self._tracing
         try:
             if tracing is None:
-                settle, result = await self._run(order, msg)
+                settle, result = await self._run(order, msg, checked)
                 return settle
             attributes = {"lockgate.capability": self.capability, "lockgate.adapter": self._name,
                           "lockgate.attempt_id": order.attempt_id}
             with tracing.span(f"adapter {self.capability} execute", order.intent_id,
                               attributes=attributes) as span:
                 try:
-                    settle, result = await self._run(order, msg)
+                    settle, result = await self._run(order, msg, checked)
                 finally:
                     tracing.outcome(span, result)
                 return settle
         finally:
             self._meter.executed(result, time.perf_counter() - started)
 
-    async def _run(self, order: ExecutionOrder, msg: Msg) -> tuple[Settlement, str]:
+    async def _run(self, order: ExecutionOrder, msg: Msg, checked: _Checked) -> tuple[Settlement, str]:
         """Execute ``order``; return how to settle it and how it ended (``ADAPTER_EXECUTIONS``)."""
         async def progress(stage: ReportStage, receipt: dict[str, str]) -> None:
             await self._report(order, stage, receipt=receipt)
 
-        boundary = SendBoundary(lambda: self._cross(order), progress)
+        boundary = SendBoundary(lambda: self._cross(order, checked), progress)
         invocations[self.capability] += 1
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         self._running[order.attempt_id] = order
@@ -452,8 +468,13 @@ class CapabilityWorker:
             order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail, claim=True)
         return Settlement.ACK, "not_sent"
 
-    async def _cross(self, order: ExecutionOrder) -> None:
+    async def _cross(self, order: ExecutionOrder, checked: _Checked) -> None:
         """Right before the remote write: check the record once more, then claim the boundary.
+
+        The check on receipt stands for the one before the boundary when it is younger
+        than ``RECHECK_AFTER_S`` (most adapters cross within milliseconds of receipt): a
+        withdrawal requested in that instant is one that came just after the boundary.
+        The deadline is judged again now either way.
 
         Raises:
             BoundaryRefused: a withdrawal was requested, the attempt is over or past its
@@ -462,8 +483,16 @@ class CapabilityWorker:
         """
         checked_at = time.monotonic()
         try:
-            history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
-            agg = verify_crossing(order, self.capability, history.events, now=datetime.now(UTC))
+            if checked_at - checked.at_s < RECHECK_AFTER_S:
+                agg, checked_at = checked.intent, checked.at_s
+                attempt = agg.current_attempt
+                if too_late(attempt.deadline_at if attempt is not None else None, datetime.now(UTC)):
+                    raise OrderRefused("order.expired",
+                                       "the attempt's deadline passed before its send boundary")
+            else:
+                history = await self._store.load(order.tenant, order.intent_id,
+                                                 at_least=order.authorized_version)
+                agg = verify_crossing(order, self.capability, history.events, now=datetime.now(UTC))
         except (EventStoreUnavailable, AuthorizationNotVisible) as exc:
             raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
         except OrderRefused as exc:

@@ -190,6 +190,8 @@ class LimitLedger:
     ``tat`` only ever grows, so a refusal computed from the last state this process saw
     is the refusal the bucket's state would give. Within one process the updates of a
     key are serialized, so a process never races itself; replicas race only each other.
+    Under load the updates that queue up behind a key's write go in the next write
+    together, so a hot key costs one round trip per batch, not per candidate.
     """
 
     def __init__(
@@ -205,6 +207,9 @@ class LimitLedger:
         #: The last state and revision seen of each key: where the next compare-and-set
         #: starts, and what refuses a candidate over a rate without a round trip.
         self._seen: OrderedDict[str, tuple[LimitState, int | None]] = OrderedDict()
+        #: Changes waiting for the write of their key in flight (``_commit``).
+        self._pending: dict[str, list[tuple[Callable[[LimitState], LimitState | Refusal],
+                                            asyncio.Future[Refusal | None]]]] = {}
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -220,40 +225,89 @@ class LimitLedger:
         keep(self._seen, key, (state, revision), KEYS_KEPT)
 
     async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
-        """Apply ``change`` to the key's counter with compare-and-set.
+        """Apply ``change`` to the key's counter with compare-and-set; the refusal, if any.
+
+        Changes of one key that arrive while a write of it is in flight wait and are then
+        written together (a group commit): the counter is a hot key under load (every
+        candidate of a tenant passes its tenant's), and one compare-and-set then settles a
+        whole batch. A successful write proves the state it started from was current, so
+        every answer computed in the batch, refusals included, is exact.
+        """
+        done: asyncio.Future[Refusal | None] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(key, []).append((change, done))
+        try:
+            async with self._lock(key):
+                if not done.done():
+                    await self._commit(key)
+        except BaseException:
+            if not done.done():
+                done.cancel()
+            raise
+        return done.result()
+
+    async def _commit(self, key: str) -> None:
+        """Write every change waiting on ``key`` in one compare-and-set, and answer each."""
+        batch = self._pending.pop(key, [])
+        batch = [(change, done) for change, done in batch if not done.done()]
+        try:
+            answers = await self._write_all(key, [change for change, _ in batch])
+        except Exception as exc:  # the batch's failure: each change's caller sees it
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(exc)
+            return
+        except BaseException:
+            # Cancelled: nothing was written; the others wait for the next writer.
+            self._pending.setdefault(key, [])[:0] = [(c, d) for c, d in batch if not d.done()]
+            raise
+        for (_, done), answer in zip(batch, answers, strict=True):
+            if not done.done():
+                done.set_result(answer)
+
+    async def _write_all(
+        self, key: str, changes: Sequence[Callable[[LimitState], LimitState | Refusal]],
+    ) -> list[Refusal | None]:
+        """Apply ``changes`` in order to the key's counter; one compare-and-set for all.
 
         The first try starts from the state and revision this process last saw (its own
         last write, usually): when nobody wrote the key since, that is one round trip.
-        What a state that may be old says alone is never believed: a refusal, or
-        nothing to change, is asked of the bucket first.
+        What a state that may be old says alone is never believed: refusals, or nothing
+        to change, are asked of the bucket first.
         """
-        async with self._lock(key):
-            seen = self._seen.get(key)
-            leader: JetStreamContext | None = None
-            for attempt in range(LIMIT_CAS_TRIES):
-                if seen is not None:
-                    (current, revision), fresh, read, seen = seen, False, False, None
+        seen = self._seen.get(key)
+        leader: JetStreamContext | None = None
+        for attempt in range(LIMIT_CAS_TRIES):
+            if seen is not None:
+                (current, revision), fresh, read, seen = seen, False, False, None
+            else:
+                if attempt:
+                    # Replicas that keep meeting on a hot key (a tenant's) take turns.
+                    await asyncio.sleep(random.uniform(0, 0.001 * attempt))
+                current, revision = await _read(self._kv, key, _limit_state, LimitState(), leader)
+                # A direct get may come from a replica behind the leader.
+                fresh, read = leader is not None or self._js is None, True
+                self._saw(key, current, revision)
+            state = current
+            answers: list[Refusal | None] = []
+            for change in changes:
+                changed = change(state)
+                if isinstance(changed, Refusal):
+                    answers.append(changed)
                 else:
-                    if attempt:
-                        # Replicas that keep meeting on a hot key (a tenant's) take turns.
-                        await asyncio.sleep(random.uniform(0, 0.001 * attempt))
-                    current, revision = await _read(self._kv, key, _limit_state, LimitState(), leader)
-                    # A direct get may come from a replica behind the leader.
-                    fresh, read = leader is not None or self._js is None, True
-                    self._saw(key, current, revision)
-                changed = change(current)
-                if isinstance(changed, Refusal) or changed == current:
-                    if fresh:
-                        return changed if isinstance(changed, Refusal) else None
-                    # What this process saw last, then a direct get, then the leader.
-                    leader = self._js if read else None
-                    continue
-                try:
-                    self._saw(key, changed, await _write(self._kv, key, changed, revision))
-                    return None
-                except KeyWrongLastSequenceError:
-                    leader = self._js
-                    continue
+                    answers.append(None)
+                    state = changed
+            if state == current:
+                if fresh:
+                    return answers
+                # What this process saw last, then a direct get, then the leader.
+                leader = self._js if read else None
+                continue
+            try:
+                self._saw(key, state, await _write(self._kv, key, state, revision))
+                return answers
+            except KeyWrongLastSequenceError:
+                leader = self._js
+                continue
         raise BudgetContention(f"limit counter {key} kept changing", code="budget.contention")
 
     async def admit(
@@ -302,8 +356,7 @@ class LimitLedger:
 
     async def release(self, keys: Sequence[str], intent_id: str) -> None:
         """Release this intent's holds (it ended, or was not admitted after all)."""
-        for key in keys:
-            await self._change(key, lambda s: release(s, intent_id))
+        await asyncio.gather(*(self._change(key, lambda s: release(s, intent_id)) for key in keys))
 
     def keys(self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str) -> list[str]:
         """The in-flight keys a candidate of this scope would hold."""

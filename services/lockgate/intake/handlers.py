@@ -97,6 +97,10 @@ def stand_in_id(read: Read) -> str:
     return intent_id_for(read.tenant, read.candidate.run_id, read.candidate.call_id)
 
 
+#: Done marks an intake process remembers having seen written, at most this many.
+_DONE_KEPT = 65_536
+
+
 class IntakeHandlers:
     """Runs, turns, candidates and responses."""
 
@@ -113,6 +117,8 @@ class IntakeHandlers:
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
         #: Turn entry → its catalogue's key, for turns this process opened or read.
         self._turns: OrderedDict[str, str] = OrderedDict()
+        #: Done marks this process wrote or found written (a mark is never deleted).
+        self._marked: OrderedDict[str, None] = OrderedDict()
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -217,10 +223,15 @@ class IntakeHandlers:
     async def _done(self, run: RunContext, capability: str) -> bool:
         """True when ``capability`` executed in the run (intake marks it when it answers)."""
         try:
-            return await confirmed_get(self.ports.js, self.ports.runs, RUNS_BUCKET,
-                                       done_key(run.tenant, run.run_id, capability)) is not None
+            key = done_key(run.tenant, run.run_id, capability)
+            if key in self._marked:
+                return True
+            found = await confirmed_get(self.ports.js, self.ports.runs, RUNS_BUCKET, key) is not None
         except (InvalidKeyError, ValueError):
             return False
+        if found:
+            keep(self._marked, key, None, _DONE_KEPT)
+        return found
 
     async def _turn_catalogue(self, tenant: str, run_id: str, turn_id: str) -> tuple[str | None, Catalogue | None]:
         """The digest and content of the catalogue offered in a turn.
@@ -284,8 +295,12 @@ class IntakeHandlers:
                     refused_key(intent.tenant, intent.run_id, intent.turn_id, intent.tool),
                     intent.intent_id.encode())
             elif intent.state is State.COMPLETED:
+                key = done_key(intent.tenant, intent.run_id, intent.tool)
+                if key in self._marked:
+                    return  # written already: a run's later calls of a tool cost nothing
                 with contextlib.suppress(KeyWrongLastSequenceError):
-                    await self.ports.runs.create(done_key(intent.tenant, intent.run_id, intent.tool), b"1")
+                    await self.ports.runs.create(key, b"1")
+                keep(self._marked, key, None, _DONE_KEPT)
         except (InvalidKeyError, ValueError):
             return  # ids that make no key (a stand-in's): nothing to remember
 
