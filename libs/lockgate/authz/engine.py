@@ -182,16 +182,22 @@ def _action_entities(action: str) -> list[dict[str, Any]]:
 
 
 def _ask(bundle: PolicyBundle, request: AuthzRequest, action: str) -> Any:
-    return cedarpy.is_authorized(
-        {
-            "principal": {"type": f"{NAMESPACE}::Actor", "id": f"{request.tenant}/{request.actor}"},
-            "action": {"type": f"{NAMESPACE}::Action", "id": action},
-            "resource": {"type": f"{NAMESPACE}::{request.resource_type}", "id": request.resource_id},
-            "context": request.context,
-        },
+    return _ask_all(bundle, request, (action,))[0]
+
+
+def _ask_all(bundle: PolicyBundle, request: AuthzRequest, actions: tuple[str, ...]) -> list[Any]:
+    """Cedar's answers for ``actions`` on one request, in one call (the entities parsed once)."""
+    principal = {"type": f"{NAMESPACE}::Actor", "id": f"{request.tenant}/{request.actor}"}
+    resource = {"type": f"{NAMESPACE}::{request.resource_type}", "id": request.resource_id}
+    entities = _entities(request)
+    for action in actions:
+        entities += _action_entities(action)
+    return list(cedarpy.is_authorized_batch(
+        [{"principal": principal, "action": {"type": f"{NAMESPACE}::Action", "id": action},
+          "resource": resource, "context": request.context} for action in actions],
         bundle.policies,
-        _entities(request) + _action_entities(action),
-    )
+        entities,
+    ))
 
 
 def _denial(bundle: PolicyBundle, determining: tuple[str, ...], errors: tuple[str, ...]) -> Decision:
@@ -217,13 +223,16 @@ def evaluate_approval(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
 
 
 def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
-    """Answer both questions for ``request``. An evaluation error is a denial."""
-    at_all = _ask(bundle, request, request.capability)
+    """Answer both questions for ``request``. An evaluation error is a denial.
+
+    Both are asked in one call: the second answer is only read when the first allows.
+    """
+    at_all, unattended = _ask_all(
+        bundle, request, (request.capability, f"{request.capability}::unattended"))
     errors = tuple(str(e) for e in at_all.diagnostics.errors)
     determining = tuple(at_all.diagnostics.reasons)
     if errors or not at_all.allowed:
         return _denial(bundle, determining, errors)
-    unattended = _ask(bundle, request, f"{request.capability}::unattended")
     more = tuple(str(e) for e in unattended.diagnostics.errors)
     if unattended.allowed and not more:
         return Decision(

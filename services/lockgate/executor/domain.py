@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-from jsonschema import Draft202012Validator
 
 from lockgate.authz import Decision
 from lockgate.authz.engine import PolicyBundle
@@ -23,6 +22,7 @@ from lockgate.contracts.vocabulary import (
     Resolution,
 )
 from lockgate.core.ids import derived_id
+from lockgate.core.validation import validator
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 
 #: Attempts that failed before their send boundary are retried at most this often.
@@ -222,7 +222,7 @@ def checked_result(result: dict[str, Any], contract: CapabilityContract | None) 
         return {"withheld": "too-large", "size_bytes": size}
     schema = contract.result_schema if contract else None
     if schema is not None:
-        problem = next(iter(Draft202012Validator(schema).iter_errors(result)), None)
+        problem = next(iter(validator(schema).iter_errors(result)), None)
         if problem is not None:
             return {"withheld": "schema-mismatch", "at": "/".join(map(str, problem.path))[:100]}
     return result

@@ -9,7 +9,6 @@ from typing import Any, TypedDict
 from uuid import UUID
 
 import msgspec
-from jsonschema import Draft202012Validator
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Candidate, Catalogue, RunContext
@@ -23,6 +22,7 @@ from lockgate.core.ids import (
     is_subject_token,
 )
 from lockgate.core.text import safe_text
+from lockgate.core.validation import validator
 from lockgate.intake.parsing import decode_candidate, parse_arguments
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
 
@@ -110,7 +110,7 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> tuple[str,
         for name in value:
             if name not in properties:
                 return "tool.arguments.unexpected", safe_text(name, 64)
-    for error in Draft202012Validator(schema).iter_errors(value):
+    for error in validator(schema).iter_errors(value):
         field = safe_text(str(error.path[0]), 64) if error.path else None
         return "tool.arguments.invalid", field
     return None
