@@ -119,8 +119,8 @@ async def propose_until_answered(s: Sent, until: float) -> None:
 
 
 async def open_until_answered(gw: Gateway) -> tuple[Run, Turn]:
-    """Open a run and its turn; a request lost to a node going away is asked again, as an
-    agent runtime would (a run opened twice is two runs: harmless)."""
+    """Open a run and its turn, for longer than the SDK's own asking again (``OPEN_RETRY_S``,
+    under one run id): a node restarting may take longer than that to be answered."""
     until = time.monotonic() + SETTLE_S
     while True:
         try:

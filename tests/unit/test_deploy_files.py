@@ -325,3 +325,18 @@ def test_no_two_test_files_share_a_name() -> None:
     """pytest imports test files by basename: two of one name stop the whole run at collection."""
     names = Counter(p.name for p in (Path(__file__).parents[1]).rglob("test_*.py"))
     assert [n for n, count in names.items() if count > 1] == []
+
+
+def test_only_the_hosts_loopback_reaches_a_published_port(services: dict[str, Any]) -> None:
+    """Agent runtimes reach the NATS nodes (every connection authenticated); the console,
+    Prometheus and Grafana are published on the host's 127.0.0.1 only, and the console
+    listens on its container's interfaces, where the published port arrives."""
+    published = {name: svc["ports"] for name, svc in services.items()
+                 if "ports" in svc and not name.startswith("n")}
+    assert set(published) == {"console", "prometheus", "grafana"}
+    for ports in published.values():
+        assert all(str(p).startswith("127.0.0.1:") for p in ports), ports
+    console = services["console"]
+    assert console["environment"]["LOCKGATE_CONSOLE_ADDR"] == "0.0.0.0"
+    assert published["console"] == [f"127.0.0.1:{console['environment']['LOCKGATE_CONSOLE_PORT']}:"
+                                    f"{console['environment']['LOCKGATE_CONSOLE_PORT']}"]

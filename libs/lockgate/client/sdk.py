@@ -134,6 +134,33 @@ async def _request(nc: Client, subject: str, body: object, answer: type[T], time
         raise Refused(refusal.error, refusal.detail) from None
 
 
+#: How long an idempotent open (a run or a turn under an id the client chose) is asked
+#: again while nobody answers, or intake says it could not answer now: longer than a
+#: cluster's leader election (a node holding the JetStream meta leadership stopping
+#: left run opens unanswered for about 10 s).
+OPEN_RETRY_S = 20.0
+
+
+async def _request_again(
+    nc: Client, subject: str, body: object, answer: type[T], timeout_s: float,
+) -> T:
+    """``_request``, asked again while unanswered or ``service.unavailable``, up to
+    ``OPEN_RETRY_S``: only for requests that mean the same however often they arrive."""
+    loop = asyncio.get_running_loop()
+    deadline, pause = loop.time() + OPEN_RETRY_S, 0.1
+    while True:
+        try:
+            return await _request(nc, subject, body, answer, timeout_s)
+        except Refused as exc:
+            if exc.code != "service.unavailable" or loop.time() + pause > deadline:
+                raise
+        except ClientError as exc:
+            if exc.code != "lockgate.unavailable" or loop.time() + pause > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 2.0)
+
+
 @dataclass
 class Turn:
     """One model step: the tools offered in it and the proposals made from it."""
@@ -184,10 +211,14 @@ class Run:
     actor: str
 
     async def open_turn(self, turn_id: str | None = None) -> Turn:
-        """Open a turn and get the catalogue the model may use in it."""
-        opened = await _request(
-            self.gateway.nc, turn_subject(self.tenant, self.id), OpenTurn(turn_id=turn_id),
-            TurnOpened, self.gateway.timeout_s,
+        """Open a turn and get the catalogue the model may use in it.
+
+        The turn's id is chosen here when not given, so an open that went unanswered is
+        asked again under it (a turn opened twice is one snapshot) until ``OPEN_RETRY_S``.
+        """
+        opened = await _request_again(
+            self.gateway.nc, turn_subject(self.tenant, self.id),
+            OpenTurn(turn_id=turn_id or random_id()), TurnOpened, self.gateway.timeout_s,
         )
         return Turn(self, opened.turn_id, opened.catalogue_digest, opened.tools)
 
@@ -261,15 +292,20 @@ class Gateway:
         ``None``: any) decide which capabilities its turns offer, with each capability's
         own rules (``lockgate.contracts.offer``).
 
+        The run's id is chosen here when not given, so an open that went unanswered (a
+        cluster electing a leader, say) is asked again under it, until ``OPEN_RETRY_S``:
+        the same run, not a second one.
+
         Raises:
             Refused: malformed ids or a tenant mismatch.
+            ClientError: nobody answered (``lockgate.unavailable``) within ``OPEN_RETRY_S``.
         """
         if not is_subject_token(tenant):
             raise Refused("run.malformed", "tenants must be [A-Za-z0-9_-]{1,64}")
-        opened = await _request(
+        opened = await _request_again(
             self.host_nc or self.nc, run_open_subject(tenant),
             OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
-                    delegation=delegation, stage=stage, run_id=run_id, roles=tuple(roles),
+                    delegation=delegation, stage=stage, run_id=run_id or random_id(), roles=tuple(roles),
                     data_classes=tuple(data_classes) if data_classes is not None else None),
             RunOpened, self.timeout_s,
         )

@@ -59,8 +59,12 @@ class ConsoleSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LOCKGATE_CONSOLE_", frozen=True)
 
-    #: The console's port on 127.0.0.1 (0: any free port; its status answer says which).
+    #: The console's port (0: any free port; its status answer says which).
     port: int = Field(default=8421, ge=0, le=65535)
+    #: The address it listens on: loopback unless told otherwise (a container's console
+    #: listens on every interface of the container, and compose publishes the port on
+    #: the host's loopback).
+    addr: str = "127.0.0.1"
     #: The key tokens are sealed with; None: ``<var_dir>/secrets/console.key``.
     token_key_file: Path | None = None
     #: A person's verified connection is closed after this long unused.

@@ -78,6 +78,8 @@ CONTAINER_PORTS = NodePorts(DEFAULT_CLIENT_PORT, DEFAULT_ROUTE_PORT, DEFAULT_MON
 METRICS_PORT = 9464
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
+#: The console's port in its container, published on the host's loopback.
+CONSOLE_PORT = 8421
 POSTGRES_PORT = 5432
 #: Where a container finds its own NATS credentials (a compose secret).
 CREDENTIALS_TARGET = "/run/secrets/nats-credentials.json"
@@ -228,6 +230,9 @@ def _process_service(p: Process, size: int) -> dict[str, object]:
         volumes.append(f"executor-secrets:{CONTAINER_VAR}/secrets")
     elif p.status_name == "console":
         volumes.append(f"console-secrets:{CONTAINER_VAR}/secrets")
+        # Reachable from the host's loopback (the published port), not from the network.
+        env["LOCKGATE_CONSOLE_ADDR"] = "0.0.0.0"
+        env["LOCKGATE_CONSOLE_PORT"] = str(CONSOLE_PORT)
     elif p.module.startswith("lockgate.worlds."):
         # Both replicas of a demo world's adapter serve one world.
         volumes.append(f"{p.service}-worlds:{CONTAINER_VAR}/worlds")
@@ -238,6 +243,8 @@ def _process_service(p: Process, size: int) -> dict[str, object]:
         expose=[str(METRICS_PORT)],
         depends_on=depends,
     )
+    if p.status_name == "console":
+        service["ports"] = [f"127.0.0.1:{CONSOLE_PORT}:{CONSOLE_PORT}"]
     if volumes:
         service["volumes"] = volumes
     return service
@@ -290,13 +297,13 @@ def compose(size: int = DEFAULT_SIZE) -> dict[str, object]:
         "image": PROMETHEUS_IMAGE,
         "restart": "unless-stopped",
         "command": ["--config.file=/etc/prometheus/compose.yml"],
-        "ports": [f"{PROMETHEUS_PORT}:{PROMETHEUS_PORT}"],
+        "ports": [f"127.0.0.1:{PROMETHEUS_PORT}:{PROMETHEUS_PORT}"],
         "volumes": ["./deploy/prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
     }
     services["grafana"] = {
         "image": GRAFANA_IMAGE,
         "restart": "unless-stopped",
-        "ports": [f"{GRAFANA_PORT}:{GRAFANA_PORT}"],
+        "ports": [f"127.0.0.1:{GRAFANA_PORT}:{GRAFANA_PORT}"],
         "volumes": [
             "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
             f"./deploy/grafana/lockgate.json:{GRAFANA_DASHBOARDS}/lockgate.json:ro",

@@ -1,4 +1,6 @@
-"""The console process: the HTTP API and page on 127.0.0.1, its status and metrics like every process.
+"""The console process: the HTTP API and page, its status and metrics like every process.
+
+It listens on 127.0.0.1 unless ``LOCKGATE_CONSOLE_ADDR`` says otherwise (a container's).
 
 It answers ``lg.status.console`` like every process, with the URL it serves on (the port
 may be chosen by the system: ``LOCKGATE_CONSOLE_PORT=0``), so ``make run`` can print it
@@ -36,7 +38,6 @@ from lockgate.views.store import Views, ViewsError, open_views
 
 log = logging.getLogger("lockgate.console")
 
-HOST = "127.0.0.1"
 
 
 class ConsoleStatus(ProcessStatus, frozen=True, kw_only=True):
@@ -53,8 +54,8 @@ class _Server(uvicorn.Server):
         yield
 
 
-def bind(port: int) -> socket.socket:
-    """A listening socket on loopback (port 0: any free port).
+def bind(port: int, addr: str = "127.0.0.1") -> socket.socket:
+    """A listening socket on ``addr``, loopback by default (port 0: any free port).
 
     Raises:
         OSError: the port is taken.
@@ -62,7 +63,7 @@ def bind(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((HOST, port))
+        sock.bind((addr, port))
     except OSError:
         sock.close()
         raise
@@ -74,12 +75,13 @@ def bind(port: int) -> socket.socket:
 async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asyncio.Event) -> int:
     """Serve until ``stop`` is set (0), or fail to start (1: the supervisor restarts it)."""
     try:
-        sock = bind(console_settings.port)
+        sock = bind(console_settings.port, console_settings.addr)
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s (set LOCKGATE_CONSOLE_PORT to a free port)",
-                  HOST, console_settings.port, exc)
+                  console_settings.addr, console_settings.port, exc)
         return 1
-    url = f"http://{HOST}:{sock.getsockname()[1]}/"
+    host = "127.0.0.1" if console_settings.addr in ("0.0.0.0", "") else console_settings.addr
+    url = f"http://{host}:{sock.getsockname()[1]}/"
     key = await asyncio.to_thread(token_key, settings, console_settings)
     views = await _open_views(settings)
     people = People(_bare(settings), key, people_of(settings.reviewers, settings.operators),
