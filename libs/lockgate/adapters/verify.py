@@ -135,7 +135,15 @@ def verify_crossing(
         OrderRefused: as ``verify_order``; ``order.expired`` when the attempt's deadline
             is (nearly) reached at ``now``.
     """
-    agg = verify_order(order, capability, events)
+    return time_left(verify_order(order, capability, events), now=now)
+
+
+def time_left(agg: EffectIntent, *, now: datetime) -> EffectIntent:
+    """``agg``, if its current attempt's deadline is not (nearly) reached at ``now``.
+
+    Raises:
+        OrderRefused: ``order.expired``.
+    """
     attempt = agg.current_attempt
     if too_late(attempt.deadline_at if attempt is not None else None, now):
         raise OrderRefused("order.expired", "the attempt's deadline passed before its send boundary")

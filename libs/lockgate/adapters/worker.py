@@ -70,7 +70,7 @@ from lockgate.adapters.verify import (
     claimed_in_time,
     not_sent_stage,
     report_msg_id,
-    too_late,
+    time_left,
     verify_crossing,
     verify_order,
 )
@@ -484,11 +484,7 @@ class CapabilityWorker:
         checked_at = time.monotonic()
         try:
             if checked_at - checked.at_s < RECHECK_AFTER_S:
-                agg, checked_at = checked.intent, checked.at_s
-                attempt = agg.current_attempt
-                if too_late(attempt.deadline_at if attempt is not None else None, datetime.now(UTC)):
-                    raise OrderRefused("order.expired",
-                                       "the attempt's deadline passed before its send boundary")
+                agg, checked_at = time_left(checked.intent, now=datetime.now(UTC)), checked.at_s
             else:
                 history = await self._store.load(order.tenant, order.intent_id,
                                                  at_least=order.authorized_version)

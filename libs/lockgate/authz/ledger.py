@@ -242,6 +242,8 @@ class LimitLedger:
         except BaseException:
             if not done.done():
                 done.cancel()
+            elif not done.cancelled():
+                done.exception()  # answered meanwhile; its caller is gone, so it is read here
             raise
         return done.result()
 
@@ -257,7 +259,9 @@ class LimitLedger:
                     done.set_exception(exc)
             return
         except BaseException:
-            # Cancelled: nothing was written; the others wait for the next writer.
+            # Cancelled: the others' changes go to the next writer. Should this write have
+            # landed all the same, that writer's compare-and-set fails and it starts again
+            # from the bucket, where a hold is taken once however often it is applied.
             self._pending.setdefault(key, [])[:0] = [(c, d) for c, d in batch if not d.done()]
             raise
         for (_, done), answer in zip(batch, answers, strict=True):
