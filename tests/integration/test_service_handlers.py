@@ -579,3 +579,36 @@ async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
     key = subjects.done_key("tenant-a", run_id, "case.add_note")
     assert writes == [key]
     assert (await ports.runs.get(key)).value == b"1"
+
+
+async def test_a_response_from_an_earlier_version_never_stands_over_a_later_one(ports: Ports) -> None:
+    """Two replicas answer consecutive events of one intent, the later first: the model's
+    answer (the last stored response) is the later one, whichever is stored last."""
+    run_id = f"run-{random_id()[:8]}"
+    h = History(run_id=run_id).normalized().decided("allow")
+    earlier = h.intent
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision="rev-1", gate_facts={},
+          deadline_at=T0 + timedelta(seconds=30))
+    later = h.intent
+    subject = subjects.response_subject("tenant-a", run_id, h.intent_id)
+    one = IntakeHandlers(ports, SETTINGS, lambda: T0)
+    other = IntakeHandlers(ports, SETTINGS, lambda: T0)  # a replica
+
+    await one._store_response(later, b'{"status": "later"}', "m-later")
+    await other._store_response(earlier, b'{"status": "earlier"}', "m-earlier")
+    assert (await ports.js.get_last_msg("LG_RESPONSES", subject)).data == b'{"status": "later"}'
+
+    # In order, the later one follows the earlier, once.
+    run_id = f"run-{random_id()[:8]}"
+    h2 = History(run_id=run_id).normalized().decided("allow")
+    first = h2.intent
+    h2.add(EffectIntent.Withdrawn, by="r", why="")
+    second = h2.intent
+    subject = subjects.response_subject("tenant-a", run_id, h2.intent_id)
+    await other._store_response(first, b'{"status": "first"}', "m-first")
+    await one._store_response(second, b'{"status": "second"}', "m-second")
+    await one._store_response(second, b'{"status": "second"}', "m-second")  # redelivered
+    last = await ports.js.get_last_msg("LG_RESPONSES", subject)
+    assert last.data == b'{"status": "second"}'
+    assert (last.headers or {})["Lockgate-Intent-Version"] == str(second.version)

@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lockgate.contracts import subjects
+from lockgate.contracts import channels, subjects
 from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import type_filter
 from lockgate.mcp import subjects as mcp_subjects
@@ -387,6 +387,9 @@ def service_role(name: str, partitions: Partitions = SINGLE) -> Role:
         publish += kv_write(bucket)
     for channel in (*spec.asks, *spec.publishes):
         publish += channel.subjects
+    if channels.RESPONSE in spec.publishes:
+        # Who stores responses reads a candidate's last one, to store only what is newer.
+        publish.append(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSES_ALL}")
     answers = (s for answer in spec.answers for s in answer.channel.subjects)
     subscribe = [*answers, subjects.status(spec.status_name), _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)

@@ -9,7 +9,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import msgspec
-from nats.js.errors import InvalidKeyError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    APIError,
+    InvalidKeyError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
 
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import Admission, BudgetLedger, LimitLedger
@@ -39,6 +45,7 @@ from lockgate.contracts.subjects import (
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.bounded import keep
 from lockgate.core.canonical import digest
+from lockgate.core.errors import TransientError
 from lockgate.core.ids import (
     intent_id_for,
     is_capability_name,
@@ -48,6 +55,7 @@ from lockgate.core.ids import (
 )
 from lockgate.core.text import safe_text
 from lockgate.eventstore.base import RecordedEvent
+from lockgate.eventstore.jetstream import CONFLICT_CODES
 from lockgate.intake.domain import (
     Inputs,
     Limited,
@@ -65,7 +73,7 @@ from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.streams import CATALOGUES_BUCKET, RUNS_BUCKET
+from lockgate.runtime.streams import CATALOGUES_BUCKET, RESPONSES, RUNS_BUCKET
 
 log = logging.getLogger("lockgate.intake")
 
@@ -99,6 +107,12 @@ def stand_in_id(read: Read) -> str:
 
 #: Done marks an intake process remembers having seen written, at most this many.
 _DONE_KEPT = 65_536
+#: Response subjects an intake process remembers the last stored response of.
+_ANSWERED_KEPT = 65_536
+#: Tries to store a response while other responses of its candidate are being stored.
+RESPONSE_TRIES = 10
+#: The header naming the intent version a stored response was computed from.
+RESPONSE_VERSION = "Lockgate-Intent-Version"
 
 
 class IntakeHandlers:
@@ -119,6 +133,10 @@ class IntakeHandlers:
         self._turns: OrderedDict[str, str] = OrderedDict()
         #: Done marks this process wrote or found written (a mark is never deleted).
         self._marked: OrderedDict[str, None] = OrderedDict()
+        #: Response subject → the sequence and intent version of the response this process
+        #: last stored or read there (``_store_response``).
+        self._answered: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._answer_locks: dict[str, asyncio.Lock] = {}
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -484,9 +502,55 @@ class IntakeHandlers:
         if view is None:
             return
         await self._remember(intent)
-        await self.ports.js.publish(
-            response_subject(intent.tenant, intent.run_id, intent.intent_id),
-            msgspec.json.encode(view),
-            headers={"Nats-Msg-Id": f"response-{recorded.event_id}"},
-        )
+        await self._store_response(intent, msgspec.json.encode(view), f"response-{recorded.event_id}")
         metrics.answered(view.status, intent.reason)
+
+    async def _store_response(self, intent: EffectIntent, data: bytes, msg_id: str) -> None:
+        """Store the response computed from ``intent`` unless a later one is stored already.
+
+        The model reads a candidate's last stored response as its answer, and responses to
+        consecutive events of one intent are computed concurrently (by the workers of a
+        process and by its replicas): one computed from an earlier version could be stored
+        after a later one and stand as the answer. So each names its version, and is
+        stored only after the response it follows (``Nats-Expected-Last-Subject-Sequence``);
+        when another was stored in between, the newer of the two stands.
+        """
+        subject = response_subject(intent.tenant, intent.run_id, intent.intent_id)
+        async with self._answering(intent.intent_id):
+            last = self._answered.get(subject)
+            for attempt in range(RESPONSE_TRIES):
+                if last is not None and last[1] >= intent.version:
+                    return  # a response from this version or a later one stands
+                try:
+                    ack = await self.ports.js.publish(subject, data, headers={
+                        "Nats-Msg-Id": msg_id, RESPONSE_VERSION: str(intent.version),
+                        "Nats-Expected-Last-Subject-Sequence": str(last[0] if last else 0)})
+                except APIError as exc:
+                    if exc.err_code not in CONFLICT_CODES:
+                        raise
+                    if attempt:
+                        await asyncio.sleep(0.01 * attempt)  # a replica may not show it yet
+                    last = await self._last_response(subject)
+                    continue
+                keep(self._answered, subject, (int(ack.seq), intent.version), _ANSWERED_KEPT)
+                return
+        raise TransientError(f"responses to {intent.intent_id} kept changing",
+                             code="response.contention")
+
+    async def _last_response(self, subject: str) -> tuple[int, int] | None:
+        """The stored response on ``subject``: its sequence, and the version it was computed from."""
+        try:
+            msg = await self.ports.js.get_last_msg(RESPONSES, subject, direct=True)
+        except NotFoundError:
+            return None
+        return int(msg.seq or 0), int((msg.headers or {}).get(RESPONSE_VERSION, "0") or 0)
+
+    def _answering(self, intent_id: str) -> asyncio.Lock:
+        """One response of an intent at a time in this process."""
+        lock = self._answer_locks.get(intent_id)
+        if lock is None:
+            if len(self._answer_locks) >= _ANSWERED_KEPT:
+                for idle in [k for k, held in self._answer_locks.items() if not held.locked()]:
+                    del self._answer_locks[idle]
+            lock = self._answer_locks[intent_id] = asyncio.Lock()
+        return lock
