@@ -22,7 +22,7 @@ from lockgate.authz.config import Budget, Limit
 from lockgate.authz.limits import LimitState, Refusal, admit, limit_key, release
 from lockgate.authz.limits import scope_value as limit_scope
 from lockgate.contracts.buckets import leader_entry
-from lockgate.core.bounded import keep
+from lockgate.core.bounded import KeyedLocks, keep
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.runtime.streams import BUDGETS_BUCKET
@@ -203,23 +203,13 @@ class LimitLedger:
         self._clock_s = clock_s
         self._js = js
         # Both bounded: a run has a key of its own, and runs keep coming.
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._lock = KeyedLocks(KEYS_KEPT)
         #: The last state and revision seen of each key: where the next compare-and-set
         #: starts, and what refuses a candidate over a rate without a round trip.
         self._seen: OrderedDict[str, tuple[LimitState, int | None]] = OrderedDict()
         #: Changes waiting for the write of their key in flight (``_commit``).
         self._pending: dict[str, list[tuple[Callable[[LimitState], LimitState | Refusal],
                                             asyncio.Future[Refusal | None]]]] = {}
-
-    def _lock(self, key: str) -> asyncio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            if len(self._locks) >= KEYS_KEPT:
-                # Forget idle locks; one in use stays (a waiter holds its own reference).
-                for idle in [k for k, held in self._locks.items() if not held.locked()]:
-                    del self._locks[idle]
-            lock = self._locks[key] = asyncio.Lock()
-        return lock
 
     def _saw(self, key: str, state: LimitState, revision: int | None) -> None:
         keep(self._seen, key, (state, revision), KEYS_KEPT)

@@ -43,7 +43,7 @@ from lockgate.contracts.subjects import (
     turn_key,
 )
 from lockgate.contracts.vocabulary import DecisionOutcome
-from lockgate.core.bounded import keep
+from lockgate.core.bounded import KeyedLocks, keep
 from lockgate.core.canonical import digest
 from lockgate.core.errors import TransientError
 from lockgate.core.ids import (
@@ -136,7 +136,8 @@ class IntakeHandlers:
         #: Response subject → the sequence and intent version of the response this process
         #: last stored or read there (``_store_response``).
         self._answered: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._answer_locks: dict[str, asyncio.Lock] = {}
+        #: One response of an intent at a time in this process.
+        self._answering = KeyedLocks(_ANSWERED_KEPT)
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -544,13 +545,3 @@ class IntakeHandlers:
         except NotFoundError:
             return None
         return int(msg.seq or 0), int((msg.headers or {}).get(RESPONSE_VERSION, "0") or 0)
-
-    def _answering(self, intent_id: str) -> asyncio.Lock:
-        """One response of an intent at a time in this process."""
-        lock = self._answer_locks.get(intent_id)
-        if lock is None:
-            if len(self._answer_locks) >= _ANSWERED_KEPT:
-                for idle in [k for k, held in self._answer_locks.items() if not held.locked()]:
-                    del self._answer_locks[idle]
-            lock = self._answer_locks[intent_id] = asyncio.Lock()
-        return lock
