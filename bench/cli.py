@@ -160,6 +160,8 @@ class Run:
     notes: list[str]
     fairness: Fairness | None
     path: PathCost | None
+    #: The same counted around the raw chain's open loop, per chain.
+    raw_path: PathCost | None
     #: Where the latency went, by phase mode (``bench.hops``).
     hops: dict[str, Hops]
     #: The projector's throughput and its lag under load (``bench.projector``).
@@ -231,12 +233,15 @@ async def run(plan: Plan, root: Path) -> Run:
         open_mode = f"open {plan.rate_per_s:g}/s x {plan.duration_s:g}s"
         progress(f"raw chain, {open_mode}")
         raw_open = Phase("raw chain", open_mode)
+        raw_before = await counts(system.monitor_port)
         await measured(raw_open, open_loop(raw_open, driver.fire("open")))
         phases.append(raw_open)
+        await asyncio.sleep(1.0)  # the last chains' acks are counted
+        raw_path = PathCost.between(raw_before, await counts(system.monitor_port), raw_open.ok)
         progress(f"Lockgate, {open_mode}")
         await reseed(system)
         lg_open = Phase("lockgate", open_mode)
-        await asyncio.sleep(1.0)  # the raw phase's last acks and heartbeats are not counted
+        await asyncio.sleep(1.0)  # the reseed's writes are not counted
         before = await counts(system.monitor_port)
         phases.append(await measured(lg_open, open_loop(
             lg_open, proposer.fire("open", plan.op_timeout_s))))
@@ -320,7 +325,7 @@ async def run(plan: Plan, root: Path) -> Run:
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return Run(phases, notes, fairness, path, hops, read_side)
+        return Run(phases, notes, fairness, path, raw_path, hops, read_side)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
@@ -433,6 +438,14 @@ async def _cluster(profile: profiles.Profile, plan: profiles.ClusterPlan,
         print(f"where the latency of an executed candidate goes ({measured.phases[-1].mode}, "
               f"{measured.hops.sampled} sampled): median gap between consecutive events of its record")
         print(measured.hops.table())
+    if measured.paths is not None:
+        lg_path, raw_path = measured.paths
+        print()
+        print(f"the path of one executed candidate, counted by the nodes ({measured.phases[-1].mode})")
+        print(lg_path.table())
+        print()
+        print("the raw chain's path, counted the same way, per chain")
+        print(raw_path.table())
     f = measured.figures
     print(f"{profile.name}: Lockgate sustains {f['lockgate_per_s']}/s executed against the raw "
           f"chain's {f['raw_chain_per_s']}/s (ratio {f['throughput_ratio']}); at "
@@ -489,6 +502,11 @@ async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, float | int
               "messages each process published and was delivered, deliveries per durable")
         print(measured.path.table())
         figures.update(measured.path.figures())
+    if measured.raw_path is not None:
+        print()
+        print("the raw chain's path, counted the same way (raw open loop), per chain")
+        print(measured.raw_path.table())
+        figures.update(measured.raw_path.raw_figures())
     for mode, hops in measured.hops.items():
         print()
         print(f"where the latency of an executed candidate goes ({mode}, {hops.sampled} sampled): "

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import load
+from bench import load, path
 from bench.gateway import LOAD_CASES, TENANT, Proposer
 from bench.hops import Hops
 from bench.hops import measure as measure_hops
@@ -133,6 +133,8 @@ class ProfileRun:
     figures: dict[str, object] = field(default_factory=dict)
     #: Where the open loop's latency went (``bench.hops``).
     hops: Hops | None = None
+    #: The open loops' paths as the nodes counted them: Lockgate's, then the raw chain's.
+    paths: tuple[path.PathCost, path.PathCost] | None = None
 
 
 def _num(x: float, digits: int) -> float | None:
@@ -243,15 +245,23 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
         open_mode = f"open {rate:g}/s x {plan.duration_s:g}s"
         progress(f"raw chain, {open_mode}")
         raw_open = Phase("raw chain", open_mode)
+        monitors = [int(n.monitor.rsplit(":", 1)[1]) for n in system.nodes]
+        before = await path.counts(*monitors)
         phases.append(await measured(raw_open, load.open_loop(
             raw_open, driver.fire("open"), rate_per_s=rate, duration_s=plan.duration_s,
             op_timeout_s=plan.op_timeout_s)))
+        await asyncio.sleep(1.0)  # the last chains' acks are counted
+        raw_path = path.PathCost.between(before, await path.counts(*monitors), raw_open.ok)
         progress(f"Lockgate, {open_mode}")
         await reseed(system)
         lg_open = Phase("lockgate", open_mode)
+        await asyncio.sleep(1.0)  # the reseed's writes are not counted
+        before = await path.counts(*monitors)
         phases.append(await measured(lg_open, load.open_loop(
             lg_open, proposer.fire("open", plan.op_timeout_s), rate_per_s=rate,
             duration_s=plan.duration_s, op_timeout_s=plan.op_timeout_s)))
+        await asyncio.sleep(1.0)  # the last candidates' settling (locks, holds) is counted
+        lg_path = path.PathCost.between(before, await path.counts(*monitors), lg_open.ok)
         ledger_open = await ledger_size(system)
 
         progress("checking what was stored")
@@ -275,10 +285,11 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
             "cpu_ms_per_candidate": _cpu_ms(lg_closed, own=True),
             "raw_cpu_ms_per_chain": _cpu_ms(raw_closed, own=False),
             "projector_events_per_s": projector_per_s,
+            **lg_path.figures(), **raw_path.raw_figures(),
             "leaders": leaders,
             "start_s": round(started_s, 1),
         }
-        return ProfileRun(profile, phases, notes, figures, hops)
+        return ProfileRun(profile, phases, notes, figures, hops, (lg_path, raw_path))
     finally:
         progress("stopping")
         closers = [proposer.stop() if proposer else None, driver.stop() if driver else None,
@@ -309,12 +320,16 @@ def cluster_plan(quick: bool, *, rate_per_s: float | None = None, duration_s: fl
 
 
 def summary_table(results: dict[str, dict[str, object]]) -> str:
-    """One row per profile: its setup, both throughputs, the ratio, latency and CPU."""
+    """One row per profile: its setup, both throughputs, the ratio, latency, CPU, and the
+    path's length (messages published and stored per candidate, and per raw chain)."""
     header = ["profile", "nodes", "R", "sync", "K", "procs", "lockgate/s", "raw chain/s", "ratio",
-              "open /s", "p50 ms", "p99 ms", "raw p50 ms", "CPU ms/cand"]
+              "open /s", "p50 ms", "p99 ms", "raw p50 ms", "CPU ms/cand", "msgs", "raw msgs",
+              "stored", "raw stored"]
     keys = ["nodes", "stream_replicas", "sync_interval", "partitions", "service_replicas",
             "lockgate_per_s", "raw_chain_per_s", "throughput_ratio", "open_rate_per_s",
-            "lockgate_p50_ms", "lockgate_p99_ms", "raw_p50_ms", "cpu_ms_per_candidate"]
+            "lockgate_p50_ms", "lockgate_p99_ms", "raw_p50_ms", "cpu_ms_per_candidate",
+            "messages_per_candidate", "raw_messages_per_chain", "stored_per_candidate",
+            "raw_stored_per_chain"]
     rows = [header]
     for name, f in results.items():
         rows.append([name, *("-" if f.get(k) is None else str(f.get(k, "-")) for k in keys)])

@@ -106,6 +106,11 @@ def test_cluster_profile_reports_lockgate_beside_the_raw_chain() -> None:
         assert isinstance(figures[key], float) and figures[key] > 0, (key, figures)
     ratio = figures["lockgate_per_s"] / figures["raw_chain_per_s"]
     assert abs(figures["throughput_ratio"] - ratio) < 0.01
+    # Both paths counted by the nodes: a chain is six deliveries and seven stored events at
+    # least (the nodes count whatever else ran meanwhile too); a candidate's path is longer.
+    assert figures["raw_deliveries_per_chain"] >= 6 and figures["raw_stored_per_chain"] >= 7
+    assert figures["messages_per_candidate"] > figures["raw_messages_per_chain"] > 0
+    assert figures["stored_per_candidate"] > figures["raw_stored_per_chain"]
     # Lockgate's partitions and the raw chain's, one per node, the same index on the same node.
     leaders = figures["leaders"]
     assert {leaders[f"LG_EVENTS_{k}"] for k in range(3)} == {"n1", "n2", "n3"}
