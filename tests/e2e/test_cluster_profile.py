@@ -4,7 +4,8 @@ status`` and ``lockgate demo`` against it, then Ctrl-C.
 The real supervisor starts three nodes, PostgreSQL, the topology with its three events
 partitions (each led by a node of its own) and two replicas of every process; ``status``
 must see every node healthy, every stream led with current replicas and every replica
-answering; the demo table must play as on one server; SIGTERM must stop everything.
+answering; the demo table must play as on one server; a node killed comes back and gets
+its partition's leadership back; SIGTERM must stop everything.
 
 ``make test-cluster`` runs it (``LOCKGATE_CLUSTER=1``).
 """
@@ -98,3 +99,37 @@ async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> 
     code, out = await lockgate(var_dir, "demo")
     assert code == 0, out
     assert any("stream leaders per node" in line for line in lines), lines
+
+    # The node leading partition 0 dies. The supervisor starts it again on its store; the
+    # partition's leadership went to another node meanwhile, and once the node is back and
+    # current (for REBALANCE_AFTER_S) it is handed back, so no node leads two partitions.
+    killed = streams["LG_EVENTS_0"]["leader"]
+    os.kill(node_pid(var_dir, killed), signal.SIGKILL)
+    async with asyncio.timeout(180):
+        while True:
+            await asyncio.sleep(2)
+            code, out = await lockgate(var_dir, "status")
+            rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            led = {r["stream"]: r for r in rows if "stream" in r}
+            spread = [led.get(f"LG_EVENTS_{k}", {}).get("leader") for k in range(3)]
+            if code == 0 and spread == ["n1", "n2", "n3"] and any(
+                    "leaders handed back" in line for line in lines):
+                break
+    assert any(f"cluster node {killed} exited" in line for line in lines), lines[-20:]
+    assert any(f"LG_EVENTS_0 on {killed}" in line for line in lines if "handed back" in line)
+    code, out = await lockgate(var_dir, "demo")
+    assert code == 0, out
+
+
+def node_pid(var_dir: Path, name: str) -> int:
+    """The pid of the cluster node ``name`` (its configuration is under its own store)."""
+    conf = str(var_dir / "cluster" / name / "nats-server.conf")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if conf.encode() in argv:
+                return int(entry.name)
+    raise AssertionError(f"no process of node {name} ({conf})")

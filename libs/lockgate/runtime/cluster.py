@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.natsserver import ClusterPeer, NatsServer, NatsServerError, free_port
 
 #: The cluster's name (``cluster.name``); every node of one cluster shares it.
@@ -301,6 +302,33 @@ def read_cluster(addresses: Sequence[NodeAddress]) -> ClusterReport:
             for name, stream in _streams(jsz, address.name).items():
                 streams.setdefault(name, stream)
     return ClusterReport(nodes=nodes, streams=[streams[k] for k in sorted(streams)])
+
+
+def misplaced_leaders(
+    report: ClusterReport, partitions: Partitions, nodes: Sequence[str]
+) -> dict[str, str]:
+    """The events partitions led elsewhere than their node (partition k on node k mod N, as
+    ``lockgate.runtime.topology.spread_leaders`` places them), by stream, with that node.
+
+    Only while it is safe to move them: every node up and healthy, and the partition's
+    replica on its node current (a node that just came back catches up first). A report
+    that says otherwise gives none.
+    """
+    if len(partitions) < 2 or len(nodes) < 2:
+        return {}
+    if not report.nodes or not all(n.up and n.healthy for n in report.nodes):
+        return {}
+    led = {s.stream: s for s in report.streams}
+    moves: dict[str, str] = {}
+    for p in partitions:
+        preferred = nodes[p.index % len(nodes)]
+        stream = led.get(p.stream)
+        if stream is None or stream.leader == preferred:
+            continue
+        replica = next((r for r in stream.replicas if r.name == preferred), None)
+        if replica is not None and replica.current:
+            moves[p.stream] = preferred
+    return moves
 
 
 async def cluster_report(addresses: Sequence[NodeAddress]) -> ClusterReport:

@@ -43,11 +43,14 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from lockgate.core.errors import LockgateError
+from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.cluster import (
     DEFAULT_MONITOR_PORT,
     DEFAULT_ROUTE_PORT,
     LocalCluster,
     NodePorts,
+    cluster_report,
+    misplaced_leaders,
     node_ports,
     wait_for_leaders,
 )
@@ -104,6 +107,10 @@ UNRESPONSIVE_S = 15.0
 BROKER_UNRESPONSIVE_S = 20.0
 #: Replicas of every service and adapter in the cluster profile.
 CLUSTER_CHILD_REPLICAS = 2
+#: How often the supervisor of a cluster reads where the events partitions' leaders are,
+#: and how long one may be off its node, with every node healthy, before it is handed back.
+REBALANCE_CHECK_EVERY_S = 10.0
+REBALANCE_AFTER_S = 30.0
 
 READY_LINE = "Lockgate ready"
 
@@ -386,7 +393,7 @@ async def run_supervisor(
         if server is not None:
             tasks.append(asyncio.create_task(_watch_broker(server, nc, health)))
         if nodes is not None:
-            tasks.append(asyncio.create_task(_watch_nodes(nodes, nc, health)))
+            tasks.append(asyncio.create_task(_watch_nodes(nodes, nc, health, settings.partitions)))
         await stopping.wait()
         _say("lockgate: stopping")
         return 0
@@ -769,23 +776,37 @@ async def _watch_broker(server: NatsServer, nc: Client, health: _Health) -> None
                  "trying again", error=True)
 
 
-async def _watch_nodes(nodes: LocalCluster, nc: Client, health: _Health) -> None:
-    """Start a cluster node again, on its own store, when its process died.
+async def _watch_nodes(
+    nodes: LocalCluster, nc: Client, health: _Health, partitions: Partitions,
+) -> None:
+    """Start a cluster node again, on its own store, when its process died; put the events
+    partitions' leaders back on their nodes once the cluster is whole again.
 
     A node that is alive but silent is left alone: the others hold quorum and lead
     meanwhile, and a node stopped on purpose (SIGSTOP) rejoins when it is continued.
     The supervisor's connection fails over to another node by itself; while it answers
     through any of them, the broker counts as up.
+
+    A node that lost its leaderships (killed, frozen, restarted) does not get them back
+    by itself, so one node would go on leading two partitions' appends. Once every node
+    is healthy and the partition's replica on its own node is current, and has been for
+    ``REBALANCE_AFTER_S`` (a node that comes and goes is not chased), the leadership is
+    handed back (``spread_leaders``).
     """
     loop = asyncio.get_running_loop()
+    names = [a.name for a in nodes.addresses()]
+    misplaced_since: float | None = None
+    checked_at = loop.time()
     while True:
         await asyncio.sleep(WATCH_EVERY_S)
         with contextlib.suppress(NatsError, TimeoutError):
             await nc.flush(timeout=int(WATCH_EVERY_S))
             health.broker_ok_at = loop.time()
+        down = False
         for address, node in zip(nodes.addresses(), nodes.nodes, strict=True):
             if node.running:
                 continue
+            down = True
             code = node.process.returncode if node.process is not None else None
             _say(f"lockgate: cluster node {address.name} exited with {code}; starting it again "
                  "on its store")
@@ -794,6 +815,23 @@ async def _watch_nodes(nodes: LocalCluster, nc: Client, health: _Health) -> None
             except NatsServerError as exc:
                 _say(f"lockgate: node {address.name} did not start again: {exc}; trying again",
                      error=True)
+        if down:
+            misplaced_since = None
+            continue
+        if loop.time() - checked_at < REBALANCE_CHECK_EVERY_S:
+            continue
+        checked_at = loop.time()
+        moves = misplaced_leaders(await cluster_report(nodes.addresses()), partitions, names)
+        if not moves:
+            misplaced_since = None
+        elif misplaced_since is None:
+            misplaced_since = loop.time()
+        elif loop.time() - misplaced_since >= REBALANCE_AFTER_S:
+            where = ", ".join(f"{stream} on {node}" for stream, node in sorted(moves.items()))
+            _say(f"lockgate: every node is back; leaders handed back: {where}")
+            with contextlib.suppress(NatsError, TimeoutError):
+                await spread_leaders(nc, partitions, names)
+            misplaced_since = None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
