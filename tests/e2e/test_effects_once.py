@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,7 @@ from lockgate.intent.codec import decode_event
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL as CASE_CREDENTIAL
+from lockgate.worlds.items.adapter import STALL_PAST_DEADLINE_S
 from lockgate.worlds.items.world import DEMO_CREDENTIAL as ITEMS_CREDENTIAL
 from lockgate.worlds.items.world import World as ItemsWorld
 
@@ -141,6 +143,35 @@ async def test_q_absent_after_a_crash_is_retried_as_the_same_intent(
     first_try, second_try = authorizations(events)
     assert first_try.intent_key == second_try.intent_key  # same intent, same key
     assert first_try.attempt_id != second_try.attempt_id
+    (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
+    assert (reconciled.finding, reconciled.resolution) == ("absent", "retry")
+
+
+async def test_q_write_held_up_past_its_deadline_never_lands_beside_the_retry(
+    system: System, gw: Gateway, items: ItemsWorld
+) -> None:
+    """A write that crossed its send boundary, then was held up past the attempt's deadline
+    (a worker frozen between its crossing and its write): the outcome is recorded unknown,
+    the query finds nothing, the same intent is tried again and publishes. The first write
+    reaches the server after that, and the server refuses it as too late (the boundary's
+    ``not_after``), so subscribers are notified once, not twice."""
+    items.inject("Q", "stall_before_write")
+    calls = items.invocations("Q")
+    run, pending = await propose(gw, "item.publish", "q-stalled")
+    first = await pending
+    assert (first.status, first.code) == ("outcome_unknown", "operation.outcome-unknown")
+    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
+    assert (final.status, final.code) == ("executed", "operation.executed")
+    # The held-up write reaches the server STALL_PAST_DEADLINE_S after the deadline.
+    until = time.monotonic() + DEADLINE_S + STALL_PAST_DEADLINE_S + 15
+    while items.invocations("Q") - calls < 2 and time.monotonic() < until:
+        await asyncio.sleep(0.2)
+    assert items.invocations("Q") - calls == 2  # both writes reached the server...
+    assert len(mine(items.publications(), final.candidate_id)) == 1  # ...one took effect
+    assert len(mine(items.notifications(), final.candidate_id)) == 3
+    events = await events_of(system, final.candidate_id)
+    first_try, second_try = authorizations(events)
+    assert first_try.intent_key == second_try.intent_key
     (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
     assert (reconciled.finding, reconciled.resolution) == ("absent", "retry")
 

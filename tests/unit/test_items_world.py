@@ -6,7 +6,7 @@ import io
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -49,6 +49,7 @@ from lockgate.worlds.items.world import (
     SpaceNotFound,
     TenantMismatch,
     World,
+    WriteTooLate,
     print_ledger,
 )
 
@@ -64,14 +65,18 @@ def world(tmp_path: Path) -> World:
 
 def draft(world: World, space_id: str = "space-1", *, tenant: str = "tenant-a",
           actor: str = "user-42", title: str = "Quarterly notes", body: str = "Draft text.",
-          key: str = "key-1", credential: str = CRED, intent_id: str = "intent-1") -> dict[str, str]:
-    return world.create_draft(credential, tenant, actor, space_id, title, body, key, intent_id)
+          key: str = "key-1", credential: str = CRED, intent_id: str = "intent-1",
+          not_after: datetime | None = None) -> dict[str, str]:
+    return world.create_draft(credential, tenant, actor, space_id, title, body, key, intent_id,
+                              not_after=not_after)
 
 
 def publish(world: World, space_id: str = "space-1", *, tenant: str = "tenant-a",
             actor: str = "user-42", title: str = "Release 1.2", body: str = "It shipped.",
-            ref: str = "ref-1", credential: str = CRED, intent_id: str = "intent-1") -> dict[str, str]:
-    return world.publish(credential, tenant, actor, space_id, title, body, ref, intent_id)
+            ref: str = "ref-1", credential: str = CRED, intent_id: str = "intent-1",
+            not_after: datetime | None = None) -> dict[str, str]:
+    return world.publish(credential, tenant, actor, space_id, title, body, ref, intent_id,
+                         not_after=not_after)
 
 
 CREATE: dict[str, Callable[..., dict[str, str]]] = {"P": draft, "Q": publish}
@@ -84,6 +89,7 @@ def test_reason_codes_are_stable() -> None:
         "space.tenant-mismatch",
         "space.archived",
         "item.not-authorized",
+        "items.write-too-late",
     )
     assert items_adapter.REASONS == (
         "argument.title.empty",
@@ -96,7 +102,7 @@ def test_reason_codes_are_stable() -> None:
         "items.fault-injected",
     )
     assert FAULTS == ("drop_response", "crash_after_send", "crash_after_commit", "fail_before_send",
-                      "query_unavailable")
+                      "query_unavailable", "stall_before_write")
 
 
 # -- seed and facts ---------------------------------------------------------------------------
@@ -320,6 +326,17 @@ def test_invocations_are_shared_between_instances(world: World) -> None:
 
 
 @pytest.mark.parametrize("server", ["P", "Q"])
+def test_a_write_reaching_the_server_after_its_not_after_is_refused(world: World, server: str) -> None:
+    late = NOW - timedelta(microseconds=1)
+    with pytest.raises(WriteTooLate) as caught:
+        CREATE[server](world, not_after=late)
+    assert caught.value.reason == "items.write-too-late"
+    assert (world.drafts(), world.publications(), world.notifications()) == ([], [], [])
+    assert world.invocations(server) == 1  # it reached the server: counted, not written
+    assert CREATE[server](world, not_after=NOW)  # due now: still in time
+
+
+@pytest.mark.parametrize("server", ["P", "Q"])
 def test_dropped_response_commits_the_effect_once(world: World, server: str) -> None:
     world.inject(server, "drop_response")
     with pytest.raises(ResponseLost) as caught:
@@ -440,22 +457,25 @@ def order(capability: str, *, space_id: str = "space-1", key: str = "key-1") -> 
 
 
 class Boundary:
-    """A send boundary that records whether it was crossed."""
+    """A send boundary that records whether it was crossed (and says until when to write)."""
 
-    def __init__(self) -> None:
+    def __init__(self, not_after: datetime | None = None) -> None:
         self.crossings = 0
+        self.not_after = not_after
         self.boundary = SendBoundary(self._cross)
 
-    async def _cross(self) -> None:
+    async def _cross(self) -> datetime | None:
         self.crossings += 1
+        return self.not_after
 
 
 def contract_name(server: str) -> str:
     return {"P": "draft.prepare_private", "Q": "item.publish"}[server]
 
 
-async def run(server: str, world: World, **kwargs: Any) -> tuple[Boundary, Awaitable[Completed]]:
-    boundary = Boundary()
+async def run(server: str, world: World, *, not_after: datetime | None = None,
+              **kwargs: Any) -> tuple[Boundary, Awaitable[Completed]]:
+    boundary = Boundary(not_after)
     adapter = adapters(world)[server]
     return boundary, adapter.execute(order(contract_name(server), **kwargs), boundary.boundary)
 
@@ -489,6 +509,19 @@ async def test_q_does_not_publish_again_what_it_already_published(world: World) 
     assert boundary.crossings == 0  # nothing was sent
     assert world.invocations("Q") == 1
     assert len(world.publications()) == 1
+
+
+@pytest.mark.parametrize("server", ["P", "Q"])
+async def test_the_boundary_s_not_after_reaches_the_server(world: World, server: str) -> None:
+    # The world's clock says NOW: a write due by a second earlier arrived too late.
+    boundary, pending = await run(server, world, not_after=NOW - timedelta(seconds=1))
+    with pytest.raises(Rejected) as caught:
+        await pending
+    assert caught.value.reason == "items.write-too-late"
+    assert boundary.crossings == 1
+    assert (world.drafts(), world.publications(), world.invocations(server)) == ([], [], 1)
+    completed = await (await run(server, world, not_after=NOW))[1]
+    assert completed.receipt
 
 
 @pytest.mark.parametrize("server", ["P", "Q"])
@@ -683,7 +716,8 @@ def _bundle() -> PolicyBundle:
 def test_policy_ids_are_the_world_reasons() -> None:
     bundle = _bundle()
     forbids = {pid for pid, effect in bundle.effects.items() if effect == "forbid"}
-    assert set(REASONS) - {"items.credential-invalid"} <= forbids
+    # What no fact can foresee: a wrong credential, a write that reached the server late.
+    assert set(REASONS) - {"items.credential-invalid", "items.write-too-late"} <= forbids
 
 
 @pytest.mark.parametrize("capability", ["draft.prepare_private", "item.publish"])

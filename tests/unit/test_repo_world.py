@@ -9,6 +9,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -109,18 +110,21 @@ def order(capability: str, normalized: NormalizeResult, *, key: str = "key-1",
 
 
 class Boundary:
-    """A send boundary that records whether it was crossed."""
+    """A send boundary that records whether it was crossed (and says until when to write)."""
 
-    def __init__(self) -> None:
+    def __init__(self, not_after: datetime | None = None) -> None:
         self.crossings = 0
+        self.not_after = not_after
         self.boundary = SendBoundary(self._cross)
 
-    async def _cross(self) -> None:
+    async def _cross(self) -> datetime | None:
         self.crossings += 1
+        return self.not_after
 
 
-async def execute(adapter: Any, normalized: NormalizeResult, **kwargs: Any) -> tuple[Completed, Boundary]:
-    boundary = Boundary()
+async def execute(adapter: Any, normalized: NormalizeResult, *, not_after: datetime | None = None,
+                  **kwargs: Any) -> tuple[Completed, Boundary]:
+    boundary = Boundary(not_after)
     done = await adapter.execute(order(adapter.contract.name, normalized, **kwargs), boundary.boundary)
     return done, boundary
 
@@ -132,7 +136,7 @@ def test_reason_codes_are_stable() -> None:
     assert REASONS == (
         "repo.credential-invalid", "repo.not-found", "repo.tenant-mismatch", "repo.not-a-member",
         "repo.revision-unknown", "repo.revision-stale", "repo.path-not-found",
-        "repo.artifact-not-found",
+        "repo.artifact-not-found", "repo.post-too-late",
     )
     assert paths.REASONS == (
         "argument.path.invalid", "argument.path.absolute", "argument.path.traversal",
@@ -577,6 +581,22 @@ async def test_publishing_binds_what_is_published_and_posts_once(world: World) -
         done.receipt["post_id"])  # the board itself does not deduplicate
     found = await adapter.query(QueryRequest(tenant="tenant-a", intent_id="i", intent_key="key-1", arguments={}))
     assert found.finding == QueryFinding.FOUND and found.receipt["post_id"] == done.receipt["post_id"]
+
+
+async def test_a_post_reaching_the_board_after_the_boundary_s_not_after_is_refused(
+    world: World,
+) -> None:
+    # Held up past its attempt's deadline, a post could land beside the retry that a query
+    # finding it absent allowed: the board refuses it instead, and posts nothing.
+    artifact = await prepared(world)
+    adapter = PublishSummaryAdapter(world, CRED, publish_contract())
+    normalized = await adapter.normalize(request({"artifact": artifact}))
+    with pytest.raises(Rejected) as caught:
+        await execute(adapter, normalized, not_after=datetime.now(UTC) - timedelta(seconds=1))
+    assert caught.value.reason == "repo.post-too-late"
+    assert world.board_posts() == []
+    done, _ = await execute(adapter, normalized, not_after=datetime.now(UTC) + timedelta(seconds=30))
+    assert [p["post_id"] for p in world.board_posts()] == [done.receipt["post_id"]]
 
 
 async def test_an_unknown_or_malformed_artifact_is_refused(world: World) -> None:

@@ -42,6 +42,7 @@ worker (``lockgate.adapters.worker``) does, after checking each order against th
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -119,12 +120,22 @@ class SendBoundary:
     After crossing, an adapter may also say how far the remote system got:
     ``acknowledged`` (it accepted the request) and ``observed`` (its result is in).
     Each is a report, and so an attempt state on the record. The worker makes one per
-    order, with what crossing and progress do (``on_cross``, ``on_progress``).
+    order, with what crossing and progress do (``on_cross``, which returns the
+    ``not_after`` below, and ``on_progress``).
+
+    ``not_after``, once crossed: the latest moment the remote write may take effect (the
+    attempt's deadline, less the worker's margin). Past it the executor records the
+    outcome unknown, and a query that finds the effect absent may let the same intent be
+    tried again; a write of this attempt still on its way then (a process frozen between
+    its crossing and its write, a request stuck in a queue) would land beside the retry.
+    A remote system that can refuse a request arriving late (an expiring or conditional
+    request) should be handed this; one that can neither refuse it nor deduplicate by the
+    intent key should not declare ``retry_same_intent_if_absent``.
     """
 
     def __init__(
         self,
-        on_cross: Callable[[], Awaitable[None]],
+        on_cross: Callable[[], Awaitable[datetime | None]],
         on_progress: Callable[[ReportStage, dict[str, str]], Awaitable[None]] | None = None,
     ) -> None:
         self._on_cross = on_cross
@@ -132,6 +143,8 @@ class SendBoundary:
         self._crossed = False
         #: Set when the worker refused to let the adapter cross: how to settle the order.
         self.refused: BoundaryRefused | None = None
+        #: The latest moment the write may take effect (``None``: the attempt has no deadline).
+        self.not_after: datetime | None = None
 
     @property
     def crossed(self) -> bool:
@@ -153,7 +166,7 @@ class SendBoundary:
             raise self.refused
         if not self._crossed:
             try:
-                await self._on_cross()
+                self.not_after = await self._on_cross()
             except BoundaryRefused as refused:
                 self.refused = refused
                 raise

@@ -157,6 +157,11 @@ def too_late(deadline_at: datetime | None, now: datetime) -> bool:
     return now >= deadline_at - timedelta(seconds=DEADLINE_MARGIN_S)
 
 
+def write_by(deadline_at: datetime | None) -> datetime | None:
+    """The latest moment a write crossing now may take effect: where ``too_late`` begins."""
+    return None if deadline_at is None else deadline_at - timedelta(seconds=DEADLINE_MARGIN_S)
+
+
 def claimed_in_time(
     checked_s: float, claimed_s: float, deadline_at: datetime | None, now: datetime
 ) -> bool:

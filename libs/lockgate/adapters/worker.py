@@ -73,6 +73,7 @@ from lockgate.adapters.verify import (
     time_left,
     verify_crossing,
     verify_order,
+    write_by,
 )
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
@@ -468,8 +469,9 @@ class CapabilityWorker:
             order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail, claim=True)
         return Settlement.ACK, "not_sent"
 
-    async def _cross(self, order: ExecutionOrder, checked: _Checked) -> None:
-        """Right before the remote write: check the record once more, then claim the boundary.
+    async def _cross(self, order: ExecutionOrder, checked: _Checked) -> datetime | None:
+        """Right before the remote write: check the record once more, then claim the boundary;
+        return the latest moment the write may take effect (``SendBoundary.not_after``).
 
         The check on receipt stands for the one before the boundary when it is younger
         than ``RECHECK_AFTER_S`` (most adapters cross within milliseconds of receipt): a
@@ -518,6 +520,7 @@ class CapabilityWorker:
             log.error("%s attempt %s ended before its claim was stored; not written",
                       self.capability, order.attempt_id)
             raise BoundaryRefused("order.claimed-late", "the attempt ended before the claim")
+        return write_by(deadline)
 
     async def _still_current(self, order: ExecutionOrder) -> bool:
         """True when the record still has ``order``'s attempt open (authorized or sent)."""

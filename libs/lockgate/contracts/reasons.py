@@ -115,6 +115,7 @@ REASONS: dict[str, str] = {
     "item.not-authorized": "the actor may not create items in the space",
     "items.credential-invalid": "the adapter's credential was refused by the world",
     "items.fault-injected": "a fault armed in the simulated world failed the attempt before sending",
+    "items.write-too-late": "the write reached the server after its attempt's not_after; nothing written",
     # the repository world (repo.read_file, review.prepare_summary, repo.prepare_patch,
     # repo.run_tests, review.publish_summary)
     "argument.path.invalid": "the path is not plain text a workspace path can be (encoded, NUL, too long)",
@@ -145,6 +146,7 @@ REASONS: dict[str, str] = {
     "repo.revision-stale": "the revision stopped being served (or being the head) before execution",
     "repo.path-not-found": "the file went missing between normalization and execution",
     "repo.artifact-not-found": "the artifact went missing between normalization and execution",
+    "repo.post-too-late": "the post reached the board after its attempt's not_after; nothing posted",
     "sandbox.unavailable": "the sandbox's namespaces could not be made: nothing ran (fail closed)",
     "sandbox.network-shared": "the sandbox's network was not isolated: nothing ran (fail closed)",
     # reviewers (Action "<capability>::approve")

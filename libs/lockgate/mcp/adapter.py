@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -150,6 +151,11 @@ class MappedAdapter(Adapter):
             if found.finding is not QueryFinding.ABSENT:
                 raise NotSent("mcp.server-unavailable", "the query before sending gave no answer")
         await boundary.cross()
+        if boundary.not_after is not None and datetime.now(UTC) > boundary.not_after:
+            # Held up between crossing and calling (a frozen process) past the attempt's
+            # deadline: the outcome is being recorded unknown and may be retried once found
+            # absent, and an MCP server cannot refuse a late call, so it is not made.
+            raise RuntimeError("held up past the attempt's deadline before calling; not called")
         try:
             result = await conn.call_tool(self.record.tool, arguments, self._timeout_s)
         except RemoteError as exc:

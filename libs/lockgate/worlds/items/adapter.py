@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
@@ -54,6 +56,9 @@ BODY_MAX_BYTES = 2000
 DEFAULT_OUTCOME_DEADLINE_S = 30.0
 #: The exit status of an injected crash (what SIGKILL would leave).
 CRASH_EXIT_STATUS = 137
+#: How far past the attempt's deadline an injected ``stall_before_write`` holds the write:
+#: long enough for the outcome to be recorded unknown, found absent and tried again.
+STALL_PAST_DEADLINE_S = 6.0
 
 DRAFT = "draft.prepare_private"
 PUBLISH = "item.publish"
@@ -276,8 +281,14 @@ class _ItemsAdapter(Adapter):
         await boundary.cross()
         if await self._take("crash_after_send"):
             self._exit_process(CRASH_EXIT_STATUS)
+        stall_s = self.contract.outcome_deadline_s + STALL_PAST_DEADLINE_S \
+            if await self._take("stall_before_write") else 0.0
         try:
-            receipt = await asyncio.to_thread(self._write, order, space_id, title, body)
+            # The server is told when the write stops being wanted (the boundary's
+            # not_after), and refuses it after that: a write held up past the attempt's
+            # deadline cannot land beside the retry of an outcome found absent.
+            receipt = await asyncio.to_thread(
+                self._send, order, space_id, title, body, boundary.not_after, stall_s)
         except ItemsWorldError as exc:
             raise Rejected(exc.reason, str(exc)) from exc
         except ResponseLost as exc:
@@ -297,6 +308,15 @@ class _ItemsAdapter(Adapter):
             return QueryResult(finding=QueryFinding.ABSENT)
         return QueryResult(finding=QueryFinding.FOUND, receipt=receipt)
 
+    def _send(
+        self, order: ExecutionOrder, space_id: str, title: str, body: str,
+        not_after: datetime | None, stall_s: float,
+    ) -> dict[str, str]:
+        """The write, in a worker thread: it goes on even when ``execute`` is given up on."""
+        if stall_s:
+            time.sleep(stall_s)  # an injected stall: this thread frozen past the deadline
+        return self._write(order, space_id, title, body, not_after)
+
     async def _take(self, fault: str) -> bool:
         return await asyncio.to_thread(self._world.take_fault, self.server, fault)
 
@@ -304,7 +324,8 @@ class _ItemsAdapter(Adapter):
         """The effect of this intent, if the server already has it and cannot deduplicate."""
         return None
 
-    def _write(self, order: ExecutionOrder, space_id: str, title: str, body: str) -> dict[str, str]:
+    def _write(self, order: ExecutionOrder, space_id: str, title: str, body: str,
+               not_after: datetime | None) -> dict[str, str]:
         raise NotImplementedError
 
     def _find(self, tenant: str, intent_key: str) -> dict[str, str] | None:
@@ -324,10 +345,11 @@ class DraftAdapter(_ItemsAdapter):
     def _contract(outcome_deadline_s: float) -> CapabilityContract:
         return draft_contract(outcome_deadline_s)
 
-    def _write(self, order: ExecutionOrder, space_id: str, title: str, body: str) -> dict[str, str]:
+    def _write(self, order: ExecutionOrder, space_id: str, title: str, body: str,
+               not_after: datetime | None) -> dict[str, str]:
         return self._world.create_draft(
             self._credential, order.tenant, order.actor, space_id, title, body,
-            order.intent_key, order.intent_id,
+            order.intent_key, order.intent_id, not_after=not_after,
         )
 
     def _find(self, tenant: str, intent_key: str) -> dict[str, str] | None:
@@ -357,10 +379,11 @@ class PublishAdapter(_ItemsAdapter):
             return None
         return Completed(receipt=receipt, result=self._result(receipt))
 
-    def _write(self, order: ExecutionOrder, space_id: str, title: str, body: str) -> dict[str, str]:
+    def _write(self, order: ExecutionOrder, space_id: str, title: str, body: str,
+               not_after: datetime | None) -> dict[str, str]:
         return self._world.publish(
             self._credential, order.tenant, order.actor, space_id, title, body,
-            order.intent_key, order.intent_id,
+            order.intent_key, order.intent_id, not_after=not_after,
         )
 
     def _find(self, tenant: str, intent_key: str) -> dict[str, str] | None:

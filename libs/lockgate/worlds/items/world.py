@@ -29,7 +29,17 @@ fault                    what happens
 ``fail_before_send``     the adapter gives up before its send boundary
 ``query_unavailable``    a query by identity gets no answer (``finding: unknown``): an
                          unknown outcome stays unknown, for an operator to settle
+``stall_before_write``   the adapter's write, past its send boundary, stalls until after
+                         the attempt's deadline before it reaches the server (a process
+                         frozen between its crossing and its write): by then the outcome
+                         is unknown and a retry may have written; the server refuses the
+                         late write (``WriteTooLate``)
 =======================  ===================================================================
+
+Both servers take the latest moment a write may take effect (``not_after``, the
+attempt's deadline as the adapter SDK hands it over) and refuse one that reaches them
+later, without writing: so an attempt the executor no longer waits for cannot land
+beside the retry a query found it absent for.
 
 Only ``drop_response`` is consumed by the world itself; the adapter takes the others
 with ``take_fault``. ``lockgate world fault items <fault> --server P|Q`` arms one.
@@ -77,6 +87,7 @@ FAULTS: tuple[str, ...] = (
     "crash_after_commit",
     "fail_before_send",
     "query_unavailable",
+    "stall_before_write",
 )
 
 Clock = Callable[[], datetime]
@@ -118,10 +129,17 @@ class NotAuthorized(ItemsWorldError):
     reason = "item.not-authorized"
 
 
+class WriteTooLate(ItemsWorldError):
+    """The write reached the server after the latest moment it could take effect."""
+
+    reason = "items.write-too-late"
+
+
 #: Every reason code the world can raise, for the test that lists them.
 REASONS: tuple[str, ...] = tuple(
     cls.reason
-    for cls in (InvalidCredential, SpaceNotFound, TenantMismatch, SpaceArchived, NotAuthorized)
+    for cls in (InvalidCredential, SpaceNotFound, TenantMismatch, SpaceArchived, NotAuthorized,
+                WriteTooLate)
 )
 
 
@@ -271,6 +289,7 @@ class World:
         body: str,
         idempotency_key: str,
         intent_id: str,
+        not_after: datetime | None = None,
     ) -> dict[str, str]:
         """Server P: create a private draft, once per ``idempotency_key`` (per tenant).
 
@@ -281,13 +300,14 @@ class World:
             The receipt: ``draft_id``, ``space_id``, ``idempotency_key``.
 
         Raises:
-            InvalidCredential, SpaceNotFound, TenantMismatch, NotAuthorized, SpaceArchived:
-                nothing was written.
+            InvalidCredential, SpaceNotFound, TenantMismatch, NotAuthorized, SpaceArchived,
+            WriteTooLate: nothing was written.
             ResponseLost: an injected ``drop_response``; the call committed.
         """
 
         def create(db: sqlite3.Connection) -> dict[str, str]:
             self._authenticate(db, credential)
+            self._in_time(not_after)
             existing = db.execute(
                 "SELECT * FROM drafts WHERE tenant = ? AND idempotency_key = ?",
                 (tenant, idempotency_key),
@@ -320,6 +340,7 @@ class World:
         body: str,
         client_ref: str,
         intent_id: str,
+        not_after: datetime | None = None,
     ) -> dict[str, str]:
         """Server Q: publish an item now and notify every subscriber of the space.
 
@@ -332,13 +353,14 @@ class World:
             (how many subscribers were notified), as strings.
 
         Raises:
-            InvalidCredential, SpaceNotFound, TenantMismatch, NotAuthorized, SpaceArchived:
-                nothing was written.
+            InvalidCredential, SpaceNotFound, TenantMismatch, NotAuthorized, SpaceArchived,
+            WriteTooLate: nothing was written.
             ResponseLost: an injected ``drop_response``; the call committed.
         """
 
         def publish(db: sqlite3.Connection) -> dict[str, str]:
             self._authenticate(db, credential)
+            self._in_time(not_after)
             _check_may_create(db, tenant, actor, space_id)
             at = self._clock().isoformat()
             title_digest = digest_bytes(title.encode())
@@ -519,6 +541,11 @@ class World:
         if refusal is not None:
             raise refusal
         return receipt
+
+    def _in_time(self, not_after: datetime | None) -> None:
+        """Refuse a write that reached the server after ``not_after`` (the world's clock)."""
+        if not_after is not None and self._clock() > not_after:
+            raise WriteTooLate(f"the write was due by {not_after.isoformat()}")
 
     def _rows(self, query: str) -> list[dict[str, str]]:
         with self._read() as db:

@@ -691,9 +691,12 @@ class PublishSummaryAdapter(_RepoAdapter):
             self._world.find, self._credential, self.operation, order.tenant, order.intent_key)
         if found is None:
             await boundary.cross()
+            # The board refuses a post that reaches it after the boundary's not_after: one
+            # held up past the deadline cannot land beside the retry of an absent outcome.
             found = await self._call(
                 self._world.publish_summary, self._credential, order.tenant, order.actor,
-                str(order.arguments["artifact"]), order.intent_key, order.intent_id)
+                str(order.arguments["artifact"]), order.intent_key, order.intent_id,
+                boundary.not_after)
         return Completed(receipt=found, result={"post_id": found["post_id"], "board": found["board"],
                                                 "artifact": found["artifact"]})
 

@@ -130,11 +130,17 @@ class ArtifactNotFound(RepoWorldError):
     reason = "repo.artifact-not-found"
 
 
+class PostTooLate(RepoWorldError):
+    """The post reached the board after the latest moment it could take effect."""
+
+    reason = "repo.post-too-late"
+
+
 #: Every reason code the world can raise, for the test that lists them.
 REASONS: tuple[str, ...] = tuple(
     cls.reason
     for cls in (InvalidCredential, RepoNotFound, TenantMismatch, NotAMember, RevisionUnknown,
-                RevisionStale, PathNotFound, ArtifactNotFound)
+                RevisionStale, PathNotFound, ArtifactNotFound, PostTooLate)
 )
 
 
@@ -534,19 +540,25 @@ class World:
         return self._invoke("run_tests", credential, tenant, actor, record)
 
     def publish_summary(self, credential: str, tenant: str, actor: str, artifact: str,
-                        client_ref: str, intent_id: str) -> dict[str, str]:
+                        client_ref: str, intent_id: str,
+                        not_after: datetime | None = None) -> dict[str, str]:
         """Post a summary artifact to the external review board, now.
 
         Not idempotent: every call is a new post, whatever ``client_ref`` says; the
-        reference is only recorded, so ``find_post`` can answer later.
+        reference is only recorded, so ``find_post`` can answer later. A post that
+        arrives after ``not_after`` (the attempt's deadline, as the adapter SDK hands it
+        over) is refused: by then a query may have found it absent and a retry posted.
 
         Returns:
             The receipt: ``post_id``, ``board``, ``artifact``, ``client_ref``.
 
         Raises:
-            InvalidCredential, TenantMismatch, NotAMember, ArtifactNotFound: nothing was posted.
+            InvalidCredential, TenantMismatch, NotAMember, ArtifactNotFound, PostTooLate:
+                nothing was posted.
         """
         def publish(db: sqlite3.Connection) -> dict[str, str]:
+            if not_after is not None and self._clock() > not_after:
+                raise PostTooLate(f"the post was due by {not_after.isoformat()}")
             row = db.execute("SELECT content FROM summaries WHERE digest = ? AND tenant = ?",
                              (artifact, tenant)).fetchone()
             if row is None:
