@@ -81,6 +81,7 @@ from lockgate.runtime.status import (
 from lockgate.runtime.topology import (
     PartitionsMismatch,
     ensure_topology,
+    hand_leadership,
     spread_leaders,
     topology_streams,
 )
@@ -791,7 +792,7 @@ async def _watch_nodes(
     by itself, so one node would go on leading two partitions' appends. Once every node
     is healthy and the partition's replica on its own node is current, and has been for
     ``REBALANCE_AFTER_S`` (a node that comes and goes is not chased), the leadership is
-    handed back (``spread_leaders``).
+    handed back (``hand_leadership``, as ``spread_leaders`` places it).
     """
     loop = asyncio.get_running_loop()
     names = [a.name for a in nodes.addresses()]
@@ -827,10 +828,10 @@ async def _watch_nodes(
         elif misplaced_since is None:
             misplaced_since = loop.time()
         elif loop.time() - misplaced_since >= REBALANCE_AFTER_S:
-            where = ", ".join(f"{stream} on {node}" for stream, node in sorted(moves.items()))
+            where = ", ".join(f"{stream} on {name}" for stream, name in sorted(moves.items()))
             _say(f"lockgate: every node is back; leaders handed back: {where}")
-            with contextlib.suppress(NatsError, TimeoutError):
-                await spread_leaders(nc, partitions, names)
+            for stream, name in sorted(moves.items()):
+                await hand_leadership(nc, stream, name)
             misplaced_since = None
 
 

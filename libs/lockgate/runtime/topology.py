@@ -288,8 +288,14 @@ async def spread_leaders(nc: Client, partitions: Partitions, nodes: Sequence[str
         info = await js.stream_info(p.stream)
         leader = info.cluster.leader if info.cluster is not None else None
         if leader and leader != preferred:
-            request = json.dumps({"placement": {"preferred": preferred}}).encode()
-            with contextlib.suppress(NatsError):
-                await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{p.stream}", request, timeout=5.0)
+            await hand_leadership(nc, p.stream, preferred)
         leaders[p.stream] = leader or ""
     return leaders
+
+
+async def hand_leadership(nc: Client, stream: str, node: str) -> None:
+    """Ask ``stream``'s leader to step down in favour of ``node`` (nothing happens when it
+    cannot: the leadership stays where it is)."""
+    request = json.dumps({"placement": {"preferred": node}}).encode()
+    with contextlib.suppress(NatsError):
+        await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", request, timeout=5.0)
