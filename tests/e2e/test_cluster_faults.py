@@ -11,8 +11,8 @@ told executed is missing from the world, no outcome stays unknown, and new candi
 execute once the fault is over.
 
 ``make test-cluster`` runs them (``LOCKGATE_CLUSTER=1``; ``LOCKGATE_CLUSTER_LONG=1`` adds
-a node frozen past the election timeout, a node restarted on its store, and larger
-bursts), and CI runs ``make test-cluster`` after ``make test``. The events are in three
+a replica of every process frozen past ack_wait and continued, a node frozen past the
+election timeout, a node restarted on its store, and larger bursts), and CI runs ``make test-cluster`` after ``make test``. The events are in three
 partitions, one led by each node (``lockgate.eventstore.partitions``): the leader faults
 hit the node leading ``LG_EVENTS_0``, which leads that partition only.
 """
@@ -307,6 +307,26 @@ async def test_one_replica_of_each_process_killed_under_load(cluster: ClusterSys
             cluster.spawn_replica(label)
         await cluster.wait_ready(victims)
     await new_candidates_execute(cluster, gw, "after-replica-kill")
+
+
+@long_only
+async def test_one_replica_of_each_process_frozen_past_ack_wait(cluster: ClusterSystem, gw: Gateway) -> None:
+    """SIGSTOP, then SIGCONT: the frozen replicas' messages go to the others after ack_wait,
+    and the frozen ones wake up mid-handler, with a history, a claim or a write held from
+    before. What they do then must change nothing: appends conflict, claims are refused,
+    a held write lands only while its attempt still waits for it."""
+    sent, tasks = await burst(gw, "replica-freeze")
+    await asyncio.sleep(1.5)
+    victims = [f"{name}-1" for name in (*SERVICES, *(n for n, _ in ADAPTERS))]
+    for label in victims:
+        cluster.processes[label].send_signal(signal.SIGSTOP)
+    try:
+        await asyncio.sleep(3 * cluster.settings().ack_wait_s)
+    finally:
+        for label in victims:
+            cluster.processes[label].send_signal(signal.SIGCONT)
+    await judge(cluster, sent, tasks, f"SIGSTOPped {', '.join(victims)} past ack_wait, then continued")
+    await new_candidates_execute(cluster, gw, "after-replica-freeze")
 
 
 @long_only
