@@ -102,7 +102,7 @@ async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> 
 
     # The node leading partition 0 dies. The supervisor starts it again on its store; the
     # partition's leadership went to another node meanwhile, and once the node is back and
-    # current (for REBALANCE_AFTER_S) it is handed back, so no node leads two partitions.
+    # current (for HAND_BACK_AFTER_S) it is handed back, so no node leads two partitions.
     killed = streams["LG_EVENTS_0"]["leader"]
     os.kill(node_pid(var_dir, killed), signal.SIGKILL)
     async with asyncio.timeout(180):

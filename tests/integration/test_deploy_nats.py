@@ -9,6 +9,7 @@ their own accounts, and the compose profile's admin job creates the topology at 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -23,12 +24,18 @@ import pytest
 
 from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime import deployfiles
-from lockgate.runtime.admin import TopologyError, create_topology
+from lockgate.runtime.admin import (
+    TopologyError,
+    connect,
+    create_topology,
+    keep_leaders,
+    partition_report,
+)
 from lockgate.runtime.cluster import NodeAddress, cluster_report, healthy
 from lockgate.runtime.deployment import Credentials
 from lockgate.runtime.natsserver import free_port, server_binary
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.topology import topology_streams
+from lockgate.runtime.topology import hand_leadership, topology_streams
 
 REPO = Path(__file__).resolve().parents[2]
 NATS = REPO / "deploy" / "nats"
@@ -152,6 +159,48 @@ async def test_the_compose_nodes_form_a_cluster_and_the_admin_job_creates_the_to
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert job.returncode == 0, job.stdout + job.stderr
     assert "topology at R3" in job.stdout
+
+
+async def test_keeping_the_leaders_hands_a_moved_partition_back_to_its_node(
+    compose_cluster: list[NodeAddress], tmp_path: Path
+) -> None:
+    """``--keep-leaders`` (the compose ``leaders`` service): a partition led off its node,
+    every replica current, is handed back once that has lasted ``after_s``."""
+    settings = admin_settings(tmp_path, [a.url for a in compose_cluster])
+    await create_topology(settings, timeout_s=60)
+    nc = await connect(settings, timeout_s=10)
+    stop = asyncio.Event()
+    keeper: asyncio.Task[None] | None = None
+    try:
+        js = nc.jetstream(timeout=1.0)
+
+        async def leader() -> str:
+            try:  # unanswered while the partition elects its new leader
+                info = await js.stream_info("LG_EVENTS_0")
+            except TimeoutError:
+                return ""
+            return info.cluster.leader if info.cluster and info.cluster.leader else ""
+
+        home = await leader()
+        away = next(n for n in NODES if n != home)
+        await hand_leadership(nc, "LG_EVENTS_0", away)  # as a node that was down leaves it
+        deadline = time.monotonic() + 20
+        while await leader() != away:
+            assert time.monotonic() < deadline, "the stepdown did not move the leadership"
+            await asyncio.sleep(0.2)
+        keeper = asyncio.create_task(keep_leaders(settings, stop, every_s=0.5, after_s=1.0))
+        deadline = time.monotonic() + 30
+        while await leader() != home:
+            assert not keeper.done(), keeper
+            assert time.monotonic() < deadline, "the keeper did not hand the leadership back"
+            await asyncio.sleep(0.3)
+        report = await partition_report(js, Partitions(3))
+        assert sorted(s.leader for s in report.streams) == sorted(NODES)
+    finally:
+        stop.set()
+        if keeper is not None:
+            await asyncio.wait_for(keeper, 15)
+        await nc.close()
 
 
 async def test_the_admin_job_says_so_when_no_node_answers(tmp_path: Path) -> None:

@@ -131,7 +131,7 @@ def test_every_supervised_process_runs_with_the_local_clusters_replicas(services
 
 def test_every_module_compose_runs_exists(services: dict[str, Any]) -> None:
     named = {n: s["command"][2] for n, s in lockgate_services(services).items()}
-    assert len(named) == len(CHILDREN) + 1  # and the admin job
+    assert len(named) == len(CHILDREN) + 2  # and the admin job, and the admin keeping the leaders
     for name, module in named.items():
         assert importlib.util.find_spec(module) is not None, f"{name}: no module {module}"
 
@@ -140,6 +140,10 @@ def test_the_admin_job_runs_once_before_every_process(services: dict[str, Any]) 
     admin = services[deployfiles.ADMIN_SERVICE]
     assert admin["command"] == ["python", "-m", "lockgate.runtime.admin"]
     assert admin["restart"] == "on-failure" and "deploy" not in admin
+    # Then the admin stays once, handing partitions' leaderships back after a node was down.
+    keeper = services[deployfiles.LEADERS_SERVICE]
+    assert keeper["command"] == ["python", "-m", "lockgate.runtime.admin", "--keep-leaders"]
+    assert keeper["restart"] == "unless-stopped" and "deploy" not in keeper
     assert admin["depends_on"] == {n: {"condition": "service_healthy"} for n in ("n1", "n2", "n3")}
     for name, service in lockgate_services(services).items():
         if name != deployfiles.ADMIN_SERVICE:
@@ -189,6 +193,7 @@ def test_each_container_mounts_only_its_own_credentials(compose: dict[str, Any])
     table = {r.name: r for r in roles(deployfiles.TENANTS)}
     expected = {child_user(name): child_user(name) for name, _ in CHILDREN}
     expected[deployfiles.ADMIN_SERVICE] = admin_role().name
+    expected[deployfiles.LEADERS_SERVICE] = admin_role().name
     users = Counter()
     for name, service in compose["services"].items():
         mounted = own_credentials(compose, name)
@@ -205,6 +210,8 @@ def test_each_container_mounts_only_its_own_credentials(compose: dict[str, Any])
         target = next(s["target"] for s in service["secrets"] if s["source"] == f"nats-{user}")
         assert service["environment"]["LOCKGATE_CREDENTIALS_FILE"] == target
         users[user] += 1
+    # One container per user; the admin's two (the job, then the one keeping the leaders).
+    assert users.pop(admin_role().name) == 2
     assert all(count == 1 for count in users.values()), users
 
 
@@ -301,7 +308,7 @@ def test_every_prometheus_target_is_a_compose_service_with_a_metrics_port(servic
                 assert service["environment"]["LOCKGATE_METRICS_PORT"] == str(port), name
                 assert service["environment"]["LOCKGATE_METRICS_ADDR"] == "0.0.0.0", name
                 scraped.add(name)
-    processes = set(lockgate_services(services)) - {deployfiles.ADMIN_SERVICE}
+    processes = set(lockgate_services(services)) - {deployfiles.ADMIN_SERVICE, deployfiles.LEADERS_SERVICE}
     assert scraped == processes
     assert config["rule_files"] == ["alerts.yml"]
     assert (REPO / "deploy" / "prometheus" / "alerts.yml").is_file()

@@ -9,12 +9,22 @@ It is the compose profile's one-shot ``admin`` job, which every other process wa
 (``docker-compose.yml``): services and adapters only bind to what it made.
 
 Running it again is harmless (``ensure_topology`` creates or brings up to date).
+
+``--keep-leaders`` then stays (the compose profile's ``leaders`` service): a node that was
+down, frozen or restarted lost its events partitions' leaderships to the others and does
+not get them back by itself, so every ``HAND_BACK_EVERY_S`` it reads the partitions' leaders and
+replicas from their streams and hands a leadership back once the partition's replica on its
+own node has been current, with no node offline, for ``HAND_BACK_AFTER_S`` (what ``lockgate run
+--cluster``'s supervisor does from the nodes' monitoring ports, which a container may not
+reach). It stops on SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -25,9 +35,24 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from lockgate.core.errors import LockgateError
+from lockgate.eventstore.partitions import Partitions
+from lockgate.runtime.cluster import (
+    HAND_BACK_AFTER_S,
+    HAND_BACK_EVERY_S,
+    ClusterReport,
+    NodeState,
+    ReplicaState,
+    StreamState,
+    misplaced_leaders,
+)
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.streams import CANDIDATES
-from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
+from lockgate.runtime.topology import (
+    ensure_topology,
+    hand_leadership,
+    spread_leaders,
+    topology_streams,
+)
 
 #: How long the step waits for a node to answer and for the streams to settle.
 DEFAULT_TIMEOUT_S = 120.0
@@ -132,14 +157,86 @@ async def _node_names(js: JetStreamContext) -> list[str]:
     return sorted(names | ({cluster.leader} if cluster.leader else set()))
 
 
+async def partition_report(js: JetStreamContext, partitions: Partitions) -> ClusterReport:
+    """The events partitions' leaders and replicas as their streams say (``misplaced_leaders``'
+    input, from NATS alone). A node counts as up unless a partition lists it offline; a
+    partition without a leader, or one that cannot be read, gives a report with no nodes,
+    on which nothing is moved."""
+    streams: list[StreamState] = []
+    seen: set[str] = set()
+    offline: set[str] = set()
+    for p in partitions:
+        try:
+            cluster = (await js.stream_info(p.stream)).cluster
+        except (NatsError, TimeoutError):
+            return ClusterReport(nodes=[], streams=[])
+        if cluster is None or not cluster.leader:
+            return ClusterReport(nodes=[], streams=[])
+        replicas = [ReplicaState(name=r.name, current=bool(r.current) and not r.offline, lag=r.lag or 0)
+                    for r in cluster.replicas or [] if r.name]
+        offline |= {r.name for r in cluster.replicas or [] if r.name and r.offline}
+        seen |= {cluster.leader, *(r.name for r in replicas)}
+        streams.append(StreamState(stream=p.stream, leader=cluster.leader, replicas=replicas))
+    nodes = [NodeState(name=n, url="", up=n not in offline, healthy=n not in offline)
+             for n in sorted(seen)]
+    return ClusterReport(nodes=nodes, streams=streams)
+
+
+async def keep_leaders(
+    settings: Settings, stop: asyncio.Event, *, every_s: float = HAND_BACK_EVERY_S,
+    after_s: float = HAND_BACK_AFTER_S, timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Hand the events partitions' leaderships back to their nodes until ``stop`` is set."""
+    nc = await connect(settings, timeout_s)
+    try:
+        js = nc.jetstream()
+        names = await _node_names(js)
+        misplaced_since: float | None = None
+        while not stop.is_set():
+            moves = misplaced_leaders(await partition_report(js, settings.partitions),
+                                      settings.partitions, names)
+            now = time.monotonic()
+            if not moves:
+                misplaced_since = None
+            elif misplaced_since is None:
+                misplaced_since = now
+            elif now - misplaced_since >= after_s:
+                where = ", ".join(f"{stream} on {node}" for stream, node in sorted(moves.items()))
+                print(f"lockgate admin: leaders handed back: {where}", flush=True)
+                for stream, node in sorted(moves.items()):
+                    await hand_leadership(nc, stream, node)
+                misplaced_since = None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
+    finally:
+        await nc.close()
+
+
+async def _create_then_keep(settings: Settings, timeout_s: float) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await create_topology(settings, timeout_s=timeout_s)
+    print("lockgate admin: keeping the events partitions' leaders on their nodes", flush=True)
+    await keep_leaders(settings, stop, timeout_s=timeout_s)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lockgate.runtime.admin [--timeout S]``: the topology, once; exit 0 when it is there."""
+    """``python -m lockgate.runtime.admin [--timeout S] [--keep-leaders]``: the topology,
+    once; exit 0 when it is there (or, keeping the leaders, on SIGTERM)."""
     parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.admin")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help="seconds to wait for a node and for the streams (default %(default)s)")
+    parser.add_argument("--keep-leaders", action="store_true",
+                        help="then stay, handing the events partitions' leaderships back to "
+                             "their nodes after a node was down")
     args = parser.parse_args(argv)
     settings = Settings()
     try:
+        if args.keep_leaders:
+            asyncio.run(_create_then_keep(settings, args.timeout))
+            return 0
         leaders = asyncio.run(create_topology(settings, timeout_s=args.timeout))
     except LockgateError as exc:
         print(f"lockgate admin: {exc}", file=sys.stderr, flush=True)

@@ -304,6 +304,14 @@ def read_cluster(addresses: Sequence[NodeAddress]) -> ClusterReport:
     return ClusterReport(nodes=nodes, streams=[streams[k] for k in sorted(streams)])
 
 
+#: How often the events partitions' leaders are looked at (by ``lockgate run --cluster``'s
+#: supervisor, and by ``python -m lockgate.runtime.admin --keep-leaders``), and how long
+#: a partition may be led off its node, its own node's replica current, before the
+#: leadership is handed back (a node that comes and goes is not chased).
+HAND_BACK_EVERY_S = 10.0
+HAND_BACK_AFTER_S = 30.0
+
+
 def misplaced_leaders(
     report: ClusterReport, partitions: Partitions, nodes: Sequence[str]
 ) -> dict[str, str]:

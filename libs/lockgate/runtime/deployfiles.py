@@ -10,7 +10,8 @@ differ and exits 1 instead):
   with placeholder passwords;
 - ``deploy/nats/compose/n<k>.conf``: the same nodes in containers (all interfaces, one
   port plan each, routes by service name);
-- ``docker-compose.yml``: the nodes, a one-shot ``admin`` job that creates the topology,
+- ``docker-compose.yml``: the nodes, a one-shot ``admin`` job that creates the topology
+  (and ``leaders``, the admin staying to hand partitions' leaderships back),
   every supervised process with the replicas the local cluster runs, PostgreSQL for the
   views, Prometheus and Grafana;
 - ``deploy/prometheus/compose.yml`` and ``deploy/grafana/provisioning/``: their configuration.
@@ -90,6 +91,9 @@ ACCOUNTS_INCLUDE = "include ./accounts.conf"
 #: The one-shot topology job's service name and module.
 ADMIN_SERVICE = "admin"
 ADMIN_MODULE = "lockgate.runtime.admin"
+#: The admin's second service: it stays, handing the events partitions' leaderships back
+#: to their nodes after a node was down (``admin --keep-leaders``).
+LEADERS_SERVICE = "leaders"
 #: Where the Grafana container finds the dashboard.
 GRAFANA_DASHBOARDS = "/etc/grafana/dashboards"
 #: The image's state directory (``LOCKGATE_VAR_DIR`` in ``deploy/Dockerfile``).
@@ -291,6 +295,10 @@ def compose(size: int = DEFAULT_SIZE) -> dict[str, object]:
     admin.update(restart="on-failure",
                  depends_on={n: {"condition": "service_healthy"} for n in nodes})
     services[ADMIN_SERVICE] = admin
+    leaders = _lockgate_service(admin_role().name, ["python", "-m", ADMIN_MODULE, "--keep-leaders"], size)
+    leaders.update(restart="unless-stopped",
+                   depends_on={ADMIN_SERVICE: {"condition": "service_completed_successfully"}})
+    services[LEADERS_SERVICE] = leaders
     for p in procs:
         services[p.service] = _process_service(p, size)
     services["prometheus"] = {
@@ -327,7 +335,8 @@ def compose(size: int = DEFAULT_SIZE) -> dict[str, object]:
 COMPOSE_HEADER = """\
 # Lockgate's scale-out profile for real machines, the shape `make cluster` runs on one:
 # three NATS nodes (R3 streams, sync_interval: always), a one-shot `admin` job that creates
-# the topology (services and adapters only bind), two replicas of every service and adapter
+# the topology (services and adapters only bind), `leaders` (the admin staying to hand the
+# events partitions' leaderships back after a node was down), two replicas of every service and adapter
 # on their shared durables, the projector, archiver and console once each with the views on
 # PostgreSQL, Prometheus scraping every process and Grafana with the dashboard.
 # LOCKGATE_EVENT_PARTITIONS is the number of event-stream partitions every process uses.

@@ -47,6 +47,8 @@ from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.cluster import (
     DEFAULT_MONITOR_PORT,
     DEFAULT_ROUTE_PORT,
+    HAND_BACK_AFTER_S,
+    HAND_BACK_EVERY_S,
     LocalCluster,
     NodePorts,
     cluster_report,
@@ -108,10 +110,6 @@ UNRESPONSIVE_S = 15.0
 BROKER_UNRESPONSIVE_S = 20.0
 #: Replicas of every service and adapter in the cluster profile.
 CLUSTER_CHILD_REPLICAS = 2
-#: How often the supervisor of a cluster reads where the events partitions' leaders are,
-#: and how long one may be off its node, with every node healthy, before it is handed back.
-REBALANCE_CHECK_EVERY_S = 10.0
-REBALANCE_AFTER_S = 30.0
 
 READY_LINE = "Lockgate ready"
 
@@ -791,7 +789,7 @@ async def _watch_nodes(
     A node that lost its leaderships (killed, frozen, restarted) does not get them back
     by itself, so one node would go on leading two partitions' appends. Once every node
     is healthy and the partition's replica on its own node is current, and has been for
-    ``REBALANCE_AFTER_S`` (a node that comes and goes is not chased), the leadership is
+    ``HAND_BACK_AFTER_S`` (a node that comes and goes is not chased), the leadership is
     handed back (``hand_leadership``, as ``spread_leaders`` places it).
     """
     loop = asyncio.get_running_loop()
@@ -819,7 +817,7 @@ async def _watch_nodes(
         if down:
             misplaced_since = None
             continue
-        if loop.time() - checked_at < REBALANCE_CHECK_EVERY_S:
+        if loop.time() - checked_at < HAND_BACK_EVERY_S:
             continue
         checked_at = loop.time()
         moves = misplaced_leaders(await cluster_report(nodes.addresses()), partitions, names)
@@ -827,7 +825,7 @@ async def _watch_nodes(
             misplaced_since = None
         elif misplaced_since is None:
             misplaced_since = loop.time()
-        elif loop.time() - misplaced_since >= REBALANCE_AFTER_S:
+        elif loop.time() - misplaced_since >= HAND_BACK_AFTER_S:
             where = ", ".join(f"{stream} on {name}" for stream, name in sorted(moves.items()))
             _say(f"lockgate: every node is back; leaders handed back: {where}")
             for stream, name in sorted(moves.items()):
