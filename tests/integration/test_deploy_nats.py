@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -201,6 +202,37 @@ async def test_keeping_the_leaders_hands_a_moved_partition_back_to_its_node(
         if keeper is not None:
             await asyncio.wait_for(keeper, 15)
         await nc.close()
+
+
+async def test_the_leader_keeper_exits_when_its_connection_is_gone_for_good(
+    compose_cluster: list[NodeAddress], tmp_path: Path
+) -> None:
+    """Rather than stay up doing nothing: compose starts it again on a fresh connection."""
+    settings = admin_settings(tmp_path, [a.url for a in compose_cluster])
+    await create_topology(settings, timeout_s=60)
+    keeper = asyncio.create_task(keep_leaders(settings, asyncio.Event(), every_s=0.5))
+    await asyncio.sleep(1.0)
+    assert not keeper.done()
+    killed = kill_processes_under(tmp_path)  # every node gone: the client's reconnects run out
+    assert len(killed) == len(NODES), killed
+    with pytest.raises(TopologyError, match="connection to the cluster was lost"):
+        await asyncio.wait_for(keeper, 90)
+
+
+def kill_processes_under(directory: Path) -> list[int]:
+    """SIGKILL every process whose command line names a file under ``directory``."""
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(str(directory).encode() + b"/") for a in argv):
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+    return killed
 
 
 async def test_the_admin_job_says_so_when_no_node_answers(tmp_path: Path) -> None:

@@ -186,13 +186,20 @@ async def keep_leaders(
     settings: Settings, stop: asyncio.Event, *, every_s: float = HAND_BACK_EVERY_S,
     after_s: float = HAND_BACK_AFTER_S, timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Hand the events partitions' leaderships back to their nodes until ``stop`` is set."""
+    """Hand the events partitions' leaderships back to their nodes until ``stop`` is set.
+
+    Raises:
+        TopologyError: the connection was lost for good (its reconnects ran out); the
+            process exits, and compose starts it again on a fresh connection.
+    """
     nc = await connect(settings, timeout_s)
     try:
         js = nc.jetstream()
         names = await _node_names(js)
         misplaced_since: float | None = None
         while not stop.is_set():
+            if nc.is_closed:
+                raise TopologyError("the connection to the cluster was lost; start again")
             moves = misplaced_leaders(await partition_report(js, settings.partitions),
                                       settings.partitions, names)
             now = time.monotonic()
