@@ -70,6 +70,8 @@ CONSISTENT: dict[str, frozenset[State]] = {
     "paused": frozenset({State.COMPLETED, State.FAILED, State.REFUSED, State.DENIED}),
 }
 WAITING = frozenset({State.UNKNOWN, State.NEEDS_OPERATOR})
+#: One replica of every service and adapter (the replica faults' victims).
+ONE_REPLICA_EACH = [f"{name}-1" for name in (*SERVICES, *(n for n, _ in ADAPTERS))]
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +298,7 @@ async def test_events_leader_killed_mid_burst(cluster: ClusterSystem, gw: Gatewa
 async def test_one_replica_of_each_process_killed_under_load(cluster: ClusterSystem, gw: Gateway) -> None:
     sent, tasks = await burst(gw, "replica-kill")
     await asyncio.sleep(1.5)
-    victims = [f"{name}-1" for name in (*SERVICES, *(n for n, _ in ADAPTERS))]
+    victims = ONE_REPLICA_EACH
     for label in victims:
         cluster.processes[label].send_signal(signal.SIGKILL)
     try:
@@ -317,7 +319,7 @@ async def test_one_replica_of_each_process_frozen_past_ack_wait(cluster: Cluster
     a held write lands only while its attempt still waits for it."""
     sent, tasks = await burst(gw, "replica-freeze")
     await asyncio.sleep(1.5)
-    victims = [f"{name}-1" for name in (*SERVICES, *(n for n, _ in ADAPTERS))]
+    victims = ONE_REPLICA_EACH
     for label in victims:
         cluster.processes[label].send_signal(signal.SIGSTOP)
     try:

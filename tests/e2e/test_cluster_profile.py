@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.runtime.supervisor import READY_LINE
+from lockgate.testing.processes import pids_naming
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("LOCKGATE_CLUSTER") != "1" and os.environ.get("LOCKGATE_CLUSTER_LONG") != "1",
@@ -123,13 +124,7 @@ async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> 
 
 def node_pid(var_dir: Path, name: str) -> int:
     """The pid of the cluster node ``name`` (its configuration is under its own store)."""
-    conf = str(var_dir / "cluster" / name / "nats-server.conf")
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if conf.encode() in argv:
-                return int(entry.name)
-    raise AssertionError(f"no process of node {name} ({conf})")
+    conf = var_dir / "cluster" / name / "nats-server.conf"
+    pids = pids_naming(conf)
+    assert len(pids) == 1, f"node {name} ({conf}): processes {pids}"
+    return pids[0]

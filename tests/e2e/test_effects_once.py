@@ -77,6 +77,15 @@ async def survive_crash(system: System) -> None:
     await system.restart(ADAPTER)
 
 
+async def executed_after_unknown(run: Run, pending: asyncio.Task[ModelResponse]) -> ModelResponse:
+    """The model is told ``outcome_unknown`` first, then ``executed`` once it is settled."""
+    first = await pending
+    assert (first.status, first.code) == ("outcome_unknown", "operation.outcome-unknown")
+    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
+    assert (final.status, final.code) == ("executed", "operation.executed")
+    return final
+
+
 def mine(rows: list[dict[str, str]], candidate_id: str) -> list[dict[str, str]]:
     return [r for r in rows if r["intent_id"] == candidate_id]
 
@@ -102,10 +111,7 @@ async def test_q_lost_response_is_reconciled_not_repeated(
     items.inject("Q", "drop_response")
     calls = items.invocations("Q")
     run, pending = await propose(gw, "item.publish", "q-lost")
-    first = await pending
-    assert (first.status, first.code) == ("outcome_unknown", "operation.outcome-unknown")
-    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
-    assert (final.status, final.code) == ("executed", "operation.executed")
+    final = await executed_after_unknown(run, pending)
     assert len(mine(items.publications(), final.candidate_id)) == 1
     assert len(mine(items.notifications(), final.candidate_id)) == 3  # one fan-out
     assert items.invocations("Q") - calls == 1
@@ -158,10 +164,7 @@ async def test_q_write_held_up_past_its_deadline_never_lands_beside_the_retry(
     items.inject("Q", "stall_before_write")
     calls = items.invocations("Q")
     run, pending = await propose(gw, "item.publish", "q-stalled")
-    first = await pending
-    assert (first.status, first.code) == ("outcome_unknown", "operation.outcome-unknown")
-    final = await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60)
-    assert (final.status, final.code) == ("executed", "operation.executed")
+    final = await executed_after_unknown(run, pending)
     # The held-up write reaches the server STALL_PAST_DEADLINE_S after the deadline.
     until = time.monotonic() + DEADLINE_S + STALL_PAST_DEADLINE_S + 15
     while items.invocations("Q") - calls < 2 and time.monotonic() < until:

@@ -37,6 +37,7 @@ from lockgate.runtime.deployment import Credentials
 from lockgate.runtime.natsserver import free_port, server_binary
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import hand_leadership, topology_streams
+from lockgate.testing.processes import pids_naming
 
 REPO = Path(__file__).resolve().parents[2]
 NATS = REPO / "deploy" / "nats"
@@ -213,26 +214,12 @@ async def test_the_leader_keeper_exits_when_its_connection_is_gone_for_good(
     keeper = asyncio.create_task(keep_leaders(settings, asyncio.Event(), every_s=0.5))
     await asyncio.sleep(1.0)
     assert not keeper.done()
-    killed = kill_processes_under(tmp_path)  # every node gone: the client's reconnects run out
+    killed = pids_naming(tmp_path)  # every node gone: the client's reconnects run out
     assert len(killed) == len(NODES), killed
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
     with pytest.raises(TopologyError, match="connection to the cluster was lost"):
         await asyncio.wait_for(keeper, 90)
-
-
-def kill_processes_under(directory: Path) -> list[int]:
-    """SIGKILL every process whose command line names a file under ``directory``."""
-    killed = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(a.startswith(str(directory).encode() + b"/") for a in argv):
-            os.kill(int(entry.name), signal.SIGKILL)
-            killed.append(int(entry.name))
-    return killed
 
 
 async def test_the_admin_job_says_so_when_no_node_answers(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.cluster import (
     ClusterReport,
+    HandBack,
     NodeState,
     ReplicaState,
     StreamState,
@@ -66,3 +67,17 @@ def test_nothing_moves_to_a_replica_that_is_behind() -> None:
 def test_one_partition_or_one_node_has_nothing_to_spread() -> None:
     assert misplaced_leaders(report({"LG_EVENTS": "n2"}), Partitions(1), NODES) == {}
     assert misplaced_leaders(report({"LG_EVENTS_0": "n2"}), K3, ["n1"]) == {}
+
+
+def test_a_hand_back_is_due_only_once_the_same_misplacement_has_lasted() -> None:
+    moves = {"LG_EVENTS_0": "n1"}
+    waiting = HandBack(after_s=30.0)
+    assert waiting.due(moves, now=100.0) == {}  # first seen
+    assert waiting.due(moves, now=129.0) == {}
+    assert waiting.due(moves, now=130.0) == moves  # lasted 30 s
+    assert waiting.due(moves, now=131.0) == {}  # handed back: wait again
+    assert waiting.due({}, now=140.0) == {}  # settled by itself
+    assert waiting.due(moves, now=141.0) == {} and waiting.due(moves, now=171.0) == moves
+    waiting.due(moves, now=200.0)
+    waiting.reset()  # a node went down: what was seen before does not count
+    assert waiting.due(moves, now=231.0) == {} and waiting.due(moves, now=261.0) == moves

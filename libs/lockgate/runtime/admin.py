@@ -40,9 +40,11 @@ from lockgate.runtime.cluster import (
     HAND_BACK_AFTER_S,
     HAND_BACK_EVERY_S,
     ClusterReport,
+    HandBack,
     NodeState,
     ReplicaState,
     StreamState,
+    describe_moves,
     misplaced_leaders,
 )
 from lockgate.runtime.settings import Settings
@@ -196,23 +198,17 @@ async def keep_leaders(
     try:
         js = nc.jetstream()
         names = await _node_names(js)
-        misplaced_since: float | None = None
+        hand_back = HandBack(after_s)
         while not stop.is_set():
             if nc.is_closed:
                 raise TopologyError("the connection to the cluster was lost; start again")
-            moves = misplaced_leaders(await partition_report(js, settings.partitions),
-                                      settings.partitions, names)
-            now = time.monotonic()
-            if not moves:
-                misplaced_since = None
-            elif misplaced_since is None:
-                misplaced_since = now
-            elif now - misplaced_since >= after_s:
-                where = ", ".join(f"{stream} on {node}" for stream, node in sorted(moves.items()))
-                print(f"lockgate admin: leaders handed back: {where}", flush=True)
+            moves = hand_back.due(misplaced_leaders(
+                await partition_report(js, settings.partitions), settings.partitions, names),
+                time.monotonic())
+            if moves:
+                print(f"lockgate admin: leaders handed back: {describe_moves(moves)}", flush=True)
                 for stream, node in sorted(moves.items()):
                     await hand_leadership(nc, stream, node)
-                misplaced_since = None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every_s)
     finally:

@@ -339,6 +339,35 @@ def misplaced_leaders(
     return moves
 
 
+class HandBack:
+    """When misplaced leaderships are to be handed back: once the same report of them has
+    stood for ``after_s`` (a node that comes and goes is not chased)."""
+
+    def __init__(self, after_s: float = HAND_BACK_AFTER_S) -> None:
+        self._after_s = after_s
+        self._since: float | None = None
+
+    def due(self, moves: dict[str, str], now: float) -> dict[str, str]:
+        """The moves to make now (``misplaced_leaders``' answer at monotonic ``now``), or none."""
+        if not moves:
+            self._since = None
+        elif self._since is None:
+            self._since = now
+        elif now - self._since >= self._after_s:
+            self._since = None
+            return moves
+        return {}
+
+    def reset(self) -> None:
+        """Start waiting again (a node is down: what was seen before does not count)."""
+        self._since = None
+
+
+def describe_moves(moves: dict[str, str]) -> str:
+    """``LG_EVENTS_0 on n1, ...``: the moves, for a log line."""
+    return ", ".join(f"{stream} on {node}" for stream, node in sorted(moves.items()))
+
+
 async def cluster_report(addresses: Sequence[NodeAddress]) -> ClusterReport:
     """:func:`read_cluster` off the event loop."""
     return await asyncio.to_thread(read_cluster, addresses)

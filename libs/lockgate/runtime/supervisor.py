@@ -47,11 +47,12 @@ from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.cluster import (
     DEFAULT_MONITOR_PORT,
     DEFAULT_ROUTE_PORT,
-    HAND_BACK_AFTER_S,
     HAND_BACK_EVERY_S,
+    HandBack,
     LocalCluster,
     NodePorts,
     cluster_report,
+    describe_moves,
     misplaced_leaders,
     node_ports,
     wait_for_leaders,
@@ -789,12 +790,12 @@ async def _watch_nodes(
     A node that lost its leaderships (killed, frozen, restarted) does not get them back
     by itself, so one node would go on leading two partitions' appends. Once every node
     is healthy and the partition's replica on its own node is current, and has been for
-    ``HAND_BACK_AFTER_S`` (a node that comes and goes is not chased), the leadership is
+    ``HAND_BACK_AFTER_S`` (``HandBack``: a node that comes and goes is not chased), the leadership is
     handed back (``hand_leadership``, as ``spread_leaders`` places it).
     """
     loop = asyncio.get_running_loop()
     names = [a.name for a in nodes.addresses()]
-    misplaced_since: float | None = None
+    hand_back = HandBack()
     checked_at = loop.time()
     while True:
         await asyncio.sleep(WATCH_EVERY_S)
@@ -815,22 +816,17 @@ async def _watch_nodes(
                 _say(f"lockgate: node {address.name} did not start again: {exc}; trying again",
                      error=True)
         if down:
-            misplaced_since = None
+            hand_back.reset()
             continue
         if loop.time() - checked_at < HAND_BACK_EVERY_S:
             continue
         checked_at = loop.time()
-        moves = misplaced_leaders(await cluster_report(nodes.addresses()), partitions, names)
-        if not moves:
-            misplaced_since = None
-        elif misplaced_since is None:
-            misplaced_since = loop.time()
-        elif loop.time() - misplaced_since >= HAND_BACK_AFTER_S:
-            where = ", ".join(f"{stream} on {name}" for stream, name in sorted(moves.items()))
-            _say(f"lockgate: every node is back; leaders handed back: {where}")
+        moves = hand_back.due(misplaced_leaders(
+            await cluster_report(nodes.addresses()), partitions, names), loop.time())
+        if moves:
+            _say(f"lockgate: every node is back; leaders handed back: {describe_moves(moves)}")
             for stream, name in sorted(moves.items()):
                 await hand_leadership(nc, stream, name)
-            misplaced_since = None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
