@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import Gateway
@@ -162,3 +163,27 @@ async def test_the_run_the_host_opened_decides_not_the_model(system: System, gw:
         tool="case.add_note", arguments='{"note": "stage: default, roles: [case-lead]"}')
     assert refused.status == "unavailable"
     assert "run.read-only-stage" in await reasons_recorded(system, "tenant-a", refused.candidate_id)
+
+
+async def test_an_executed_note_asks_its_adapter_two_questions(system: System, gw: Gateway) -> None:
+    """Normalization's answer carries policy's facts; the final gate asks for its own under
+    the lock. Counted on the wire, as an administrator watching the adapter's subjects."""
+    nc = await system.connect()
+    asked: list[str] = []
+
+    async def seen(msg: Msg) -> None:
+        asked.append(msg.subject.rsplit(".", 1)[-1])
+
+    sub = await nc.subscribe("lg.adapter.case.add_note.*", cb=seen)
+    try:
+        run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+        turn = await run.open_turn()
+        await nc.flush()
+        asked.clear()  # opening a turn may ask describe
+        response = await turn.propose(tool="case.add_note", arguments='{"note": "two questions"}')
+        await nc.flush()
+    finally:
+        await sub.unsubscribe()
+        await nc.close()
+    assert response.status == "executed"
+    assert sorted(asked) == ["facts", "normalize"]

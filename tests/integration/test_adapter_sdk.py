@@ -317,6 +317,38 @@ async def test_note_of_exactly_500_bytes_is_accepted(served: Env) -> None:
     assert result.reason is None
 
 
+async def test_normalize_asked_for_facts_answers_them_in_the_same_reply(served: Env) -> None:
+    body = {"tenant": "tenant-a", "actor": "user-42", "arguments": {"note": "Called back."},
+            "context": {"case_id": "case-123"}, "with_facts": True}
+    result = msgspec.json.decode(
+        await served.request("normalize", msgspec.json.encode(body)), type=NormalizeResult
+    )
+    asked = msgspec.json.decode(await served.request("facts", msgspec.json.encode(
+        {"tenant": "tenant-a", "actor": "user-42", "resource": result.resource})), type=Facts)
+    # The facts of the normalized resource, exactly what a separate question answers.
+    assert result.reason is None and result.facts == asked
+    assert asked.facts["exists"] is True
+
+
+async def test_normalize_answers_without_facts_when_they_fail_or_it_refuses(env: Env) -> None:
+    await env.start(FactsBroken(env.world, DEMO_CREDENTIAL))
+    body = {"tenant": "tenant-a", "actor": "user-42", "arguments": {"note": "Called back."},
+            "context": {"case_id": "case-123"}, "with_facts": True}
+    result = msgspec.json.decode(
+        await env.request("normalize", msgspec.json.encode(body)), type=NormalizeResult)
+    assert result.reason is None and result.resource["id"] == "case-123" and result.facts is None
+    refused = msgspec.json.decode(await env.request("normalize", msgspec.json.encode(
+        {**body, "arguments": {"note": "  "}})), type=NormalizeResult)
+    assert (refused.reason, refused.facts) == ("argument.note.empty", None)
+
+
+class FactsBroken(CaseNotesAdapter):
+    """Normalizes, but its facts lookup fails."""
+
+    async def facts(self, req: Any) -> Facts:
+        raise RuntimeError("facts store down")
+
+
 async def test_facts_reply(served: Env) -> None:
     body = {"tenant": "tenant-a", "actor": "user-13", "resource": {"type": "case", "id": "case-123"}}
     facts = msgspec.json.decode(await served.request("facts", msgspec.json.encode(body)), type=Facts)

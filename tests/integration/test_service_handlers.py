@@ -44,7 +44,7 @@ from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import encode_event
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
-from lockgate.policy.handlers import PAUSE_AFTER, PolicyHandlers
+from lockgate.policy.handlers import CARRIED_FACTS_FRESH_S, PAUSE_AFTER, PolicyHandlers
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Retry, load_intent
@@ -59,6 +59,10 @@ SETTINGS = Settings(adapter_timeout_s=0.3, manage_topology=True)
 BUNDLES = BundleSource(SETTINGS.policy_dir)
 #: The executor's report-token key in these tests.
 KEY = b"k" * 32
+#: The case-notes world's facts about an open case the actor may write to.
+OPEN_FACTS: dict[str, str | int | bool] = {
+    "exists": True, "tenant": "tenant-a", "status": "open", "writes_suspended": False,
+    "actor_may_add_note": True, "sensitive": False, "version": 4}
 
 
 def executor_handlers(ports: Ports) -> ExecutorHandlers:
@@ -157,6 +161,59 @@ async def test_normalization_retries_then_gives_up_as_unavailable(ports: Ports) 
     assert intent.reason == "capability.unavailable"
 
 
+async def test_normalization_records_the_facts_answered_with_it(ports: Ports, nc: Client) -> None:
+    await register(ports)
+    h = History(contract_revision=CONTRACT.revision)
+    last = await store_history(ports, h)
+    asked: list[dict[str, object]] = []
+
+    async def normalize(data: bytes) -> object:
+        asked.append(msgspec.json.decode(data))
+        return {"arguments": {"case_id": "case-123", "note": "hello"},
+                "resource": {"type": "case", "id": "case-123", "tenant": "tenant-a"},
+                "destination": "case-notes:tenant-a/case-123",
+                "facts": {"facts": OPEN_FACTS, "revision": "4"}}
+
+    sub = await answering(nc, "normalize", normalize)
+    try:
+        await NormalizationHandlers(ports, lambda: T0).received(last, deliveries=1)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    assert [a["with_facts"] for a in asked] == [True]
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.NORMALIZED
+    assert intent.normalized_facts == OPEN_FACTS
+
+
+async def test_policy_decides_on_the_facts_answered_with_the_normalization(ports: Ports) -> None:
+    # No adapter answers facts here: a policy that asked would be told it is unavailable.
+    h = History().normalized(facts=OPEN_FACTS)
+    last = await store_history(ports, h)
+    await PolicyHandlers(ports, BUNDLES, lambda: T0 + timedelta(seconds=2)).normalized(last, deliveries=1)
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.ALLOWED and intent.facts == OPEN_FACTS
+
+
+async def test_policy_asks_again_for_facts_normalized_long_ago(ports: Ports, nc: Client) -> None:
+    h = History().normalized(facts={**OPEN_FACTS, "version": 3})
+    last = await store_history(ports, h)
+    asked: list[bytes] = []
+
+    async def facts(data: bytes) -> object:
+        asked.append(data)
+        return {"facts": OPEN_FACTS, "revision": "4"}
+
+    later = T0 + timedelta(seconds=1 + CARRIED_FACTS_FRESH_S + 1)  # normalized at T0 + 1 s
+    sub = await answering(nc, "facts", facts)
+    try:
+        await PolicyHandlers(ports, BUNDLES, lambda: later).normalized(last, deliveries=1)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert len(asked) == 1
+    assert intent is not None and intent.state is State.ALLOWED and intent.facts["version"] == 4
+
+
 async def test_policy_pauses_when_facts_never_come(ports: Ports) -> None:
     h = History().normalized()
     last = await store_history(ports, h)
@@ -202,9 +259,7 @@ async def test_a_pause_is_decided_again_when_the_evidence_arrives(ports: Ports, 
         await handlers.paused(paused)
 
     async def facts(_: bytes) -> object:
-        return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
-                          "writes_suspended": False, "actor_may_add_note": True,
-                          "sensitive": False, "version": 4}, "revision": "4"}
+        return {"facts": OPEN_FACTS, "revision": "4"}
 
     sub = await answering(nc, "facts", facts)
     try:
@@ -449,9 +504,7 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
         stored = await ports.store.load("tenant-a", h.intent_id)
         await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
             h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), by="runtime", why=""))])
-        return {"facts": {"exists": True, "tenant": "tenant-a", "status": "open",
-                          "writes_suspended": False, "actor_may_add_note": True,
-                          "sensitive": False, "version": 4}, "revision": "4"}
+        return {"facts": OPEN_FACTS, "revision": "4"}
 
     sub = await answering(nc, "facts", facts)
     try:

@@ -323,7 +323,20 @@ class CapabilityWorker:
         return self._description()
 
     async def _normalize(self, data: bytes) -> msgspec.Struct:
-        return await self.adapter.normalize(msgspec.json.decode(data, type=NormalizeRequest))
+        request = msgspec.json.decode(data, type=NormalizeRequest)
+        result = await self.adapter.normalize(request)
+        if not request.with_facts or result.reason is not None:
+            return result
+        # Policy's evidence in the same round trip. Facts that fail here fail nothing:
+        # the answer goes without them and policy asks ``facts`` itself.
+        try:
+            facts = await self.adapter.facts(FactsRequest(
+                tenant=request.tenant, actor=request.actor, resource=dict(result.resource)))
+        except Exception:  # noqa: BLE001 - normalization stands without its facts
+            log.warning("%s: facts after normalize failed; answered without them",
+                        self.capability, exc_info=True)
+            return result
+        return msgspec.structs.replace(result, facts=facts)
 
     async def _facts(self, data: bytes) -> msgspec.Struct:
         return await self.adapter.facts(msgspec.json.decode(data, type=FactsRequest))

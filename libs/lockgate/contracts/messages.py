@@ -137,13 +137,25 @@ class Describe(msgspec.Struct, frozen=True):
     alive_at: datetime | None = None
 
 
+class Facts(msgspec.Struct, frozen=True, kw_only=True):
+    """Current facts about a resource, bounded; ``revision`` names the state observed."""
+
+    facts: dict[str, str | int | bool]
+    revision: str = ""
+
+
 class NormalizeRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask an adapter to canonicalise model arguments with run context."""
+    """Ask an adapter to canonicalise model arguments with run context.
+
+    ``with_facts``: answer the facts about the normalized resource too (policy's
+    evidence, in the same round trip; ``NormalizeResult.facts``).
+    """
 
     tenant: str
     actor: str
     arguments: dict[str, Any]
     context: dict[str, str]
+    with_facts: bool = False
 
 
 class NormalizeResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,6 +166,9 @@ class NormalizeResult(msgspec.Struct, frozen=True, kw_only=True):
     destination: str = ""
     reason: str | None = None
     field: str | None = None
+    #: The facts about ``resource`` right after normalizing, when the request asked for
+    #: them and the adapter had them (``None``: ask ``facts`` separately).
+    facts: Facts | None = None
 
 
 class FactsRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,13 +177,6 @@ class FactsRequest(msgspec.Struct, frozen=True, kw_only=True):
     tenant: str
     actor: str
     resource: dict[str, str]
-
-
-class Facts(msgspec.Struct, frozen=True, kw_only=True):
-    """Current facts about a resource, bounded; ``revision`` names the state observed."""
-
-    facts: dict[str, str | int | bool]
-    revision: str = ""
 
 
 class QueryRequest(msgspec.Struct, frozen=True, kw_only=True):

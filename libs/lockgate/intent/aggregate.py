@@ -299,10 +299,15 @@ class EffectIntent(Aggregate):
         lineage_root: str = ""
         lineage_denials: int = 0
         predecessor_denied: bool = False
+        # The adapter's facts about the resource, answered with the normalization (the
+        # evidence policy decides on while they are fresh; ``None``: policy asks).
+        facts: dict[str, str | int | bool] | None = None
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.NORMALIZED
             agg.normalized_arguments = self.arguments
+            agg.normalized_facts = self.facts
+            agg.normalized_at = self.timestamp
             agg.resource = self.resource
             agg.destination = self.destination
             agg.effect_class = self.effect_class
@@ -809,6 +814,9 @@ class EffectIntent(Aggregate):
         self.reason = reason
         self.field = field
         self.normalized_arguments: dict[str, Any] = {}
+        #: The facts answered with the normalization, and when it was recorded.
+        self.normalized_facts: dict[str, str | int | bool] | None = None
+        self.normalized_at: datetime | None = None
         self.resource: dict[str, str] = {}
         self.destination = ""
         self.effect_class = ""

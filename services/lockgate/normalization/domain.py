@@ -71,6 +71,7 @@ def decide(
             digest=digest(consequence(intent, contract, result)),
             serializer=SERIALIZER_ID,
             contract_revision=contract.revision,
+            facts=dict(result.facts.facts) if result.facts is not None else None,
         )
     ]
 

@@ -1,4 +1,4 @@
-"""Normalization's handler: ask the adapter, decide, append."""
+"""Normalization's handler: ask the adapter (for the facts too), decide, append."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ class NormalizationHandlers:
                     actor=intent.actor,
                     arguments=intent.arguments,
                     context=run.context if run else {},
+                    with_facts=True,  # policy's evidence in the same round trip
                 )
                 try:
                     result = await self.ports.adapters.normalize(intent.tool, request)

@@ -1,10 +1,12 @@
-"""Policy's handler: fresh facts from the adapter, Cedar, append the decision."""
+"""Policy's handler: fresh facts (answered with the normalization, or asked for), Cedar,
+append the decision."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import replace
+from datetime import datetime
 
 import msgspec
 from nats.errors import Error as NatsError
@@ -29,10 +31,27 @@ from lockgate.runtime.service import Clock, Retry, decide_and_append, load_inten
 #: Deliveries without facts before the intent is paused for missing evidence.
 PAUSE_AFTER = 5
 
+#: How old the facts answered with a normalization may be for policy to decide on them.
+CARRIED_FACTS_FRESH_S = 5.0
+
 
 def progress_key(tenant: str, run_id: str, consequence: str) -> str:
     """Key of one consequence's denials in one run (the digest names the consequence)."""
     return f"{tenant}.{run_id}.{consequence.removeprefix('sha256:')}"
+
+
+def carried_facts(intent: EffectIntent, now: datetime) -> Facts | None:
+    """The facts the adapter answered with the normalization, while they are fresh.
+
+    They were read a hop ago, in the same round trip as the normalization; older than
+    ``CARRIED_FACTS_FRESH_S`` (policy was down, the candidate waited in its durable) they
+    are asked for again. Either way the final gate judges facts read under the lock.
+    """
+    if intent.normalized_facts is None or intent.normalized_at is None:
+        return None
+    if abs((now - intent.normalized_at).total_seconds()) > CARRIED_FACTS_FRESH_S:
+        return None
+    return Facts(facts=dict(intent.normalized_facts))
 
 
 class PolicyHandlers:
@@ -67,15 +86,16 @@ class PolicyHandlers:
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None or intent.state is not State.NORMALIZED or intent.decision is not None:
                 return []
-            facts: Facts | None = None
-            try:
-                facts = await self.ports.adapters.facts(
-                    intent.tool,
-                    FactsRequest(tenant=intent.tenant, actor=intent.actor, resource=intent.resource),
-                )
-            except AdapterUnavailable:
-                if deliveries < PAUSE_AFTER:
-                    raise
+            facts = carried_facts(intent, self.clock())
+            if facts is None:
+                try:
+                    facts = await self.ports.adapters.facts(
+                        intent.tool,
+                        FactsRequest(tenant=intent.tenant, actor=intent.actor, resource=intent.resource),
+                    )
+                except AdapterUnavailable:
+                    if deliveries < PAUSE_AFTER:
+                        raise
             return await self._decide(intent, facts, recorded.event_id)
 
         decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
