@@ -330,22 +330,39 @@ async def test_normalize_asked_for_facts_answers_them_in_the_same_reply(served: 
     assert asked.facts["exists"] is True
 
 
-async def test_normalize_answers_without_facts_when_they_fail_or_it_refuses(env: Env) -> None:
-    await env.start(FactsBroken(env.world, DEMO_CREDENTIAL))
+@pytest.mark.parametrize("broken", ["raises", "slow", "malformed", "too-large"])
+async def test_normalize_answers_without_facts_it_cannot_vouch_for(
+    env: Env, broken: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "FACTS_WITH_NORMALIZE_S", 0.2)
+    await env.start(FactsBroken(env.world, DEMO_CREDENTIAL, broken))
     body = {"tenant": "tenant-a", "actor": "user-42", "arguments": {"note": "Called back."},
             "context": {"case_id": "case-123"}, "with_facts": True}
+    started = time.monotonic()
     result = msgspec.json.decode(
         await env.request("normalize", msgspec.json.encode(body)), type=NormalizeResult)
+    # Normalized all the same, and in time: policy asks for the facts itself.
     assert result.reason is None and result.resource["id"] == "case-123" and result.facts is None
+    assert time.monotonic() - started < 1.5
     refused = msgspec.json.decode(await env.request("normalize", msgspec.json.encode(
         {**body, "arguments": {"note": "  "}})), type=NormalizeResult)
     assert (refused.reason, refused.facts) == ("argument.note.empty", None)
 
 
 class FactsBroken(CaseNotesAdapter):
-    """Normalizes, but its facts lookup fails."""
+    """Normalizes, but its facts lookup fails: raises, hangs, or answers what no policy can use."""
+
+    def __init__(self, world: World, credential: str, broken: str) -> None:
+        super().__init__(world, credential)
+        self.broken = broken
 
     async def facts(self, req: Any) -> Facts:
+        if self.broken == "slow":
+            await asyncio.sleep(30)
+        if self.broken == "malformed":
+            return Facts(facts={"exists": None})  # type: ignore[dict-item]
+        if self.broken == "too-large":
+            return Facts(facts={f"k{i}": "x" * 200 for i in range(200)})
         raise RuntimeError("facts store down")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 import pytest
@@ -44,7 +44,12 @@ from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import encode_event
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
-from lockgate.policy.handlers import CARRIED_FACTS_FRESH_S, PAUSE_AFTER, PolicyHandlers
+from lockgate.policy.handlers import (
+    CARRIED_FACTS_FRESH_S,
+    CLOCK_SKEW_S,
+    PAUSE_AFTER,
+    PolicyHandlers,
+)
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Retry, load_intent
@@ -194,7 +199,13 @@ async def test_policy_decides_on_the_facts_answered_with_the_normalization(ports
     assert intent is not None and intent.state is State.ALLOWED and intent.facts == OPEN_FACTS
 
 
-async def test_policy_asks_again_for_facts_normalized_long_ago(ports: Ports, nc: Client) -> None:
+# Normalized at T0 + 1 s: long before policy's clock, or stamped ahead of it (skew).
+@pytest.mark.parametrize("policy_at", [
+    T0 + timedelta(seconds=1 + CARRIED_FACTS_FRESH_S + 1),
+    T0 + timedelta(seconds=1) - timedelta(seconds=CLOCK_SKEW_S + 1),
+], ids=["old", "ahead"])
+async def test_policy_asks_again_for_facts_it_cannot_date(ports: Ports, nc: Client,
+                                                          policy_at: datetime) -> None:
     h = History().normalized(facts={**OPEN_FACTS, "version": 3})
     last = await store_history(ports, h)
     asked: list[bytes] = []
@@ -203,10 +214,9 @@ async def test_policy_asks_again_for_facts_normalized_long_ago(ports: Ports, nc:
         asked.append(data)
         return {"facts": OPEN_FACTS, "revision": "4"}
 
-    later = T0 + timedelta(seconds=1 + CARRIED_FACTS_FRESH_S + 1)  # normalized at T0 + 1 s
     sub = await answering(nc, "facts", facts)
     try:
-        await PolicyHandlers(ports, BUNDLES, lambda: later).normalized(last, deliveries=1)
+        await PolicyHandlers(ports, BUNDLES, lambda: policy_at).normalized(last, deliveries=1)
     finally:
         await sub.unsubscribe()  # type: ignore[attr-defined]
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)

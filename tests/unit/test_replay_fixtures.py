@@ -92,6 +92,31 @@ execute:
     assert rejected.reason == "case.version-conflict"
 
 
+def test_a_declared_normalization_carries_no_facts(tmp_path: Path) -> None:
+    # Policy's facts come from the facts fixtures, in turn; a normalization that names
+    # facts neither answers them nor changes the replay's identity.
+    def declared(result: str) -> Fixtures:
+        file = tmp_path / "fixtures.yaml"
+        file.write_text(f"""
+normalize:
+  - capability: case.add_note
+    tenant: tenant-a
+    actor: user-42
+    arguments: {{note: hello}}
+    result: {result}
+""")
+        fixtures = Fixtures()
+        fixtures.declare(file)
+        return fixtures
+
+    plain = declared("{resource: {type: case, id: case-123}}")
+    with_facts = declared("{resource: {type: case, id: case-123}, facts: {facts: {exists: true}}}")
+    answered = with_facts.answer_normalize("case.add_note", NormalizeRequest(
+        tenant="tenant-a", actor="user-42", arguments={"note": "hello"}, context={}, with_facts=True))
+    assert answered.resource["id"] == "case-123" and answered.facts is None
+    assert with_facts.digest == plain.digest
+
+
 def test_a_file_that_is_no_fixture_file_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "fixtures.yaml"
     file.write_text("normalise: []\n")

@@ -80,6 +80,7 @@ from lockgate.contracts.messages import (
     AttemptReport,
     Describe,
     ExecutionOrder,
+    Facts,
     FactsRequest,
     NormalizeRequest,
     QueryRequest,
@@ -113,6 +114,11 @@ RECHECK_AFTER_S = 0.2
 HEARTBEAT_S = 5.0
 #: Redelivery delay after a transient failure (event store, broker).
 RETRY_DELAY_S = 1.0
+#: The facts a normalization answers with (``NormalizeRequest.with_facts``) must come
+#: within this time and this size (encoded), well inside the normalization's own timeout
+#: and an event's room; otherwise it is answered without them and policy asks.
+FACTS_WITH_NORMALIZE_S = 0.5
+FACTS_WITH_NORMALIZE_MAX_BYTES = 16_384
 
 #: Execute invocations per capability in this process.
 invocations: _Tally[str] = _Tally()
@@ -327,13 +333,20 @@ class CapabilityWorker:
         result = await self.adapter.normalize(request)
         if not request.with_facts or result.reason is not None:
             return result
-        # Policy's evidence in the same round trip. Facts that fail here fail nothing:
-        # the answer goes without them and policy asks ``facts`` itself.
+        # Policy's evidence in the same round trip, if it comes quickly and well formed;
+        # otherwise the normalization is answered without it and policy asks ``facts``
+        # itself (a slow or broken facts lookup pauses a decision, it never fails a
+        # normalization).
         try:
-            facts = await self.adapter.facts(FactsRequest(
-                tenant=request.tenant, actor=request.actor, resource=dict(result.resource)))
+            async with asyncio.timeout(FACTS_WITH_NORMALIZE_S):
+                answered = await self.adapter.facts(FactsRequest(
+                    tenant=request.tenant, actor=request.actor, resource=dict(result.resource)))
+            encoded = msgspec.json.encode(answered)
+            if len(encoded) > FACTS_WITH_NORMALIZE_MAX_BYTES:
+                raise ValueError(f"{len(encoded)} bytes of facts")
+            facts = msgspec.json.decode(encoded, type=Facts)
         except Exception:  # noqa: BLE001 - normalization stands without its facts
-            log.warning("%s: facts after normalize failed; answered without them",
+            log.warning("%s: facts with the normalization not answered; policy will ask",
                         self.capability, exc_info=True)
             return result
         return msgspec.structs.replace(result, facts=facts)

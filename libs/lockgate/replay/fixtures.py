@@ -159,7 +159,9 @@ class Fixtures:
     def digest(self) -> str:
         """A digest of every answer these fixtures give (part of a replay's identity)."""
         return digest({
-            "normalize": {k: msgspec.to_builtins(v) for k, v in sorted(self.normalize.items())},
+            # Facts are the facts fixtures' (a normalization's own are never answered).
+            "normalize": {k: _without_facts(msgspec.to_builtins(v))
+                          for k, v in sorted(self.normalize.items())},
             "facts": {k: [msgspec.to_builtins(f) for f in v] for k, v in sorted(self.facts.items())},
             "effects": {k: {"receipt": v.receipt, "result": v.result, "rejected": v.rejected}
                         for k, v in sorted(self.effects.items())},
@@ -246,7 +248,9 @@ class Fixtures:
         if found is None:
             self.misses.append(Miss("normalize", capability, key))
             return NormalizeResult(reason=FIXTURE_MISSING)
-        return found
+        # What policy decides on comes from the facts fixtures, asked in turn, as a
+        # world's facts are: never from a declared normalization.
+        return msgspec.structs.replace(found, facts=None)
 
     def answer_facts(self, capability: str, request: FactsRequest) -> Facts | None:
         """The fixture's facts (``None``: missing; the world refuses the question)."""
@@ -289,3 +293,8 @@ class Fixtures:
             return [report(ReportStage.REJECTED, reason=effect.rejected, detail="as recorded")]
         return [report(ReportStage.SENT),
                 report(ReportStage.COMPLETED, receipt=dict(effect.receipt), result=dict(effect.result))]
+
+
+def _without_facts(normalized: dict[str, Any]) -> dict[str, Any]:
+    """A normalization's answer as a replay's identity counts it (without ``facts``)."""
+    return {k: v for k, v in normalized.items() if k != "facts"}

@@ -31,8 +31,10 @@ from lockgate.runtime.service import Clock, Retry, decide_and_append, load_inten
 #: Deliveries without facts before the intent is paused for missing evidence.
 PAUSE_AFTER = 5
 
-#: How old the facts answered with a normalization may be for policy to decide on them.
+#: How old the facts answered with a normalization may be for policy to decide on them,
+#: and how far ahead of policy's clock the normalization's stamp may be.
 CARRIED_FACTS_FRESH_S = 5.0
+CLOCK_SKEW_S = 0.5
 
 
 def progress_key(tenant: str, run_id: str, consequence: str) -> str:
@@ -49,7 +51,10 @@ def carried_facts(intent: EffectIntent, now: datetime) -> Facts | None:
     """
     if intent.normalized_facts is None or intent.normalized_at is None:
         return None
-    if abs((now - intent.normalized_at).total_seconds()) > CARRIED_FACTS_FRESH_S:
+    age_s = (now - intent.normalized_at).total_seconds()
+    # A normalization stamped ahead of this clock says nothing about how old its facts
+    # are: beyond a little skew, they are asked for again.
+    if not -CLOCK_SKEW_S <= age_s <= CARRIED_FACTS_FRESH_S:
         return None
     return Facts(facts=dict(intent.normalized_facts))
 
