@@ -117,7 +117,7 @@ class ClusterPlan:
     phase_max_s: float
     start_timeout_s: float = 180.0
     #: Wait for the closed loop's attempt deadlines to pass before the open loops, so
-    #: that the deadline consumer's second delivery of each is not counted in their path.
+    #: that the gate's durable handing each attempt's trigger again is not counted in their path.
     settle_deadlines: bool = True
 
 
@@ -244,8 +244,8 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
         except TimeoutError as exc:
             notes.append(f"projector: {exc}")
         pids["projector"] = system.processes["projector"].pid
-        # The closed loop's attempts come due at their deadline, each handed to the
-        # deadline consumer once more: not the open loops' cost, so not in their counts.
+        # The closed loop's attempts come due at their deadline, each trigger handed to the
+        # gate once more: not the open loops' cost, so not in their counts.
         due = closed_end + CASE_NOTES.outcome_deadline_s + 1.0 - time.monotonic()
         if plan.settle_deadlines and due > 0:
             progress(f"waiting {due:.0f}s for the closed loop's attempt deadlines to pass")

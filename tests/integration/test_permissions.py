@@ -468,7 +468,7 @@ WORK = {
     "policy": Work(("policy",), "PolicyDecided", asks="facts"),
     "approval": Work(("approval", "approval-expiry"), "ReviewApproved", reads=(RUNS_BUCKET,),
                      answers=f"lg.review.tenant-a.{INTENT}.decide.alice"),
-    "executor": Work(("executor-gate", "executor-deadlines", "executor-reports"),
+    "executor": Work(("executor-gate", "executor-reports"),
                      "ExecutionAuthorized", reads=(CAPABILITIES_BUCKET,), asks="facts",
                      publishes="lg.exec.case.add_note"),
     "reconciler": Work(("reconciler",), "Reconciled", asks="query"),

@@ -36,10 +36,10 @@ from lockgate.contracts.messages import (
     Withdraw,
 )
 from lockgate.contracts.responses import ModelResponse
-from lockgate.core.ids import random_id
+from lockgate.core.ids import derived_id, random_id
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import report_token
-from lockgate.executor.handlers import ExecutorHandlers
+from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import encode_event
@@ -54,7 +54,7 @@ from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.service import Retry, load_intent
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.specs import ENDS_HOLD
+from lockgate.runtime.specs import ENDS_HOLD_BY_TRIGGER, ENDS_HOLD_ELSEWHERE
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
@@ -396,38 +396,72 @@ async def test_a_sent_claim_after_a_withdrawal_request_asks_the_adapter_to_stop(
     await heard.unsubscribe()
 
 
-async def test_the_deadline_backstop_sends_no_order_once_a_withdrawal_was_requested(
+def authorized_on_its_trigger(attempt_id: str = "a1", *, call_id: str = "call-1") -> History:
+    """Policy allowed, and the gate authorized ``attempt_id`` on that decision (its trigger)."""
+    h = History(call_id=call_id).normalized().decided("allow")
+    trigger = h.events[-1].event_id
+    return h.extend([EffectIntent.ExecutionAuthorized.next(
+        h.intent, Stamp(now=T0, event_id=derived_id("gate", trigger), causation_id=trigger),
+        attempt_id=attempt_id, intent_key="k1", digest="sha256:d1", policy_revision="p",
+        contract_revision="rev-1", gate_facts={}, deadline_at=T0 + timedelta(seconds=30))])
+
+
+async def store_with_trigger(ports: Ports, h: History) -> RecordedEvent:
+    """Store ``h``; return its ``PolicyDecided`` as stored (what the gate's durable is handed)."""
+    await store_history(ports, h)
+    stored = await ports.store.load("tenant-a", h.intent_id)
+    return next(e for e in stored.events if e.event_type == "PolicyDecided")
+
+
+async def test_the_trigger_of_an_open_attempt_comes_back_at_its_deadline(ports: Ports) -> None:
+    """The gate's trigger is its attempt's timer: asked for again until the deadline, where
+    the attempt still open becomes OutcomeUnknown; after that it is settled for good."""
+    h = authorized_on_its_trigger(f"a-{random_id()[:8]}", call_id=f"call-{random_id()[:8]}")
+    trigger = await store_with_trigger(ports, h)
+    now = [T0]
+    executor = ExecutorHandlers(ports, BUNDLES, lambda: now[0], report_key=KEY)
+    executor._sent[h.intent.attempts[0].attempt_id] = None  # its order went out
+    with pytest.raises(AttemptDue) as due:
+        await executor.ready(trigger)
+    assert 29.9 < due.value.delay_s <= 30.1
+    now[0] = T0 + timedelta(seconds=31)
+    await executor.ready(trigger)  # due: silence is an unknown outcome
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.UNKNOWN
+    await executor.ready(trigger)  # once
+    stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
+    assert stored.count("OutcomeUnknown") == 1
+
+
+async def test_a_trigger_handed_again_sends_no_order_once_a_withdrawal_was_requested(
     ports: Ports,
 ) -> None:
-    h = authorized_history()
-    authorization = await store_history(ports, h)
+    h = authorized_on_its_trigger()
+    trigger = await store_with_trigger(ports, h)
     stored = await ports.store.load("tenant-a", h.intent_id)
     await ports.store.append(stored, [encode_event(EffectIntent.WithdrawalRequested.next(
         h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), attempt_id="a1", by="runtime",
         why=""))])
     await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
-    with pytest.raises(Retry):  # the deadline is still ahead
-        await executor_handlers(ports).deadline(authorization)
+    with pytest.raises(AttemptDue):  # the deadline is still ahead
+        await executor_handlers(ports).ready(trigger)
     with pytest.raises(NotFoundError):
         await ports.js.get_last_msg("LG_EXEC", "lg.exec.case.add_note")
 
 
-async def test_an_order_not_sent_after_its_authorization_is_sent_by_the_deadline_consumer(
+async def test_an_order_not_sent_after_its_authorization_is_sent_when_its_trigger_comes_again(
     ports: Ports,
 ) -> None:
     """The executor appended ``ExecutionAuthorized`` and died before publishing the order:
-    the next one, handed the authorization by its deadline consumer, sends it, once."""
+    the next one, handed the gate's trigger again, sends it, once."""
     attempt = f"a-{random_id()[:8]}"  # an order id the broker has not seen in its window
-    h = History(call_id=f"call-{attempt}").normalized().decided("allow").add(
-        EffectIntent.ExecutionAuthorized, attempt_id=attempt, intent_key="k1", digest="sha256:d1",
-        policy_revision="p", contract_revision="rev-1", gate_facts={},
-        deadline_at=T0 + timedelta(seconds=30))
-    authorization = await store_history(ports, h)
+    h = authorized_on_its_trigger(attempt, call_id=f"call-{attempt}")
+    trigger = await store_with_trigger(ports, h)
     await ports.js.purge_stream("LG_EXEC", subject="lg.exec.case.add_note")
     executor = executor_handlers(ports)
     for _ in range(2):  # the timer comes back; the order is not sent again
-        with pytest.raises(Retry):
-            await executor.deadline(authorization)
+        with pytest.raises(AttemptDue):
+            await executor.ready(trigger)
     info = await ports.js.stream_info("LG_EXEC", subjects_filter="lg.exec.case.add_note")
     assert info.state.subjects == {"lg.exec.case.add_note": 1}
     order = msgspec.json.decode(
@@ -467,7 +501,7 @@ def ended_by(name: str, call_id: str = "call-1") -> History:
                  by="reconciler", why="found", resolution="completed")
 
 
-@pytest.mark.parametrize("name", [e.__name__ for e in ENDS_HOLD])
+@pytest.mark.parametrize("name", [e.__name__ for e in ENDS_HOLD_ELSEWHERE])
 async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_the_record(
     ports: Ports, name: str
 ) -> None:
@@ -478,6 +512,38 @@ async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_th
     assert last.event_type == name
     await ports.locks.put(LOCK, h.intent_id.encode())
     await executor_handlers(ports).settled(last)
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
+
+
+#: The report each attempt's end was appended on (what the reports' durable hands again).
+ENDED_ON: dict[str, AttemptReport] = {
+    "EffectCompleted": AttemptReport(tenant="tenant-a", intent_id="", attempt_id="a1",
+                                     stage="completed"),
+    "AttemptRejected": AttemptReport(tenant="tenant-a", intent_id="", attempt_id="a1",
+                                     stage="rejected", reason="case.closed"),
+    "AttemptInterrupted": AttemptReport(tenant="tenant-a", intent_id="", attempt_id="a1",
+                                        stage="interrupted"),
+}
+
+
+@pytest.mark.parametrize("name", [e.__name__ for e in ENDS_HOLD_BY_TRIGGER])
+async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_by_the_trigger_again(
+    ports: Ports, name: str
+) -> None:
+    """The executor died after appending ``name`` and before freeing the lock, so the trigger
+    it was handling was never acknowledged: a restarted one (nothing in memory), handed it
+    again, finds the hold ended on the record and frees the lock."""
+    h = ended_by(name, call_id=f"call-{name}")
+    last = await store_history(ports, h)
+    assert last.event_type == name
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    executor = executor_handlers(ports)
+    if name == "GateRefused":
+        stored = await ports.store.load("tenant-a", h.intent_id)
+        await executor.ready(next(e for e in stored.events if e.event_type == "PolicyDecided"))
+    else:
+        await deliver(executor, signed(msgspec.structs.replace(ENDED_ON[name], intent_id=h.intent_id)))
     with pytest.raises(KeyNotFoundError):
         await ports.locks.get(LOCK)
 

@@ -14,12 +14,20 @@ from lockgate.authz import Decision
 from lockgate.contracts.messages import DecideReview, NormalizeResult
 from lockgate.contracts.vocabulary import DecisionOutcome, Finding, Resolution
 from lockgate.eventstore.subjects import legacy_type_filter, type_filter
+from lockgate.executor.domain import withdraw
 from lockgate.intent.aggregate import Aggregate, EffectIntent, Stamp
 from lockgate.intent.codec import EVENT_TYPES, fold
 from lockgate.intent.locks import HOLDING, lock_key, may_hold
 from lockgate.normalization.domain import decide as normalize
 from lockgate.policy.domain import record
-from lockgate.runtime.specs import ENDS_HOLD
+from lockgate.runtime.spec import GIVING_UP
+from lockgate.runtime.specs import (
+    ENDS_HOLD,
+    ENDS_HOLD_BY_TRIGGER,
+    ENDS_HOLD_ELSEWHERE,
+    EXECUTOR,
+    SERVICES,
+)
 from lockgate.runtime.topology import durable
 from lockgate.testing.intents import T0, History
 
@@ -101,8 +109,25 @@ def test_every_event_that_can_end_a_hold_is_consumed_by_the_lock_durable() -> No
                 if after is not None and not may_hold(after):
                     ends.add(name)
     assert ends - BEFORE_ANY_HOLD == {e.__name__ for e in ENDS_HOLD}
+    assert set(ENDS_HOLD_BY_TRIGGER) | set(ENDS_HOLD_ELSEWHERE) == set(ENDS_HOLD)
     assert set(durable("executor-locks").filters) == {
-        f(e.__name__) for e in ENDS_HOLD for f in (type_filter, legacy_type_filter)}
+        f(e.__name__) for e in ENDS_HOLD_ELSEWHERE for f in (type_filter, legacy_type_filter)}
+
+
+def test_the_events_the_lock_durable_is_not_handed_are_appended_by_the_executors_triggers_only(
+) -> None:
+    """``ENDS_HOLD_BY_TRIGGER`` are freed by the handler of a trigger handed again after a
+    crash, so no other service may append them, nor the executor's withdrawal (a request,
+    which nobody hands again)."""
+    by_trigger = set(ENDS_HOLD_BY_TRIGGER)
+    for spec in SERVICES:
+        appended = set(spec.appends) | set(GIVING_UP)
+        assert not (appended & by_trigger) or spec is EXECUTOR, spec.name
+    assert not by_trigger & set(GIVING_UP)
+    for name, h in holding().items():
+        for by in ("runtime", "operator"):
+            decided = withdraw(h.intent, by=by, why="", cause="c", now=T0)
+            assert not {type(e) for e in decided} & by_trigger, name
 
 
 def test_the_lock_key_is_a_valid_bucket_key_per_tenant_and_resource() -> None:

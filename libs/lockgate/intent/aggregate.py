@@ -170,11 +170,14 @@ class Attempt:
     """One try to execute the intent, as far as the record knows."""
 
     def __init__(
-        self, attempt_id: str, authorized_version: int, deadline_at: datetime | None = None
+        self, attempt_id: str, authorized_version: int, deadline_at: datetime | None = None,
+        authorized_by: str = "",
     ) -> None:
         self.attempt_id = attempt_id
         self.authorized_version = authorized_version
         self.deadline_at = deadline_at
+        #: The event the gate authorized this attempt on (its trigger's id).
+        self.authorized_by = authorized_by
         self.stage = AttemptStage.AUTHORIZED
         self.reason: str | None = None
         #: An adapter reported crossing the send boundary (the effect may exist).
@@ -469,7 +472,8 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.AUTHORIZED
             agg.intent_key = self.intent_key
-            agg.attempts.append(Attempt(self.attempt_id, self.originator_version, self.deadline_at))
+            agg.attempts.append(Attempt(self.attempt_id, self.originator_version, self.deadline_at,
+                                        self.causation_id))
 
     class GateRefused(Event):
         """The final gate found something no longer true; nothing was dispatched."""

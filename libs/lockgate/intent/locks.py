@@ -3,9 +3,12 @@
 Contracts that ask for it (``serialize_per_resource``) run one effect at a time per
 resource: the executor's gate takes a key in the ``LG_LOCKS`` bucket (its value is the
 intent id) and holds it until the intent reaches a state in which its effect is settled.
-Release is driven by the record (DESIGN invariant 8): every event that can end a hold is
-consumed by the executor's ``executor-locks`` durable (``lockgate.runtime.topology``), so a
-crash between an append and the release that follows it leaves no lock behind.
+Release is driven by the record (DESIGN invariant 8), so a crash between an append and the
+release that follows it leaves no lock behind: the executor's gate and reports free the lock
+an event of theirs ended before their trigger is acknowledged (a process that died in between
+leaves the trigger to be handed again, and the next one finds the hold ended on the record),
+and every event that ends a hold anywhere else is consumed by the ``executor-locks`` durable
+(``lockgate.runtime.specs.ENDS_HOLD_ELSEWHERE``).
 """
 
 from __future__ import annotations

@@ -61,6 +61,23 @@ ENDS_HOLD: tuple[type[Event], ...] = (
     EffectIntent.ProcessingAbandoned,
 )
 
+#: Of those, the ones only the executor's own consumers append, the gate (``GateRefused``)
+#: and the reports (the attempt's end): the handler that appends one frees the lock before
+#: its trigger is acknowledged, and one that dies in between is handed the same trigger
+#: again, finds the hold ended on the record and frees it then. So the lock durable is not
+#: handed them; a unit test checks each is appended by no other reaction.
+ENDS_HOLD_BY_TRIGGER: tuple[type[Event], ...] = (
+    EffectIntent.GateRefused,
+    EffectIntent.EffectCompleted,
+    EffectIntent.AttemptRejected,
+    EffectIntent.AttemptInterrupted,
+)
+
+#: The events that end a hold elsewhere (a withdrawal answered on request, the reconciler,
+#: any consumer giving a message up): these are what the lock durable is handed.
+ENDS_HOLD_ELSEWHERE: tuple[type[Event], ...] = tuple(
+    e for e in ENDS_HOLD if e not in ENDS_HOLD_BY_TRIGGER)
+
 #: Every event that can end an intent (a ``PolicyDecided`` only when it denies): budget
 #: holds are settled from the record.
 ENDS_INTENT: tuple[type[Event], ...] = (
@@ -145,23 +162,22 @@ APPROVAL = ServiceSpec(
 EXECUTOR = ServiceSpec(
     "executor",
     consumes=(
-        # The gate waits (Retry) for a resource lock and for facts.
+        # The gate waits (Retry) for a resource lock and for facts. The trigger of an
+        # attempt it authorized is its timer too: asked for again at the attempt's
+        # deadline (so it holds a message per open attempt), when silence becomes
+        # OutcomeUnknown; handed again after a crash, it sends an order left unsent.
         Consumer(
             "executor-gate", "ready",
             (EffectIntent.PolicyDecided, EffectIntent.ReviewApproved,
              EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
             routes=((EffectIntent.PolicyDecided, (DecisionOutcome.ALLOW,)),
                     (EffectIntent.Reconciled, (Resolution.RETRY,))),
-            timers=True,
+            max_ack_pending=TIMERS, timers=True,
         ),
-        # The gate publishes an order right after appending its ExecutionAuthorized; the
-        # deadline consumer sends any order that was not (the executor died in between).
-        Consumer("executor-deadlines", "deadline", (EffectIntent.ExecutionAuthorized,),
-                 max_ack_pending=TIMERS, timers=True, batch=64),
         Consumer("executor-reports", "report", channel=channels.REPORT, stream=REPORTS),
-        # The handler that appends one of them releases at once too (a fast path); this
-        # durable is what makes release survive a crash right after the append.
-        Consumer("executor-locks", "settled", ENDS_HOLD),
+        # What makes release survive a crash right after an append that ended a hold, for
+        # the events no trigger of the executor's own is handed again for.
+        Consumer("executor-locks", "settled", ENDS_HOLD_ELSEWHERE),
     ),
     appends=(
         EffectIntent.ExecutionAuthorized,
@@ -220,6 +236,10 @@ READ_SIDE_APPENDS: dict[str, tuple[type[Event], ...]] = {
 
 #: Events no durable is handed, and why that is right.
 UNCONSUMED: dict[type[Event], str] = {
+    EffectIntent.ExecutionAuthorized: (
+        "the gate that appends it publishes the attempt's order at once, and holds the "
+        "trigger it authorized on as the attempt's timer (handed again at the deadline, "
+        "and after a crash before the order went out); adapters are handed the order"),
     EffectIntent.IntentArchived: (
         "the archiver's mark after an ended intent, kept as its identity; the projector "
         "folds it with every other event, and a service that loads the intent reads it"),

@@ -3,8 +3,9 @@
 The moment: right after the executor appended an event that ended an intent's hold on
 its resource, and before the release that follows it in the same handler. Nothing else
 runs in between (the kill is synchronous, before the next ``await``), so a test can prove
-that the lock is released from the record, by the restarted executor's lock durable,
-and not by the step after the append.
+that the lock is released from the record (by the restarted executor, handed the trigger
+again or, for an event that ends a hold elsewhere, by its lock durable) and not only by the
+step after the append.
 
 ``python -m lockgate.testing.crashpoints`` runs the executor with these variables:
 

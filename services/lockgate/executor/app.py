@@ -47,9 +47,6 @@ def create_app(settings: Settings) -> FastStream:
     async def on_ready(msg: Delivery) -> None:
         await service.handlers.ready(recorded_event(msg))
 
-    async def on_deadline(msg: Delivery) -> None:
-        await service.handlers.deadline(recorded_event(msg))
-
     async def on_settled(msg: Delivery) -> None:
         await service.handlers.settled(recorded_event(msg))
 
@@ -57,8 +54,7 @@ def create_app(settings: Settings) -> FastStream:
         raw = msg.raw_message
         await service.handlers.report(raw.data, raw.subject, int(raw.metadata.sequence.stream))
 
-    entries = {"ready": on_ready, "deadline": on_deadline,
-               "report": on_report, "settled": on_settled}
+    entries = {"ready": on_ready, "report": on_report, "settled": on_settled}
     for consumer, entry in SPEC.subscriptions(entries):
         add_durable(broker, Subscription(consumer, entry), log, service)
     return app

@@ -23,7 +23,7 @@ from lockgate.contracts.vocabulary import (
 )
 from lockgate.core.ids import derived_id
 from lockgate.core.validation import validator
-from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.aggregate import Attempt, EffectIntent, Event, Stamp, State
 
 #: Attempts that failed before their send boundary are retried at most this often.
 MAX_ATTEMPTS = 3
@@ -338,6 +338,15 @@ def on_report(
             )
         ]
     return []
+
+
+def timed_attempt(intent: EffectIntent, trigger_id: str) -> Attempt | None:
+    """The attempt the gate authorized on the event ``trigger_id``, while it is open (its
+    order out and nothing settled yet), or ``None``."""
+    if intent.state not in (State.AUTHORIZED, State.SENT):
+        return None
+    attempt = next((a for a in intent.attempts if a.authorized_by == trigger_id), None)
+    return attempt if attempt is not None and attempt.stage in _OPEN else None
 
 
 def on_deadline(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -34,6 +32,7 @@ from lockgate.executor.domain import (
     on_report,
     order_for,
     refuse_report,
+    timed_attempt,
     withdraw,
 )
 from lockgate.executor.locks import ResourceLocks
@@ -42,17 +41,25 @@ from lockgate.intent.codec import decode_event
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
-from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
+from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent, load_known
 
 log = logging.getLogger("lockgate.executor")
+
+
+class AttemptDue(Retry):
+    """The trigger of an attempt still open, asked for again at the attempt's deadline.
+
+    A timer, not a failure: the gate's durable holds one such message per open attempt.
+    """
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(delay_s, "attempt deadline not reached")
 
 
 #: The run an operator names to withdraw any candidate of its tenants.
 ANY_RUN = "_"
 #: Agent runtimes' users (``agent-<tenant>``) may withdraw only within a run they name.
 AGENT_USER_PREFIX = "agent-"
-#: How long the deadline consumer waits for the gate's own send of an order.
-SEND_WAIT_S = 5.0
 #: Intents whose lock this process knows about, at most this many (oldest forgotten).
 _LOCKS_KNOWN = 65_536
 
@@ -74,13 +81,21 @@ class ExecutorHandlers:
         self._locks: OrderedDict[str, str | None] = OrderedDict()
         self._resource_locks = ResourceLocks(ports.js, ports.locks)
         self._releasing: set[str] = set()
-        #: Attempts whose order this process published (the deadline consumer sends the rest).
+        #: Attempts whose order this process published (a trigger handed again sends the rest).
         self._sent: OrderedDict[str, None] = OrderedDict()
-        #: Attempts whose order the gate is about to send (resolved once it did or failed).
-        self._sending: dict[str, asyncio.Future[None]] = {}
 
     async def ready(self, recorded: RecordedEvent) -> None:
-        """Run the final gate for an intent that policy or a reviewer allowed."""
+        """Run the final gate for an intent that policy or a reviewer allowed, and time what
+        it authorized.
+
+        The trigger of an attempt the gate authorized is that attempt's timer: it is asked
+        for again (``AttemptDue``) until the attempt's deadline, where an attempt still
+        open becomes ``OutcomeUnknown``. Handed again before then (the process died after
+        the authorization was appended), it sends the order if this process has not.
+
+        Raises:
+            AttemptDue: the attempt this trigger authorized is open and not yet due.
+        """
         trigger = decode_event(recorded)
         if isinstance(trigger, EffectIntent.PolicyDecided) and trigger.outcome != DecisionOutcome.ALLOW:
             return  # denied, paused, or waiting for a reviewer: not the gate's turn
@@ -89,7 +104,6 @@ class ExecutorHandlers:
 
         seen: list[EffectIntent] = []
         held: list[bool] = []
-        marked: list[str] = []  # attempts whose order this call is about to send
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             seen[:] = [intent] if intent is not None else []
@@ -118,40 +132,76 @@ class ExecutorHandlers:
                         bundle.config.budgets, intent, self.clock())
                     evidence = replace(evidence, budget_remaining=left)
                 decision = judge(bundle, intent, facts, evidence)
-            decided = gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
-                           budget_held=await self._budget_held(intent))
-            for event in decided:
-                if isinstance(event, EffectIntent.ExecutionAuthorized):
-                    # Before the append: its deadline consumer may be handed it at once.
-                    self._sending.setdefault(event.attempt_id, asyncio.get_running_loop().create_future())
-                    marked.append(event.attempt_id)
-            return decided
+            return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
+                        budget_held=await self._budget_held(intent))
 
-        try:
-            events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id,
-                                              step, trigger=recorded, cache=self.ports.cache)
-            await self._after_gate(seen, held, events)
-        finally:
-            for attempt_id in marked:
-                sending = self._sending.pop(attempt_id, None)
-                if sending is not None and not sending.done():
-                    sending.set_result(None)
+        events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id,
+                                          step, trigger=recorded, cache=self.ports.cache)
+        after = await self._after_gate(seen, held, events)
+        if after is not None:
+            await self._time(recorded, after)
 
-    async def _after_gate(self, seen: list[EffectIntent], held: list[bool], events: list[Event]) -> None:
-        """Send the order the gate authorized; free a lock the gate took for nothing."""
+    async def _after_gate(
+        self, seen: list[EffectIntent], held: list[bool], events: list[Event]
+    ) -> EffectIntent | None:
+        """Send the order the gate authorized; free a lock the gate took for nothing, or
+        one a refusal ended; return the intent as it is now on the record."""
         if not seen:
-            return
+            return None
         after = seen[0]  # folded forward in place: the intent as it is now on the record
         for event in events:
             after = event.mutate(after)
         authorized = next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)), None)
         if authorized is not None:
-            # Sent now, not when a consumer hands the executor its own event back.
             await self._send_order(after, authorized)
-        if held:
-            # Refused, or found past the gate on a retry after a conflict (withdrawn while
-            # the lock was being taken, say): the lock goes with the hold.
+        if held or after.state is State.REFUSED:
+            # Refused (now, or before a crash that left the lock: this trigger is handed
+            # again, and the lock durable is not handed GateRefused), or found past the
+            # gate on a retry after a conflict (withdrawn while the lock was being taken,
+            # say): the lock goes with the hold.
             await self._release_if_done(after, [])
+        return after
+
+    async def _time(self, recorded: RecordedEvent, intent: EffectIntent) -> None:
+        """Hold the trigger of the attempt it authorized until that attempt's deadline;
+        there, turn an attempt still open into ``OutcomeUnknown``.
+
+        Raises:
+            AttemptDue: the attempt is open and not yet due.
+        """
+        attempt = timed_attempt(intent, recorded.event_id)
+        if attempt is None or attempt.deadline_at is None:
+            return  # settled, or authorized on another trigger: nothing to time here
+        remaining = (attempt.deadline_at - self.clock()).total_seconds()
+        if remaining > 0:
+            if attempt.attempt_id not in self._sent:
+                # Handed again after the authorization was appended, by a process that
+                # died before its order went out (or another replica's): the order goes
+                # now. The broker drops a second publish of it within its duplicate
+                # window, and an adapter's check of each order stops one past it.
+                authorized = await self._authorization(recorded, attempt.attempt_id)
+                if authorized is not None:
+                    await self._send_order(intent, authorized)
+            raise AttemptDue(remaining + 0.05)
+
+        async def step(current: EffectIntent | None) -> list[Event]:
+            if current is None:
+                return []
+            return on_deadline(current, attempt.attempt_id, cause=recorded.event_id, now=self.clock())
+
+        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
+                                trigger=recorded, cache=self.ports.cache)
+
+    async def _authorization(
+        self, recorded: RecordedEvent, attempt_id: str
+    ) -> EffectIntent.ExecutionAuthorized | None:
+        """The ``ExecutionAuthorized`` of ``attempt_id`` on the record."""
+        known = self.ports.cache.peek(recorded.tenant, recorded.intent_id)
+        if known is None:
+            known = await load_known(self.ports.store, recorded.tenant, recorded.intent_id,
+                                     self.ports.cache, at_least=recorded.version)
+        return next((e for e in known.events if isinstance(e, EffectIntent.ExecutionAuthorized)
+                     and e.attempt_id == attempt_id), None)
 
     async def _budget_held(self, intent: EffectIntent) -> bool:
         """True when every budget hold of the intent's decision is still in place."""
@@ -181,8 +231,10 @@ class ExecutorHandlers:
     async def settled(self, recorded: RecordedEvent) -> None:
         """Release the lock of an intent whose hold the recorded event may have ended.
 
-        The lock durable consumes every event that can end a hold (``ENDS_HOLD``), so a
-        process killed between such an append and its own release leaves nothing behind.
+        The lock durable consumes every event that can end a hold outside the executor's
+        own triggers (``ENDS_HOLD_ELSEWHERE``), so a process killed between such an append
+        and its own release leaves nothing behind; the gate and the reports free the others
+        before their trigger is acknowledged, and again when it is handed again.
         Idempotent: the lock is deleted only while this intent is its holder, and only when
         the intent, as the record has it now, no longer holds its resource.
         """
@@ -286,41 +338,12 @@ class ExecutorHandlers:
         order = order_for(intent, authorized, key=self._report_key)
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
-        # Marked first: the deadline consumer is handed the same authorization meanwhile.
+        await self.ports.js.publish(
+            subjects.order(order.capability),
+            msgspec.json.encode(order),
+            headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
+        )
         keep(self._sent, authorized.attempt_id, None, _LOCKS_KNOWN)
-        try:
-            await self.ports.js.publish(
-                subjects.order(order.capability),
-                msgspec.json.encode(order),
-                headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
-            )
-        except BaseException:
-            self._sent.pop(authorized.attempt_id, None)  # not sent: the backstop sends it
-            raise
-
-    async def _send_if_unsent(
-        self, recorded: RecordedEvent, authorized: EffectIntent.ExecutionAuthorized
-    ) -> None:
-        """The backstop of the order sent right after its authorization was appended.
-
-        The attempt's deadline consumer receives every ``ExecutionAuthorized``; one this
-        process did not send the order of (it appended it and died before publishing, or
-        a replica did) is sent from here, if the record says it is still the current
-        attempt. The broker drops a second publish of the same order within its
-        duplicate window, and an adapter's check of each order against the record stops
-        one past it.
-        """
-        sending = self._sending.get(authorized.attempt_id)
-        if sending is not None:
-            # The gate is sending it right now; wait for that instead of racing it.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(sending), SEND_WAIT_S)
-        if authorized.attempt_id in self._sent:
-            return
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
-                                   cache=self.ports.cache)
-        if intent is not None:
-            await self._send_order(intent, authorized)
 
     async def report(self, data: bytes, subject: str, sequence: int) -> None:
         """Record an adapter's attempt report as an event, if it proves its order.
@@ -367,21 +390,3 @@ class ExecutorHandlers:
         if seen:
             await self._release_if_done(seen[0], events)
             await self._ask_to_stop(seen[0], events)
-
-    async def deadline(self, recorded: RecordedEvent) -> None:
-        """At an attempt's deadline, turn silence into ``OutcomeUnknown``."""
-        authorized = decode_event(recorded)
-        if not isinstance(authorized, EffectIntent.ExecutionAuthorized):
-            return
-        await self._send_if_unsent(recorded, authorized)
-        remaining = (authorized.deadline_at - self.clock()).total_seconds()
-        if remaining > 0:
-            raise Retry(remaining + 0.05, "attempt deadline not reached")
-
-        async def step(intent: EffectIntent | None) -> list[Event]:
-            if intent is None:
-                return []
-            return on_deadline(intent, authorized.attempt_id, cause=recorded.event_id, now=self.clock())
-
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
