@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -9,6 +10,15 @@ from pydantic import ValidationError
 
 from lockgate.authz.budgets import Counter, keys, reserve, scope_value, settle
 from lockgate.authz.config import Budget
+from lockgate.contracts.messages import AttemptReport
+from lockgate.contracts.vocabulary import DecisionOutcome, Settles
+from lockgate.eventstore.base import RecordedEvent
+from lockgate.eventstore.subjects import event_subject
+from lockgate.executor.domain import on_report
+from lockgate.intent.aggregate import EffectIntent, Event, Stamp
+from lockgate.intent.codec import decode_event, encode_event, route
+from lockgate.runtime.topology import durable
+from lockgate.testing.intents import T0, History
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 COUNT = Budget(name="notes", scope="actor", window_s=3600, max_count=2)
@@ -70,3 +80,69 @@ def test_remaining_is_what_the_budget_still_admits_not_counting_ones_own_hold() 
     assert remaining(Counter(), uncapped, "k") == 10
     assert remaining(Counter(count=5), Budget(name="n", scope="run", max_in_flight=2), "k.inflight") == 2
     assert NO_LIMIT > 10**12
+
+
+# -- which ends policy is handed ------------------------------------------------------------
+
+
+def _ended(*, reservations: list[str]) -> list[Event]:
+    """Every event that can end an intent, built on an intent with ``reservations``."""
+    h = History().normalized()
+    decided = h.extend([EffectIntent.PolicyDecided.next(
+        h.intent, h.stamp(), outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
+        determining=[], facts={}, digest="sha256:d1", reservations=reservations)])
+    intent = decided.intent
+    stamp = Stamp(now=T0, event_id="e", causation_id="c")
+    return [
+        EffectIntent.GateRefused.next(intent, stamp, reason="gate.x", gate_facts={}),
+        EffectIntent.Withdrawn.next(intent, stamp, by="r", why=""),
+        EffectIntent.ReviewExpired.next(intent, stamp, review_id="r1"),
+        EffectIntent.ReviewDenied.next(intent, stamp, review_id="r1", reviewer="rev", reason="no"),
+        EffectIntent.ProcessingAbandoned.next(intent, stamp, durable="d", trigger="t", cause="x",
+                                              deliveries=5),
+        EffectIntent.AttemptRejected.next(intent, stamp, attempt_id="a1", reason="x", detail=""),
+        EffectIntent.AttemptInterrupted.next(intent, stamp, attempt_id="a1", detail=""),
+        EffectIntent.EffectCompleted.next(intent, stamp, attempt_id="a1", receipt={}, result={},
+                                          provenance={}),
+    ]
+
+
+def test_an_end_is_routed_to_policy_exactly_when_the_intent_holds_budget() -> None:
+    held = _ended(reservations=["notes.t_user-42.w1"])
+    free = _ended(reservations=[])
+    assert {route(e) for e in held} == {Settles.BUDGET}
+    assert {route(e) for e in free} == {Settles.NOTHING}
+    budgets = durable("policy-budgets")
+    for event in held:
+        assert any(_matches(f, event) for f in budgets.filters), type(event).__name__
+    for event in free:
+        assert not any(_matches(f, event) for f in budgets.filters), type(event).__name__
+
+
+def test_a_completed_effect_is_routed_to_policy_when_the_bundle_counts_effects() -> None:
+    h = History().normalized().decided("allow").add(
+        EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+        policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
+    report = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1",
+                           stage="completed")
+    for counts, routed in ((False, Settles.NOTHING), (True, Settles.BUDGET)):
+        (completed,) = on_report(h.intent, report, None, cause="c", now=T0, counts_effects=counts)
+        assert isinstance(completed, EffectIntent.EffectCompleted)
+        assert route(completed) == routed
+
+
+def test_an_end_recorded_before_routes_to_policy_existed_reads_as_holding_budget() -> None:
+    (gate_refused, *_) = _ended(reservations=[])
+    stored = encode_event(gate_refused)
+    envelope = json.loads(stored.data)
+    del envelope["data"]["settles"]
+    old = RecordedEvent("tenant-a", gate_refused.originator_id.hex, gate_refused.originator_version,
+                        "GateRefused", "e", json.dumps(envelope).encode(), 9)
+    assert route(decode_event(old)) == Settles.BUDGET
+
+
+def _matches(subject_filter: str, event: Event) -> bool:
+    subject = event_subject("tenant-a", event.originator_id.hex, event.originator_version,
+                            type(event).__name__, route(event))
+    want, have = subject_filter.split("."), subject.split(".")
+    return len(want) == len(have) and all(w in ("*", h) for w, h in zip(want, have, strict=True))

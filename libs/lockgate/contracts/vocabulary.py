@@ -103,3 +103,14 @@ class Resolution(StrEnum):
     NOT_EXECUTED = "not_executed"
     #: Proven absent after it was asked to stop: it stays undone.
     WITHDRAWN = "withdrawn"
+
+
+class Settles(StrEnum):
+    """What policy has to settle when an event ends an intent (the event's route).
+
+    ``budget``: the intent holds budget, or its effect is counted as a prior effect;
+    ``_``: it holds nothing of policy's, and policy is not handed its end.
+    """
+
+    BUDGET = "budget"
+    NOTHING = "_"

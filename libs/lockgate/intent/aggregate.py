@@ -34,6 +34,7 @@ from lockgate.contracts.vocabulary import (
     Finding,
     ReportStage,
     Resolution,
+    Settles,
 )
 
 E = TypeVar("E", bound="Event")
@@ -155,6 +156,10 @@ class Event(Aggregate.Event, metaclass=_EventClass):
         """
         if _creates(cls):
             raise TypeError(f"{cls!r} creates an intent: it follows no state")
+        if getattr(cls, "routed_by", "") == "settles" and "settles" not in fields:
+            # Computed here, never left to a caller to remember: an end routed past
+            # policy would leave its budget holds behind.
+            fields["settles"] = Settles.BUDGET if state.reservations else Settles.NOTHING
         return cls(
             state.id, state.version + stamp.offset, stamp.now, stamp.event_id, state.run_id,
             stamp.causation_id, *args, **fields,
@@ -324,9 +329,14 @@ class EffectIntent(Aggregate):
     class NormalizationFailed(Event):
         """The arguments do not describe a consequence the capability can have."""
 
+        routed_by: ClassVar[str] = "settles"
         reason: str
         field: str | None
         detail: str
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.REJECTED
@@ -422,12 +432,17 @@ class EffectIntent(Aggregate):
         candidate (``edited_call_id`` in the same run), which crosses every gate again.
         """
 
+        routed_by: ClassVar[str] = "settles"
         review_id: str
         reviewer: str
         reason: str
         # Added later, with defaults: decisions recorded before edits existed.
         edited_into: str = ""
         edited_call_id: str = ""
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.DENIED
@@ -452,7 +467,12 @@ class EffectIntent(Aggregate):
     class ReviewExpired(Event):
         """Nobody decided before the review expired."""
 
+        routed_by: ClassVar[str] = "settles"
         review_id: str
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.DENIED
@@ -478,8 +498,13 @@ class EffectIntent(Aggregate):
     class GateRefused(Event):
         """The final gate found something no longer true; nothing was dispatched."""
 
+        routed_by: ClassVar[str] = "settles"
         reason: str
         gate_facts: dict[str, str | int | bool]
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.REFUSED
@@ -521,8 +546,13 @@ class EffectIntent(Aggregate):
     class AttemptInterrupted(Event):
         """An interruptible attempt was stopped before its effect completed."""
 
+        routed_by: ClassVar[str] = "settles"
         attempt_id: str
         detail: str
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.INTERRUPTED
@@ -537,11 +567,16 @@ class EffectIntent(Aggregate):
         data from outside: the model sees it labelled as untrusted.
         """
 
+        routed_by: ClassVar[str] = "settles"
         class_version: ClassVar[int] = 2
         attempt_id: str
         receipt: dict[str, str]
         result: dict[str, Any]
         provenance: dict[str, str]
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -561,9 +596,14 @@ class EffectIntent(Aggregate):
     class AttemptRejected(Event):
         """The remote system refused the request: the effect did not happen."""
 
+        routed_by: ClassVar[str] = "settles"
         attempt_id: str
         reason: str
         detail: str
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.FAILED
@@ -658,8 +698,13 @@ class EffectIntent(Aggregate):
     class Withdrawn(Event):
         """Stopped before execution: nothing was or will be sent."""
 
+        routed_by: ClassVar[str] = "settles"
         by: str
         why: str
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.WITHDRAWN
@@ -703,11 +748,16 @@ class EffectIntent(Aggregate):
         settled intent keeps its state: the event only says what was given up.
         """
 
+        routed_by: ClassVar[str] = "settles"
         neutral: ClassVar[bool] = True  # it may follow a terminal state, and then changes nothing
         durable: str
         trigger: str
         cause: str
         deliveries: int
+
+        #: What policy has to settle when this ends the intent (its route); set by
+        #: ``next`` from the intent. Events recorded before it existed read as ``budget``.
+        settles: Settles = Settles.BUDGET
 
         def apply(self, agg: EffectIntent) -> None:
             agg.abandoned.append(f"{self.durable}:{self.trigger}")

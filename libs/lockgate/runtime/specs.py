@@ -13,7 +13,7 @@ allows) says so at its top.
 from __future__ import annotations
 
 from lockgate.contracts import channels
-from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
+from lockgate.contracts.vocabulary import DecisionOutcome, Resolution, Settles
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.runtime.spec import TIMERS, AdapterSpec, Answer, Consumer, ServiceSpec
 from lockgate.runtime.streams import (
@@ -127,8 +127,10 @@ POLICY = ServiceSpec(
         Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,),
                  routes=((EffectIntent.PolicyDecided, (DecisionOutcome.PAUSE,)),),
                  max_ack_pending=TIMERS, timers=True),
+        # Handed an intent's end only when it holds something of policy's (its route).
         Consumer("policy-budgets", "settled", ENDS_INTENT,
-                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),)),
+                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),
+                         *((e, (Settles.BUDGET,)) for e in ENDS_INTENT if e.routed_by == "settles"))),
     ),
     appends=(EffectIntent.PolicyDecided,),
     reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),

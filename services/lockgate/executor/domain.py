@@ -20,6 +20,7 @@ from lockgate.contracts.vocabulary import (
     Finding,
     ReportStage,
     Resolution,
+    Settles,
 )
 from lockgate.core.ids import derived_id
 from lockgate.core.validation import validator
@@ -244,8 +245,12 @@ def on_report(
     *,
     cause: str,
     now: datetime,
+    counts_effects: bool = False,
 ) -> list[Event]:
     """Record what an adapter reported about an attempt, if it still matters.
+
+    ``counts_effects``: the bundle counts prior effects, so a completed effect is handed
+    to policy (``EffectCompleted.settles``) whether or not the intent holds budget.
 
     Nothing is recorded for an intent in a terminal state (invariant 6): a late or
     repeated report cannot revive it. While a withdrawal is requested, the adapter's
@@ -304,10 +309,12 @@ def on_report(
                 "attempt_id": attempt.attempt_id,
                 "reported_at": report.reported_at.isoformat() if report.reported_at else "",
             }
+            settles = Settles.BUDGET if counts_effects or intent.reservations else Settles.NOTHING
             return [
                 EffectIntent.EffectCompleted.next(
                     intent, stamp, attempt_id=attempt.attempt_id, receipt=receipt,
                     result=checked_result(report.result, contract), provenance=provenance,
+                    settles=settles,
                 )
             ]
         if stage is AttemptStage.UNKNOWN:

@@ -379,7 +379,8 @@ class ExecutorHandlers:
                 return refuse_report(intent, report, problem, cause=f"{cause}:{problem}",
                                      now=self.clock())
             contract = await self.ports.registry.get(intent.tool)
-            return on_report(intent, report, contract, cause=cause, now=self.clock())
+            return on_report(intent, report, contract, cause=cause, now=self.clock(),
+                             counts_effects=self.bundles.current().uses_prior_effects)
 
         events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step,
                                           cache=self.ports.cache)
