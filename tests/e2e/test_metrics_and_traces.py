@@ -116,7 +116,7 @@ async def test_an_executed_proposal_counts_once_and_every_step_is_timed(
 
     timed = {"intake": ("candidate", "respond", "open_run", "open_turn"),
              "normalization": ("received",), "policy": ("normalized",),
-             "executor": ("ready", "report", "record")}
+             "executor": ("ready", "report", "claim")}
     for service, reactions in timed.items():
         text = await asyncio.to_thread(scrape, urls[service])
         for reaction in reactions:
@@ -126,8 +126,9 @@ async def test_an_executed_proposal_counts_once_and_every_step_is_timed(
                   "lockgate_policy_decisions_total", outcome="allow") > 0
     executor = await asyncio.to_thread(scrape, urls["executor"])
     assert sample(executor, "lockgate_attempt_transitions_total", stage="completed") > 0
+    # The gate's trigger is its attempt's timer: asked for again at the deadline, not acked.
     assert sample(executor, "lockgate_deliveries_total", service="executor", reaction="ready",
-                  settlement="ack") > 0
+                  settlement="nak", outcome="timer") > 0
     adapter = await asyncio.to_thread(scrape, urls["adapter.casenotes"])
     assert sample(adapter, "lockgate_adapter_executions_total", capability="case.add_note",
                   result="completed") > 0

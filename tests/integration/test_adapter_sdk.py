@@ -20,10 +20,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk, worker
-from lockgate.adapters.record import serve_record
+from lockgate.adapters.claims import ClaimClient, report_token
 from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
+from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
     AttemptReport,
+    Claim,
+    ClaimAnswer,
     Describe,
     ExecutionOrder,
     Facts,
@@ -32,12 +35,15 @@ from lockgate.contracts.messages import (
     Refusal,
 )
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent import EffectIntent, Event, Stamp, encode_event, fold
+from lockgate.executor.claims import serve_claims
+from lockgate.intent import EffectIntent, Event, Stamp, decode_event, encode_event, fold
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
 from lockgate.worlds.casenotes import CONTRACT, DEMO_CREDENTIAL, CaseNotesAdapter, World
 
 CAPABILITY = "case.add_note"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
+#: The executor's key for report tokens, as the test's executor part holds it.
+KEY = b"test-executor-key-0123456789abcdef"
 
 
 # -- an intent history with an ExecutionAuthorized event ---------------------------------
@@ -159,7 +165,17 @@ class Intent:
             "authorized_version": authorized_version,
         }
         fields.update(changes)
+        fields.setdefault("report_token", report_token(
+            KEY, fields["tenant"], fields["intent_id"], fields["attempt_id"], CAPABILITY))
         return ExecutionOrder(**fields)
+
+    async def recorded(self) -> list[Event]:
+        """The intent's events as the store holds them now (the executor's appends too)."""
+        history = await self.store.load(self.tenant, self.intent_id)
+        return [decode_event(e) for e in history.events]
+
+    async def recorded_types(self) -> list[str]:
+        return [type(e).__name__ for e in await self.recorded()]
 
 
 # -- fixtures and helpers ------------------------------------------------------------------
@@ -172,6 +188,8 @@ class Env:
     store: JetStreamEventStore
     world: World
     start: Callable[[Adapter], Awaitable[None]]
+    #: The contract the executor's part judges claims by (its idempotency).
+    contracts: dict[str, CapabilityContract] = field(default_factory=lambda: {CAPABILITY: CONTRACT})
 
     def intent(self, **kwargs: Any) -> Intent:
         return Intent(self.store, **kwargs)
@@ -209,6 +227,16 @@ class Env:
             await asyncio.sleep(0.05)
         raise AssertionError(f"no {final} report for {intent_id}: {await self.reports(intent_id)}")
 
+    async def wait_for_event(self, intent: Intent, name: str, timeout_s: float = 10.0) -> list[str]:
+        """Wait until the intent's record holds an event ``name``; return its event types."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            types = await intent.recorded_types()
+            if name in types:
+                return types
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no {name} on record for {intent.intent_id}: {await intent.recorded_types()}")
+
     async def settled(self, timeout_s: float = 5.0) -> None:
         """Wait until the adapter's consumer has no order pending or unacknowledged."""
         deadline = time.monotonic() + timeout_s
@@ -242,12 +270,18 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
         if task in done:
             task.result()  # raises what went wrong
 
-    # The executor's part: adapters read the record of their own intents by asking.
-    record = await serve_record(nc, JetStreamEventStore(nc))
-    yield Env(nc, js, JetStreamEventStore(nc), world, start)
+    contracts: dict[str, CapabilityContract] = {CAPABILITY: CONTRACT}
+
+    async def contract(capability: str) -> CapabilityContract | None:
+        return contracts.get(capability)
+
+    # The executor's part: adapters claim the send boundaries of their orders by asking.
+    claims = await serve_claims(nc, JetStreamEventStore(nc), key=KEY, contracts=contract,
+                                clock=lambda: datetime.now(UTC))
+    yield Env(nc, js, JetStreamEventStore(nc), world, start, contracts)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
-    await record.unsubscribe()
+    await claims.unsubscribe()
 
 
 @pytest.fixture
@@ -416,14 +450,15 @@ async def test_authorized_order_is_executed_once_and_reported(served: Env) -> No
     await served.publish(intent.order(intent.att(1), version))
     reports = await served.wait_for_stages(intent.intent_id, "completed")
 
-    assert [r.stage for r in reports] == ["sent", "completed"]
+    assert [r.stage for r in reports] == ["completed"]
     completed = reports[-1]
     assert completed.receipt == {"note_id": "note-000001", "case_id": "case-123", "version": "2"}
     assert completed.result == {"note_id": "note-000001", "case_id": "case-123"}
     assert [msg_id for _, msg_id in await served.reports(intent.intent_id)] == [
-        f"{intent.att(1)}:boundary",  # the claim of the send boundary
-        f"{intent.att(1)}:completed",
-    ]
+        f"{intent.att(1)}:completed"]
+    # The crossing is on the record, claimed before the write, naming the worker's try.
+    sent = [e for e in await intent.recorded() if isinstance(e, EffectIntent.AttemptSent)]
+    assert len(sent) == 1 and sent[0].claimant.startswith("test-adapter:")
     assert sdk.invocations[CAPABILITY] == before + 1
     assert served.world.invocations == 1
     [entry] = served.world.ledger()
@@ -431,14 +466,33 @@ async def test_authorized_order_is_executed_once_and_reported(served: Env) -> No
     await served.settled()
 
 
+async def test_one_claim_per_order_and_no_read_of_the_record(env: Env) -> None:
+    asked: list[str] = []
+
+    async def count(msg: Msg) -> None:
+        asked.append(msg.subject)
+
+    counters = [await env.nc.subscribe(f"lg.claim.{CAPABILITY}", cb=count),
+                await env.nc.subscribe(f"lg.record.{CAPABILITY}", cb=count)]
+    await env.start(CaseNotesAdapter(env.world, DEMO_CREDENTIAL))
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    await env.wait_for_stages(intent.intent_id, "completed")
+    for counter in counters:
+        await counter.unsubscribe()
+    assert asked == [f"lg.claim.{CAPABILITY}"] and len(env.world.ledger()) == 1
+
+
 async def test_redelivery_after_the_boundary_writes_once(served: Env) -> None:
-    """A crash past the boundary: the executor recorded AttemptSent; the order comes again."""
+    """The order comes again after it crossed (a crash before its ack, say): a remote that
+    deduplicates by the intent key lets it write again, and the world keeps one."""
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
     await served.publish(intent.order(intent.att(1), version))
     await served.wait_for_stages(intent.intent_id, "completed")
-    await intent.append(EffectIntent.AttemptSent, attempt_id=intent.att(1))
 
     await served.publish(intent.order(intent.att(1), version))
     await served.settled()
@@ -446,65 +500,112 @@ async def test_redelivery_after_the_boundary_writes_once(served: Env) -> None:
     assert served.world.invocations == 2  # executed again ...
     assert len(served.world.ledger()) == 1  # ... and the world deduplicated by intent key
     stages = [r.stage for r, _ in await served.reports(intent.intent_id)]
-    assert stages == ["sent", "completed"]  # the reports deduplicated by Nats-Msg-Id
+    assert stages == ["completed"]  # the reports deduplicated by Nats-Msg-Id
+    assert (await intent.recorded_types()).count("AttemptSent") == 1
 
 
-@pytest.mark.parametrize(
-    "forge",
-    [
-        pytest.param(lambda i, v: i.order(i.att(1), v, digest="sha256:" + "f" * 64), id="digest"),
-        pytest.param(lambda i, v: i.order(i.att(9), v), id="unknown-attempt"),
-        pytest.param(lambda i, v: i.order(i.att(1), v, intent_key="key-other"), id="intent-key"),
-        pytest.param(lambda i, v: i.order(i.att(1), v - 1), id="not-an-authorization"),
-        pytest.param(lambda i, v: i.order(i.att(1), v, actor="user-13"), id="actor"),
-        pytest.param(
-            lambda i, v: i.order(i.att(1), v, arguments={"case_id": "case-123", "note": "other"}),
-            id="arguments",
-        ),
-        pytest.param(lambda i, v: i.order(i.att(1), v, preconditions={"version": 9}), id="precondition"),
-        pytest.param(lambda i, v: i.order(i.att(1), v, tenant="tenant-b"), id="tenant"),
-        pytest.param(
-            lambda i, v: i.order(i.att(1), v, intent_id=uuid.uuid4().hex), id="unknown-intent"
-        ),
-    ],
-)
-async def test_forged_order_is_refused_without_invocation(
-    served: Env, forge: Callable[[Intent, int], ExecutionOrder]
+async def test_a_redelivery_after_a_rival_crossed_writes_nothing_where_the_remote_does_not_deduplicate(
+    served: Env,
 ) -> None:
+    served.contracts[CAPABILITY] = msgspec.structs.replace(CONTRACT, idempotency=None)
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
-    before = sdk.invocations[CAPABILITY]
+    rival = await ClaimClient(served.nc, CAPABILITY).claim(
+        Claim(order=intent.order(intent.att(1), version), claimant="stalled-replica"))
+    assert rival.verdict == "crossed"
+
+    await served.publish(intent.order(intent.att(1), version))
+    await served.settled()
+    assert served.world.invocations == 0 and served.world.ledger() == []
+    assert await served.reports(intent.intent_id) == []
+
+
+async def test_of_many_claims_of_one_attempt_at_once_one_crosses(served: Env) -> None:
+    """Deliveries of one order racing to its boundary (replicas, a redelivery): the record's
+    optimistic concurrency lets one claim cross, however they interleave."""
+    served.contracts[CAPABILITY] = msgspec.structs.replace(CONTRACT, idempotency=None)
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    order = intent.order(intent.att(1), version)
+    clients = [ClaimClient(served.nc, CAPABILITY) for _ in range(8)]
+    answers: list[ClaimAnswer] = await asyncio.gather(*(
+        c.claim(Claim(order=order, claimant=f"w{n}")) for n, c in enumerate(clients)))
+    assert sorted(a.verdict for a in answers) == ["crossed"] + ["refused"] * 7
+    assert {a.reason for a in answers if a.verdict == "refused"} == {"order.boundary-claimed"}
+    assert (await intent.recorded_types()).count("AttemptSent") == 1
+
+
+@pytest.mark.parametrize(
+    ("forge", "recorded"),
+    [
+        pytest.param(lambda i, v: i.order(i.att(1), v, digest="sha256:" + "f" * 64),
+                     "AttemptFailedBeforeSend", id="digest"),
+        pytest.param(lambda i, v: i.order(i.att(9), v), None, id="unknown-attempt"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, intent_key="key-other"),
+                     "AttemptFailedBeforeSend", id="intent-key"),
+        pytest.param(lambda i, v: i.order(i.att(1), v - 1), "AttemptFailedBeforeSend",
+                     id="not-an-authorization"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, actor="user-13"), "AttemptFailedBeforeSend",
+                     id="actor"),
+        pytest.param(
+            lambda i, v: i.order(i.att(1), v, arguments={"case_id": "case-123", "note": "other"}),
+            "AttemptFailedBeforeSend", id="arguments",
+        ),
+        pytest.param(lambda i, v: i.order(i.att(1), v, preconditions={"version": 9}),
+                     "AttemptFailedBeforeSend", id="precondition"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, report_token="f" * 64), None, id="token"),
+        pytest.param(lambda i, v: i.order(i.att(1), v, tenant="tenant-b"), None, id="tenant"),
+        pytest.param(
+            lambda i, v: i.order(i.att(1), v, intent_id=uuid.uuid4().hex), None, id="unknown-intent"
+        ),
+    ],
+)
+async def test_forged_order_is_refused_at_its_boundary_and_nothing_is_written(
+    served: Env, forge: Callable[[Intent, int], ExecutionOrder], recorded: str | None
+) -> None:
+    """An order that is not what was authorized never crosses. One naming the open attempt
+    ends that attempt before its boundary (the gate may authorize another, under the same
+    key); any other changes nothing on the record."""
+    intent = served.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
     order = forge(intent, version)
 
     await served.publish(order)
-    reports = await served.wait_for_stages(order.intent_id, "refused_order")
-
-    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.mismatch")]
-    assert served.world.invocations == 0
-    assert sdk.invocations[CAPABILITY] == before
     await served.settled()
+
+    types = await intent.recorded_types()
+    assert types[-1] == (recorded or "ExecutionAuthorized")
+    assert "AttemptSent" not in types
+    assert served.world.invocations == 0 and served.world.ledger() == []
+    assert await served.reports(order.intent_id) == []
 
 
 async def test_order_without_any_authorization_is_refused(served: Env) -> None:
     intent = served.intent()
     last = await intent.up_to_policy()
     await served.publish(intent.order(intent.att(1), last))
-    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
-    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.mismatch")]
+    await served.settled()
+    assert await intent.recorded_types() == [
+        "CandidateReceived", "CandidateNormalized", "PolicyDecided"]
     assert served.world.invocations == 0
 
 
-async def test_order_ahead_of_the_record_is_retried_then_refused(
+async def test_order_ahead_of_the_record_is_retried_then_given_up_unwritten(
     served: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("lockgate.adapters.worker.RETRY_DELAY_S", 0.05)
     intent = served.intent()
     last = await intent.up_to_policy()
+    before = sdk.invocations[CAPABILITY]
     await served.publish(intent.order(intent.att(1), last + 1))
-    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
-    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.mismatch")]
+    await served.settled(timeout_s=10)
+    assert sdk.invocations[CAPABILITY] - before == worker.UNCHECKED_DELIVERIES
     assert served.world.invocations == 0
+    assert await intent.recorded_types() == [
+        "CandidateReceived", "CandidateNormalized", "PolicyDecided"]
 
 
 async def test_order_of_a_superseded_attempt_is_stale(served: Env) -> None:
@@ -517,9 +618,9 @@ async def test_order_of_a_superseded_attempt_is_stale(served: Env) -> None:
     await intent.authorize(intent.att(2))
 
     await served.publish(intent.order(intent.att(1), first))
-    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+    await served.settled()
 
-    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.stale")]
+    assert (await intent.recorded_types())[-1] == "ExecutionAuthorized"  # nothing recorded
     assert served.world.invocations == 0
 
 
@@ -532,9 +633,9 @@ async def test_order_of_a_completed_intent_is_stale(served: Env) -> None:
                         provenance={})
 
     await served.publish(intent.order(intent.att(1), version))
-    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
+    await served.settled()
 
-    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.stale")]
+    assert (await intent.recorded_types())[-1] == "EffectCompleted"
     assert served.world.invocations == 0
 
 
@@ -546,7 +647,7 @@ async def test_world_refusal_is_reported_rejected(served: Env) -> None:
     await served.publish(intent.order(intent.att(1), version))
     reports = await served.wait_for_stages(intent.intent_id, "rejected")
 
-    assert [(r.stage, r.reason) for r in reports] == [("sent", None), ("rejected", "case.closed")]
+    assert [(r.stage, r.reason) for r in reports] == [("rejected", "case.closed")]
     assert served.world.invocations == 1
     assert served.world.ledger() == []
 
@@ -607,17 +708,18 @@ async def test_error_before_the_boundary_is_failed_before_send(env: Env) -> None
     await env.settled()
 
 
-async def test_error_after_the_boundary_reports_only_sent(env: Env) -> None:
+async def test_error_after_the_boundary_reports_nothing(env: Env) -> None:
     await env.start(Exploding(env.world, cross_first=True))
     intent = env.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
 
     await env.publish(intent.order(intent.att(1), version))
-    await env.wait_for_stages(intent.intent_id, "sent")
+    await env.wait_for_event(intent, "AttemptSent")
     await env.settled()  # acked, not redelivered
 
-    assert [r.stage for r, _ in await env.reports(intent.intent_id)] == ["sent"]
+    # The record says sent, and nothing more: the deadline makes the outcome unknown.
+    assert await env.reports(intent.intent_id) == []
 
 
 async def test_adapter_error_in_a_request_is_a_refusal(env: Env) -> None:
@@ -659,7 +761,7 @@ async def test_an_interruption_reaches_the_worker_running_the_attempt(env: Env) 
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
     await env.publish(intent.order(intent.att(1), version))
-    await env.wait_for_stages(intent.intent_id, "sent")
+    await env.wait_for_event(intent, "AttemptSent")
 
     await env.nc.publish(sdk.interrupt_subject(CAPABILITY),
                          msgspec.json.encode({"attempt_id": "not-running-here"}))
@@ -667,7 +769,7 @@ async def test_an_interruption_reaches_the_worker_running_the_attempt(env: Env) 
                          msgspec.json.encode({"intent_id": intent.intent_id, "attempt_id": intent.att(1)}))
     reports = await env.wait_for_stages(intent.intent_id, "interrupted")
 
-    assert [r.stage for r in reports] == ["sent", "interrupted"]
+    assert [r.stage for r in reports] == ["interrupted"]
     assert adapter.asked == [intent.att(1)]
     assert env.world.invocations == 0  # stopped before anything was written
     await env.settled()
@@ -676,20 +778,21 @@ async def test_an_interruption_reaches_the_worker_running_the_attempt(env: Env) 
 # -- withdrawal and the claim of the send boundary --------------------------------------------
 
 
-async def test_an_order_whose_withdrawal_was_requested_is_refused_as_withdrawn(served: Env) -> None:
+async def test_an_order_whose_withdrawal_was_requested_is_withdrawn_at_its_boundary(
+    served: Env,
+) -> None:
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
     await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
-    before = sdk.invocations[CAPABILITY]
 
     await served.publish(intent.order(intent.att(1), version))
-    reports = await served.wait_for_stages(intent.intent_id, "withdrawn")
-
-    assert [(r.stage, r.reason) for r in reports] == [("withdrawn", "order.withdrawn")]
-    assert [m for _, m in await served.reports(intent.intent_id)] == [f"{intent.att(1)}:boundary"]
-    assert sdk.invocations[CAPABILITY] == before and served.world.invocations == 0
     await served.settled()
+
+    # The executor's answer to the claim is on the record: nothing was or will be sent.
+    assert (await intent.recorded_types())[-2:] == ["WithdrawalRequested", "Withdrawn"]
+    assert await served.reports(intent.intent_id) == []
+    assert served.world.invocations == 0
 
 
 class Hesitant(CaseNotesAdapter):
@@ -711,57 +814,8 @@ class Hesitant(CaseNotesAdapter):
             raise
 
 
-async def test_the_record_is_checked_again_right_before_the_send_boundary(env: Env) -> None:
-    """A withdrawal requested while the worker runs stops it at ``boundary.cross()``."""
-    adapter = Hesitant(env.world)
-    await env.start(adapter)
-    intent = env.intent()
-    await intent.up_to_policy()
-    version = await intent.authorize(intent.att(1))
-    await env.publish(intent.order(intent.att(1), version))
-    await asyncio.wait_for(adapter.entered.wait(), 5)  # verified against the record, executing
-
-    await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
-    # Past the window in which the check on receipt stands for the one at the boundary.
-    await asyncio.sleep(worker.RECHECK_AFTER_S + 0.05)
-    adapter.go.set()
-    reports = await env.wait_for_stages(intent.intent_id, "withdrawn")
-
-    assert adapter.refused == ["order.withdrawn"]
-    assert [(r.stage, r.reason) for r in reports] == [("withdrawn", "order.withdrawn")]
-    assert env.world.invocations == 0 and env.world.ledger() == []
-    await env.settled()
-
-
-async def test_an_order_crossing_at_once_is_checked_on_receipt_and_after_its_claim(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two reads of the record, not three: the check on receipt is fresh at the boundary."""
-    monkeypatch.setattr(worker, "RECHECK_AFTER_S", 30.0)  # however slow this machine is now
-    asked: list[str] = []
-
-    async def count(msg: Msg) -> None:
-        asked.append(msg.subject)
-
-    counter = await env.nc.subscribe(f"lg.record.{CAPABILITY}", cb=count)
-    await env.start(CaseNotesAdapter(env.world, DEMO_CREDENTIAL))
-    intent = env.intent()
-    await intent.up_to_policy()
-    version = await intent.authorize(intent.att(1))
-    await env.publish(intent.order(intent.att(1), version))
-    reports = await env.wait_for_stages(intent.intent_id, "completed")
-    await counter.unsubscribe()
-    assert [r.stage for r in reports] == ["sent", "completed"]
-    assert len(asked) == 2 and len(env.world.ledger()) == 1
-
-
-async def test_a_withdrawal_inside_the_fresh_window_comes_after_the_boundary(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Requested within ``RECHECK_AFTER_S`` of the check on receipt, a withdrawal is one that
-    came a moment after the send boundary: the effect happens once and the record says so;
-    nothing reports it withdrawn."""
-    monkeypatch.setattr(worker, "RECHECK_AFTER_S", 30.0)
+async def test_a_withdrawal_requested_while_the_worker_runs_stops_it_at_its_boundary(env: Env) -> None:
+    """However late before the crossing: the claim is decided on the record as it is then."""
     adapter = Hesitant(env.world)
     await env.start(adapter)
     intent = env.intent()
@@ -769,14 +823,18 @@ async def test_a_withdrawal_inside_the_fresh_window_comes_after_the_boundary(
     version = await intent.authorize(intent.att(1))
     await env.publish(intent.order(intent.att(1), version))
     await asyncio.wait_for(adapter.entered.wait(), 5)
+
     await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
     adapter.go.set()
-    reports = await env.wait_for_stages(intent.intent_id, "completed")
-    assert [r.stage for r in reports] == ["sent", "completed"] and adapter.refused == []
-    assert len(env.world.ledger()) == 1
+    await env.wait_for_event(intent, "Withdrawn")
+    await env.settled()
+
+    assert adapter.refused == ["order.withdrawn"]
+    assert env.world.invocations == 0 and env.world.ledger() == []
+    assert await env.reports(intent.intent_id) == []
 
 
-async def test_without_a_withdrawal_the_check_before_the_boundary_lets_it_cross(env: Env) -> None:
+async def test_without_a_withdrawal_the_claim_lets_it_cross(env: Env) -> None:
     adapter = Hesitant(env.world)
     adapter.go.set()
     await env.start(adapter)
@@ -785,37 +843,8 @@ async def test_without_a_withdrawal_the_check_before_the_boundary_lets_it_cross(
     version = await intent.authorize(intent.att(1))
     await env.publish(intent.order(intent.att(1), version))
     reports = await env.wait_for_stages(intent.intent_id, "completed")
-    assert [r.stage for r in reports] == ["sent", "completed"] and adapter.refused == []
+    assert [r.stage for r in reports] == ["completed"] and adapter.refused == []
     assert len(env.world.ledger()) == 1
-
-
-async def test_a_rival_claim_of_the_boundary_keeps_a_worker_from_crossing(
-    served: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Another delivery of the same attempt (stalled past its ack wait, say) claimed the
-    boundary as not sent first: this worker's ``sent`` claim is a duplicate, so it does not
-    write, and it keeps asking until the record says how the attempt ended."""
-    monkeypatch.setattr("lockgate.adapters.worker.RETRY_DELAY_S", 0.05)
-    intent = served.intent()
-    await intent.up_to_policy()
-    version = await intent.authorize(intent.att(1))
-    order = intent.order(intent.att(1), version)
-    rival = AttemptReport(tenant=order.tenant, intent_id=order.intent_id, attempt_id=order.attempt_id,
-                          stage="withdrawn", reason="order.withdrawn")
-    await served.js.publish(sdk.report_subject(CAPABILITY, intent.intent_id),
-                            msgspec.json.encode(rival),
-                            headers={"Nats-Msg-Id": sdk.boundary_msg_id(order.attempt_id)})
-
-    await served.publish(order)
-    deadline = time.monotonic() + 5
-    while sdk.invocations[CAPABILITY] < 3 and time.monotonic() < deadline:  # redelivered, refused
-        await asyncio.sleep(0.05)
-    assert served.world.invocations == 0
-    await intent.append(EffectIntent.Withdrawn, by="runtime", why="")  # what the executor records
-    await served.settled()
-
-    assert served.world.invocations == 0 and served.world.ledger() == []
-    assert [r.stage for r, _ in await served.reports(intent.intent_id)] == ["withdrawn"]
 
 
 async def test_no_worker_crosses_an_attempt_past_its_deadline(served: Env) -> None:
@@ -823,51 +852,53 @@ async def test_no_worker_crosses_an_attempt_past_its_deadline(served: Env) -> No
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1), deadline_s=sdk.DEADLINE_MARGIN_S / 2)
     await served.publish(intent.order(intent.att(1), version))
-    reports = await served.wait_for_stages(intent.intent_id, "refused_order")
-    assert [(r.stage, r.reason) for r in reports] == [("refused_order", "order.expired")]
-    assert served.world.invocations == 0
     await served.settled()
+    failed = [e for e in await intent.recorded() if isinstance(e, EffectIntent.AttemptFailedBeforeSend)]
+    assert [f.reason for f in failed] == ["order.expired"]
+    assert served.world.invocations == 0
 
 
-async def test_a_worker_that_claims_the_boundary_too_late_writes_nothing(
+async def test_a_worker_whose_crossing_is_answered_too_late_writes_nothing(
     served: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Stalled between its check and its claim for longer than claims are deduplicated."""
-    monkeypatch.setattr("lockgate.adapters.verify.BOUNDARY_CLAIM_MAX_S", 0.0)
+    """Held up between the executor's answer and its write, past the latest moment the write
+    may land: it writes nothing. The record says sent, so the outcome is reconciled."""
+    ask = ClaimClient.claim
+
+    async def held_up(client: ClaimClient, claim: Claim) -> ClaimAnswer:
+        answer = await ask(client, claim)
+        await asyncio.sleep(0.6)
+        return answer
+
+    monkeypatch.setattr(ClaimClient, "claim", held_up)
     intent = served.intent()
     await intent.up_to_policy()
-    version = await intent.authorize(intent.att(1))
+    version = await intent.authorize(intent.att(1), deadline_s=sdk.DEADLINE_MARGIN_S + 0.4)
     await served.publish(intent.order(intent.att(1), version))
-    await served.wait_for_stages(intent.intent_id, "sent")
-    await served.settled()  # acknowledged, not redelivered
-    assert [r.stage for r, _ in await served.reports(intent.intent_id)] == ["sent"]
-    assert served.world.invocations == 0  # the record says sent: the outcome is reconciled
-
-
-def test_claims_are_deduplicated_for_longer_than_a_worker_may_take_to_claim() -> None:
-    from lockgate.runtime.topology import REPORTS, stream_configs
-
-    [reports] = [c for c in stream_configs() if c.name == REPORTS]
-    assert reports.duplicate_window is not None
-    assert reports.duplicate_window > sdk.BOUNDARY_CLAIM_MAX_S
-
-
-async def test_a_claim_stored_after_the_attempt_ended_writes_nothing(
-    served: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A broker restart forgets the ids of consumed claims: a rival's claim, already acted on
-    by the executor, no longer makes this one a duplicate. The record still says it ended."""
-    intent = served.intent()
-    await intent.up_to_policy()
-    version = await intent.authorize(intent.att(1))
-    claim = sdk.CapabilityWorker._claim_sent
-
-    async def after_a_forgotten_rival(worker: sdk.CapabilityWorker, order: ExecutionOrder) -> bool:
-        await intent.append(EffectIntent.Withdrawn, by="runtime", why="")  # the rival's consequence
-        return await claim(worker, order)
-
-    monkeypatch.setattr(sdk.CapabilityWorker, "_claim_sent", after_a_forgotten_rival)
-    await served.publish(intent.order(intent.att(1), version))
-    await served.wait_for_stages(intent.intent_id, "sent")
+    await served.wait_for_event(intent, "AttemptSent")
     await served.settled()
     assert served.world.invocations == 0 and served.world.ledger() == []
+    assert await served.reports(intent.intent_id) == []
+
+
+class Forgetful(CaseNotesAdapter):
+    """Writes without crossing its send boundary (a bug the worker makes the best of)."""
+
+    async def execute(self, order: ExecutionOrder, boundary: SendBoundary) -> Completed:
+        receipt = await asyncio.to_thread(
+            self._world.add_note, DEMO_CREDENTIAL, order.tenant, order.actor,
+            str(order.arguments["case_id"]), str(order.arguments["note"]),
+            int(order.preconditions["version"]), order.intent_key, order.intent_id)
+        return Completed(receipt=receipt)
+
+
+async def test_a_write_without_crossing_is_claimed_after_it_and_recorded_sent(env: Env) -> None:
+    await env.start(Forgetful(env.world, DEMO_CREDENTIAL))
+    intent = env.intent()
+    await intent.up_to_policy()
+    version = await intent.authorize(intent.att(1))
+    await env.publish(intent.order(intent.att(1), version))
+    reports = await env.wait_for_stages(intent.intent_id, "completed")
+    assert [r.stage for r in reports] == ["completed"]
+    assert "AttemptSent" in await intent.recorded_types()
+    assert len(env.world.ledger()) == 1

@@ -19,8 +19,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk
-from lockgate.adapters.record import serve_record
+from lockgate.adapters.claims import report_token
 from lockgate.adapters.sdk import serve
+from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
     AttemptReport,
     Describe,
@@ -30,6 +31,7 @@ from lockgate.contracts.messages import (
     QueryResult,
 )
 from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.executor.claims import serve_claims
 from lockgate.intent import EffectIntent, encode_event
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
 from lockgate.testing.intents import History
@@ -48,6 +50,8 @@ SERVER = {DRAFT: "P", PUBLISH: "Q"}
 #: Short, as the end-to-end fault tests configure it.
 DEADLINE_S = 2.0
 CONTRACTS = {DRAFT: draft_contract(DEADLINE_S), PUBLISH: publish_contract(DEADLINE_S)}
+#: The executor's key for report tokens, as the test's executor part holds it.
+KEY = b"test-executor-key-items-0123456789"
 
 
 @dataclass
@@ -103,11 +107,6 @@ class Intent:
               deadline_at=datetime.now(UTC) + timedelta(seconds=DEADLINE_S))
         return await self.save()
 
-    async def sent(self, attempt_id: str) -> None:
-        """Record what the executor records on the ``sent`` report."""
-        self.history.add(EffectIntent.AttemptSent, attempt_id=attempt_id)
-        await self.save()
-
     def order(self, attempt_id: str, authorized_version: int) -> ExecutionOrder:
         return ExecutionOrder(
             tenant="tenant-a", intent_id=self.intent_id, attempt_id=attempt_id,
@@ -115,7 +114,12 @@ class Intent:
             arguments=self.arguments, resource=self.resource, actor="user-42",
             preconditions={"version": 1, "status": "open"},
             authorized_version=authorized_version,
+            report_token=report_token(KEY, "tenant-a", self.intent_id, attempt_id, self.capability),
         )
+
+    async def recorded_types(self) -> list[str]:
+        """The intent's event types as the store holds them (the executor's part's appends too)."""
+        return [e.event_type for e in (await self.store.load("tenant-a", self.intent_id)).events]
 
 
 @dataclass
@@ -172,6 +176,14 @@ class Env:
         raise AssertionError(f"orders still pending on {capability}")
 
 
+async def wait_for_event(intent: Intent, name: str, timeout_s: float = 10.0) -> None:
+    """Wait until the intent's record holds an event ``name`` (the executor's part appends)."""
+    deadline = time.monotonic() + timeout_s
+    while name not in await intent.recorded_types():
+        assert time.monotonic() < deadline, f"no {name}: {await intent.recorded_types()}"
+        await asyncio.sleep(0.05)
+
+
 @pytest.fixture
 async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
     js = nc.jetstream()
@@ -187,8 +199,12 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
         PublishAdapter(world, DEMO_CREDENTIAL, outcome_deadline_s=DEADLINE_S),
     ]
     stop, ready = asyncio.Event(), asyncio.Event()
-    # The executor's part: adapters read the record of their own intents by asking.
-    record = await serve_record(nc, JetStreamEventStore(nc))
+    async def contract(capability: str) -> CapabilityContract | None:
+        return CONTRACTS.get(capability)
+
+    # The executor's part: adapters claim the send boundaries of their orders by asking.
+    claims = await serve_claims(nc, JetStreamEventStore(nc), key=KEY, contracts=contract,
+                                clock=lambda: datetime.now(UTC))
     task = asyncio.create_task(serve(adapters, nc, name="items", stop=stop, ready=ready))
     waiting = asyncio.create_task(ready.wait())
     done, _ = await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
@@ -198,7 +214,7 @@ async def env(nc: Client, tmp_path: Path) -> AsyncIterator[Env]:
     yield Env(nc, js, JetStreamEventStore(nc), world)
     stop.set()
     await asyncio.wait_for(task, timeout=10)
-    await record.unsubscribe()
+    await claims.unsubscribe()
 
 
 # -- request/reply ----------------------------------------------------------------------------
@@ -273,7 +289,8 @@ async def test_authorized_draft_order_is_executed_once(env: Env) -> None:
     await env.publish(intent.order("att-1-" + intent.intent_id, version))
     reports = await env.wait_for_stage(DRAFT, intent.intent_id, "completed")
 
-    assert [r.stage for r in reports] == ["sent", "completed"]
+    assert [r.stage for r in reports] == ["completed"]
+    assert "AttemptSent" in await intent.recorded_types()
     assert reports[-1].receipt == {"draft_id": "draft-000001", "space_id": "space-1",
                                    "idempotency_key": intent.key}
     assert reports[-1].result == {"draft_id": "draft-000001", "space_id": "space-1"}
@@ -290,7 +307,7 @@ async def test_authorized_publish_order_is_executed_once(env: Env) -> None:
     await env.publish(intent.order("att-1-" + intent.intent_id, version))
     reports = await env.wait_for_stage(PUBLISH, intent.intent_id, "completed")
 
-    assert [r.stage for r in reports] == ["sent", "completed"]
+    assert [r.stage for r in reports] == ["completed"]
     assert reports[-1].result == {"publication_id": "pub-000001", "space_id": "space-1",
                                   "notified": 3}
     [entry] = env.world.publications()
@@ -307,23 +324,23 @@ async def test_world_refusal_is_reported_rejected(env: Env, capability: str) -> 
     version = await intent.authorized("att-1-" + intent.intent_id)
     await env.publish(intent.order("att-1-" + intent.intent_id, version))
     reports = await env.wait_for_stage(capability, intent.intent_id, "rejected")
-    assert [(r.stage, r.reason) for r in reports] == [("sent", None), ("rejected", "space.archived")]
+    assert [(r.stage, r.reason) for r in reports] == [("rejected", "space.archived")]
     assert env.world.invocations(SERVER[capability]) == 1
     assert env.world.drafts() == env.world.publications() == []
 
 
-async def test_dropped_publish_response_reports_only_sent(env: Env) -> None:
+async def test_dropped_publish_response_reports_nothing(env: Env) -> None:
     env.world.inject("Q", "drop_response")
     intent = env.intent(PUBLISH)
     attempt = "att-1-" + intent.intent_id
     version = await intent.authorized(attempt)
 
     await env.publish(intent.order(attempt, version))
-    await env.wait_for_stage(PUBLISH, intent.intent_id, "sent")
+    await wait_for_event(intent, "AttemptSent")
     await env.settled(PUBLISH)  # acknowledged, not redelivered
 
     # The effect happened, and the adapter said nothing more: silence for the executor.
-    assert [r.stage for r in await env.reports(PUBLISH, intent.intent_id)] == ["sent"]
+    assert await env.reports(PUBLISH, intent.intent_id) == []
     [entry] = env.world.publications()
     assert entry["client_ref"] == intent.key
     assert len(env.world.notifications()) == 3
@@ -346,14 +363,14 @@ async def test_a_sent_order_dispatched_again_creates_nothing_twice(env: Env, cap
     attempt = "att-1-" + intent.intent_id
     version = await intent.authorized(attempt)
     await env.publish(intent.order(attempt, version))
-    await env.wait_for_stage(capability, intent.intent_id, "sent")
+    await wait_for_event(intent, "AttemptSent")
     await env.settled(capability)
-    await intent.sent(attempt)
 
     await env.publish(intent.order(attempt, version))
     reports = await env.wait_for_stage(capability, intent.intent_id, "completed")
 
-    assert [r.stage for r in reports] == ["sent", "completed"]
+    assert [r.stage for r in reports] == ["completed"]
+    assert (await intent.recorded_types()).count("AttemptSent") == 1
     # P deduplicates by key (and was called again); Q is looked up first and not called.
     assert env.world.invocations(server) == (2 if server == "P" else 1)
     assert len(env.world.drafts() if server == "P" else env.world.publications()) == 1

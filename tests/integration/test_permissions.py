@@ -14,6 +14,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -24,14 +25,15 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
-from lockgate.adapters.record import OrderRecord, serve_record
+from lockgate.adapters.claims import ClaimClient
 from lockgate.client.sdk import Gateway, Refused, Run
 from lockgate.contracts import subjects
-from lockgate.contracts.messages import RunOpened, Tool, TurnOpened
+from lockgate.contracts.messages import Claim, ExecutionOrder, RunOpened, Tool, TurnOpened
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.base import NewEvent
 from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.executor.claims import serve_claims
 from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.roles import (
     EDGE_ACCOUNT,
@@ -191,9 +193,9 @@ REFUSED = [
     (AGENT, "publish", f"lg.withdraw.tenant-a.run-1.{INTENT}.{OPERATOR}"),  # in another's name
     (AGENT, "publish", f"lg.jsapi.DIRECT.GET.{RESPONSES}.lg.response.tenant-b.run-1.c"),
     (AGENT, "publish", f"lg.jsapi.DIRECT.GET.{EVENTS}"),
-    (AGENT, "publish", "lg.record.case.add_note"),
+    (AGENT, "publish", "lg.claim.case.add_note"),
     (ADAPTER, "publish", f"lg.jsapi.DIRECT.GET.{EVENTS}"),  # the whole record: by request only
-    (ADAPTER, "publish", "lg.record.item.publish"),
+    (ADAPTER, "publish", "lg.claim.item.publish"),
     (AGENT, "publish", "lg.run.tenant-a.open"),
     (AGENT, "publish", "lg.adapter.case.add_note.normalize"),
     (AGENT, "subscribe", "lg.response.tenant-b.>"),
@@ -305,7 +307,7 @@ def _answered_by_jetstream(run: str) -> list[tuple[str, str, bytes]]:
         (OPERATOR, f"lg.jsapi.DIRECT.GET.{EVENTS}", b'{"multi_last": ["lg.evt.>"]}'),
         (ADAPTER, f"lg.report.case.add_note.{INTENT}", b"{}"),
         (ADAPTER, "$KV.LG_CAPABILITIES.case.add_note", b"{}"),
-        (ADAPTER, "lg.record.case.add_note", b'{"tenant": "tenant-a", "intent_id": "x"}'),
+        (ADAPTER, "lg.claim.case.add_note", b'{}'),
     ]
 
 
@@ -398,7 +400,7 @@ async def test_host_agent_reviewer_and_operator_do_their_part(admin: Conn, login
 
 
 async def test_an_adapter_does_its_part_from_its_own_account(admin: Conn, login: Login) -> None:
-    """Register, create and consume its own durable, ack, report, read the record: all by import."""
+    """Register, create and consume its own durable, ack, report, claim a boundary: all by import."""
     from nats.js.api import AckPolicy, ConsumerConfig
 
     adapter = await login(ADAPTER)
@@ -417,18 +419,21 @@ async def test_an_adapter_does_its_part_from_its_own_account(admin: Conn, login:
     assert (await ajs.consumer_info(EXEC, consumer)).num_ack_pending == 0
     ack = await js.publish(f"lg.report.case.add_note.{INTENT}", b"report")
     assert ack.stream == REPORTS
-    # The record of its own capability's intents, by asking the executor (a stand-in here).
+    # The send boundary of its own capability's orders, claimed of the executor (a stand-in
+    # here): answered, and left unchecked, for an order whose intent the record does not hold.
     executor = await login("executor")
-    await serve_record(executor.nc, JetStreamEventStore(executor.nc))
+
+    async def no_contract(_: str) -> None:
+        return None
+
+    await serve_claims(executor.nc, JetStreamEventStore(executor.nc), key=b"k" * 32,
+                       contracts=no_contract, clock=lambda: datetime.now(UTC))
     await executor.nc.flush()
-    other = "1" * 32
-    await ajs.publish(f"lg.evt.tenant-a.{INTENT}.1.CandidateReceived",
-                      b'{"v": 1, "data": {"tool": "case.add_note"}}')
-    await ajs.publish(f"lg.evt.tenant-b.{other}.1.CandidateReceived",
-                      b'{"v": 1, "data": {"tool": "item.publish"}}')
-    record = OrderRecord(adapter.nc, "case.add_note")
-    assert len((await record.load("tenant-a", INTENT)).events) == 1
-    assert (await record.load("tenant-b", other)).events == ()  # another capability's intent
+    order = ExecutionOrder(tenant="tenant-a", intent_id=INTENT, attempt_id="a1", intent_key="k",
+                           capability="case.add_note", digest="d", arguments={}, resource={},
+                           actor="user-42", preconditions={}, authorized_version=1)
+    answer = await ClaimClient(adapter.nc, "case.add_note").claim(Claim(order=order, claimant="w1"))
+    assert (answer.verdict, answer.reason) == ("unchecked", "order.unchecked")
 
     async def normalize(msg: Msg) -> None:
         await msg.respond(b"normalized")
@@ -441,7 +446,7 @@ async def test_an_adapter_does_its_part_from_its_own_account(admin: Conn, login:
     assert adapter.violations() == [] and policy.violations() == [] and executor.violations() == []
     # Reading the events stream itself, or another capability's record, the broker refuses.
     await assert_refused(adapter, "publish", f"lg.jsapi.DIRECT.GET.{EVENTS}")
-    await assert_refused(adapter, "publish", "lg.record.item.publish")
+    await assert_refused(adapter, "publish", "lg.claim.item.publish")
 
 
 @dataclass(frozen=True)

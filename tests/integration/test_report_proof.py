@@ -22,13 +22,14 @@ import pytest
 from faststream import FastStream
 from nats.aio.client import Client
 
-from lockgate.adapters.sdk import boundary_msg_id, report_subject
-from lockgate.contracts.messages import AttemptReport, ExecutionOrder
+from lockgate.adapters.claims import ClaimClient
+from lockgate.adapters.sdk import report_subject
+from lockgate.contracts.messages import AttemptReport, Claim, ExecutionOrder
 from lockgate.contracts.vocabulary import ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.app import create_app
 from lockgate.executor.domain import report_token
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime.keys import report_key
 from lockgate.runtime.natsserver import NatsServer
@@ -63,9 +64,13 @@ async def executor(fresh_server: NatsServer, tmp_path: Path) -> AsyncIterator[Ru
 async def authorized(run: Running) -> tuple[History, ExecutionOrder]:
     """An intent the gate authorized, and the order the executor dispatched for it."""
     h = History(call_id=uuid.uuid4().hex[:16]).normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id=f"att-{h.intent_id}", intent_key="k1",
-          digest="sha256:d1", policy_revision="p", contract_revision="rev-1", gate_facts={},
-          deadline_at=datetime.now(UTC) + timedelta(minutes=5))
+    # Authorized on policy's decision, as the gate does: the gate's durable, handed that
+    # decision, finds the attempt open and its order not sent by this process, and sends it.
+    trigger = h.events[-1].event_id
+    h.extend([EffectIntent.ExecutionAuthorized.next(
+        h.intent, Stamp(now=datetime.now(UTC), event_id=f"auth-{h.intent_id}", causation_id=trigger),
+        attempt_id=f"att-{h.intent_id}", intent_key="k1", digest="sha256:d1", policy_revision="p",
+        contract_revision="rev-1", gate_facts={}, deadline_at=datetime.now(UTC) + timedelta(minutes=5))])
     history = await run.store.load("tenant-a", h.intent_id)
     await run.store.append(history, [encode_event(e) for e in h.events])
     js = run.nc.jetstream()
@@ -87,6 +92,11 @@ async def publish(run: Running, report: AttemptReport, *, capability: str = CAPA
     await run.nc.jetstream().publish(
         report_subject(capability, subject_intent or report.intent_id), msgspec.json.encode(report),
         headers={"Nats-Msg-Id": msg_id or uuid.uuid4().hex})
+
+
+async def cross(run: Running, order: ExecutionOrder, claimant: str = "adapter-1") -> str:
+    """Claim the order's send boundary of the executor, as the adapter's worker does."""
+    return (await ClaimClient(run.nc, CAPABILITY).claim(Claim(order=order, claimant=claimant))).verdict
 
 
 async def events_until(run: Running, h: History, done: type[EffectIntent.Event], count: int = 1,
@@ -126,10 +136,12 @@ async def test_forged_reports_are_refused_and_recorded_the_state_unchanged(
     # the same forgery again, a thousand times over: nothing more on the record
     for n in range(50):
         await publish(executor, msgspec.structs.replace(completed, token=f"guess-{n}"))
-    await publish(executor, msgspec.structs.replace(genuine, stage="sent"),
-                  msg_id=boundary_msg_id(order.attempt_id))  # and then the real adapter
+    # a claim with a forged token crosses nothing and records nothing
+    assert await cross(executor, msgspec.structs.replace(order, report_token="0" * 64)) == "refused"
+    assert await cross(executor, order) == "crossed"  # and then the real adapter
     events = await events_until(executor, h, EffectIntent.AttemptSent)
     assert sum(isinstance(e, EffectIntent.ReportRefused) for e in events) == 4
+    assert sum(isinstance(e, EffectIntent.AttemptSent) for e in events) == 1
     assert fold(events).state is State.SENT  # type: ignore[union-attr]
 
     stored = b"".join(e.data for e in (await executor.store.load("tenant-a", h.intent_id)).events)
@@ -148,9 +160,7 @@ async def test_redelivered_orders_and_a_restarted_executor_keep_the_same_tokens(
     restarted = create_app(settings)
     await restarted.start()
     try:
-        report = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=order.attempt_id,
-                               stage="sent", token=order.report_token)
-        await publish(executor, report, msg_id=boundary_msg_id(order.attempt_id))
+        assert await cross(executor, order) == "crossed"
         await events_until(executor, h, EffectIntent.AttemptSent)
     finally:
         await restarted.stop()
@@ -168,9 +178,7 @@ async def test_a_report_stage_nobody_knows_is_refused_as_other_and_the_executor_
         await js.publish(subject, msgspec.json.encode({
             "tenant": "tenant-a", "intent_id": h.intent_id, "attempt_id": order.attempt_id,
             "stage": "teleported", "token": token}), headers={"Nats-Msg-Id": uuid.uuid4().hex})
-    sent = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=order.attempt_id,
-                         stage=ReportStage.SENT, token=order.report_token)
-    await publish(executor, sent, msg_id=boundary_msg_id(order.attempt_id))
+    assert await cross(executor, order) == "crossed"
 
     deadline = time.monotonic() + 10
     while (await js.stream_info(REPORTS)).state.messages:  # a work queue: acked is gone

@@ -24,6 +24,8 @@ from lockgate.client.sdk import Gateway, OutcomeSettled
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     AttemptReport,
+    Claim,
+    ClaimAnswer,
     Describe,
     ExecutionOrder,
     NotResolved,
@@ -38,7 +40,7 @@ from lockgate.contracts.messages import (
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import derived_id, random_id
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.executor.domain import report_token
+from lockgate.executor.domain import order_for, report_token
 from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
@@ -380,20 +382,49 @@ async def test_withdrawing_a_dispatched_attempt_is_a_request_until_the_adapter_r
     assert stored[-2:] == ["WithdrawalRequested", "Withdrawn"]
 
 
-async def test_a_sent_claim_after_a_withdrawal_request_asks_the_adapter_to_stop(
-    ports: Ports, nc: Client
+def order_of(h: History) -> ExecutionOrder:
+    """The order the executor dispatched for ``h``'s authorized attempt."""
+    intent = h.intent
+    authorized = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
+    order = order_for(intent, authorized, key=KEY)
+    assert order is not None
+    return order
+
+
+async def test_a_claim_after_a_withdrawal_request_is_refused_and_the_intent_withdrawn(
+    ports: Ports,
 ) -> None:
-    h = authorized_history().add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
+    h = authorized_history()
+    order = order_of(h)
+    h.add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
     await store_history(ports, h)
-    heard = await nc.subscribe("lg.interrupt.case.add_note")
+    await ports.locks.put(LOCK, h.intent_id.encode())
     executor = executor_handlers(ports)
-    sent = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1", stage="sent")
-    await deliver(executor, signed(sent))
+    answer = msgspec.json.decode(await executor.claim(
+        "lg.claim.case.add_note", msgspec.json.encode(Claim(order=order, claimant="w1"))),
+        type=ClaimAnswer)
+    assert (answer.verdict, answer.reason) == ("refused", "order.withdrawn")
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
-    assert intent is not None and intent.state is State.SENT and intent.interruption_requested
-    msg = await heard.next_msg(timeout=2)
-    assert msgspec.json.decode(msg.data) == {"intent_id": h.intent_id, "attempt_id": "a1"}
-    await heard.unsubscribe()
+    assert intent is not None and intent.state is State.WITHDRAWN
+    with pytest.raises(KeyNotFoundError):  # the withdrawal ended the hold: the lock is free
+        await ports.locks.get(LOCK)
+
+
+async def test_a_claim_the_executor_grants_is_on_the_record_before_the_answer(ports: Ports) -> None:
+    await register(ports)
+    h = authorized_history()
+    await store_history(ports, h)
+    executor = executor_handlers(ports)
+    body = msgspec.json.encode(Claim(order=order_of(h), claimant="w1"))
+    answer = msgspec.json.decode(await executor.claim("lg.claim.case.add_note", body), type=ClaimAnswer)
+    assert answer.verdict == "crossed"
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.SENT
+    assert intent.attempt("a1").claimant == "w1"
+    rival = msgspec.json.encode(Claim(order=order_of(h), claimant="w2"))
+    refused = msgspec.json.decode(await executor.claim("lg.claim.case.add_note", rival), type=ClaimAnswer)
+    # case.add_note's remote deduplicates by the intent key: a second writer changes nothing
+    assert CONTRACT.idempotency is not None and refused.verdict == "crossed"
 
 
 def authorized_on_its_trigger(attempt_id: str = "a1", *, call_id: str = "call-1") -> History:

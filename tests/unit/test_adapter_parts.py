@@ -1,4 +1,4 @@
-"""The adapter SDK's pure parts: its subjects, the check of an order against the record, settling."""
+"""The adapter SDK's pure parts: its subjects, the claim of a send boundary on the record, settling."""
 
 from __future__ import annotations
 
@@ -9,23 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockgate.adapters.verify import (
-    BOUNDARY_CLAIM_MAX_S,
-    DEADLINE_MARGIN_S,
-    OrderRefused,
-    attempt_open,
-    claimed_in_time,
-    not_sent_stage,
-    too_late,
-    verify_crossing,
-    verify_order,
-)
+from lockgate.adapters.claims import DEADLINE_MARGIN_S, report_token, too_late, write_by
 from lockgate.contracts import subjects
-from lockgate.contracts.messages import ExecutionOrder
-from lockgate.contracts.vocabulary import ReportStage
-from lockgate.eventstore import MemoryEventStore, RecordedEvent
-from lockgate.intent.aggregate import EffectIntent
-from lockgate.intent.codec import encode_event
+from lockgate.contracts.messages import AttemptReport, Claim, ClaimAnswer, ExecutionOrder
+from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict, ReportStage
+from lockgate.executor.claims import decide_claim
+from lockgate.executor.domain import on_deadline, on_report, withdraw
+from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.runtime.settlement import Settlement, backoff_s, settle_as
 from lockgate.testing.intents import T0, History
 
@@ -79,13 +69,10 @@ def test_what_is_not_a_report_subject() -> None:
         assert subjects.parse_report_subject(subject) is None
 
 
-# -- an order against the record ---------------------------------------------------------------
+# -- a claim of the send boundary, decided on the record ---------------------------------------
 
-
-async def recorded(h: History) -> tuple[RecordedEvent, ...]:
-    store = MemoryEventStore()
-    history = await store.load("tenant-a", h.intent_id)
-    return (await store.append(history, [encode_event(e) for e in h.events])).events
+KEY = b"k" * 32
+DEADLINE = T0 + timedelta(seconds=30)
 
 
 def authorized(deadline_s: float = 30.0) -> History:
@@ -97,72 +84,156 @@ def authorized(deadline_s: float = 30.0) -> History:
 
 def order_of(h: History, **changes: Any) -> ExecutionOrder:
     intent = h.intent
+    attempt = changes.pop("attempt_id", ATTEMPT)
     fields: dict[str, Any] = dict(
-        tenant=intent.tenant, intent_id=intent.intent_id, attempt_id=ATTEMPT, intent_key="key-1",
+        tenant=intent.tenant, intent_id=intent.intent_id, attempt_id=attempt, intent_key="key-1",
         capability=CAPABILITY, digest="sha256:d1", arguments=dict(intent.normalized_arguments),
         resource=dict(intent.resource), actor=intent.actor, preconditions={"version": 1},
-        authorized_version=intent.version)
+        authorized_version=next(a.authorized_version for a in intent.attempts if a.attempt_id == ATTEMPT),
+        report_token=report_token(KEY, intent.tenant, intent.intent_id, attempt, CAPABILITY))
     fields.update(changes)
     return ExecutionOrder(**fields)
 
 
-async def test_the_authorized_order_is_verified() -> None:
-    h = authorized()
-    agg = verify_order(order_of(h), CAPABILITY, await recorded(h))
-    assert agg.current_attempt is not None and agg.current_attempt.attempt_id == ATTEMPT
+def claim(h: History, claimant: str = "w1", *, now: Any = T0, idempotent: bool = False,
+          written: bool = False, **changes: Any) -> tuple[list[Any], ClaimAnswer]:
+    """Decide a claim of ``h``'s order on ``h``, and record what it appended."""
+    events, answer = decide_claim(h.intent, Claim(order=order_of(h, **changes), claimant=claimant,
+                                                  written=written),
+                                  capability=CAPABILITY, key=KEY, idempotent=idempotent, now=now)
+    h.extend(events)
+    return events, answer
 
 
-async def test_an_order_that_differs_from_its_authorization_is_a_mismatch() -> None:
+def kinds(events: list[Any]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def test_the_authorized_order_crosses_and_the_record_names_its_claimant() -> None:
     h = authorized()
-    events = await recorded(h)
+    events, answer = claim(h)
+    assert kinds(events) == ["AttemptSent"] and events[0].claimant == "w1"
+    assert answer.verdict is ClaimVerdict.CROSSED
+    assert answer.not_after == DEADLINE - timedelta(seconds=DEADLINE_MARGIN_S)
+    assert h.intent.state is State.SENT
+
+
+def test_an_order_that_differs_from_its_authorization_fails_before_its_boundary() -> None:
     for changes in ({"digest": "sha256:other"}, {"arguments": {"note": "changed"}},
-                    {"preconditions": {"version": 2}}, {"capability": "item.publish"}):
-        with pytest.raises(OrderRefused) as refused:
-            verify_order(order_of(h, **changes), CAPABILITY, events)
-        assert refused.value.reason == "order.mismatch", changes
+                    {"preconditions": {"version": 2}}, {"intent_key": "key-2"}, {"actor": "mallory"}):
+        h = authorized()
+        events, answer = claim(h, **changes)
+        assert (answer.verdict, answer.reason) == (ClaimVerdict.REFUSED, "order.mismatch"), changes
+        assert kinds(events) == ["AttemptFailedBeforeSend"], changes
 
 
-async def test_a_withdrawal_before_the_boundary_refuses_the_order() -> None:
+def test_a_claim_without_the_executors_token_or_of_another_capability_records_nothing() -> None:
+    for changes in ({"report_token": "forged"}, {"capability": "item.publish"}):
+        h = authorized()
+        events, answer = claim(h, **changes)
+        assert (events, answer.verdict, answer.reason) == ([], ClaimVerdict.REFUSED, "order.mismatch")
+        assert h.intent.state is State.AUTHORIZED
+
+
+def test_a_withdrawal_before_the_boundary_withdraws_the_intent_and_refuses() -> None:
     h = authorized()
-    order = order_of(h)
     h.add(EffectIntent.WithdrawalRequested, attempt_id=ATTEMPT, by="runtime", why="")
-    with pytest.raises(OrderRefused) as refused:
-        verify_order(order, CAPABILITY, await recorded(h))
-    assert refused.value.reason == "order.withdrawn"
+    events, answer = claim(h)
+    assert kinds(events) == ["Withdrawn"]
+    assert (answer.verdict, answer.reason) == (ClaimVerdict.REFUSED, "order.withdrawn")
+    assert claim(h, "w2")[1].reason == "order.stale"  # and nobody crosses it after
 
 
-async def test_no_crossing_within_the_margin_of_the_deadline() -> None:
-    h = authorized(deadline_s=30.0)
-    order, events = order_of(h), await recorded(h)
-    deadline = T0 + timedelta(seconds=30.0)
-    verify_crossing(order, CAPABILITY, events, now=deadline - timedelta(seconds=DEADLINE_MARGIN_S + 1))
-    with pytest.raises(OrderRefused) as refused:
-        verify_crossing(order, CAPABILITY, events, now=deadline - timedelta(seconds=DEADLINE_MARGIN_S))
-    assert refused.value.reason == "order.expired"
-
-
-def test_too_late_and_claimed_in_time() -> None:
-    deadline = T0 + timedelta(seconds=10)
-    assert not too_late(None, T0) and not too_late(deadline, T0)
-    assert too_late(deadline, deadline - timedelta(seconds=DEADLINE_MARGIN_S))
-    assert claimed_in_time(0.0, BOUNDARY_CLAIM_MAX_S, deadline, T0)
-    assert not claimed_in_time(0.0, BOUNDARY_CLAIM_MAX_S + 0.1, deadline, T0)
-    assert not claimed_in_time(0.0, 0.0, deadline, deadline)
-
-
-async def test_the_attempt_is_open_until_it_ends() -> None:
+def test_no_crossing_within_the_margin_of_the_deadline() -> None:
+    early = DEADLINE - timedelta(seconds=DEADLINE_MARGIN_S + 1)
+    assert claim(authorized(), now=early)[1].verdict is ClaimVerdict.CROSSED
     h = authorized()
-    assert attempt_open(await recorded(h), ATTEMPT)
-    assert not attempt_open(await recorded(h), "att-2")
-    h.add(EffectIntent.Withdrawn, by="runtime", why="")
-    assert not attempt_open(await recorded(h), ATTEMPT)
-    assert not attempt_open((), ATTEMPT)
+    events, answer = claim(h, now=DEADLINE - timedelta(seconds=DEADLINE_MARGIN_S))
+    assert (answer.reason, kinds(events)) == ("order.expired", ["AttemptFailedBeforeSend"])
 
 
-def test_a_refusal_claims_the_boundary_as_withdrawn_or_refused() -> None:
-    assert not_sent_stage("order.withdrawn") is ReportStage.WITHDRAWN
-    assert not_sent_stage("order.mismatch") is ReportStage.REFUSED_ORDER
-    assert not_sent_stage("order.expired") is ReportStage.REFUSED_ORDER
+def test_one_claimant_crosses_unless_the_remote_deduplicates() -> None:
+    h = authorized()
+    assert claim(h, "w1")[1].verdict is ClaimVerdict.CROSSED
+    again, answer = claim(h, "w1")  # its answer was lost: the same claim asked again
+    assert (again, answer.verdict) == ([], ClaimVerdict.CROSSED)
+    rival, refused = claim(h, "w2")
+    assert (rival, refused.reason) == ([], "order.boundary-claimed")
+    deduplicated, crossed = claim(h, "w2", idempotent=True)
+    assert (deduplicated, crossed.verdict) == ([], ClaimVerdict.CROSSED)
+
+
+def test_a_settled_or_superseded_attempt_is_stale_and_nothing_is_recorded() -> None:
+    h = authorized()
+    h.add(EffectIntent.AttemptFailedBeforeSend, attempt_id=ATTEMPT, reason="x", detail="")
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="att-2", intent_key="key-1", digest="sha256:d1",
+          policy_revision="p1", contract_revision="rev-1", gate_facts={"version": 1}, deadline_at=DEADLINE)
+    assert claim(h)[1].reason == "order.stale"
+    done = authorized()
+    done.add(EffectIntent.OutcomeUnknown, attempt_id=ATTEMPT, evidence="silence")
+    events, answer = claim(done)
+    assert (events, answer.reason) == ([], "order.stale")
+
+
+def test_a_record_that_ends_before_the_authorization_leaves_the_claim_unchecked() -> None:
+    h = authorized()
+    behind = History().normalized().decided("allow")
+    order = order_of(h)
+    events, answer = decide_claim(behind.intent, Claim(order=order, claimant="w1"), capability=CAPABILITY,
+                                  key=KEY, idempotent=False, now=T0)
+    assert (events, answer.verdict) == ([], ClaimVerdict.UNCHECKED)
+
+
+def test_a_write_without_crossing_is_recorded_sent_and_a_waiting_withdrawal_becomes_an_interruption(
+) -> None:
+    h = authorized()
+    h.add(EffectIntent.WithdrawalRequested, attempt_id=ATTEMPT, by="runtime", why="")
+    events, answer = claim(h, written=True)
+    assert kinds(events) == ["AttemptSent", "InterruptionRequested"]
+    assert answer.verdict is ClaimVerdict.CROSSED and h.intent.interruption_requested
+
+
+_ACTION = st.one_of(st.sampled_from(["w1", "w2", "w3"]), st.sampled_from(["withdraw", "deadline", "fail"]))
+
+
+@settings(derandomize=True, max_examples=300)
+@given(st.lists(_ACTION, max_size=12), st.booleans())
+def test_at_most_one_claimant_crosses_an_attempt_and_never_after_it_settled(
+    actions: list[str], idempotent: bool,
+) -> None:
+    """Any interleaving of claims by three deliveries with a withdrawal, the deadline and a
+    report that the attempt failed before its boundary: where the remote does not
+    deduplicate, one claimant at most is ever told to cross, a crossing is on the record
+    before the answer, and the record never says withdrawn or failed-before-send of an
+    attempt someone was told to cross."""
+    h = authorized()
+    crossed: set[str] = set()
+    for action in actions:
+        intent = h.intent
+        if action == "withdraw":
+            h.extend(withdraw(intent, by="runtime", why="", cause="w", now=T0))
+        elif action == "deadline":
+            h.extend(on_deadline(intent, ATTEMPT, cause="d", now=DEADLINE))
+        elif action == "fail":
+            report = AttemptReport(tenant="tenant-a", intent_id=intent.intent_id, attempt_id=ATTEMPT,
+                                   stage=ReportStage.FAILED_BEFORE_SEND)
+            h.extend(on_report(intent, report, None, cause=f"f{len(h.events)}", now=T0))
+        else:
+            _, answer = claim(h, action, idempotent=idempotent)
+            if answer.verdict is ClaimVerdict.CROSSED:
+                crossed.add(action)
+                assert h.intent.attempt(ATTEMPT).crossed
+    if not idempotent:
+        assert len(crossed) <= 1
+    if crossed:
+        assert h.intent.state not in (State.WITHDRAWN, State.ALLOWED)
+        assert h.intent.attempt(ATTEMPT).stage is not AttemptStage.FAILED_BEFORE_SEND
+
+
+def test_too_late_is_the_deadline_less_the_margin() -> None:
+    assert not too_late(None, T0) and not too_late(DEADLINE, T0)
+    assert too_late(DEADLINE, DEADLINE - timedelta(seconds=DEADLINE_MARGIN_S))
+    assert write_by(DEADLINE) == DEADLINE - timedelta(seconds=DEADLINE_MARGIN_S)
 
 
 # -- settling --------------------------------------------------------------------------------

@@ -114,9 +114,17 @@ def report(h: History, stage: str, **kw: object) -> list[EffectIntent.Event]:
     return on_report(h.intent, r, CONTRACT, cause=f"{stage}-1", now=T0)
 
 
+def crossed(h: History) -> History:
+    """The current attempt's boundary claimed, as the executor records a claim it granted."""
+    attempt = h.intent.current_attempt
+    assert attempt is not None
+    return h.add(EffectIntent.AttemptSent, attempt_id=attempt.attempt_id, claimant="w1")
+
+
 def test_reports_move_the_attempt_and_duplicates_do_nothing() -> None:
     h = authorized()
-    h.extend(report(h, "sent"))
+    assert report(h, "sent") == []  # crossing is claimed of the executor, never reported
+    crossed(h)
     assert h.intent.state is State.SENT
     assert report(h, "sent") == []
     h.extend(report(h, "completed", receipt={"note_id": "n1"}, result={"ok": True}))
@@ -126,7 +134,7 @@ def test_reports_move_the_attempt_and_duplicates_do_nothing() -> None:
 
 def test_rejection_after_send_fails_the_intent_without_retry() -> None:
     h = authorized()
-    h.extend(report(h, "sent"))
+    crossed(h)
     h.extend(report(h, "rejected", reason="case.version-conflict"))
     assert h.intent.state is State.FAILED and h.intent.reason == "case.version-conflict"
     assert run_gate(h) == []
@@ -176,7 +184,7 @@ def test_silence_after_send_is_unknown_never_failed() -> None:
     h = authorized()
     attempt = h.intent.current_attempt
     assert attempt is not None
-    h.extend(report(h, "sent"))
+    crossed(h)
     (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(seconds=41))
     assert isinstance(unknown, EffectIntent.OutcomeUnknown)
     h.extend([unknown])
@@ -200,7 +208,7 @@ def unknown() -> History:
     h = authorized()
     attempt = h.intent.current_attempt
     assert attempt is not None
-    h.extend(report(h, "sent"))
+    crossed(h)
     return h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
 
 
@@ -300,8 +308,9 @@ def test_a_not_sent_claim_without_a_withdrawal_is_a_failure_before_send() -> Non
     assert isinstance(failed, EffectIntent.AttemptFailedBeforeSend)
 
 
-@pytest.mark.parametrize("stage", ["sent", "acknowledged", "observed"])
-def test_a_sent_claim_after_a_withdrawal_request_becomes_an_interruption(stage: str) -> None:
+@pytest.mark.parametrize("stage", ["acknowledged", "observed"])
+def test_progress_after_a_withdrawal_request_becomes_an_interruption(stage: str) -> None:
+    """An adapter that wrote without claiming its boundary, then reported progress."""
     h = authorized()
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     crossed, interruption = report(h, stage)
@@ -367,7 +376,7 @@ def test_a_not_sent_claim_after_the_deadline_settles_a_withdrawal_request() -> N
     # ... but not when an adapter had crossed before the deadline
     h = authorized()
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
-    h.extend(report(h, "sent"))
+    crossed(h)
     h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
     assert h.intent.state is State.UNKNOWN
     assert report(h, "withdrawn") == []
@@ -375,7 +384,7 @@ def test_a_not_sent_claim_after_the_deadline_settles_a_withdrawal_request() -> N
 
 def test_withdrawal_after_the_send_boundary_asks_for_an_interruption() -> None:
     h = authorized()
-    h.extend(report(h, "sent"))
+    crossed(h)
     (interrupt,) = withdraw(h.intent, by="runtime", why="", cause="w", now=T0)
     assert isinstance(interrupt, EffectIntent.InterruptionRequested)
     h.extend([interrupt])
@@ -434,7 +443,7 @@ def test_attempt_stages_follow_the_remote_system() -> None:
     h = authorized()
     attempt = h.intent.current_attempt
     assert attempt is not None
-    h.extend(report(h, "sent"))
+    crossed(h)
     (ack,) = report(h, "acknowledged", receipt={"remote_ref": "job-7"})
     assert isinstance(ack, EffectIntent.AttemptAcknowledged) and ack.remote_ref == "job-7"
     h.extend([ack])
@@ -447,7 +456,7 @@ def test_attempt_stages_follow_the_remote_system() -> None:
 
 def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
     h = authorized()
-    h.extend(report(h, "sent"))
+    crossed(h)
     assert report(h, "interrupted") == []  # nobody asked: not evidence of anything
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     h.extend(report(h, "interrupted", detail="cancelled the export job"))
@@ -479,7 +488,7 @@ def test_an_operator_resolving_what_the_reconciler_settled_is_told_its_finding()
 
 def test_an_operator_resolving_an_attempt_still_in_flight_is_told_nothing_is_open() -> None:
     h = authorized()
-    h.extend(report(h, "sent"))
+    crossed(h)
     with pytest.raises(ResolutionRefused) as refused:
         resolve(h.intent, finding="absent", by="ops-1", why="w", receipt={}, contract=CONTRACT,
                 cause="c", now=T0)
@@ -575,7 +584,7 @@ def test_an_interrupted_attempt_proven_absent_is_not_tried_again() -> None:
     h = authorized()
     attempt = h.intent.current_attempt
     assert attempt is not None
-    h.extend(report(h, "sent"))
+    crossed(h)
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
     assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []

@@ -72,7 +72,7 @@ SAMPLES: dict[Channel, Callable[[str], str]] = {
     channels.RESOLVE: lambda _cap: subjects.resolve(TENANT, INTENT, "ops"),
     channels.EXEC: subjects.order,
     channels.INTERRUPT: subjects.interrupt,
-    channels.RECORD: subjects.record,
+    channels.CLAIM: subjects.claim,
     channels.REPORT: lambda cap: subjects.report(cap, INTENT),
     channels.ADAPTER_DESCRIBE: lambda cap: subjects.adapter(cap, "describe"),
     channels.ADAPTER_NORMALIZE: lambda cap: subjects.adapter(cap, "normalize"),

@@ -10,7 +10,6 @@ from lockgate.adapters.sdk import (
     invocations,
     run_adapter,
     serve,
-    verify_order,
 )
 
 __all__ = [
@@ -23,5 +22,4 @@ __all__ = [
     "invocations",
     "run_adapter",
     "serve",
-    "verify_order",
 ]

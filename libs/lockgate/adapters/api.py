@@ -27,16 +27,18 @@ it ended by what it does:
 - raise ``Interrupted`` (an ``interruptible`` contract, after ``interrupt``): it stopped
   the effect before it completed.
 
-``await boundary.cross()`` right before the remote write: it checks the record once more
-and raises ``BoundaryRefused`` when the order must not be sent (withdrawn, superseded,
-out of time). Let it propagate and write nothing. After crossing, any other exception
+``await boundary.cross()`` right before the remote write: it asks the executor to claim
+the attempt's send boundary, which checks the order against the record and records the
+crossing, and raises ``BoundaryRefused`` when the order must not be sent (withdrawn,
+superseded, out of time, claimed by another delivery). Let it propagate and write
+nothing. After crossing, any other exception
 is reported as nothing at all: the effect may have happened, so Lockgate records the
 outcome as unknown and asks ``query`` instead of guessing. ``boundary.acknowledged()``
 and ``boundary.observed()`` may say how far the remote system got.
 
 An adapter never reads or writes the event store and never acknowledges a message: the
-worker (``lockgate.adapters.worker``) does, after checking each order against the record
-(``lockgate.adapters.verify``).
+worker (``lockgate.adapters.worker``) does, and claims each crossing of the executor
+(``lockgate.adapters.claims``).
 """
 
 from __future__ import annotations
@@ -154,10 +156,10 @@ class SendBoundary:
     async def cross(self) -> None:
         """Record that the request is about to be written to the remote system.
 
-        Call it right before the write. It checks the record once more and returns after
-        the ``sent`` report is stored as the attempt's claim of the boundary; if anything
-        stands in the way (a withdrawal, a later attempt, a rival claim) it raises and
-        the adapter must not write.
+        Call it right before the write. It returns once the executor recorded the
+        attempt as sent, having checked the order against the record; if anything stands
+        in the way (a withdrawal, a later attempt, a rival claim, the deadline) it raises
+        and the adapter must not write.
 
         Raises:
             BoundaryRefused: the order must not be sent (the worker has reported why).

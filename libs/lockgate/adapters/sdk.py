@@ -6,8 +6,8 @@ adapter process needs. The parts live in three modules:
 - ``lockgate.adapters.api``: the ``Adapter`` base class, ``SendBoundary``, ``Completed``
   and the outcomes an adapter raises (``Rejected``, ``NotSent``, ``Interrupted``); its
   docstring says how to write an adapter;
-- ``lockgate.adapters.verify``: an order checked against the intent's record, and the
-  claim of the send boundary;
+- ``lockgate.adapters.claims``: the send boundary, claimed by asking the executor, which
+  checks the order against the intent's record (``lockgate.executor.claims``);
 - ``lockgate.adapters.worker``: the worker that consumes orders, claims the boundary,
   reports, registers and heartbeats (``serve``, ``run_adapter``).
 
@@ -27,19 +27,10 @@ from lockgate.adapters.api import (
     SendBoundary,
     bounded,
 )
-from lockgate.adapters.verify import (
-    BOUNDARY_CLAIM_MAX_S,
-    DEADLINE_MARGIN_S,
-    AuthorizationNotVisible,
-    OrderRefused,
-    boundary_msg_id,
-    verify_crossing,
-    verify_order,
-)
+from lockgate.adapters.claims import DEADLINE_MARGIN_S, ClaimClient, ClaimUnanswered
 from lockgate.adapters.worker import (
     HEARTBEAT_S,
     RETRY_DELAY_S,
-    UNSEEN_AUTHORIZATION_RETRIES,
     CapabilityWorker,
     consumer_name,
     invocations,
@@ -54,24 +45,21 @@ from lockgate.contracts.subjects import parse_report_subject
 from lockgate.contracts.subjects import report as report_subject
 
 __all__ = [
-    "BOUNDARY_CLAIM_MAX_S",
     "DEADLINE_MARGIN_S",
     "DETAIL_MAX_CHARS",
     "HEARTBEAT_S",
     "RETRY_DELAY_S",
-    "UNSEEN_AUTHORIZATION_RETRIES",
     "Adapter",
     "AdapterError",
-    "AuthorizationNotVisible",
     "BoundaryRefused",
     "CapabilityWorker",
+    "ClaimClient",
+    "ClaimUnanswered",
     "Completed",
     "Interrupted",
     "NotSent",
-    "OrderRefused",
     "Rejected",
     "SendBoundary",
-    "boundary_msg_id",
     "bounded",
     "consumer_name",
     "exec_subject",
@@ -83,6 +71,4 @@ __all__ = [
     "request_subject",
     "run_adapter",
     "serve",
-    "verify_crossing",
-    "verify_order",
 ]

@@ -8,14 +8,13 @@ For each capability (``CapabilityWorker``) it
   ``adapter.<capability>``, msgspec JSON; a bad request gets a ``Refusal``) and
   ``lg.status.adapter.<capability>``;
 - consumes ``lg.exec.<capability>`` from ``LG_EXEC`` through its own durable pull
-  consumer, and executes an order only after checking it against the record
-  (``lockgate.adapters.verify``), which it asks the executor for (``OrderRecord``);
-- checks the record again when the adapter crosses the send boundary (unless its check on
-  receipt is younger than ``RECHECK_AFTER_S``), and claims it;
+  consumer and hands each order to the adapter's ``execute``;
+- when the adapter crosses the send boundary, asks the executor to claim it
+  (``lockgate.adapters.claims``): the executor checks the order against the intent's
+  record and records the crossing, and the adapter writes only once it did;
 - reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
-  ``Nats-Msg-Id: <attempt_id>:<stage>`` (or the boundary's claim id) so a redelivered
-  order reports nothing twice, echoing the order's ``report_token`` (the executor's
-  proof that it sent the order).
+  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice,
+  echoing the order's ``report_token`` (the executor's proof that it sent the order).
 
 After the send boundary the effect may have happened; from there an unexpected error
 reports nothing at all, and the executor's deadline records the silence as
@@ -37,9 +36,8 @@ import socket
 import time
 from collections import Counter as _Tally
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import nats
@@ -61,23 +59,12 @@ from lockgate.adapters.api import (
     SendBoundary,
     bounded,
 )
-from lockgate.adapters.record import OrderRecord, Record
-from lockgate.adapters.verify import (
-    AuthorizationNotVisible,
-    OrderRefused,
-    attempt_open,
-    boundary_msg_id,
-    claimed_in_time,
-    not_sent_stage,
-    report_msg_id,
-    time_left,
-    verify_crossing,
-    verify_order,
-    write_by,
-)
+from lockgate.adapters.claims import ClaimClient, ClaimUnanswered, report_msg_id
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     AttemptReport,
+    Claim,
+    ClaimAnswer,
     Describe,
     ExecutionOrder,
     Facts,
@@ -86,11 +73,9 @@ from lockgate.contracts.messages import (
     QueryRequest,
     Refusal,
 )
-from lockgate.contracts.vocabulary import ReportStage
+from lockgate.contracts.vocabulary import ClaimVerdict, ReportStage
 from lockgate.core.errors import LockgateError
-from lockgate.core.ids import is_capability_name, is_subject_token
-from lockgate.eventstore import EventStoreUnavailable
-from lockgate.intent import EffectIntent
+from lockgate.core.ids import is_capability_name, is_subject_token, random_id
 from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.metrics import start_endpoint, url_of
@@ -104,12 +89,10 @@ from lockgate.runtime.tracing import Tracing, start_tracing
 
 log = logging.getLogger(__name__)
 
-#: Orders whose authorization is not visible yet (a lagging replica) are retried this
-#: often before they are refused as not matching the record.
-UNSEEN_AUTHORIZATION_RETRIES = 5
-#: A check of the record on receipt younger than this stands for the check before the
-#: send boundary (``CapabilityWorker._cross``).
-RECHECK_AFTER_S = 0.2
+#: An order whose claim the executor cannot check (no authorization on the record as far
+#: as the order says, or the record unreadable) comes back this often before it is given
+#: up unwritten: an attempt that exists then ends at its deadline and is reconciled.
+UNCHECKED_DELIVERIES = 5
 #: How often an adapter renews its registration (its heartbeat).
 HEARTBEAT_S = 5.0
 #: Redelivery delay after a transient failure (event store, broker).
@@ -129,12 +112,16 @@ def queue_group(capability: str) -> str:
     return f"adapter.{capability}"
 
 
-@dataclass(frozen=True)
-class _Checked:
-    """An order's check against the record: the intent it found, and when (monotonic s)."""
+class Claims(Protocol):
+    """What a worker claims send boundaries with: ``ClaimClient``, or a test's own."""
 
-    intent: EffectIntent
-    at_s: float
+    async def claim(self, claim: Claim) -> ClaimAnswer:
+        """Ask to cross (``lockgate.adapters.claims``).
+
+        Raises:
+            ClaimUnanswered: no answer.
+        """
+        ...
 
 
 class _ReportNotPublished(Exception):
@@ -152,7 +139,7 @@ class CapabilityWorker:
         name: str,
         ack_wait_s: float = 30.0,
         batch: int = 16,
-        store: Record | None = None,
+        claims: Claims | None = None,
         js_prefix: str = "$JS.API",
         tracing: Tracing | None = None,
     ) -> None:
@@ -169,9 +156,9 @@ class CapabilityWorker:
         self._name = name
         self._ack_wait_s = ack_wait_s
         self._batch = batch
-        # The record of this capability's intents, asked of the executor (an adapter may
-        # not read the event store); tests may hand in a store of their own.
-        self._store: Record = store or OrderRecord(nc, self.capability)
+        # The executor decides each crossing on the record (an adapter may not read the
+        # event store); tests may hand in an arbiter of their own.
+        self._claims: Claims = claims or ClaimClient(nc, self.capability)
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._beat: asyncio.Task[None] | None = None
@@ -379,61 +366,46 @@ class CapabilityWorker:
         if not (is_subject_token(order.tenant) and is_subject_token(order.intent_id)):
             log.error("order with invalid tenant or intent id on %s, terminated", msg.subject)
             return Settlement.TERM
-        try:
-            history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
-            agg = verify_order(order, self.capability, history.events)
-        except EventStoreUnavailable as exc:
-            log.warning("event store unavailable: %s", exc)
-            return Settlement.NAK
-        except AuthorizationNotVisible as exc:
-            if msg.metadata.num_delivered < UNSEEN_AUTHORIZATION_RETRIES:
-                return Settlement.NAK
-            await self._claim_not_sent(order, "order.mismatch", str(exc))
-            return Settlement.ACK
-        except OrderRefused as exc:
-            log.warning("refused order %s/%s: %s", order.intent_id, order.attempt_id, exc.detail)
-            await self._claim_not_sent(order, exc.reason, exc.detail)
-            return Settlement.ACK
-        checked = _Checked(agg, time.monotonic())
-        if msg.metadata.num_delivered > 1 and self.contract.idempotency is None:
-            # An earlier delivery may have crossed the send boundary and died before it
-            # could report. Without an idempotency key the remote system cannot tell a
-            # repeat from a new request, so nothing is repeated blindly: the executor's
-            # deadline records the outcome as unknown and the reconciler asks the world.
-            log.warning(
-                "%s attempt %s redelivered; not repeated (no idempotency key), left to reconciliation",
-                self.capability, order.attempt_id,
-            )
-            return Settlement.ACK
-        return await self._execute(order, msg, checked)
+        if order.capability != self.capability:
+            log.error("order for %r on %s, terminated", order.capability[:64], msg.subject)
+            return Settlement.TERM
+        # No read of the record here: the executor checks the order against it when the
+        # adapter crosses its send boundary, and nothing before the boundary has an effect.
+        # A redelivered order goes the same way: if an earlier delivery crossed, its claim
+        # is on the record and this one is refused (or, where the remote deduplicates by
+        # the intent key, may write again).
+        return await self._execute(order, msg)
 
-    async def _execute(self, order: ExecutionOrder, msg: Msg, checked: _Checked) -> Settlement:
+    async def _execute(self, order: ExecutionOrder, msg: Msg) -> Settlement:
         """Execute ``order``, timed and counted by how it ended (and traced when tracing is on)."""
         started = time.perf_counter()
         result = "error"  # what an exception escaping the execution counts as
         tracing = self._tracing
         try:
             if tracing is None:
-                settle, result = await self._run(order, msg, checked)
+                settle, result = await self._run(order, msg)
                 return settle
             attributes = {"lockgate.capability": self.capability, "lockgate.adapter": self._name,
                           "lockgate.attempt_id": order.attempt_id}
             with tracing.span(f"adapter {self.capability} execute", order.intent_id,
                               attributes=attributes) as span:
                 try:
-                    settle, result = await self._run(order, msg, checked)
+                    settle, result = await self._run(order, msg)
                 finally:
                     tracing.outcome(span, result)
                 return settle
         finally:
             self._meter.executed(result, time.perf_counter() - started)
 
-    async def _run(self, order: ExecutionOrder, msg: Msg, checked: _Checked) -> tuple[Settlement, str]:
+    async def _run(self, order: ExecutionOrder, msg: Msg) -> tuple[Settlement, str]:
         """Execute ``order``; return how to settle it and how it ended (``ADAPTER_EXECUTIONS``)."""
         async def progress(stage: ReportStage, receipt: dict[str, str]) -> None:
             await self._report(order, stage, receipt=receipt)
 
-        boundary = SendBoundary(lambda: self._cross(order, checked), progress)
+        # This try's own name: a claim asked again after its answer was lost is its own.
+        claimant = f"{self._name}:{random_id()}"
+        delivered = int(msg.metadata.num_delivered or 1)
+        boundary = SendBoundary(lambda: self._cross(order, claimant, delivered), progress)
         invocations[self.capability] += 1
         heartbeat = asyncio.create_task(self._keep_alive(msg))
         self._running[order.attempt_id] = order
@@ -444,8 +416,8 @@ class CapabilityWorker:
             return Settlement.NAK, "report_failed"
         except Exception as exc:  # mapped to a report or to silence
             if boundary.refused is not None:
-                # Refused at the boundary, however the adapter passed the refusal on:
-                # what is due was reported there; nothing else is.
+                # Refused at the boundary, however the adapter passed the refusal on: the
+                # executor recorded what the refusal means; nothing is reported.
                 return boundary.refused.settle, "refused"
             return await self._failed(order, boundary, exc)
         finally:
@@ -456,9 +428,9 @@ class CapabilityWorker:
                       self.capability, order.attempt_id)
             return boundary.refused.settle, "refused"
         if not boundary.crossed:
-            # An adapter that forgot to cross: the effect is done, so the boundary is
-            # claimed without a check (a withdrawal cannot stop what already happened).
-            await self._claim_sent(order)
+            # An adapter that forgot to cross: the effect is done, so it is claimed as
+            # written (the executor records it sent, if the attempt still is open).
+            await self._claim_written(order, claimant)
             boundary.mark_crossed()
         await self._report(
             order, ReportStage.COMPLETED, receipt=dict(completed.receipt),
@@ -491,78 +463,56 @@ class CapabilityWorker:
         else:
             log.error("%s attempt %s failed", self.capability, order.attempt_id, exc_info=exc)
             reason, detail = "adapter.error", f"{type(exc).__name__}: {exc}"
-        await self._report(
-            order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail, claim=True)
+        # Not crossed, so not claimed: should another delivery claim the attempt meanwhile,
+        # the record says sent and this report is ignored.
+        await self._report(order, ReportStage.FAILED_BEFORE_SEND, reason=reason, detail=detail)
         return Settlement.ACK, "not_sent"
 
-    async def _cross(self, order: ExecutionOrder, checked: _Checked) -> datetime | None:
-        """Right before the remote write: check the record once more, then claim the boundary;
-        return the latest moment the write may take effect (``SendBoundary.not_after``).
-
-        The check on receipt stands for the one before the boundary when it is younger
-        than ``RECHECK_AFTER_S`` (most adapters cross within milliseconds of receipt): a
-        withdrawal requested in that instant is one that came just after the boundary.
-        The deadline is judged again now either way.
+    async def _cross(self, order: ExecutionOrder, claimant: str, delivered: int = 1) -> datetime | None:
+        """Right before the remote write: claim the boundary of the executor, which decides on
+        the record; return the latest moment the write may take effect
+        (``SendBoundary.not_after``).
 
         Raises:
-            BoundaryRefused: a withdrawal was requested, the attempt is over or past its
-                deadline, another delivery claimed the boundary first, or this worker
-                took too long to claim it.
+            BoundaryRefused: the executor refused (a withdrawal, the attempt over, out of
+                time, claimed by another delivery: the record says so already), no answer
+                came (the order comes again), or the answer came too late to write.
         """
-        checked_at = time.monotonic()
+        again = Settlement.NAK if delivered < UNCHECKED_DELIVERIES else Settlement.ACK
         try:
-            if checked_at - checked.at_s < RECHECK_AFTER_S:
-                agg, checked_at = time_left(checked.intent, now=datetime.now(UTC)), checked.at_s
-            else:
-                history = await self._store.load(order.tenant, order.intent_id,
-                                                 at_least=order.authorized_version)
-                agg = verify_crossing(order, self.capability, history.events, now=datetime.now(UTC))
-        except (EventStoreUnavailable, AuthorizationNotVisible) as exc:
+            answer = await self._claims.claim(Claim(order=order, claimant=claimant))
+        except ClaimUnanswered as exc:
+            # Perhaps recorded: the order comes again, and its next claim is another's.
             raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
-        except OrderRefused as exc:
-            log.warning("refused order %s/%s at the send boundary: %s",
-                        order.intent_id, order.attempt_id, exc.detail)
-            await self._claim_not_sent(order, exc.reason, exc.detail)
-            raise BoundaryRefused(exc.reason, exc.detail) from None
-        attempt = agg.current_attempt
-        deadline = attempt.deadline_at if attempt is not None else None
-        crossed_before = attempt is not None and attempt.crossed
-        if not await self._claim_sent(order) and not crossed_before:
-            # Another delivery settled this boundary first (sent or not): only the record
-            # can say which, so the order comes again and is checked again.
-            raise BoundaryRefused("order.boundary-claimed", "another delivery claimed the boundary",
-                                  settle=Settlement.NAK)
-        if not claimed_in_time(checked_at, time.monotonic(), deadline, datetime.now(UTC)):
-            # Claimed as sent, yet too late to trust the check: nothing is written. The
-            # record says sent, so the outcome is reconciled by query.
+        if answer.verdict is ClaimVerdict.UNCHECKED:
+            if again is Settlement.ACK:
+                log.error("%s attempt %s: its claim could not be checked in %d deliveries; "
+                          "given up unwritten", self.capability, order.attempt_id, delivered)
+            raise BoundaryRefused(answer.reason or "order.unchecked", answer.detail, settle=again)
+        if answer.verdict is not ClaimVerdict.CROSSED:
+            log.warning("refused order %s/%s at the send boundary: %s %s", order.intent_id,
+                        order.attempt_id, answer.reason, answer.detail)
+            raise BoundaryRefused(answer.reason or "order.stale", answer.detail)
+        if answer.not_after is not None and datetime.now(UTC) >= answer.not_after:
+            # Crossed on the record, yet past the moment the write may land (this worker
+            # was held up): nothing is written. The record says sent, so the outcome is
+            # reconciled by query.
             log.error("%s attempt %s claimed its boundary too late; not written",
                       self.capability, order.attempt_id)
             raise BoundaryRefused("order.claimed-late", "claimed too late to write")
-        if not await self._still_current(order):
-            # A server restart forgets the ids of claims already consumed (it rebuilds its
-            # duplicate map from the messages still stored), so a rival claim may have been
-            # stored and acted on first without making this one a duplicate. The executor
-            # records what a claim meant before it consumes it: the record says so.
-            log.error("%s attempt %s ended before its claim was stored; not written",
-                      self.capability, order.attempt_id)
-            raise BoundaryRefused("order.claimed-late", "the attempt ended before the claim")
-        return write_by(deadline)
+        return answer.not_after
 
-    async def _still_current(self, order: ExecutionOrder) -> bool:
-        """True when the record still has ``order``'s attempt open (authorized or sent)."""
+    async def _claim_written(self, order: ExecutionOrder, claimant: str) -> None:
+        """Tell the executor the adapter wrote without crossing (best effort: it is done)."""
         try:
-            history = await self._store.load(order.tenant, order.intent_id, at_least=order.authorized_version)
-        except EventStoreUnavailable as exc:
-            raise BoundaryRefused("order.unchecked", str(exc), settle=Settlement.NAK) from exc
-        return attempt_open(history.events, order.attempt_id)
-
-    async def _claim_sent(self, order: ExecutionOrder) -> bool:
-        """Claim the attempt's send boundary as crossed; True when this claim was the first."""
-        return await self._report(order, ReportStage.SENT, claim=True)
-
-    async def _claim_not_sent(self, order: ExecutionOrder, reason: str, detail: str) -> None:
-        """Claim the boundary as not crossed: a withdrawal, or an order that must not run."""
-        await self._report(order, not_sent_stage(reason), reason=reason, detail=detail, claim=True)
+            answer = await self._claims.claim(Claim(order=order, claimant=claimant, written=True))
+        except ClaimUnanswered as exc:
+            log.error("%s attempt %s written without crossing, and not claimed: %s",
+                      self.capability, order.attempt_id, exc)
+            return
+        if answer.verdict is not ClaimVerdict.CROSSED:
+            log.error("%s attempt %s written without crossing after its attempt ended: %s %s",
+                      self.capability, order.attempt_id, answer.reason, answer.detail)
 
     async def _keep_alive(self, msg: Msg) -> None:
         """Tell the server the order is still being worked on, so it is not redelivered."""
@@ -580,12 +530,8 @@ class CapabilityWorker:
         detail: str = "",
         receipt: dict[str, str] | None = None,
         result: dict[str, Any] | None = None,
-        claim: bool = False,
-    ) -> bool:
-        """Publish one report; ``claim``: as the attempt's claim of its send boundary.
-
-        Returns True when the stream stored it, False when it was a duplicate (for a
-        claim: another report settled the boundary first).
+    ) -> None:
+        """Publish one report (a second of the same stage is dropped as a duplicate).
 
         Raises:
             _ReportNotPublished: the stream did not acknowledge it.
@@ -603,16 +549,14 @@ class CapabilityWorker:
             reported_at=datetime.now(UTC),
             token=order.report_token,
         )
-        msg_id = boundary_msg_id(order.attempt_id) if claim else report_msg_id(order.attempt_id, stage)
         try:
-            ack = await self._js.publish(
+            await self._js.publish(
                 subjects.report(self.capability, order.intent_id),
                 msgspec.json.encode(report),
-                headers={"Nats-Msg-Id": msg_id},
+                headers={"Nats-Msg-Id": report_msg_id(order.attempt_id, stage)},
             )
         except (TimeoutError, NatsError) as exc:
             raise _ReportNotPublished(f"{stage} report not published: {exc!r}") from exc
-        return not ack.duplicate
 
 
 

@@ -101,10 +101,11 @@ INTERRUPT = Channel(
     "Stop a running attempt of an interruptible capability ({intent_id, attempt_id}); "
     "best effort, the attempt's report says how it ended.",
 )
-RECORD = Channel(
-    "lg.record.{capability}", (subjects.RECORD_ALL,), m.RecordRequest,
-    "The events of one intent of this capability, to check an order against.",
-    replies=(m.IntentRecord, m.Refusal),
+CLAIM = Channel(
+    "lg.claim.{capability}", (subjects.CLAIM_ALL,), m.Claim,
+    "Cross the send boundary of an order of this capability: decided on the intent's record, "
+    "where the executor records what the answer means before it answers.",
+    replies=(m.ClaimAnswer, m.Refusal),
 )
 REPORT = Channel(
     "lg.report.{capability}.{intent}", (subjects.REPORT_ALL,), m.AttemptReport,

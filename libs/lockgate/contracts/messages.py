@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from lockgate.contracts.capability import CapabilityContract
-from lockgate.contracts.vocabulary import QueryFinding, ReportStage
+from lockgate.contracts.vocabulary import ClaimVerdict, QueryFinding, ReportStage
 
 
 class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,7 +212,8 @@ class ExecutionOrder(msgspec.Struct, frozen=True, kw_only=True):
     actor: str
     preconditions: dict[str, str | int | bool]
     authorized_version: int
-    """Aggregate version of the ``ExecutionAuthorized`` event the adapter checks."""
+    """Aggregate version of the ``ExecutionAuthorized`` event the order was sent for (a claim
+    of its boundary is decided on a record at least that long)."""
     report_token: str = ""
     """The executor's proof that it sent this order (an HMAC over tenant, intent, attempt
     and capability, with a key only the executor has): every report about the attempt
@@ -222,13 +223,13 @@ class ExecutionOrder(msgspec.Struct, frozen=True, kw_only=True):
 class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
     """An adapter's report of one attempt transition.
 
-    ``stage``: ``sent`` (crossed the send boundary), ``acknowledged`` and ``observed``
-    (how far the remote system got), ``completed`` (with receipt and result), ``rejected``
-    (the remote system refused; nothing happened), ``interrupted``, ``failed_before_send``,
-    ``refused_order`` (the order did not match the record, or its attempt is over),
-    ``withdrawn`` (refused because a withdrawal was requested before the send boundary).
-    Any other stage reads as ``other``: the report is hostile input, refused or ignored,
-    never a decoding error.
+    ``stage``: ``acknowledged`` and ``observed`` (how far the remote system got, after
+    the boundary), ``completed`` (with receipt and result), ``rejected`` (the remote system
+    refused; nothing happened), ``interrupted``, ``failed_before_send``. Crossing the send
+    boundary is not reported but claimed (``Claim``); a ``sent`` report records nothing,
+    and ``refused_order`` and ``withdrawn`` (what workers reported before claims were asked
+    of the executor) read as not sent. Any other stage reads as ``other``: the report is
+    hostile input, refused or ignored, never a decoding error.
     """
 
     tenant: str
@@ -360,32 +361,27 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     why: str = ""
 
 
-# --- the record, as an adapter may read it ---------------------------------------------
+# --- the send boundary, claimed by asking the executor ----------------------------------
 
 
-class RecordRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """An adapter asks for one intent's events (``lg.record.<capability>``).
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker about to write asks to cross its order's send boundary (``lg.claim.<capability>``).
 
-    ``at_least``: the version its order names; the answer does not end before it.
+    ``claimant`` names this try of the order (a claim asked again after its answer was
+    lost is answered the same). ``written``: the adapter wrote without crossing (it forgot
+    to): the effect may exist, and the executor records the attempt as sent.
     """
 
-    tenant: str
-    intent_id: str
-    at_least: int = msgspec.field(default=0)
+    order: ExecutionOrder
+    claimant: str
+    written: bool = False
 
 
-class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """One stored event, as the event store holds it (``data`` is the stored bytes)."""
+class ClaimAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Reply to ``Claim``: crossed (write before ``not_after``), refused, or unchecked."""
 
-    version: int
-    event_type: str
-    event_id: str
-    data: bytes
-    sequence: int
-
-
-class IntentRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """Reply to ``RecordRequest``: the intent's events in order (none: not an intent of
-    the asking capability, or no such intent)."""
-
-    events: tuple[StoredEvent, ...] = ()
+    verdict: ClaimVerdict
+    reason: str = ""
+    detail: str = ""
+    not_after: datetime | None = None
+    """The latest moment the write may take effect (``SendBoundary.not_after``)."""

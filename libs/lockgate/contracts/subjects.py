@@ -218,23 +218,23 @@ def parse_resolve(subject: str) -> Command:
     return Command(tenant, intent_id, principal)
 
 
-# -- what an adapter may read of the record -----------------------------------------------
+# -- an adapter's claim of a send boundary -------------------------------------------------
 
 
-def record(capability: str) -> str:
-    """``lg.record.<capability>``: an adapter asks for the record of an intent of its capability."""
-    return f"lg.record.{capability_key(capability)}"
+def claim(capability: str) -> str:
+    """``lg.claim.<capability>``: an adapter asks to cross the send boundary of an order it holds."""
+    return f"lg.claim.{capability_key(capability)}"
 
 
-RECORD_ALL = "lg.record.>"
-_RECORD = "lg.record."
+CLAIM_ALL = "lg.claim.>"
+_CLAIM = "lg.claim."
 
 
-def parse_record(subject: str) -> str:
-    """The capability a record request names."""
-    capability = subject[len(_RECORD):] if subject.startswith(_RECORD) else ""
+def parse_claim(subject: str) -> str:
+    """The capability a claim names."""
+    capability = subject[len(_CLAIM):] if subject.startswith(_CLAIM) else ""
     if not is_capability_name(capability):
-        raise NotACommandSubject(f"{subject[:200]!r} is not a record subject")
+        raise NotACommandSubject(f"{subject[:200]!r} is not a claim subject")
     return capability
 
 

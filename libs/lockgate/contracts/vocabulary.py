@@ -114,3 +114,15 @@ class Settles(StrEnum):
 
     BUDGET = "budget"
     NOTHING = "_"
+
+
+class ClaimVerdict(StrEnum):
+    """The executor's answer to a worker's claim of an attempt's send boundary."""
+
+    CROSSED = "crossed"
+    """Recorded as sent: the worker may write, before the answer's ``not_after``."""
+    REFUSED = "refused"
+    """Must not be sent; the record already says what that means (withdrawn, failed
+    before its boundary, or claimed by another delivery)."""
+    UNCHECKED = "unchecked"
+    """Not decided now (the record was not readable): the order comes again later."""

@@ -176,17 +176,24 @@ class Attempt:
 
     def __init__(
         self, attempt_id: str, authorized_version: int, deadline_at: datetime | None = None,
-        authorized_by: str = "",
+        authorized_by: str = "", *, intent_key: str = "", digest: str = "",
+        preconditions: dict[str, str | int | bool] | None = None,
     ) -> None:
         self.attempt_id = attempt_id
         self.authorized_version = authorized_version
         self.deadline_at = deadline_at
         #: The event the gate authorized this attempt on (its trigger's id).
         self.authorized_by = authorized_by
+        #: What the gate authorized: the order of this attempt must say the same.
+        self.intent_key = intent_key
+        self.digest = digest
+        self.preconditions: dict[str, str | int | bool] = dict(preconditions or {})
         self.stage = AttemptStage.AUTHORIZED
         self.reason: str | None = None
-        #: An adapter reported crossing the send boundary (the effect may exist).
+        #: An adapter crossed the send boundary (the effect may exist).
         self.crossed = False
+        #: Who claimed the boundary (``AttemptSent.claimant``; empty before it, or unnamed).
+        self.claimant = ""
 
 
 class Settlement:
@@ -492,8 +499,9 @@ class EffectIntent(Aggregate):
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.AUTHORIZED
             agg.intent_key = self.intent_key
-            agg.attempts.append(Attempt(self.attempt_id, self.originator_version, self.deadline_at,
-                                        self.causation_id))
+            agg.attempts.append(Attempt(
+                self.attempt_id, self.originator_version, self.deadline_at, self.causation_id,
+                intent_key=self.intent_key, digest=self.digest, preconditions=self.gate_facts))
 
     class GateRefused(Event):
         """The final gate found something no longer true; nothing was dispatched."""
@@ -511,14 +519,19 @@ class EffectIntent(Aggregate):
             agg.reason = self.reason
 
     class AttemptSent(Event):
-        """The adapter crossed the send boundary: from here the effect may have happened."""
+        """The adapter crossed the send boundary: from here the effect may have happened.
+
+        ``claimant`` names the worker's try that claimed it (``lockgate.adapters.claims``);
+        empty on events recorded before claims were asked of the executor.
+        """
 
         attempt_id: str
+        claimant: str = ""
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.SENT
             attempt = agg.attempt(self.attempt_id)
-            attempt.stage, attempt.crossed = AttemptStage.SENT, True
+            attempt.stage, attempt.crossed, attempt.claimant = AttemptStage.SENT, True, self.claimant
 
     class AttemptAcknowledged(Event):
         """The remote system accepted the request (it may still be working on it)."""

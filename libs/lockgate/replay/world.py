@@ -57,6 +57,7 @@ from lockgate.contracts.messages import (
     Candidate as CandidateMessage,
 )
 from lockgate.contracts.messages import (
+    Claim,
     Describe,
     FactsRequest,
     NormalizeRequest,
@@ -67,6 +68,7 @@ from lockgate.contracts.messages import (
     RunContext,
 )
 from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import derived_id, intent_id_for, reused_call_id_intent
@@ -300,6 +302,11 @@ class FixtureWorld:
         if order is None:
             return
         for n, report in enumerate(self.fixtures.execute(order, self._now), start=1):
+            if report.stage is ReportStage.SENT:
+                # Crossing is a claim the executor decides on the record, as a worker asks it.
+                await self.services.executor.claim(subjects.claim(order.capability), msgspec.json.encode(
+                    Claim(order=order, claimant=f"{FIXTURE_ADAPTER}:{order.attempt_id}")))
+                continue
             await self.services.executor.report(msgspec.json.encode(report),
                                         subjects.report(order.capability, order.intent_id), n)
 

@@ -449,11 +449,11 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
 
     The adapter SDK registers each capability in ``LG_CAPABILITIES`` and creates its own
     durable on ``LG_EXEC``; the create subject names the consumer and its filter, so the
-    grant covers exactly that consumer on that capability's orders. It checks each order
-    against the record of that intent only, by asking the executor on
-    ``lg.record.<capability>`` (a direct get of the events stream would open every
-    tenant's record); it cannot write the record: there is no JetStream in its account,
-    and only its own reports are imported.
+    grant covers exactly that consumer on that capability's orders. An order is checked
+    when the adapter crosses its send boundary: the worker asks the executor on
+    ``lg.claim.<capability>``, which decides on that intent's record. The adapter cannot
+    read or write the record: there is no JetStream in its account, and only its own
+    reports and claims are imported.
     """
     if not capabilities:
         raise ValueError("an adapter serves at least one capability")
@@ -472,7 +472,7 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
             _js(f"{JS_API}.CONSUMER.MSG.NEXT.{EXEC}.{consumer}", "stream"),
             _service(f"$JS.ACK.{EXEC}.{consumer}.>"),
             _service(f"lg.report.{cap}.*"),
-            _service(subjects.record(cap)),
+            _service(subjects.claim(cap)),
             _stream(f"lg.interrupt.{cap}"),
         ]
         subscribe += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}"), f"lg.interrupt.{cap}"]

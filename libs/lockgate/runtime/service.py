@@ -293,7 +293,7 @@ Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
 async def decide_and_append(
     store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5,
     assume_new: bool = False, trigger: RecordedEvent | None = None,
-    cache: AggregateCache | None = None,
+    cache: AggregateCache | None = None, at_least: int = 0,
 ) -> list[Event]:
     """Load the aggregate, let ``step`` decide, append what it decided.
 
@@ -310,7 +310,8 @@ async def decide_and_append(
     optimistically: should it find nothing to do, the store is asked before that is
     believed, unless the intent is already in a terminal state there (final: a timer
     that comes due after the effect settled costs no load). The cache learns every
-    history loaded and appended here.
+    history loaded and appended here. ``at_least``: a version the caller knows is stored
+    (besides the trigger's); no load is taken for less.
 
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
@@ -321,11 +322,11 @@ async def decide_and_append(
     # past the history that conflicted. A load is never taken for less (on a replicated
     # stream a lagging replica would answer with a history before the trigger, and a
     # step finding nothing to do there would settle the message unanswered).
-    at_least = trigger.version if trigger is not None else 0
+    at_least = max(at_least, trigger.version if trigger is not None else 0)
     while True:
         if first and assume_new:
             known, trusted = Known(AggregateHistory(tenant, intent_id), ()), True
-        elif first and recall is not None:
+        elif first and recall is not None and recall.known.history.version >= at_least:
             known, trusted = recall.known, recall.exact
         else:
             known, trusted = await load_known(store, tenant, intent_id, cache, at_least=at_least), True

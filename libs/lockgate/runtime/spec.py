@@ -210,7 +210,7 @@ ADAPTER_ANSWERS: tuple[Channel, ...] = (
 )
 ADAPTER_CONSUMES: tuple[Channel, ...] = (channels.EXEC, channels.INTERRUPT)
 ADAPTER_PUBLISHES: tuple[Channel, ...] = (channels.REPORT,)
-ADAPTER_ASKS: tuple[Channel, ...] = (channels.RECORD,)
+ADAPTER_ASKS: tuple[Channel, ...] = (channels.CLAIM,)
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ EXECUTOR = ServiceSpec(
         EffectIntent.WithdrawalRequested,
         EffectIntent.ReportRefused,
     ),
-    answers=(Answer(channels.WITHDRAW, "withdraw"), Answer(channels.RECORD, "record")),
+    answers=(Answer(channels.WITHDRAW, "withdraw"), Answer(channels.CLAIM, "claim")),
     reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
     writes=(LOCKS_BUCKET,),
     asks=(channels.ADAPTER_FACTS,),

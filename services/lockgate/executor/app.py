@@ -35,14 +35,14 @@ def create_app(settings: Settings) -> FastStream:
 
     app, broker, service = service_app(settings, SPEC.name, build)
 
-    async def record(msg: Delivery) -> bytes:
-        return await answer(service.handlers.record(msg.raw_message.subject, msg.body), log, "record")
+    async def claim(msg: Delivery) -> bytes:
+        return await answer(service.handlers.claim(msg.raw_message.subject, msg.body), log, "claim")
 
     async def withdraw(msg: Delivery) -> bytes:
         return await answer(
             service.handlers.withdraw(msg.raw_message.subject, msg.body), log, "withdraw")
 
-    add_answers(broker, SPEC, {"record": record, "withdraw": withdraw}, log)
+    add_answers(broker, SPEC, {"claim": claim, "withdraw": withdraw}, log)
 
     async def on_ready(msg: Delivery) -> None:
         await service.handlers.ready(recorded_event(msg))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -10,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from lockgate.adapters.claims import report_token
 from lockgate.authz import Decision
 from lockgate.authz.engine import PolicyBundle
 from lockgate.contracts.capability import CapabilityContract
@@ -130,17 +130,6 @@ def gate(
     ]
 
 
-def report_token(key: bytes, tenant: str, intent_id: str, attempt_id: str, capability: str) -> str:
-    """The proof an order carries and every report about its attempt must echo.
-
-    HMAC-SHA256 with the executor's key over tenant, intent, attempt and capability: an
-    adapter can show it for the orders it received and forge it for no other. The same
-    inputs give the same token, so redelivered orders and restarted executors agree.
-    """
-    message = "\x1f".join(("lockgate.report-token.v1", tenant, intent_id, attempt_id, capability))
-    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
-
-
 def check_report(
     intent: EffectIntent, report: AttemptReport, *, capability: str, subject_intent_id: str,
     key: bytes,
@@ -229,10 +218,11 @@ def checked_result(result: dict[str, Any], contract: CapabilityContract | None) 
     return result
 
 
-#: Reports with which an adapter settles an attempt's send boundary as *not crossed*. The
-#: SDK publishes each of them, and ``sent``, under one message id per attempt: the first
-#: stored wins and the stream drops the others (see ``lockgate.adapters.verify``), so a
-#: stored one proves no worker crossed, or will cross, that attempt's boundary.
+#: Reports with which an adapter says an attempt's send boundary was *not crossed*. A
+#: crossing is recorded only on a claim the executor decided (``lockgate.adapters.claims``),
+#: so one of these on an attempt not recorded as sent proves that no worker crossed it,
+#: and none will: a claim after it finds the attempt settled. (The SDK reports only
+#: ``failed_before_send``; a refused claim is recorded by the executor itself.)
 NOT_SENT = frozenset({
     ReportStage.FAILED_BEFORE_SEND, ReportStage.REFUSED_ORDER, ReportStage.WITHDRAWN,
 })
@@ -270,10 +260,10 @@ def on_report(
     withdrawal = intent.withdrawal
     if withdrawal is not None and withdrawal.attempt_id != attempt.attempt_id:
         withdrawal = None  # pragma: no cover - a withdrawal is requested for the current attempt
+    # A ``sent`` report records nothing: a crossing is a claim the executor decides on the
+    # record (``lockgate.adapters.claims``), never an adapter's say-so after the fact.
     crossing: Event | None = None
-    if reported is ReportStage.SENT and stage is AttemptStage.AUTHORIZED:
-        crossing = EffectIntent.AttemptSent.next(intent, stamp, attempt_id=attempt.attempt_id)
-    elif reported is ReportStage.ACKNOWLEDGED and stage in (
+    if reported is ReportStage.ACKNOWLEDGED and stage in (
         AttemptStage.AUTHORIZED, AttemptStage.SENT
     ):
         crossing = EffectIntent.AttemptAcknowledged.next(
@@ -284,8 +274,8 @@ def on_report(
     if crossing is not None:
         if withdrawal is None or attempt.crossed or intent.interruption_requested:
             return [crossing]
-        # The worker claimed the boundary before it saw the withdrawal: too late to
-        # withdraw, so ask it to stop instead.
+        # Progress on an attempt never claimed (an adapter that wrote without crossing):
+        # too late to withdraw, so ask it to stop instead.
         return [crossing, EffectIntent.InterruptionRequested.next(
             intent, replace(stamp, event_id=derived_id("report", cause, "interrupt"), offset=2),
             attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why,

@@ -11,7 +11,6 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
-from lockgate.adapters.record import answer_record
 from lockgate.authz.intents import judge
 from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
@@ -24,6 +23,7 @@ from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.core.bounded import keep
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
+from lockgate.executor.claims import answer_claim
 from lockgate.executor.domain import (
     check_report,
     decided_before,
@@ -327,9 +327,18 @@ class ExecutorHandlers:
                         {"intent_id": intent.intent_id, "attempt_id": event.attempt_id}),
                 )
 
-    async def record(self, subject: str, body: bytes) -> bytes:
-        """What an adapter may read: an intent of the capability it asks for (request/reply)."""
-        return await answer_record(self.ports.store, subject, body)
+    async def claim(self, subject: str, body: bytes) -> bytes:
+        """Decide an adapter's claim of a send boundary on the record (request/reply).
+
+        What the answer means is appended before it is given (``lockgate.adapters.claims``);
+        a claim that ended the intent's hold (a withdrawal) frees its lock.
+        """
+        claimed = await answer_claim(self.ports.store, subject, body, key=self._report_key,
+                                     contracts=self.ports.registry.get, clock=self.clock,
+                                     cache=self.ports.cache)
+        if claimed.intent is not None and claimed.events:
+            await self._release_if_done(claimed.intent, claimed.events)
+        return msgspec.json.encode(claimed.answer)
 
     async def _send_order(
         self, intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
