@@ -50,6 +50,18 @@ def test_every_block_parses_to_the_same_dictionary_in_the_same_order(raw: bytes)
     assert list(parse_header_lines(raw).items()) == list(nats_py_parser()(raw).items())
 
 
+@pytest.mark.parametrize("kept", [0, 256])
+def test_names_read_before_and_names_never_kept_read_alike(
+    kept: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(natsclient, "_NAMES", {})
+    monkeypatch.setattr(natsclient, "_NAMES_KEPT", kept)
+    raw = b"A: 1\r\n a :2\r\nB\x1c: 3\r\nC: caf\xc3\xa9\r\nA: 4\r\n\r\n"
+    first, again = parse_header_lines(raw), parse_header_lines(raw)
+    assert list(first.items()) == list(again.items()) == list(nats_py_parser()(raw).items())
+    assert len(natsclient._NAMES) == min(kept, 3)
+
+
 def test_a_direct_get_reply_parses_to_its_headers() -> None:
     raw = (b"Nats-Stream: LG_EVENTS\r\nNats-Subject: lg.evt.t.i.3.PolicyDecided._\r\n"
            b"Nats-Sequence: 12\r\nNats-Msg-Id: 9a8b\r\nNats-Num-Pending: 2\r\n\r\n")

@@ -21,7 +21,8 @@ generator per header: 6 us for a direct get's reply, of which the generators are
 than half. ``parse_headers_faster`` swaps in the same parser with that test behind one
 that decides the common case in C: a name with no space in it whose characters are all
 printable has no whitespace (every ``str.isspace`` character but the space is
-unprintable), so only other names reach the original test. The result is the same
+unprintable), so only other names reach the original test; and a name already read
+is looked up instead of read again. The result is the same
 dictionary for every block (``tests/unit/test_natsclient_headers.py`` compares the two);
 before replacing, the original is checked against the replacement on blocks that probe
 each rule, and left alone when they differ (a nats-py that changed its rules).
@@ -76,20 +77,32 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
     with the same name wins; a line without a colon is skipped.
     """
     out: dict[str, str] = {}
+    names = _NAMES
     for line in raw.split(b"\r\n"):
         name, sep, value = line.partition(b":")
         if not sep:
             continue
-        try:
-            key = name.strip().decode("ascii")
-        except UnicodeDecodeError:
-            continue
-        # A printable name without a space has no whitespace: only the others are
-        # looked at character by character (\x1c-\x1f are whitespace to str.isspace).
-        if (" " in key or not key.isprintable()) and any(c.isspace() for c in key):
-            continue
+        key = names.get(name)
+        if key is None:
+            try:
+                key = name.strip().decode("ascii")
+            except UnicodeDecodeError:
+                continue
+            # A printable name without a space has no whitespace: only the others are
+            # looked at character by character (\x1c-\x1f are whitespace to str.isspace).
+            if (" " in key or not key.isprintable()) and any(c.isspace() for c in key):
+                continue
+            if len(names) < _NAMES_KEPT:
+                names[name] = key
         out[key] = value.strip().decode("utf-8", "replace")
     return out
+
+
+#: Names as they came (unstripped bytes) and the key each one is, for names that are
+#: keys: a block's names are nearly always the same few, and a name is read once.
+#: Bounded: names beyond the first few hundred are read every time.
+_NAMES: dict[bytes, str] = {}
+_NAMES_KEPT = 256
 
 
 #: Header blocks on which the client's parser must agree with ``parse_header_lines``
