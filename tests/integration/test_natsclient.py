@@ -1,16 +1,19 @@
-"""Publishes of one loop turn share a socket write, and arrive whole and in order."""
+"""Publishes of one loop turn share a socket write, and arrive whole and in order; requests
+on a timer are answered, time out and are forgotten as nats-py's own."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import nats
 import nats.aio.msg
+import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from lockgate.runtime.natsclient import coalesce_writes
+from lockgate.runtime.natsclient import coalesce_writes, timed_requests
 from lockgate.runtime.natsserver import NatsServer
 
 
@@ -68,4 +71,47 @@ async def test_publishes_of_neighbouring_turns_share_writes_and_arrive_in_order(
     finally:
         coalesce_writes(False)
         await sub.unsubscribe()
+        await nc.close()
+
+
+@pytest.fixture
+def timed() -> Iterator[None]:
+    was = timed_requests(True)
+    assert was
+    yield
+    timed_requests(False)
+
+
+async def test_requests_on_a_timer_are_answered_time_out_and_leave_nothing_behind(
+    nats_server: NatsServer, timed: None,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data + (msg.headers or {}).get("X-Tag", "").encode())
+
+    async def quiet(msg: nats.aio.msg.Msg) -> None:
+        return None
+
+    subs = [await nc.subscribe("probe.echo", cb=echo), await nc.subscribe("probe.quiet", cb=quiet)]
+    try:
+        replies = await asyncio.gather(*(
+            nc.request("probe.echo", str(i).encode(), timeout=2, headers={"X-Tag": "!"})
+            for i in range(20)))
+        assert [r.data for r in replies] == [f"{i}!".encode() for i in range(20)]
+        started = time.monotonic()
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.request("probe.quiet", b"", timeout=0.2)
+        assert 0.15 < time.monotonic() - started < 1.5
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("probe.nobody", b"", timeout=2)
+        cancelled = asyncio.create_task(nc.request("probe.quiet", b"", timeout=5))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert nc._resp_map == {}  # noqa: SLF001 - every request left the response map
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
         await nc.close()

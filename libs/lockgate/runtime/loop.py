@@ -7,7 +7,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from lockgate.runtime.natsclient import coalesce_writes, parse_headers_faster
+from lockgate.runtime.natsclient import coalesce_writes, parse_headers_faster, timed_requests
 
 T = TypeVar("T")
 
@@ -16,11 +16,12 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to completion on uvloop's loop if available, else on asyncio's own.
 
     ``LOCKGATE_EVENT_LOOP=asyncio`` keeps the standard loop (to compare, or to debug).
-    The process's NATS clients write what one loop turn publishes together and parse
-    header blocks faster (``lockgate.runtime.natsclient``).
+    The process's NATS clients write what one loop turn publishes together, parse header
+    blocks faster and time their requests out with timers (``lockgate.runtime.natsclient``).
     """
     coalesce_writes()
     parse_headers_faster()
+    timed_requests()
     if os.environ.get("LOCKGATE_EVENT_LOOP", "uvloop") != "asyncio":
         try:
             import uvloop
