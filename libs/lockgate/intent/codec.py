@@ -10,6 +10,7 @@ library's topics (``TOPICS``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
@@ -56,6 +57,14 @@ _encoder = msgspec.json.Encoder()
 _envelope = msgspec.json.Decoder(_Envelope)
 
 
+@functools.lru_cache(maxsize=4096)
+def _uuid(intent_id: str) -> UUID:
+    """The UUID of an intent id, made once: an intent's events are decoded together, and
+    again in every process that reads them (UUID's constructor is Python code; a UUID is
+    immutable, so every event of an intent may hold the same one)."""
+    return UUID(hex=intent_id)
+
+
 class EventDecodeError(ValueError):
     """Stored bytes that are not an event this code knows."""
 
@@ -63,11 +72,12 @@ class EventDecodeError(ValueError):
 def encode_event(event: Event) -> NewEvent:
     """Return the storable form of ``event``."""
     cls = type(event)
-    data = msgspec.to_builtins(event)
     return NewEvent(
         event_id=event.event_id,
         event_type=cls.__name__,
-        data=_encoder.encode({"v": cls.class_version, "data": data}),
+        # The event itself, not msgspec.to_builtins(event): the same bytes, without the
+        # intermediate dictionary.
+        data=_encoder.encode({"v": cls.class_version, "data": event}),
         route=route(event),
     )
 
@@ -89,13 +99,13 @@ def decode_event(recorded: RecordedEvent) -> Event:
         raise EventDecodeError(f"unknown event type {recorded.event_type!r}")
     try:
         envelope = _envelope.decode(recorded.data)
-        state = dict(envelope.data)
+        state = envelope.data  # decoded for this call alone: the upcasters may change it
         version = envelope.v
         while version < cls.class_version:
             getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
             version += 1
         # The subject is authoritative for identity and position.
-        state["originator_id"] = UUID(hex=recorded.intent_id)
+        state["originator_id"] = _uuid(recorded.intent_id)
         state["originator_version"] = recorded.version
         return msgspec.convert(state, type=cls, strict=False)
     except (msgspec.ValidationError, msgspec.DecodeError, AttributeError, ValueError) as exc:
