@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import nats
 import nats.aio.msg
@@ -13,7 +13,7 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from lockgate.runtime.natsclient import coalesce_writes, timed_requests
+from lockgate.runtime.natsclient import coalesce_writes, parse_headers_faster, timed_requests
 from lockgate.runtime.natsserver import NatsServer
 
 
@@ -114,4 +114,50 @@ async def test_requests_on_a_timer_are_answered_time_out_and_leave_nothing_behin
     finally:
         for sub in subs:
             await sub.unsubscribe()
+        await nc.close()
+
+
+@pytest.fixture
+def every_change() -> Iterator[None]:
+    was = (coalesce_writes(True), parse_headers_faster(True), timed_requests(True))
+    assert all(was)
+    yield
+    coalesce_writes(False)
+    parse_headers_faster(False)
+    timed_requests(False)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_client_that_lost_its_server_writes_what_it_kept_once_back(
+    fresh_server: NatsServer, every_change: None,
+) -> None:
+    nc = await nats.connect(fresh_server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+    got: list[bytes] = []
+
+    async def heard(msg: nats.aio.msg.Msg) -> None:
+        got.append(msg.data)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data)
+
+    await nc.subscribe("probe.kept", cb=heard)
+    await nc.subscribe("probe.echo", cb=echo)
+    try:
+        await nc.publish("probe.kept", b"before", headers={"X-Tag": "1"})
+        await until(lambda: got == [b"before"])
+        fresh_server.stop()
+        await until(lambda: not nc.is_connected)
+        await nc.publish("probe.kept", b"during")  # kept in the buffer meanwhile
+        fresh_server.start()
+        await until(lambda: nc.is_connected)
+        await nc.publish("probe.kept", b"after")
+        await until(lambda: got == [b"before", b"during", b"after"])
+        assert (await nc.request("probe.echo", b"again", timeout=5)).data == b"again"
+    finally:
         await nc.close()
