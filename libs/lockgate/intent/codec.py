@@ -53,8 +53,17 @@ class _Envelope(msgspec.Struct):
     data: dict[str, Any]
 
 
+class _Stored(msgspec.Struct):
+    v: int
+    data: msgspec.Raw
+
+
 _encoder = msgspec.json.Encoder()
 _envelope = msgspec.json.Decoder(_Envelope)
+_stored = msgspec.json.Decoder(_Stored)
+#: Each event type read straight from its JSON, strictly: a value that needs the lax
+#: reading (a number as a string, say) sends the event the long way, which reads it so.
+_DECODERS = {name: msgspec.json.Decoder(cls) for name, cls in EVENT_TYPES.items()}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -97,6 +106,9 @@ def decode_event(recorded: RecordedEvent) -> Event:
     cls = EVENT_TYPES.get(recorded.event_type)
     if cls is None:
         raise EventDecodeError(f"unknown event type {recorded.event_type!r}")
+    current = _decode_current(recorded, cls)
+    if current is not None:
+        return current
     try:
         envelope = _envelope.decode(recorded.data)
         state = envelope.data  # decoded for this call alone: the upcasters may change it
@@ -110,6 +122,30 @@ def decode_event(recorded: RecordedEvent) -> Event:
         return msgspec.convert(state, type=cls, strict=False)
     except (msgspec.ValidationError, msgspec.DecodeError, AttributeError, ValueError) as exc:
         raise EventDecodeError(f"{recorded.event_type} v{recorded.version}: {exc}") from exc
+
+
+def _decode_current(recorded: RecordedEvent, cls: type[Event]) -> Event | None:
+    """The event read straight from its JSON, when it was stored at ``cls``'s version and
+    its own envelope fields read; else ``None``, and ``decode_event`` takes the long way.
+
+    The long way decodes the data to a dictionary, upcasts it, puts the subject's identity
+    and position in it and converts it (laxly): for an event of the current version whose
+    values read strictly, the same event as this (unknown fields ignored either way), a
+    third slower. Here the subject's identity and position replace the stored ones after
+    the reading; stored ones that do not read (absent, not a UUID) send the event the long
+    way, which never looks at them.
+    """
+    try:
+        stored = _stored.decode(recorded.data)
+        if stored.v != cls.class_version:
+            return None
+        event = _DECODERS[recorded.event_type].decode(stored.data)
+        # The subject is authoritative for identity and position.
+        object.__setattr__(event, "originator_id", _uuid(recorded.intent_id))
+        object.__setattr__(event, "originator_version", recorded.version)
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError):
+        return None
+    return event
 
 
 def fold(events: Iterable[Event]) -> EffectIntent | None:
