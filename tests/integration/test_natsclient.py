@@ -76,10 +76,10 @@ async def test_publishes_of_neighbouring_turns_share_writes_and_arrive_in_order(
 
 @pytest.fixture
 def timed() -> Iterator[None]:
-    was = timed_requests(True)
-    assert was
+    was = timed_requests(False)
+    assert timed_requests(True)
     yield
-    timed_requests(False)
+    timed_requests(was)
 
 
 async def test_requests_on_a_timer_are_answered_time_out_and_leave_nothing_behind(
@@ -119,12 +119,12 @@ async def test_requests_on_a_timer_are_answered_time_out_and_leave_nothing_behin
 
 @pytest.fixture
 def every_change() -> Iterator[None]:
-    was = (coalesce_writes(True), parse_headers_faster(True), timed_requests(True))
-    assert all(was)
+    was = (coalesce_writes(False), parse_headers_faster(False), timed_requests(False))
+    assert coalesce_writes(True) and parse_headers_faster(True) and timed_requests(True)
     yield
-    coalesce_writes(False)
-    parse_headers_faster(False)
-    timed_requests(False)
+    coalesce_writes(was[0])
+    parse_headers_faster(was[1])
+    timed_requests(was[2])
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
