@@ -8,16 +8,19 @@ from collections.abc import AsyncIterator
 
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from lockgate.eventstore import (
     AggregateHistory,
     ConcurrencyConflict,
     EventStore,
+    EventStoreUnavailable,
     MemoryEventStore,
     NewEvent,
 )
 from lockgate.eventstore.jetstream import (
+    DirectGet,
     JetStreamEventStore,
     events_stream_config,
     partition_stream_configs,
@@ -218,3 +221,24 @@ async def test_partitions_hold_their_own_intents_and_scan_covers_all(nc: Client)
     # A fresh store (another process) finds each where it is.
     again = JetStreamEventStore(nc, partitions=partitions)
     assert [e.event_id for e in (await again.load("tenant-a", "i7")).events] == ["i7-1", "i7-2"]
+
+
+async def test_a_direct_get_nobody_answers_times_out_and_forgets_it(nc: Client) -> None:
+    """A direct get the server never answers (here: a subscriber that keeps quiet) fails as
+    the store being unavailable after its timeout, and leaves nothing waiting; a late
+    reply to it is dropped."""
+    heard: list[str] = []
+
+    async def quiet(msg: Msg) -> None:
+        heard.append(msg.reply)
+
+    sub = await nc.subscribe("probe.quiet.DIRECT.GET.LG_EVENTS", cb=quiet)
+    get = DirectGet(nc, "LG_EVENTS", timeout_s=0.2, api_prefix="probe.quiet")
+    try:
+        with pytest.raises(EventStoreUnavailable, match="timed out"):
+            await get.request({"multi_last": ["lg.evt.tenant-a.i1.>"]})
+        assert heard and not get._waiting  # noqa: SLF001 - nothing left waiting
+        await nc.publish(heard[0], b"", headers={"Status": "404"})  # too late: dropped
+        await nc.flush()
+    finally:
+        await sub.unsubscribe()

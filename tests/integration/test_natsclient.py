@@ -1,16 +1,19 @@
-"""Publishes of one loop turn share a socket write, and arrive whole and in order."""
+"""Publishes of one loop turn share a socket write, and arrive whole and in order; requests
+on a timer are answered, time out and are forgotten as nats-py's own."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import nats
 import nats.aio.msg
+import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from lockgate.runtime.natsclient import coalesce_writes
+from lockgate.runtime.natsclient import coalesce_writes, parse_headers_faster, timed_requests
 from lockgate.runtime.natsserver import NatsServer
 
 
@@ -68,4 +71,93 @@ async def test_publishes_of_neighbouring_turns_share_writes_and_arrive_in_order(
     finally:
         coalesce_writes(False)
         await sub.unsubscribe()
+        await nc.close()
+
+
+@pytest.fixture
+def timed() -> Iterator[None]:
+    was = timed_requests(False)
+    assert timed_requests(True)
+    yield
+    timed_requests(was)
+
+
+async def test_requests_on_a_timer_are_answered_time_out_and_leave_nothing_behind(
+    nats_server: NatsServer, timed: None,
+) -> None:
+    nc = await nats.connect(nats_server.url)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data + (msg.headers or {}).get("X-Tag", "").encode())
+
+    async def quiet(msg: nats.aio.msg.Msg) -> None:
+        return None
+
+    subs = [await nc.subscribe("probe.echo", cb=echo), await nc.subscribe("probe.quiet", cb=quiet)]
+    try:
+        replies = await asyncio.gather(*(
+            nc.request("probe.echo", str(i).encode(), timeout=2, headers={"X-Tag": "!"})
+            for i in range(20)))
+        assert [r.data for r in replies] == [f"{i}!".encode() for i in range(20)]
+        started = time.monotonic()
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.request("probe.quiet", b"", timeout=0.2)
+        assert 0.15 < time.monotonic() - started < 1.5
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nc.request("probe.nobody", b"", timeout=2)
+        cancelled = asyncio.create_task(nc.request("probe.quiet", b"", timeout=5))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert nc._resp_map == {}  # noqa: SLF001 - every request left the response map
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+        await nc.close()
+
+
+@pytest.fixture
+def every_change() -> Iterator[None]:
+    was = (coalesce_writes(False), parse_headers_faster(False), timed_requests(False))
+    assert coalesce_writes(True) and parse_headers_faster(True) and timed_requests(True)
+    yield
+    coalesce_writes(was[0])
+    parse_headers_faster(was[1])
+    timed_requests(was[2])
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_client_that_lost_its_server_writes_what_it_kept_once_back(
+    fresh_server: NatsServer, every_change: None,
+) -> None:
+    nc = await nats.connect(fresh_server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+    got: list[bytes] = []
+
+    async def heard(msg: nats.aio.msg.Msg) -> None:
+        got.append(msg.data)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data)
+
+    await nc.subscribe("probe.kept", cb=heard)
+    await nc.subscribe("probe.echo", cb=echo)
+    try:
+        await nc.publish("probe.kept", b"before", headers={"X-Tag": "1"})
+        await until(lambda: got == [b"before"])
+        fresh_server.stop()
+        await until(lambda: not nc.is_connected)
+        await nc.publish("probe.kept", b"during")  # kept in the buffer meanwhile
+        fresh_server.start()
+        await until(lambda: nc.is_connected)
+        await nc.publish("probe.kept", b"after")
+        await until(lambda: got == [b"before", b"during", b"after"])
+        assert (await nc.request("probe.echo", b"again", timeout=5)).data == b"again"
+    finally:
         await nc.close()

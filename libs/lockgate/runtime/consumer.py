@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import msgspec
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -129,7 +129,7 @@ class PullConsumer:
         self._requested += free
         self.requests += 1
         try:
-            await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
+            await self._nc.publish(self._subject, msgspec.json.encode(request), reply=self._inbox)
         except NatsError as exc:
             self._requested -= free  # the watch asks again
             self._log.info("%s: pull request not sent: %s", self.durable, exc)
