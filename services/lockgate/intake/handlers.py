@@ -317,8 +317,11 @@ class IntakeHandlers:
                 key = done_key(intent.tenant, intent.run_id, intent.tool)
                 if key in self._marked:
                     return  # written already: a run's later calls of a tool cost nothing
+                # A create (revision 0) that another replica's mark refuses in the same
+                # round trip: marks are never deleted, so there is no marker for
+                # ``KeyValue.create`` to look for with a get after the refusal.
                 with contextlib.suppress(KeyWrongLastSequenceError):
-                    await self.ports.runs.create(key, b"1")
+                    await self.ports.runs.update(key, b"1", last=0)
                 keep(self._marked, key, None, _DONE_KEPT)
         except (InvalidKeyError, ValueError):
             return  # ids that make no key (a stand-in's): nothing to remember
