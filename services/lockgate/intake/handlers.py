@@ -474,6 +474,10 @@ class IntakeHandlers:
             return Link(target, "declared") if known is not None else Link(unknown=True)
         if not is_capability_name(c.tool) or c.assembly_failure is not None:
             return Link()
+        # Read for every candidate, though it usually finds nothing: the mark is written by
+        # whichever replica answered the refusal, and nothing this process writes anyway
+        # would tell it one was written since, so a miss cannot be kept. (A replica behind
+        # the leader may miss a mark a moment old: a lineage link lost, no effect allowed.)
         try:
             entry = await self.ports.runs.get(refused_key(read.tenant, c.run_id, c.turn_id, c.tool))
             earlier = (entry.value or b"").decode()
