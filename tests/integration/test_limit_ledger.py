@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from nats.aio.client import Client
-from nats.js.errors import NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import LimitLedger
@@ -94,9 +94,9 @@ async def test_a_candidate_over_the_rate_costs_no_round_trip(ports: Ports) -> No
     for n in range(2):
         admission = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id=f"i{n}")
         assert admission.refused is None
-    # The first: a get and a create. The second starts from this process's own write:
-    # one update, no read.
-    assert kv.calls == 3
+    # The first: a create, no read (a key this process never saw is taken to be absent).
+    # The second starts from this process's own write: one update, no read.
+    assert kv.calls == 2
     refused = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id="i2")
     assert refused.refused is not None and refused.refused.reason == "rate.limited"
     calls = kv.calls
@@ -104,11 +104,14 @@ async def test_a_candidate_over_the_rate_costs_no_round_trip(ports: Ports) -> No
         again = await ledger.admit([rate], tenant="t", actor="a", run_id="r", intent_id=f"j{n}")
         assert again.refused is not None and again.refused.reason == "rate.limited"
     assert kv.calls == calls
-    # Another process sees the same: its first look reads the bucket, then it knows.
+    # Another process sees the same: its create is refused (the key exists), its read
+    # refuses the candidate, and from then on it knows.
     other = CountingKV(ports.budgets)
     second = LimitLedger(other)  # type: ignore[arg-type]
     assert (await second.admit([rate], tenant="t", actor="a", run_id="r", intent_id="k")).refused
-    assert other.calls == 1
+    assert other.calls == 2
+    assert (await second.admit([rate], tenant="t", actor="a", run_id="r", intent_id="k2")).refused
+    assert other.calls == 2
 
 
 async def test_a_hold_released_elsewhere_admits_the_next_candidate_at_once(ports: Ports) -> None:
@@ -157,7 +160,7 @@ async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(ports
     class SlowKV(CountingKV):
         def __getattr__(self, name: str) -> object:
             attr = super().__getattr__(name)
-            if name != "create":
+            if name != "update":
                 return attr
             async def held_up(*args: object, **kwargs: object) -> object:
                 await slow.wait()
@@ -166,7 +169,7 @@ async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(ports
 
     ledger = LimitLedger(SlowKV(ports.budgets))  # type: ignore[arg-type]
     first = asyncio.create_task(ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0"))
-    await asyncio.sleep(0.05)  # its create is held up
+    await asyncio.sleep(0.05)  # its create (an update of nothing) is held up
     rest = [asyncio.create_task(ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id=f"i{n}"))
             for n in range(1, 5)]
     await asyncio.sleep(0.01)
@@ -177,3 +180,79 @@ async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(ports
     state = msgspec.json.decode((await ports.budgets.get(f"limit={cap.name}.t")).value or b"",
                                 type=LimitState)
     assert sorted(state.holds) == ["i1", "i2", "i3", "i4"]
+
+
+def run_cap(max_in_flight: int = 1) -> Limit:
+    return Limit(name=f"run-{random_id()[:8]}", scope="run", max_in_flight=max_in_flight)
+
+
+async def test_a_new_runs_first_admission_is_one_create(ports: Ports) -> None:
+    cap = run_cap()
+    kv = CountingKV(ports.budgets)
+    ledger = LimitLedger(kv, js=ports.js)  # type: ignore[arg-type]
+    admission = await ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0")
+    assert admission.holds == (f"limit={cap.name}.t_r",)
+    assert kv.calls == 1  # no read of a key nobody wrote: the write itself is the check
+
+
+async def test_a_key_another_replica_wrote_is_read_after_the_refused_create(ports: Ports) -> None:
+    cap = run_cap()
+    first = LimitLedger(ports.budgets, js=ports.js)
+    assert (await first.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0")).holds
+    kv = CountingKV(ports.budgets)
+    second = LimitLedger(kv, js=ports.js)  # type: ignore[arg-type]
+    refused = await second.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i1")
+    assert refused.refused is not None and refused.refused.reason == "rate.in-flight"
+    assert kv.calls == 1  # the refused create; the key was then read from the leader
+    await first.release([f"limit={cap.name}.t_r"], "i0")
+    assert (await second.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i1")).holds
+    state = msgspec.json.decode((await ports.budgets.get(f"limit={cap.name}.t_r")).value or b"",
+                                type=LimitState)
+    assert list(state.holds) == ["i1"]  # the other replica's hold was never written over
+
+
+class LaggingKV(CountingKV):
+    """A bucket whose direct gets come from a replica that has applied nothing yet."""
+
+    def __getattr__(self, name: str) -> object:
+        if name == "get":
+            async def nothing(*args: object, **kwargs: object) -> object:
+                self.calls += 1
+                raise KeyNotFoundError
+            return nothing
+        return super().__getattr__(name)
+
+
+async def test_a_lagging_replica_cannot_hide_a_key_another_replica_wrote(ports: Ports) -> None:
+    cap = run_cap()
+    first = LimitLedger(ports.budgets, js=ports.js)
+    assert (await first.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0")).holds
+    second = LimitLedger(LaggingKV(ports.budgets), js=ports.js)  # type: ignore[arg-type]
+    refused = await second.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i1")
+    assert refused.refused is not None and refused.refused.reason == "rate.in-flight"
+
+
+async def test_a_hold_left_by_a_crash_is_released_by_a_process_that_never_saw_it(
+    ports: Ports
+) -> None:
+    """Admitted, then the process died before the intent ended: the hold is released from
+    the record by another process, which reads the key (nothing to release from nothing)."""
+    cap = run_cap()
+    crashed = LimitLedger(ports.budgets, js=ports.js)
+    (key,) = (await crashed.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0")).holds
+    kv = CountingKV(ports.budgets)
+    await LimitLedger(kv, js=ports.js).release([key], "i0")  # type: ignore[arg-type]
+    assert kv.calls == 2  # a read, then the write
+    state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
+    assert state.holds == {}
+
+
+async def test_a_deleted_key_is_written_again(ports: Ports) -> None:
+    cap = run_cap()
+    key = f"limit={cap.name}.t_r"
+    await ports.budgets.put(key, msgspec.json.encode(LimitState(holds={"old": 1e12})))
+    await ports.budgets.delete(key)
+    ledger = LimitLedger(ports.budgets)  # no leader to ask: the marker's revision is read
+    assert (await ledger.admit([cap], tenant="t", actor="a", run_id="r", intent_id="i0")).holds
+    state = msgspec.json.decode((await ports.budgets.get(key)).value or b"", type=LimitState)
+    assert list(state.holds) == ["i0"]

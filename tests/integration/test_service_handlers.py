@@ -16,6 +16,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.kv import KeyValue
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
@@ -709,36 +710,56 @@ async def test_the_sdk_raises_what_settled_an_outcome(ports: Ports, nc: Client) 
 async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
     """The done mark (what ``Offer.after`` asks) is written when the first call of a tool
     completes; later completions in the run cost the bucket nothing."""
-    writes: list[str] = []
+    trips: list[str] = []  # every round trip to the bucket: its subject
 
     class Counted:
-        def __init__(self, kv: object) -> None:
-            self._kv = kv
+        def __init__(self, js: object) -> None:
+            self._js = js
 
         def __getattr__(self, name: str) -> object:
-            attr = getattr(self._kv, name)
-            if name not in ("create", "put"):
+            attr = getattr(self._js, name)
+            if name not in ("publish", "get_msg"):
                 return attr
 
-            async def counted(key: str, *args: object, **kwargs: object) -> object:
-                writes.append(key)
-                return await attr(key, *args, **kwargs)  # type: ignore[operator]
+            async def counted(*args: object, **kwargs: object) -> object:
+                trips.append(str(kwargs.get("subject") or args[1 if name == "get_msg" else 0]))
+                return await attr(*args, **kwargs)  # type: ignore[operator]
             return counted
 
+    def counted_runs() -> KeyValue:
+        kv = ports.runs
+        return KeyValue(name=kv._name, stream=kv._stream, pre=kv._pre, js=Counted(kv._js),  # type: ignore[arg-type]
+                        direct=kv._direct)
+
     run_id = f"run-{random_id()[:8]}"
-    intake = IntakeHandlers(dataclasses.replace(ports, runs=Counted(ports.runs)),  # type: ignore[arg-type]
-                            SETTINGS, lambda: T0 + timedelta(seconds=2))
+    intake = IntakeHandlers(dataclasses.replace(ports, runs=counted_runs()), SETTINGS,
+                            lambda: T0 + timedelta(seconds=2))
     for call_id in ("call-1", "call-2", "call-3"):
-        h = History(run_id=run_id, call_id=call_id).normalized().decided("allow")
-        h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
-              policy_revision="p", contract_revision="rev-1", gate_facts={},
-              deadline_at=T0 + timedelta(seconds=30))
-        h.add(EffectIntent.AttemptSent, attempt_id="a1")
-        h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
-        await intake.respond(await store_history(ports, h))
+        await intake.respond(await store_history(ports, completed(run_id, call_id)))
     key = subjects.done_key("tenant-a", run_id, "case.add_note")
-    assert writes == [key]
-    assert (await ports.runs.get(key)).value == b"1"
+    assert trips == [f"$KV.LG_RUNS.{key}"]
+    marked = await ports.runs.get(key)
+    assert marked.value == b"1"
+
+    # Another replica, which never wrote the mark: one refused create, nothing read, and
+    # nothing more for the run's later calls.
+    trips.clear()
+    replica = IntakeHandlers(dataclasses.replace(ports, runs=counted_runs()), SETTINGS,
+                             lambda: T0 + timedelta(seconds=2))
+    for call_id in ("call-4", "call-5"):
+        await replica.respond(await store_history(ports, completed(run_id, call_id)))
+    assert trips == [f"$KV.LG_RUNS.{key}"]
+    assert (await ports.runs.get(key)).revision == marked.revision
+
+
+def completed(run_id: str, call_id: str) -> History:
+    """An executed call of ``case.add_note`` in ``run_id``."""
+    h = History(run_id=run_id, call_id=call_id).normalized().decided("allow")
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision="rev-1", gate_facts={},
+          deadline_at=T0 + timedelta(seconds=30))
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
 
 
 async def test_a_response_from_an_earlier_version_never_stands_over_a_later_one(ports: Ports) -> None:

@@ -52,8 +52,11 @@ async def _read(
         return (decoder.decode(found.value) if found.value else empty), found.revision
     try:
         entry = await kv.get(key)
-    except KeyNotFoundError:
-        return empty, None
+    except KeyNotFoundError as exc:
+        # A delete marker (``KeyDeletedError`` arrives as this, with the marker's entry):
+        # the next write names the marker's revision.
+        marker = getattr(exc, "entry", None)
+        return empty, (int(marker.revision) if marker is not None and marker.revision else None)
     return decoder.decode(entry.value or b"{}"), entry.revision
 
 
@@ -66,9 +69,9 @@ async def _write(kv: KeyValue, key: str, value: msgspec.Struct, revision: int | 
         KeyWrongLastSequenceError: another writer got in between.
     """
     data = msgspec.json.encode(value)
-    if revision is None:
-        return int(await kv.create(key, data))
-    return int(await kv.update(key, data, last=revision))
+    # Absent means no message on the key's subject at all (``last=0``): one round trip
+    # either way. ``KeyValue.create`` would follow a refusal with a get of its own.
+    return int(await kv.update(key, data, last=revision or 0))
 
 
 class BudgetContention(TransientError):
@@ -184,9 +187,10 @@ class Admission:
 class LimitLedger:
     """Intake's flood limits in ``LG_BUDGETS``, changed only by compare-and-set.
 
-    One key per limit and scope. Round trips: a get and an update per limit and
-    candidate admitted (a third and fourth when another writer, a replica or policy
-    releasing a hold, got in between); none for a candidate over a rate: a rate's
+    One key per limit and scope. Round trips: one write per limit and candidate
+    admitted, starting from the state this process last wrote (or, for a key it never
+    saw, from none: a create); a read and a write more when another writer, a replica
+    or policy releasing a hold, got in between; none for a candidate over a rate: a rate's
     ``tat`` only ever grows, so a refusal computed from the last state this process saw
     is the refusal the bucket's state would give. Within one process the updates of a
     key are serialized, so a process never races itself; replicas race only each other.
@@ -265,10 +269,14 @@ class LimitLedger:
 
         The first try starts from the state and revision this process last saw (its own
         last write, usually): when nobody wrote the key since, that is one round trip.
-        What a state that may be old says alone is never believed: refusals, or nothing
-        to change, are asked of the bucket first.
+        A key this process never saw is first taken to be absent (a new run's, usually):
+        the write is then a create, which fails when the key exists after all, and only
+        then is the bucket read. What a state that may be old or assumed says alone is
+        never believed: refusals, or nothing to change, are asked of the bucket first.
         """
         seen = self._seen.get(key)
+        if seen is None:
+            seen = (LimitState(), None)
         leader: JetStreamContext | None = None
         for attempt in range(LIMIT_CAS_TRIES):
             if seen is not None:

@@ -5,15 +5,19 @@ or with a delete marker. Every write names the revision it expects the key to be
 so two executors never both take a lock. A key's revision is remembered by the process
 that wrote it last: taking a lock this process released a moment ago (the common case:
 one executor, resources used again and again) is one write, releasing the lock it took
-is one write. Only when another process wrote the key in between does taking it cost
-a read first. Locks expire with the bucket's ``max_age`` (``LOCK_TTL_S``), so one left
-by a crashed executor frees itself even if nothing releases it from the record.
+is one write. A key this process never wrote, or last wrote longer ago than the bucket
+keeps a message, is most likely no key at all: taking it is a create, one write too.
+Only when another process wrote the key in between does taking it cost a read. Locks
+expire with the bucket's ``max_age`` (``LOCK_TTL_S``), so one left by a crashed executor
+frees itself even if nothing releases it from the record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError
@@ -22,13 +26,16 @@ from nats.js.kv import KeyValue
 from lockgate.contracts.buckets import leader_entry
 from lockgate.core.bounded import keep
 from lockgate.eventstore.jetstream import CONFLICT_CODES
-from lockgate.runtime.topology import LOCKS_BUCKET
+from lockgate.runtime.topology import LOCK_TTL_S, LOCKS_BUCKET
 
 #: JetStream's "wrong last sequence": the key moved since the revision named. A
 #: replicated bucket (R3) may answer 10164 instead, the same refusal without the number.
 _WRONG_LAST = CONFLICT_CODES
 #: Keys whose last revision and value a process remembers (oldest forgotten).
 _REVISIONS_KEPT = 65_536
+#: How long after the bucket's ``max_age`` a message is taken to be gone: the server
+#: removes expired messages on a timer, not at the instant they expire.
+_EXPIRY_SLACK_S = 5.0
 
 
 class _Moved(Exception):
@@ -38,13 +45,19 @@ class _Moved(Exception):
 class ResourceLocks:
     """Take and release resource locks with compare-and-set writes."""
 
-    def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str = LOCKS_BUCKET) -> None:
+    def __init__(
+        self, js: JetStreamContext, kv: KeyValue, bucket: str = LOCKS_BUCKET, *,
+        max_age_s: float | None = LOCK_TTL_S, clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``max_age_s``: how long the bucket keeps a message (``None``: for ever)."""
         self._js = js
         self._kv = kv
         self._bucket = bucket
         self._prefix = f"$KV.{bucket}."
-        #: key → (revision, value) as this process last wrote or read it.
-        self._known: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._max_age_s = max_age_s
+        self._clock_s = clock_s
+        #: key → (revision, value, when) as this process last wrote or read it.
+        self._known: OrderedDict[str, tuple[int, bytes, float]] = OrderedDict()
 
     async def take(self, key: str, holder: bytes) -> bool:
         """Take the lock for ``holder``; ``False`` while another holds it.
@@ -52,10 +65,19 @@ class ResourceLocks:
         Taking a lock ``holder`` already holds succeeds (a redelivered gate).
         """
         known = self._known.get(key)
-        if known is not None and known[1] in (b"", holder):
+        expect: int | None = None
+        if known is None or self._gone(known):
+            # Never written here, or what was is gone: a create (expected revision 0)
+            # succeeds exactly when the key has no message, so nothing is read first.
+            # When it has one after all (another executor wrote it), the create is
+            # refused and the key is read.
+            expect = 0
+        elif known[1] in (b"", holder):
             # Free (or ours) when last seen: the write succeeds only if it still is.
+            expect = known[0]
+        if expect is not None:
             try:
-                await self._write(key, holder, expect=known[0])
+                await self._write(key, holder, expect=expect)
                 return True
             except _Moved:
                 pass
@@ -71,7 +93,7 @@ class ResourceLocks:
     async def release(self, key: str, holder: bytes) -> None:
         """Free the lock if ``holder`` holds it; a lock another holds is left alone."""
         known = self._known.get(key)
-        if known is not None and known[1] == holder:
+        if known is not None and known[1] == holder and not self._gone(known):
             try:
                 await self._write(key, b"", expect=known[0], delete=True)
                 return
@@ -117,4 +139,10 @@ class ResourceLocks:
         self._remember(key, int(ack.seq), b"" if delete else value)
 
     def _remember(self, key: str, revision: int, value: bytes) -> None:
-        keep(self._known, key, (revision, value), _REVISIONS_KEPT)
+        keep(self._known, key, (revision, value, self._clock_s()), _REVISIONS_KEPT)
+
+    def _gone(self, known: tuple[int, bytes, float]) -> bool:
+        """True when the revision remembered has expired from the bucket since: it was
+        written before it was remembered, so it is older than the time since then."""
+        return self._max_age_s is not None and (
+            self._clock_s() - known[2] > self._max_age_s + _EXPIRY_SLACK_S)

@@ -317,8 +317,11 @@ class IntakeHandlers:
                 key = done_key(intent.tenant, intent.run_id, intent.tool)
                 if key in self._marked:
                     return  # written already: a run's later calls of a tool cost nothing
+                # A create (revision 0) that another replica's mark refuses in the same
+                # round trip: marks are never deleted, so there is no marker for
+                # ``KeyValue.create`` to look for with a get after the refusal.
                 with contextlib.suppress(KeyWrongLastSequenceError):
-                    await self.ports.runs.create(key, b"1")
+                    await self.ports.runs.update(key, b"1", last=0)
                 keep(self._marked, key, None, _DONE_KEPT)
         except (InvalidKeyError, ValueError):
             return  # ids that make no key (a stand-in's): nothing to remember
@@ -471,6 +474,10 @@ class IntakeHandlers:
             return Link(target, "declared") if known is not None else Link(unknown=True)
         if not is_capability_name(c.tool) or c.assembly_failure is not None:
             return Link()
+        # Read for every candidate, though it usually finds nothing: the mark is written by
+        # whichever replica answered the refusal, and nothing this process writes anyway
+        # would tell it one was written since, so a miss cannot be kept. (A replica behind
+        # the leader may miss a mark a moment old: a lineage link lost, no effect allowed.)
         try:
             entry = await self.ports.runs.get(refused_key(read.tenant, c.run_id, c.turn_id, c.tool))
             earlier = (entry.value or b"").decode()

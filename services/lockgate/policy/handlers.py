@@ -137,6 +137,13 @@ class PolicyHandlers:
         return events
 
     async def _progress(self, intent: EffectIntent) -> tuple[str, int] | None:
+        """This consequence's denials in the run so far, on which facts.
+
+        Read for every decision, though it usually finds nothing: any policy replica may
+        have counted a denial, and a stalled consequence is denied whatever Cedar says
+        now, so neither a miss kept in memory nor asking only after Cedar denies would
+        give the same answers.
+        """
         try:
             entry = await self.ports.progress.get(
                 progress_key(intent.tenant, intent.run_id, intent.digest or "")
