@@ -106,6 +106,9 @@ class ResponseTimeout(ClientError):
 
 
 _response = msgspec.json.Decoder(ModelResponse)
+#: After a wake-up whose response the stream does not show yet, it is asked again after
+#: the first of these, then twice as long each time, up to the second (seconds).
+WAKE_RETRY_S = (0.002, 0.5)
 _candidate_encoder = msgspec.json.Encoder()
 
 
@@ -449,6 +452,11 @@ class Gateway:
             # otherwise the refusal comes on the reused call's intent.
             other_bytes = False
             ask_stream = repeated
+            woke = False
+            # After a wake-up the stream is asked again soon, and sooner than the second
+            # it waits otherwise: on a replicated stream the replica that answers a direct
+            # get may not hold the response it woke for yet (a few milliseconds behind).
+            soon_s = 0.0
             while True:
                 # A repeated call was deduplicated: its response may already exist. And a
                 # response published while this connection was reconnecting (or a repeat
@@ -472,8 +480,15 @@ class Gateway:
                     raise ResponseTimeout(
                         f"no response to {call_id} within {timeout_s}s", code="response.timeout"
                     )
+                first, last = WAKE_RETRY_S
+                if woke:  # woken, and the stream did not show it: ask again soon
+                    soon_s = first if soon_s == 0.0 else min(2 * soon_s, last)
+                elif soon_s:  # still not there: a little later, until the pause is the usual
+                    soon_s = 0.0 if soon_s >= last else min(2 * soon_s, last)
+                woke = False
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(remaining, 1.0))
+                    await asyncio.wait_for(woken.wait(), min(remaining, soon_s or 1.0))
+                    woke = True
                 woken.clear()
                 ask_stream = True
         finally:

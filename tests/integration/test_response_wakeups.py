@@ -1,0 +1,82 @@
+"""The agent runtime's SDK reads its answer from the stream, even from a replica behind.
+
+On a replicated stream the replica that answers a direct get may not hold a response a
+moment after it was stored: the SDK, woken by the response's publish, reads nothing yet.
+It asks again soon after a wake-up (``WAKE_RETRY_S``), not a second later, so a
+lagging replica costs the model milliseconds, not a second per candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+from nats.js.errors import NotFoundError
+
+from lockgate.client import sdk
+from lockgate.client.sdk import Candidate, Gateway, ResponseTimeout
+from lockgate.contracts.responses import ModelResponse
+from lockgate.contracts.subjects import response_subject
+from lockgate.core.ids import candidate_digest, intent_id_for, random_id
+from lockgate.runtime.topology import CANDIDATES, ensure_topology
+
+TENANT = "tenant-a"
+
+
+@pytest.fixture
+async def gateway(nc: Client) -> AsyncIterator[Gateway]:
+    js = nc.jetstream()
+    await ensure_topology(js)
+    yield Gateway(nc)
+    with contextlib.suppress(NotFoundError):
+        await js.purge_stream(CANDIDATES)
+
+
+async def answer_when_proposed(nc: Client, candidate: Candidate) -> None:
+    """Intake's part: once the candidate is stored, store its response."""
+    js = nc.jetstream()
+    intent_id = intent_id_for(TENANT, candidate.run_id, candidate.call_id)
+    body = sdk._candidate_encoder.encode(candidate)
+    response = ModelResponse(candidate_id=intent_id, call_id=candidate.call_id, status="executed",
+                             code="operation.executed", candidate_digest=candidate_digest(body))
+    await asyncio.sleep(0.05)
+    await js.publish(response_subject(TENANT, candidate.run_id, intent_id), msgspec.json.encode(response),
+                     headers={"Nats-Msg-Id": random_id()})
+
+
+@pytest.mark.parametrize("behind", [0, 1, 3])
+async def test_a_response_a_replica_shows_late_is_read_without_waiting_a_second(
+    gateway: Gateway, nc: Client, monkeypatch: pytest.MonkeyPatch, behind: int,
+) -> None:
+    """The first ``behind`` reads after the wake-up find nothing, as a replica behind the
+    stream's leader answers. Within a timeout shorter than the second the SDK otherwise
+    pauses between reads, the answer is still read."""
+    latest = Gateway._latest
+    reads: list[bool] = []
+
+    async def behind_the_leader(self: Gateway, tenant: str, run_id: str, candidate_id: str
+                                ) -> ModelResponse | None:
+        found = await latest(self, tenant, run_id, candidate_id)
+        reads.append(found is not None)
+        return None if sum(reads) <= behind else found
+
+    monkeypatch.setattr(Gateway, "_latest", behind_the_leader)
+    candidate = Candidate(run_id=random_id(), turn_id="turn-1", call_id=random_id(),
+                          tool="case.add_note", arguments='{"note": "hi"}')
+    answering = asyncio.create_task(answer_when_proposed(nc, candidate))
+    response = await gateway._propose(TENANT, candidate, timeout_s=0.6)
+    await answering
+    assert response.status == "executed"
+    assert reads.count(True) == behind + 1  # read again, each time sooner than a second
+
+
+async def test_no_response_is_still_a_timeout(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sdk, "WAKE_RETRY_S", (0.002, 0.01))
+    candidate = Candidate(run_id=random_id(), turn_id="turn-1", call_id=random_id(),
+                          tool="case.add_note", arguments="{}")
+    with pytest.raises(ResponseTimeout):
+        await gateway._propose(TENANT, candidate, timeout_s=0.3)
