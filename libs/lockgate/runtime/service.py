@@ -764,8 +764,8 @@ class Answering:
     """A request subject a service answers, and the handler whose bytes are the reply.
 
     Served on a plain subscription of the service's connection (queue group: the
-    service), each request in a task of its own, up to ``at_once``: the hot ones (an
-    adapter's record reads, three per order) skip FastStream's per-message machinery
+    service), each request in a task of its own, up to ``at_once``: the hot ones
+    (adapters' claims, one per order) skip FastStream's per-message machinery
     (and so FastStream's Prometheus middleware, which would see only the status
     requests: ``meter`` times and counts every answer instead).
     """
