@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import cedarpy
+import msgspec
 import yaml
 from pydantic import ValidationError
 
 from lockgate.authz.config import CONFIG_FILE, BundleConfig
 from lockgate.contracts.vocabulary import DecisionOutcome
+from lockgate.core.bounded import keep
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 
@@ -53,6 +57,123 @@ class Decision:
     errors: tuple[str, ...] = ()
 
 
+#: The request variables whose attributes a bundle may read.
+_VARIABLES = ("principal", "resource", "context")
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a bundle's policies read of a request: per variable, the names of the
+    attributes they read or test for (``None``: the variable as a whole, so all of it),
+    and whether any policy names the resource itself (its id) rather than its attributes.
+
+    A Cedar decision is a function of the policies and of what they read: two requests
+    equal in all of it are decided alike, whatever else differs (the basis of
+    ``DecisionCache``).
+    """
+
+    principal: frozenset[str] | None
+    resource: frozenset[str] | None
+    context: frozenset[str] | None
+    resource_id: bool
+
+    @classmethod
+    def of(cls, est: dict[str, Any]) -> Reads | None:
+        """Read off the policies' JSON form; ``None`` where it cannot be told (templates)."""
+        if est.get("templates") or est.get("templateLinks"):
+            return None
+        read: dict[str, set[str] | None] = {v: set() for v in _VARIABLES}
+        resource_id = False
+        for policy in est.get("staticPolicies", {}).values():
+            if policy.get("resource", {}).get("op", "All") not in ("All", "is"):
+                resource_id = True  # resource == / in an entity: the id decides
+            for condition in policy.get("conditions", []):
+                _reads(condition.get("body"), read)
+        def names(variable: str) -> frozenset[str] | None:
+            found = read[variable]
+            return None if found is None else frozenset(found)
+
+        return cls(principal=names("principal"), resource=names("resource"),
+                   context=names("context"), resource_id=resource_id or read["resource"] is None)
+
+
+def _reads(node: Any, read: dict[str, set[str] | None]) -> None:
+    """Note in ``read`` what the expression ``node`` reads of each request variable."""
+    if isinstance(node, list):
+        for item in node:
+            _reads(item, read)
+        return
+    if not isinstance(node, dict):
+        return
+    for operator in (".", "has"):
+        access = node.get(operator)
+        if isinstance(access, dict):
+            left = access.get("left")
+            if isinstance(left, dict) and set(left) == {"Var"} and left["Var"] in read:
+                names = read[left["Var"]]
+                if names is not None:
+                    names.add(str(access.get("attr")))
+                return
+    variable = node.get("Var")
+    if variable in read and set(node) == {"Var"}:
+        read[variable] = None  # compared, tested with ``is`` or ``in``, or passed whole
+        return
+    for value in node.values():
+        _reads(value, read)
+
+
+class DecisionCache:
+    """Decisions of one bundle, by what its policies read of the request (``Reads``).
+
+    Most candidates of a run ask Cedar the same question: the same actor and capability, a
+    resource whose facts the policies read unchanged, the same context as far as they read
+    it. Bounded: the least recently used go first.
+    """
+
+    def __init__(self, reads: Reads, capacity: int = 4096) -> None:
+        self.reads = reads
+        self._capacity = capacity
+        self._decisions: OrderedDict[bytes, Decision] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, request: AuthzRequest, actions: tuple[str, ...]) -> bytes:
+        """The request as far as the bundle can tell it from another."""
+        reads = self.reads
+        principal = {"tenant": request.tenant, "name": request.actor,
+                     "roles": sorted(request.roles), "delegation": request.delegation}
+        return _key_encoder.encode((
+            actions, request.tenant, request.actor, _picked(principal, reads.principal),
+            request.resource_type, request.resource_id if reads.resource_id else None,
+            _picked(request.resource_facts, reads.resource), _picked(request.context, reads.context),
+        ))
+
+    def get(self, key: bytes) -> Decision | None:
+        """The decision made on ``key``, if this cache still holds it."""
+        found = self._decisions.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._decisions.move_to_end(key)
+        return found
+
+    def put(self, key: bytes, decision: Decision) -> Decision:
+        """Remember ``decision`` for ``key``; return it."""
+        return keep(self._decisions, key, decision, self._capacity)
+
+
+def _picked(values: Mapping[str, Any], names: frozenset[str] | None) -> Mapping[str, Any]:
+    """The entries of ``values`` the policies read (all of them for ``None``); an absent one
+    stays absent, since ``has`` tells the two apart."""
+    if names is None:
+        return values
+    return {name: values[name] for name in names if name in values}
+
+
+_key_encoder = msgspec.json.Encoder(order="sorted")
+
+
 @dataclass(frozen=True)
 class PolicyBundle:
     """Cedar policies plus the schema they were validated against, and their revision."""
@@ -64,6 +185,9 @@ class PolicyBundle:
     config: BundleConfig = BundleConfig()
     uses_prior_effects: bool = False
     """Whether any policy reads ``context.prior_effects`` (else nobody needs it counted)."""
+    decisions: DecisionCache | None = field(default=None, compare=False, repr=False)
+    """This bundle's decisions by what its policies read (``None``: every request is
+    evaluated)."""
 
     @classmethod
     def load(cls, directory: Path) -> PolicyBundle:
@@ -83,8 +207,12 @@ class PolicyBundle:
         return cls.from_text(text, schema_text, config_text)
 
     @classmethod
-    def from_text(cls, text: str, schema_text: str, config_text: str = "") -> PolicyBundle:
+    def from_text(
+        cls, text: str, schema_text: str, config_text: str = "", *, cache_decisions: int = 4096,
+    ) -> PolicyBundle:
         """Build a bundle from policy, schema and ``bundle.yaml`` text.
+
+        ``cache_decisions``: how many decisions to keep by what the policies read (0: none).
 
         Raises:
             BundleError: parse or validation errors.
@@ -122,9 +250,11 @@ class PolicyBundle:
         est["staticPolicies"] = keyed
         policies = cedarpy.PolicySet.from_json_str(json.dumps(est))
         revision = digest_bytes((text + "\x00" + schema_text + "\x00" + config_text).encode())
+        reads = Reads.of(est) if cache_decisions > 0 else None
         return cls(
             revision=revision, policies=policies, order=order, effects=effects, config=config,
             uses_prior_effects="prior_effects" in _COMMENT.sub("", text),
+            decisions=DecisionCache(reads, cache_decisions) if reads is not None else None,
         )
 
 
@@ -200,6 +330,16 @@ def _ask_all(bundle: PolicyBundle, request: AuthzRequest, actions: tuple[str, ..
     ))
 
 
+def _determining(bundle: PolicyBundle, answer: Any) -> tuple[str, ...]:
+    """The policies that determined ``answer``, in bundle order (Cedar's own order varies)."""
+    return tuple(sorted(answer.diagnostics.reasons, key=lambda r: (bundle.order.get(r, len(bundle.order)), r)))
+
+
+def _errors(answer: Any) -> tuple[str, ...]:
+    """``answer``'s evaluation errors, sorted (Cedar's own order varies)."""
+    return tuple(sorted(str(e) for e in answer.diagnostics.errors))
+
+
 def _denial(bundle: PolicyBundle, determining: tuple[str, ...], errors: tuple[str, ...]) -> Decision:
     forbids = sorted(
         (r for r in determining if bundle.effects.get(r) == "forbid"), key=lambda r: bundle.order.get(r, 0)
@@ -214,34 +354,63 @@ def evaluate_approval(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     One question, ``<capability>::approve``; default deny, forbid overrides permit, and
     an evaluation error is a denial.
     """
+    return _cached(bundle, request, (request.capability + APPROVE,), _approval)
+
+
+def _approval(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     answer = _ask(bundle, request, request.capability + APPROVE)
-    errors = tuple(str(e) for e in answer.diagnostics.errors)
-    determining = tuple(answer.diagnostics.reasons)
+    errors = _errors(answer)
+    determining = _determining(bundle, answer)
     if errors or not answer.allowed:
         return _denial(bundle, determining, errors)
     return Decision(DecisionOutcome.ALLOW, bundle.revision, (), determining)
+
+
+def _cached(
+    bundle: PolicyBundle, request: AuthzRequest, actions: tuple[str, ...],
+    decide: Callable[[PolicyBundle, AuthzRequest], Decision],
+) -> Decision:
+    """``decide``'s decision, or the one it made on a request the bundle cannot tell apart."""
+    cache = bundle.decisions
+    if cache is None:
+        return decide(bundle, request)
+    key = cache.key(request, actions)
+    found = cache.get(key)
+    if found is not None:
+        return found
+    decision = decide(bundle, request)
+    # An evaluation error names the entity it met (its id, which the key may not hold):
+    # such a decision is not kept, and is rare (facts that lack what a policy reads).
+    return decision if decision.errors else cache.put(key, decision)
 
 
 def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     """Answer both questions for ``request``. An evaluation error is a denial.
 
     Both are asked in one call: the second answer is only read when the first allows.
+    A request the bundle cannot tell from one it decided is answered as that one was
+    (``PolicyBundle.decisions``).
     """
+    return _cached(bundle, request, (request.capability, f"{request.capability}::unattended"),
+                   _decide)
+
+
+def _decide(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     at_all, unattended = _ask_all(
         bundle, request, (request.capability, f"{request.capability}::unattended"))
-    errors = tuple(str(e) for e in at_all.diagnostics.errors)
-    determining = tuple(at_all.diagnostics.reasons)
+    errors = _errors(at_all)
+    determining = _determining(bundle, at_all)
     if errors or not at_all.allowed:
         return _denial(bundle, determining, errors)
-    more = tuple(str(e) for e in unattended.diagnostics.errors)
+    more = _errors(unattended)
     if unattended.allowed and not more:
         return Decision(
-            DecisionOutcome.ALLOW, bundle.revision, (), determining + tuple(unattended.diagnostics.reasons)
+            DecisionOutcome.ALLOW, bundle.revision, (), determining + _determining(bundle, unattended)
         )
     return Decision(
         DecisionOutcome.REQUIRE_APPROVAL,
         bundle.revision,
         ("policy.approval-required",),
-        determining + tuple(unattended.diagnostics.reasons),
+        determining + _determining(bundle, unattended),
         more,
     )
