@@ -20,6 +20,7 @@ hit the node leading ``LG_EVENTS_0``, which leads that partition only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -28,6 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
+from nats.js.errors import NoKeysError, NotFoundError
 
 from lockgate.client.sdk import ClientError, Gateway, Refused, Run, Turn
 from lockgate.contracts.responses import ModelResponse
@@ -36,6 +38,7 @@ from lockgate.intent.aggregate import Event, State
 from lockgate.intent.codec import fold
 from lockgate.runtime.cluster import ELECTION_TIMEOUT_MAX_S, LOST_QUORUM_S
 from lockgate.runtime.status import ADAPTERS, SERVICES
+from lockgate.runtime.topology import LOCKS_BUCKET
 from lockgate.testing.cluster import ClusterSystem
 from lockgate.testing.demo import play_table
 from lockgate.testing.invariants import by_intent, violations
@@ -225,12 +228,14 @@ async def judge(cluster: ClusterSystem, sent: list[Sent], tasks: list[asyncio.Ta
 
 async def diagnosis(cluster: ClusterSystem, ids: list[str], stored: dict[str, list[Event]],
                     finals: dict[str, object]) -> str:
-    """What a failure needs said: the unsettled intents' events and every durable's state."""
+    """What a failure needs said: the events of the intents not completed (and why they
+    ended), every durable's state, and every lock held."""
     lines = []
     for i in ids:
         f = finals[i]
-        if f is None or not getattr(f, "state").terminal:  # noqa: B009
-            lines.append(f"  {i}: " + " ".join(type(e).__name__ for e in stored.get(i, [])))
+        if f is None or getattr(f, "state") is not State.COMPLETED:  # noqa: B009
+            why = f" ({f.reason}: {getattr(f, 'detail', '')})" if getattr(f, "reason", None) else ""
+            lines.append(f"  {i}{why}: " + " ".join(type(e).__name__ for e in stored.get(i, [])))
     nc = await cluster.connect()
     try:
         js = nc.jetstream()
@@ -240,9 +245,28 @@ async def diagnosis(cluster: ClusterSystem, ids: list[str], stored: dict[str, li
                 lines.append(f"  {stream}/{c.durable_name}: pending {info.num_pending} "
                              f"ack_pending {info.num_ack_pending} redelivered {info.num_redelivered} "
                              f"waiting {info.num_waiting} leader {info.cluster.leader if info.cluster else '?'}")
+        # A resource lock held by an intent that no longer holds it stalls every later effect
+        # on that resource: name each held lock and where its holder stands on the record.
+        locks = await js.key_value(LOCKS_BUCKET)
+        with contextlib.suppress(NoKeysError):
+            for key in await locks.keys():
+                with contextlib.suppress(NotFoundError):
+                    msg = await js.get_msg(f"KV_{LOCKS_BUCKET}", subject=f"$KV.{LOCKS_BUCKET}.{key}")
+                    holder = (msg.data or b"").decode()
+                    if holder and (msg.headers or {}).get("KV-Operation") is None:
+                        history = stored.get(holder) or []
+                        lines.append(f"  lock {key}: held by {holder} since {lock_written(msg)} (revision {msg.seq}): "
+                                     + (" ".join(f"{type(e).__name__}@{e.timestamp:%H:%M:%S.%f}"
+                                                 for e in history) or "not in this burst"))
     finally:
         await nc.close()
     return "\n".join(lines)
+
+
+def lock_written(msg: object) -> str:
+    """When the broker stored a lock's write, as the events' times are shown."""
+    when = getattr(msg, "time", None)
+    return f"{when:%H:%M:%S.%f}" if when is not None else "?"
 
 
 async def _consumers(js: object, stream: str) -> AsyncIterator[object]:

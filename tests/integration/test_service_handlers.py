@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
@@ -40,7 +40,7 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import derived_id, random_id
-from lockgate.eventstore.base import RecordedEvent
+from lockgate.eventstore.base import AggregateHistory, EventStore, NewEvent, RecordedEvent
 from lockgate.executor.domain import order_for, report_token
 from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
@@ -621,6 +621,108 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
         await sub.unsubscribe()  # type: ignore[attr-defined]
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.WITHDRAWN
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
+
+
+class OldViews:
+    """The store as a replica behind the leader shows it: each ``load`` answers with the
+    history cut after the next of ``cuts`` events (none left: whole); ``load_latest``, the
+    leader's answer, is whole."""
+
+    def __init__(self, store: EventStore, cuts: list[int]) -> None:
+        self._store = store
+        self._cuts = cuts
+
+    async def load(self, tenant: str, intent_id: str, *, at_least: int = 0) -> AggregateHistory:
+        whole = await self._store.load(tenant, intent_id, at_least=at_least)
+        cut = self._cuts.pop(0) if self._cuts else len(whole.events)
+        return dataclasses.replace(whole, events=whole.events[:cut])
+
+    async def load_latest(self, tenant: str, intent_id: str) -> AggregateHistory:
+        return await self._store.load_latest(tenant, intent_id)
+
+    async def append(self, history: AggregateHistory, events: Sequence[NewEvent]) -> AggregateHistory:
+        return await self._store.append(history, events)
+
+
+def on_old_views(ports: Ports, cuts: list[int]) -> ExecutorHandlers:
+    """An executor (nothing in memory) whose loads answer as ``OldViews`` does."""
+    return executor_handlers(dataclasses.replace(ports, store=OldViews(ports.store, cuts)))
+
+
+def serialized(*, completed: bool) -> History:
+    """case.add_note as registered (its contract serializes each case), allowed, its
+    attempt sent and, if ``completed``, completed."""
+    h = History(contract_revision=CONTRACT.revision, call_id=f"call-{random_id()[:8]}").normalized(
+        contract_revision=CONTRACT.revision).decided("allow")
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision=CONTRACT.revision, gate_facts={},
+          deadline_at=T0 + timedelta(seconds=30))
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    if completed:
+        h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    return h
+
+
+async def gate_again(ports: Ports, nc: Client, executor: ExecutorHandlers, h: History) -> None:
+    """Hand ``executor`` the gate's trigger of ``h`` again, with the case's facts answered."""
+    trigger = await store_with_trigger(ports, h)
+
+    async def facts(_: bytes) -> object:
+        return {"facts": OPEN_FACTS, "revision": "4"}
+
+    sub = await answering(nc, "facts", facts)
+    try:
+        with contextlib.suppress(AttemptDue):
+            await executor.ready(trigger)
+    finally:
+        await sub.unsubscribe()  # type: ignore[attr-defined]
+
+
+async def free(ports: Ports) -> None:
+    with contextlib.suppress(KeyNotFoundError):
+        await ports.locks.delete(LOCK)
+
+
+async def test_a_lock_taken_on_an_old_view_of_an_intent_that_ended_is_freed(
+    ports: Ports, nc: Client
+) -> None:
+    """The trigger comes back at its attempt's deadline, long after the effect completed
+    and its lock was freed, to a replica whose views are behind the leader: one shows the
+    intent allowed (so the gate takes the lock and authorizes), the one after the conflict
+    shows it sent. The lock is this intent's to keep only if the leader says so; it does not."""
+    await register(ports)
+    await free(ports)
+    h = serialized(completed=True)
+    await gate_again(ports, nc, on_old_views(ports, [3, 5]), h)
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
+    stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
+    assert stored.count("ExecutionAuthorized") == 1 and stored[-1] == "EffectCompleted"
+
+
+async def test_a_lock_another_delivery_holds_for_the_same_attempt_is_kept(
+    ports: Ports, nc: Client
+) -> None:
+    """The same old views, but the leader has the attempt in flight: its lock stays."""
+    await register(ports)
+    h = serialized(completed=False)
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    await gate_again(ports, nc, on_old_views(ports, [3, 5]), h)
+    assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()
+    await free(ports)
+
+
+async def test_a_trigger_handed_again_frees_a_lock_left_with_an_intent_that_ended(
+    ports: Ports, nc: Client
+) -> None:
+    """A delivery took the lock on an old view and died (or failed) before letting go; the
+    effect had settled. The trigger handed again finds the intent ended and frees the lock."""
+    await register(ports)
+    h = serialized(completed=True)
+    await ports.locks.put(LOCK, h.intent_id.encode())
+    await gate_again(ports, nc, executor_handlers(ports), h)
     with pytest.raises(KeyNotFoundError):
         await ports.locks.get(LOCK)
 

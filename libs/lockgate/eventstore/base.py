@@ -101,6 +101,18 @@ class EventStore(Protocol):
         """
         ...
 
+    async def load_latest(self, tenant: str, intent_id: str) -> AggregateHistory:
+        """Return the aggregate's history as the store's leader holds it now.
+
+        For the rare decision that must not rest on a replica behind the leader (whether
+        an intent still holds a lock it may have taken on an old view); ``load`` serves
+        every other read.
+
+        Raises:
+            EventStoreUnavailable: the store did not answer.
+        """
+        ...
+
     async def append(
         self, history: AggregateHistory, events: Sequence[NewEvent]
     ) -> AggregateHistory:

@@ -387,6 +387,14 @@ class JetStreamEventStore:
         self._keep(history)
         return history
 
+    async def load_latest(self, tenant: str, intent_id: str) -> AggregateHistory:
+        """The aggregate's history with every event the stream's leader holds after what
+        a replica answered (one message get per event the replica lacked, and one more
+        to learn there is none)."""
+        history = await self._leader_after(await self.load(tenant, intent_id))
+        self._keep(history)
+        return history
+
     async def _leader_after(self, known: AggregateHistory) -> AggregateHistory:
         """``known`` and the events stored after it, as the stream's leader holds them.
 

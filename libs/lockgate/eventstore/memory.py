@@ -29,6 +29,11 @@ class MemoryEventStore:
         event_subject(tenant, intent_id, 1, "Probe")  # same token rules as the real store
         return AggregateHistory(tenant, intent_id, self._streams.get((tenant, intent_id), ()))
 
+    async def load_latest(self, tenant: str, intent_id: str) -> AggregateHistory:
+        """The whole history: this store is its own leader (a subclass that plays a
+        lagging replica in ``load`` still answers this one in full)."""
+        return await MemoryEventStore.load(self, tenant, intent_id)
+
     async def append(
         self, history: AggregateHistory, events: Sequence[NewEvent]
     ) -> AggregateHistory:

@@ -358,14 +358,17 @@ async def decide_and_append(
 
 async def load_known(
     store: EventStore, tenant: str, intent_id: str, cache: AggregateCache | None = None,
-    *, at_least: int = 0,
+    *, at_least: int = 0, latest: bool = False,
 ) -> Known:
     """Load an aggregate's history (at ``at_least`` or later) and decode it (and let
     ``cache`` keep it).
 
     Events ``cache`` already holds decoded are not decoded again: only the new ones.
+    ``latest``: as the store's leader holds it (``EventStore.load_latest``), for the rare
+    decision a replica behind the leader must not answer.
     """
-    history = await store.load(tenant, intent_id, at_least=at_least)
+    history = await (store.load_latest(tenant, intent_id) if latest
+                     else store.load(tenant, intent_id, at_least=at_least))
     if history.version < at_least:
         # Even where no replica lags (a leader just deposed answered, say): acting on a
         # history before what is known to be stored would answer for an earlier state.

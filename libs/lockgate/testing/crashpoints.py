@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -83,19 +83,16 @@ class CrashPlan:
         raise SystemExit(137)  # pragma: no cover - SIGKILL cannot be caught
 
 
-Release = Callable[[ExecutorHandlers, EffectIntent, Sequence[Event]], Awaitable[None]]
-
-
 def install(plan: CrashPlan) -> None:
     """Make every executor in this process die by ``plan`` between an append and its release."""
-    release: Release = ExecutorHandlers._release_if_done
+    release = ExecutorHandlers._release_if_done
 
     async def release_unless_dead(
-        self: ExecutorHandlers, intent: EffectIntent, events: Sequence[Event]
+        self: ExecutorHandlers, intent: EffectIntent, events: Sequence[Event], *, confirm: bool = True
     ) -> None:
         if plan.due(intent, events):
             plan.die(intent, events)
-        await release(self, intent, events)
+        await release(self, intent, events, confirm=confirm)
 
     ExecutorHandlers._release_if_done = release_unless_dead  # type: ignore[method-assign]
 

@@ -37,7 +37,7 @@ from lockgate.executor.domain import (
 )
 from lockgate.executor.locks import ResourceLocks
 from lockgate.intent.aggregate import EffectIntent, Event, State
-from lockgate.intent.codec import decode_event
+from lockgate.intent.codec import decode_event, fold
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
@@ -154,13 +154,38 @@ class ExecutorHandlers:
         authorized = next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)), None)
         if authorized is not None:
             await self._send_order(after, authorized)
-        if held or after.state is State.REFUSED:
+        elif held and not events and may_hold(after):
+            # The lock was taken on a view that showed the intent allowed, and the step ran
+            # again (a conflict) on one that shows it past the gate: both may be a replica's
+            # view behind the leader, where the effect has settled and its lock was freed
+            # (the trigger handed again at its attempt's deadline, say). Only the leader's
+            # record says whether the lock just taken is this intent's to keep.
+            after = await self._latest(after)
+        ended = bool(held) or after.state is State.REFUSED
+        if not may_hold(after) and (ended or await self._serializes(after)):
             # Refused (now, or before a crash that left the lock: this trigger is handed
             # again, and the lock durable is not handed GateRefused), or found past the
-            # gate on a retry after a conflict (withdrawn while the lock was being taken,
-            # say): the lock goes with the hold.
-            await self._release_if_done(after, [])
+            # gate after the lock was taken (withdrawn meanwhile, or settled long ago on
+            # the leader), or a trigger handed again after a delivery that took the lock
+            # and then failed or died (a sweep: believed without asking the leader, since
+            # it runs once per serialized effect, mostly for a lock freed long ago).
+            await self._release_if_done(after, [], confirm=ended)
         return after
+
+    async def _latest(self, intent: EffectIntent) -> EffectIntent:
+        """The intent as the store's leader has it now."""
+        known = await load_known(self.ports.store, intent.tenant, intent.intent_id,
+                                 self.ports.cache, latest=True)
+        return fold(known.events) or intent
+
+    async def _serializes(self, intent: EffectIntent) -> bool:
+        """True when ``intent`` may hold a lock this process has not seen freed: its
+        contract serializes its resource (and is still registered to say so)."""
+        if not intent.resource or (intent.intent_id in self._locks
+                                   and self._locks[intent.intent_id] is None):
+            return False
+        contract = await self.ports.registry.get(intent.tool)
+        return contract is not None and contract.serialize_per_resource
 
     async def _time(self, recorded: RecordedEvent, intent: EffectIntent) -> None:
         """Hold the trigger of the attempt it authorized until that attempt's deadline;
@@ -246,20 +271,23 @@ class ExecutorHandlers:
             return
         await self._release(intent)
 
-    async def _release_if_done(self, intent: EffectIntent, events: Sequence[Event]) -> None:
+    async def _release_if_done(
+        self, intent: EffectIntent, events: Sequence[Event], *, confirm: bool = True
+    ) -> None:
         """The fast path: free the lock right after an append that ended the intent's hold.
 
         ``intent`` is the aggregate the events were decided on (it is folded forward here);
         with no events, the lock goes if that aggregate no longer holds its resource.
+        ``confirm``: as ``ResourceLocks.release``.
         """
         if self._locks.get(intent.intent_id, "") is None:
             return
         for event in events:
             intent = event.mutate(intent)
         if not may_hold(intent):
-            await self._release(intent)
+            await self._release(intent, confirm=confirm)
 
-    async def _release(self, intent: EffectIntent) -> None:
+    async def _release(self, intent: EffectIntent, *, confirm: bool = True) -> None:
         """Free the intent's resource lock, if it holds it.
 
         The fast path and the lock durable may both get here for one intent at once;
@@ -269,7 +297,8 @@ class ExecutorHandlers:
             return
         self._releasing.add(intent.intent_id)
         try:
-            await self._resource_locks.release(lock_key(intent), intent.intent_id.encode())
+            await self._resource_locks.release(lock_key(intent), intent.intent_id.encode(),
+                                               confirm=confirm)
         finally:
             self._releasing.discard(intent.intent_id)
         self._know(intent.intent_id, None)

@@ -90,8 +90,13 @@ class ResourceLocks:
             return False  # another took it between the read and the write
         return True
 
-    async def release(self, key: str, holder: bytes) -> None:
-        """Free the lock if ``holder`` holds it; a lock another holds is left alone."""
+    async def release(self, key: str, holder: bytes, *, confirm: bool = True) -> None:
+        """Free the lock if ``holder`` holds it; a lock another holds is left alone.
+
+        ``confirm``: a lock a replica says another holds (or none) is asked of the
+        leader before it is left; without, the replica's answer is believed (a sweep
+        for locks most likely freed long ago).
+        """
         known = self._known.get(key)
         if known is not None and known[1] == holder and not self._gone(known):
             try:
@@ -100,6 +105,8 @@ class ResourceLocks:
             except _Moved:
                 pass
         revision, value = await self._read(key)
+        if value != holder and not confirm:
+            return
         if value != holder:
             # A replica behind the leader may not have this holder's take yet (another
             # executor replica took it): left to expire, the lock would stall the
