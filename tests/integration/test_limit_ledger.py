@@ -15,7 +15,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import LimitLedger
-from lockgate.authz.limits import LimitState
+from lockgate.authz.limits import LimitState, limit_key
 from lockgate.authz.source import BundleSource
 from lockgate.core.ids import random_id
 from lockgate.intake.handlers import IntakeHandlers
@@ -180,6 +180,27 @@ async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(ports
     state = msgspec.json.decode((await ports.budgets.get(f"limit={cap.name}.t")).value or b"",
                                 type=LimitState)
     assert sorted(state.holds) == ["i1", "i2", "i3", "i4"]
+
+
+async def test_an_admission_that_waited_is_dated_when_it_is_written(ports: Ports) -> None:
+    """A candidate's write of a run's counter waits ten seconds (behind a write in flight, a
+    leader election) while another replica admits one of the run within its rate: the
+    waiting one arrives when it is written, not ten seconds early, and is admitted."""
+    rate = Limit(name=f"rate-{random_id()[:8]}", scope="run", per_s=5, burst=3, max_in_flight=16)
+    now = [1000.0]
+    waited, other = LimitLedger(ports.budgets, lambda: now[0]), LimitLedger(ports.budgets, lambda: now[0])
+    async with waited._lock(limit_key(rate, "tenant-a/r")):  # its write of the key is held up
+        late = asyncio.create_task(waited.admit([rate], tenant="tenant-a", actor="u", run_id="r",
+                                                intent_id="late"))
+        await asyncio.sleep(0.05)
+        now[0] = 1010.0
+        assert (await other.admit([rate], tenant="tenant-a", actor="u", run_id="r",
+                                  intent_id="meanwhile")).refused is None
+    admission = await asyncio.wait_for(late, 10)
+    assert admission.refused is None
+    state = msgspec.json.decode((await ports.budgets.get(limit_key(rate, "tenant-a/r"))).value or b"",
+                                type=LimitState)
+    assert sorted(state.holds) == ["late", "meanwhile"]
 
 
 def run_cap(max_in_flight: int = 1) -> Limit:

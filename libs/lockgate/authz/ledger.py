@@ -316,14 +316,13 @@ class LimitLedger:
         self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
     ) -> Admission:
         """Admit a candidate under every limit, or under none: the holds taken, or the refusal."""
-        now_s = self._clock_s()
         early = self.over_rate(limits, tenant=tenant, actor=actor, run_id=run_id, intent_id=intent_id)
         if early is not None:
             return Admission((), early)  # over the rate: refused without a round trip
         held: list[str] = []
         for limit in limits:
             key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
-            refused = await self._change(key, _admitting(limit, intent_id, now_s))
+            refused = await self._change(key, _admitting(limit, intent_id, self._clock_s))
             if refused is not None:
                 await self.release(held, intent_id)
                 return Admission((), refused)
@@ -366,8 +365,14 @@ class LimitLedger:
                 for lim in limits if lim.max_in_flight is not None]
 
 
-def _admitting(limit: Limit, intent_id: str, now_s: float) -> Callable[[LimitState], LimitState | Refusal]:
-    return lambda state: admit(state, limit, intent_id, now_s)
+def _admitting(
+    limit: Limit, intent_id: str, clock_s: Callable[[], float],
+) -> Callable[[LimitState], LimitState | Refusal]:
+    """The admission of ``intent_id``, dated when it is applied to the counter, not when it
+    was asked for: a write that waited (behind a key's write in flight, a leader election)
+    would otherwise arrive with a time before the ``tat`` other writers set meanwhile, and
+    be refused as early by as long as it waited."""
+    return lambda state: admit(state, limit, intent_id, clock_s())
 
 
 @functools.lru_cache(maxsize=256)
