@@ -665,19 +665,24 @@ def serialized(*, completed: bool) -> History:
     return h
 
 
-async def gate_again(ports: Ports, nc: Client, executor: ExecutorHandlers, h: History) -> None:
-    """Hand ``executor`` the gate's trigger of ``h`` again, with the case's facts answered."""
+async def gate_again(ports: Ports, nc: Client, executor: ExecutorHandlers, h: History,
+                     deliveries: int = 1) -> int:
+    """Hand ``executor`` the gate's trigger of ``h`` (its ``deliveries``-th delivery), with
+    the case's facts answered; return how often the facts were asked for."""
     trigger = await store_with_trigger(ports, h)
+    asked = [0]
 
     async def facts(_: bytes) -> object:
+        asked[0] += 1
         return {"facts": OPEN_FACTS, "revision": "4"}
 
     sub = await answering(nc, "facts", facts)
     try:
         with contextlib.suppress(AttemptDue):
-            await executor.ready(trigger)
+            await executor.ready(trigger, deliveries)
     finally:
         await sub.unsubscribe()  # type: ignore[attr-defined]
+    return asked[0]
 
 
 async def free(ports: Ports) -> None:
@@ -700,6 +705,20 @@ async def test_a_lock_taken_on_an_old_view_of_an_intent_that_ended_is_freed(
         await ports.locks.get(LOCK)
     stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
     assert stored.count("ExecutionAuthorized") == 1 and stored[-1] == "EffectCompleted"
+
+
+async def test_a_trigger_handed_again_is_decided_on_the_leaders_record(
+    ports: Ports, nc: Client
+) -> None:
+    """The timer comes back to a replica whose view shows the intent allowed; the effect
+    completed long ago. Decided on the leader's record, the gate takes no lock and asks
+    no adapter for facts."""
+    await register(ports)
+    await free(ports)
+    h = serialized(completed=True)
+    assert await gate_again(ports, nc, on_old_views(ports, [3]), h, deliveries=2) == 0
+    with pytest.raises(KeyNotFoundError):
+        await ports.locks.get(LOCK)
 
 
 async def test_a_lock_another_delivery_holds_for_the_same_attempt_is_kept(

@@ -293,7 +293,7 @@ Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
 async def decide_and_append(
     store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5,
     assume_new: bool = False, trigger: RecordedEvent | None = None,
-    cache: AggregateCache | None = None, at_least: int = 0,
+    cache: AggregateCache | None = None, at_least: int = 0, latest: bool = False,
 ) -> list[Event]:
     """Load the aggregate, let ``step`` decide, append what it decided.
 
@@ -311,12 +311,17 @@ async def decide_and_append(
     believed, unless the intent is already in a terminal state there (final: a timer
     that comes due after the effect settled costs no load). The cache learns every
     history loaded and appended here. ``at_least``: a version the caller knows is stored
-    (besides the trigger's); no load is taken for less.
+    (besides the trigger's); no load is taken for less. ``latest``: every history decided
+    on is the leader's (``EventStore.load_latest``), save one the cache knows ended, for
+    a step with effects outside the store that an old view must not cause (a trigger
+    handed again long after it was first stored).
 
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
     """
     recall = cache.recall(tenant, intent_id, trigger) if cache is not None else None
+    if latest and recall is not None and not _ended(recall.known):
+        recall = None
     first, conflicted = True, 0
     # What the store is known to hold: the trigger's version, and after a conflict one
     # past the history that conflicted. A load is never taken for less (on a replicated
@@ -329,7 +334,8 @@ async def decide_and_append(
         elif first and recall is not None and recall.known.history.version >= at_least:
             known, trusted = recall.known, recall.exact
         else:
-            known, trusted = await load_known(store, tenant, intent_id, cache, at_least=at_least), True
+            known = await load_known(store, tenant, intent_id, cache, at_least=at_least, latest=latest)
+            trusted = True
         first = False
         intent = fold(known.events)
         # A terminal state is final (only neutral events follow it), so what a step finds
@@ -354,6 +360,11 @@ async def decide_and_append(
         if cache is not None:
             cache.remember(history, (*known.events, *events))
         return events
+
+
+def _ended(known: Known) -> bool:
+    intent = fold(known.events)
+    return intent is not None and intent.state.terminal
 
 
 async def load_known(

@@ -88,11 +88,11 @@ def install(plan: CrashPlan) -> None:
     release = ExecutorHandlers._release_if_done
 
     async def release_unless_dead(
-        self: ExecutorHandlers, intent: EffectIntent, events: Sequence[Event], *, confirm: bool = True
+        self: ExecutorHandlers, intent: EffectIntent, events: Sequence[Event], *, sweep: bool = False
     ) -> None:
         if plan.due(intent, events):
             plan.die(intent, events)
-        await release(self, intent, events, confirm=confirm)
+        await release(self, intent, events, sweep=sweep)
 
     ExecutorHandlers._release_if_done = release_unless_dead  # type: ignore[method-assign]
 

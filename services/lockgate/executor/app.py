@@ -16,6 +16,7 @@ from lockgate.runtime.service import (
     add_answers,
     add_durable,
     answer,
+    deliveries,
     recorded_event,
     service_app,
     utc_now,
@@ -45,7 +46,7 @@ def create_app(settings: Settings) -> FastStream:
     add_answers(broker, SPEC, {"claim": claim, "withdraw": withdraw}, log)
 
     async def on_ready(msg: Delivery) -> None:
-        await service.handlers.ready(recorded_event(msg))
+        await service.handlers.ready(recorded_event(msg), deliveries(msg))
 
     async def on_settled(msg: Delivery) -> None:
         await service.handlers.settled(recorded_event(msg))

@@ -84,7 +84,7 @@ class ExecutorHandlers:
         #: Attempts whose order this process published (a trigger handed again sends the rest).
         self._sent: OrderedDict[str, None] = OrderedDict()
 
-    async def ready(self, recorded: RecordedEvent) -> None:
+    async def ready(self, recorded: RecordedEvent, deliveries: int = 1) -> None:
         """Run the final gate for an intent that policy or a reviewer allowed, and time what
         it authorized.
 
@@ -92,6 +92,11 @@ class ExecutorHandlers:
         for again (``AttemptDue``) until the attempt's deadline, where an attempt still
         open becomes ``OutcomeUnknown``. Handed again before then (the process died after
         the authorization was appended), it sends the order if this process has not.
+
+        A trigger handed again (``deliveries`` > 1: the timer, or a delivery that failed or
+        died) is decided on the leader's record: the gate takes a lock before it decides,
+        and an old view (a replica behind the leader, what this process knew long ago) that
+        shows the intent allowed while it has long settled would take its lock for nothing.
 
         Raises:
             AttemptDue: the attempt this trigger authorized is open and not yet due.
@@ -136,7 +141,8 @@ class ExecutorHandlers:
                         budget_held=await self._budget_held(intent))
 
         events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id,
-                                          step, trigger=recorded, cache=self.ports.cache)
+                                          step, trigger=recorded, cache=self.ports.cache,
+                                          latest=deliveries > 1)
         after = await self._after_gate(seen, held, events)
         if after is not None:
             await self._time(recorded, after)
@@ -167,9 +173,10 @@ class ExecutorHandlers:
             # again, and the lock durable is not handed GateRefused), or found past the
             # gate after the lock was taken (withdrawn meanwhile, or settled long ago on
             # the leader), or a trigger handed again after a delivery that took the lock
-            # and then failed or died (a sweep: believed without asking the leader, since
-            # it runs once per serialized effect, mostly for a lock freed long ago).
-            await self._release_if_done(after, [], confirm=ended)
+            # and then failed or died (a sweep: once per serialized effect, at its deadline,
+            # mostly for a lock another process freed long ago, so the lock's leader is
+            # asked at once).
+            await self._release_if_done(after, [], sweep=not ended)
         return after
 
     async def _latest(self, intent: EffectIntent) -> EffectIntent:
@@ -274,22 +281,22 @@ class ExecutorHandlers:
         await self._release(intent)
 
     async def _release_if_done(
-        self, intent: EffectIntent, events: Sequence[Event], *, confirm: bool = True
+        self, intent: EffectIntent, events: Sequence[Event], *, sweep: bool = False
     ) -> None:
         """The fast path: free the lock right after an append that ended the intent's hold.
 
         ``intent`` is the aggregate the events were decided on (it is folded forward here);
         with no events, the lock goes if that aggregate no longer holds its resource.
-        ``confirm``: as ``ResourceLocks.release``.
+        ``sweep``: as ``ResourceLocks.release``.
         """
         if self._locks.get(intent.intent_id, "") is None:
             return
         for event in events:
             intent = event.mutate(intent)
         if not may_hold(intent):
-            await self._release(intent, confirm=confirm)
+            await self._release(intent, sweep=sweep)
 
-    async def _release(self, intent: EffectIntent, *, confirm: bool = True) -> None:
+    async def _release(self, intent: EffectIntent, *, sweep: bool = False) -> None:
         """Free the intent's resource lock, if it holds it.
 
         The fast path and the lock durable may both get here for one intent at once;
@@ -300,7 +307,7 @@ class ExecutorHandlers:
         self._releasing.add(intent.intent_id)
         try:
             await self._resource_locks.release(lock_key(intent), intent.intent_id.encode(),
-                                               confirm=confirm)
+                                               sweep=sweep)
         finally:
             self._releasing.discard(intent.intent_id)
         self._know(intent.intent_id, None)

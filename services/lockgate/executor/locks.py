@@ -90,12 +90,12 @@ class ResourceLocks:
             return False  # another took it between the read and the write
         return True
 
-    async def release(self, key: str, holder: bytes, *, confirm: bool = True) -> None:
+    async def release(self, key: str, holder: bytes, *, sweep: bool = False) -> None:
         """Free the lock if ``holder`` holds it; a lock another holds is left alone.
 
-        ``confirm``: a lock a replica says another holds (or none) is asked of the
-        leader before it is left; without, the replica's answer is believed (a sweep
-        for locks most likely freed long ago).
+        ``sweep``: the lock was most likely freed long ago, by another process, so the
+        bucket's leader is asked at once (one round trip; a replica's answer would have
+        to be confirmed with it anyway).
         """
         known = self._known.get(key)
         if known is not None and known[1] == holder and not self._gone(known):
@@ -104,9 +104,14 @@ class ResourceLocks:
                 return
             except _Moved:
                 pass
-        revision, value = await self._read(key)
-        if value != holder and not confirm:
+        if sweep:
+            found = await leader_entry(self._js, self._bucket, key)
+            if found is None or found.value != holder:
+                return
+            with contextlib.suppress(_Moved):
+                await self._write(key, b"", expect=found.revision, delete=True)
             return
+        revision, value = await self._read(key)
         if value != holder:
             # A replica behind the leader may not have this holder's take yet (another
             # executor replica took it): left to expire, the lock would stall the
