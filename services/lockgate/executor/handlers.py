@@ -186,12 +186,10 @@ class ExecutorHandlers:
         return fold(known.events) or intent
 
     async def _serializes(self, intent: EffectIntent) -> bool:
-        """True when ``intent`` has ended for good and may hold a lock this process has not
-        seen freed: its contract serializes its resource (and is still registered to say
-        so). Only a terminal state is final: an intent waiting for an operator, say, may be
+        """True when ``intent`` has ended for good and may hold a lock: its contract
+        serializes its resource (and is still registered to say so). Only a terminal state is final: an intent waiting for an operator, say, may be
         allowed again and take its lock again, which a sweep on an old view must not free."""
-        if not intent.state.terminal or not intent.resource or (
-                intent.intent_id in self._locks and self._locks[intent.intent_id] is None):
+        if not intent.state.terminal or not intent.resource:
             return False
         contract = await self.ports.registry.get(intent.tool)
         return contract is not None and contract.serialize_per_resource
