@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from lockgate.authz.limits import LimitState
+from lockgate.authz.limits import FloodState, Hold, flood_key
 from lockgate.client.sdk import Gateway
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import random_id
@@ -28,7 +28,7 @@ limits:
     burst: 2
     max_in_flight: 1
 """
-KEY = "limit=tight.tenant-a_user-42"
+KEY = flood_key("tenant-a")
 WAIT_S = 30.0
 
 
@@ -45,12 +45,12 @@ async def note(gw: Gateway, case: str, text: str) -> ModelResponse:
     return await (await run.open_turn()).propose(tool="case.add_note", arguments=f'{{"note": "{text}"}}')
 
 
-async def holds(system: System) -> dict[str, float]:
+async def holds(system: System) -> dict[str, Hold]:
     """The in-flight holds (the services' bucket, read as the topology owner)."""
     nc = await system.connect()
     try:
         kv = await nc.jetstream().key_value(BUDGETS_BUCKET)
-        return msgspec.json.decode((await kv.get(KEY)).value or b"{}", type=LimitState).holds
+        return msgspec.json.decode((await kv.get(KEY)).value or b"{}", type=FloodState).holds
     finally:
         await nc.close()
 

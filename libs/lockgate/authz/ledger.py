@@ -19,8 +19,15 @@ from nats.js.kv import KeyValue
 
 from lockgate.authz.budgets import NO_LIMIT, Counter, keys, remaining, reserve, scope_value, settle
 from lockgate.authz.config import Budget, Limit
-from lockgate.authz.limits import LimitState, Refusal, admit, limit_key, release
-from lockgate.authz.limits import scope_value as limit_scope
+from lockgate.authz.limits import (
+    FloodState,
+    Refusal,
+    admit,
+    flood_key,
+    is_flood_key,
+    over_rate,
+    release,
+)
 from lockgate.contracts.buckets import leader_entry
 from lockgate.core.bounded import KeyedLocks, keep
 from lockgate.core.errors import TransientError
@@ -169,11 +176,16 @@ def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[
     return lambda counter: reserve(counter, budget, key, intent_id, cost)
 
 
-_limit_state = msgspec.json.Decoder(LimitState)
+_flood_state = msgspec.json.Decoder(FloodState)
 #: Compare-and-set attempts on a limit counter before the candidate is tried again later.
 LIMIT_CAS_TRIES = 32
-#: Limit keys a process keeps a lock and a last-seen state for.
+#: Limit keys a process keeps a lock and a last-seen state for (one a tenant).
 KEYS_KEPT = 10_000
+#: How long a place given back waits for an admission to the same counter to carry it,
+#: when this process admitted there within ``HOT_S``: under load, most releases then cost
+#: no write of their own; on a quiet counter they are written at once.
+RELEASE_WAIT_S = 0.01
+HOT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -184,52 +196,63 @@ class Admission:
     refused: Refusal | None = None
 
 
+_Change = Callable[[FloodState], FloodState | Refusal]
+
+
 class LimitLedger:
     """Intake's flood limits in ``LG_BUDGETS``, changed only by compare-and-set.
 
-    One key per limit and scope. Round trips: one write per limit and candidate
+    One key per tenant (``limits.flood_key``). Round trips: one write per candidate
     admitted, starting from the state this process last wrote (or, for a key it never
-    saw, from none: a create); a read and a write more when another writer, a replica
-    or policy releasing a hold, got in between; none for a candidate over a rate: a rate's
-    ``tat`` only ever grows, so a refusal computed from the last state this process saw
-    is the refusal the bucket's state would give. Within one process the updates of a
-    key are serialized, so a process never races itself; replicas race only each other.
-    Under load the updates that queue up behind a key's write go in the next write
-    together, so a hot key costs one round trip per batch, not per candidate.
+    saw, from none: a create); a read and a write more when another writer (a replica)
+    got in between; none for a candidate over a rate: a rate's arrival time only ever
+    grows, so a refusal computed from the last state this process saw is the refusal the
+    bucket's state would give. Within one process the updates of a key are serialized,
+    so a process never races itself; replicas race only each other. Under load the
+    updates that queue up behind a key's write go in the next write together, and a
+    place given back waits a moment for the next admission's write to carry it, so a
+    tenant's counter costs about one round trip per candidate, whatever its limits.
     """
 
     def __init__(
         self, kv: KeyValue, clock_s: Callable[[], float] = time.time, js: JetStreamContext | None = None,
+        *, release_wait_s: float = RELEASE_WAIT_S,
     ) -> None:
         """``js``: where the bucket's leader is asked before a refusal or a change with
-        nothing to change is believed (``None``: the bucket is not replicated)."""
+        nothing to change is believed (``None``: the bucket is not replicated).
+        ``release_wait_s``: how long a release may wait for an admission to carry it."""
         self._kv = kv
         self._clock_s = clock_s
         self._js = js
-        # Both bounded: a run has a key of its own, and runs keep coming.
+        self._release_wait_s = release_wait_s
         self._lock = KeyedLocks(KEYS_KEPT)
         #: The last state and revision seen of each key: where the next compare-and-set
         #: starts, and what refuses a candidate over a rate without a round trip.
-        self._seen: OrderedDict[str, tuple[LimitState, int | None]] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[FloodState, int | None]] = OrderedDict()
+        #: When this process last admitted a candidate on each key (monotonic seconds).
+        self._admitted_at: OrderedDict[str, float] = OrderedDict()
         #: Changes waiting for the write of their key in flight (``_commit``).
-        self._pending: dict[str, list[tuple[Callable[[LimitState], LimitState | Refusal],
-                                            asyncio.Future[Refusal | None]]]] = {}
+        self._pending: dict[str, list[tuple[_Change, asyncio.Future[Refusal | None]]]] = {}
 
-    def _saw(self, key: str, state: LimitState, revision: int | None) -> None:
+    def _saw(self, key: str, state: FloodState, revision: int | None) -> None:
         keep(self._seen, key, (state, revision), KEYS_KEPT)
 
-    async def _change(self, key: str, change: Callable[[LimitState], LimitState | Refusal]) -> Refusal | None:
+    async def _change(self, key: str, change: _Change, *, wait_s: float = 0.0) -> Refusal | None:
         """Apply ``change`` to the key's counter with compare-and-set; the refusal, if any.
 
         Changes of one key that arrive while a write of it is in flight wait and are then
         written together (a group commit): the counter is a hot key under load (every
-        candidate of a tenant passes its tenant's), and one compare-and-set then settles a
-        whole batch. A successful write proves the state it started from was current, so
-        every answer computed in the batch, refusals included, is exact.
+        candidate of a tenant passes it), and one compare-and-set then settles a whole
+        batch. A successful write proves the state it started from was current, so every
+        answer computed in the batch, refusals included, is exact. ``wait_s``: how long
+        the change may wait for another's write to carry it before it writes itself.
         """
-        done: asyncio.Future[Refusal | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Refusal | None] = loop.create_future()
         self._pending.setdefault(key, []).append((change, done))
         try:
+            if wait_s > 0:
+                await asyncio.wait((done,), timeout=wait_s)
             async with self._lock(key):
                 if not done.done():
                     await self._commit(key)
@@ -262,21 +285,19 @@ class LimitLedger:
             if not done.done():
                 done.set_result(answer)
 
-    async def _write_all(
-        self, key: str, changes: Sequence[Callable[[LimitState], LimitState | Refusal]],
-    ) -> list[Refusal | None]:
+    async def _write_all(self, key: str, changes: Sequence[_Change]) -> list[Refusal | None]:
         """Apply ``changes`` in order to the key's counter; one compare-and-set for all.
 
         The first try starts from the state and revision this process last saw (its own
         last write, usually): when nobody wrote the key since, that is one round trip.
-        A key this process never saw is first taken to be absent (a new run's, usually):
-        the write is then a create, which fails when the key exists after all, and only
+        A key this process never saw is first taken to be absent (a new tenant's): the
+        write is then a create, which fails when the key exists after all, and only
         then is the bucket read. What a state that may be old or assumed says alone is
         never believed: refusals, or nothing to change, are asked of the bucket first.
         """
         seen = self._seen.get(key)
         if seen is None:
-            seen = (LimitState(), None)
+            seen = (FloodState(), None)
         leader: JetStreamContext | None = None
         for attempt in range(LIMIT_CAS_TRIES):
             if seen is not None:
@@ -285,7 +306,7 @@ class LimitLedger:
                 if attempt:
                     # Replicas that keep meeting on a hot key (a tenant's) take turns.
                     await asyncio.sleep(random.uniform(0, 0.001 * attempt))
-                current, revision = await _read(self._kv, key, _limit_state, LimitState(), leader)
+                current, revision = await _read(self._kv, key, _flood_state, FloodState(), leader)
                 # A direct get may come from a replica behind the leader.
                 fresh, read = leader is not None or self._js is None, True
                 self._saw(key, current, revision)
@@ -318,64 +339,55 @@ class LimitLedger:
         """Admit a candidate under every limit, or under none: the holds taken, or the refusal."""
         early = self.over_rate(limits, tenant=tenant, actor=actor, run_id=run_id, intent_id=intent_id)
         if early is not None:
-            return Admission((), early)  # over the rate: refused without a round trip
-        held: list[str] = []
-        for limit in limits:
-            key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
-            refused = await self._change(key, _admitting(limit, intent_id, self._clock_s))
-            if refused is not None:
-                await self.release(held, intent_id)
-                return Admission((), refused)
-            if limit.max_in_flight is not None:
-                held.append(key)
-        return Admission(tuple(held))
+            return Admission((), early)  # over a rate: refused without a round trip
+        key = flood_key(tenant)
+        refused = await self._change(key, _admitting(tuple(limits), actor, run_id, intent_id, self._clock_s))
+        if refused is not None:
+            return Admission((), refused)
+        keep(self._admitted_at, key, time.monotonic(), KEYS_KEPT)
+        return Admission((key,) if any(lim.max_in_flight is not None for lim in limits) else ())
 
     def over_rate(
         self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str, intent_id: str,
     ) -> Refusal | None:
         """The refusal the last state this process saw gives, without asking the bucket.
 
-        Exact for a rate: the bucket's ``tat`` is at least the one last seen, so what this
-        refuses the bucket refuses too. Never for an in-flight cap: a hold may have been
-        released a moment ago (policy settling the record), and the next candidate is
-        then admitted at once. ``None`` says nothing (ask the bucket).
+        Exact for a rate (``limits.over_rate``). Never for an in-flight cap: a hold may
+        have been released a moment ago, and the next candidate is then admitted at once.
+        ``None`` says nothing (ask the bucket).
         """
-        now_s = self._clock_s()
-        for limit in limits:
-            if limit.per_s is None:
-                continue
-            key = limit_key(limit, limit_scope(limit, tenant=tenant, actor=actor, run_id=run_id))
-            if key not in self._seen:
-                continue
-            seen, _ = self._seen[key]
-            if intent_id in seen.holds:
-                continue
-            early = admit(LimitState(seen.tat), _rate_only(limit), intent_id, now_s)
-            if isinstance(early, Refusal):
-                return early
-        return None
+        seen = self._seen.get(flood_key(tenant))
+        if seen is None:
+            return None
+        return over_rate(seen[0], limits, actor=actor, run_id=run_id, intent_id=intent_id,
+                         now_s=self._clock_s())
 
     async def release(self, keys: Sequence[str], intent_id: str) -> None:
-        """Release this intent's holds (it ended, or was not admitted after all)."""
-        await asyncio.gather(*(self._change(key, lambda s: release(s, intent_id)) for key in keys))
+        """Give back this intent's places (it ended, or was not admitted after all).
+
+        Keys of the counters before one per tenant are passed over: nothing counts them.
+        """
+        await asyncio.gather(*(
+            self._change(key, functools.partial(release, intent_id=intent_id), wait_s=self._wait_s(key))
+            for key in keys if is_flood_key(key)))
+
+    def _wait_s(self, key: str) -> float:
+        """How long a release of ``key`` waits for an admission to carry it: a moment on a
+        counter this process admits on now, none on a quiet one."""
+        last = self._admitted_at.get(key)
+        return self._release_wait_s if last is not None and time.monotonic() - last < HOT_S else 0.0
 
     def keys(self, limits: Sequence[Limit], *, tenant: str, actor: str, run_id: str) -> list[str]:
-        """The in-flight keys a candidate of this scope would hold."""
-        return [limit_key(lim, limit_scope(lim, tenant=tenant, actor=actor, run_id=run_id))
-                for lim in limits if lim.max_in_flight is not None]
+        """The keys a candidate of this scope would hold a place in."""
+        return [flood_key(tenant)] if any(lim.max_in_flight is not None for lim in limits) else []
 
 
 def _admitting(
-    limit: Limit, intent_id: str, clock_s: Callable[[], float],
-) -> Callable[[LimitState], LimitState | Refusal]:
+    limits: tuple[Limit, ...], actor: str, run_id: str, intent_id: str, clock_s: Callable[[], float],
+) -> _Change:
     """The admission of ``intent_id``, dated when it is applied to the counter, not when it
     was asked for: a write that waited (behind a key's write in flight, a leader election)
-    would otherwise arrive with a time before the ``tat`` other writers set meanwhile, and
-    be refused as early by as long as it waited."""
-    return lambda state: admit(state, limit, intent_id, clock_s())
-
-
-@functools.lru_cache(maxsize=256)
-def _rate_only(limit: Limit) -> Limit:
-    """``limit`` without its in-flight cap (what a last-seen state can judge alone)."""
-    return limit.model_copy(update={"max_in_flight": None}) if limit.max_in_flight is not None else limit
+    would otherwise arrive with a time before the arrival times other writers set
+    meanwhile, and be refused as early by as long as it waited."""
+    return lambda state: admit(state, limits, actor=actor, run_id=run_id, intent_id=intent_id,
+                               now_s=clock_s())

@@ -1,15 +1,23 @@
-"""Flood limits as pure arithmetic on one counter per limit and scope.
+"""Flood limits as pure arithmetic on one counter per tenant.
 
-One key of ``LG_BUDGETS`` holds both halves of a limit for one scope, so a candidate
-costs one compare-and-set per limit (see ``ledger.LimitLedger``):
+Every scope a limit can count (one run, one actor, the tenant) lies within one tenant, so
+one key of ``LG_BUDGETS`` per tenant holds every limit's state for every scope of it, and a
+candidate is admitted under all its limits, or under none, with one compare-and-set (see
+``ledger.LimitLedger``); its in-flight place is given back with one more:
 
-- the rate, as a generic cell rate (GCRA): ``tat`` is the theoretical arrival time of
-  the next candidate; a candidate is admitted when it would not be more than ``burst``
-  intervals early. No window edges (a fixed window lets twice the rate through at its
-  boundary), and the wait until the next admission falls out exactly: ``retry_after_s``.
-- the in-flight cap, as holds: intent id → when it was taken. A hold is released from
-  the record when the intent ends (intake's response consumer), and one older than the
-  limit's ``hold_ttl_s`` stops counting, in case its release was lost.
+- rates, as a generic cell rate (GCRA) per limit and scope: ``rates[<limit>/<scope>]`` is
+  the theoretical arrival time of the next candidate; a candidate is admitted when it would
+  not be more than ``burst`` intervals early. No window edges (a fixed window lets twice
+  the rate through at its boundary), and the wait until the next admission falls out
+  exactly: ``retry_after_s``. A rate whose arrival time has passed is the same as none, so
+  it is dropped: the counter keeps only the scopes that sent something lately.
+- in-flight caps, as holds: intent id → when it was taken, and the actor and run it
+  counts for. One hold counts under every cap whose scope it falls in. A hold is released
+  from the record when the intent ends (intake's response consumer), and one older than a
+  limit's ``hold_ttl_s`` stops counting under it, in case its release was lost.
+
+Admission is atomic: a candidate refused by one limit costs it nothing under any other,
+before or after it in the bundle's order.
 
 Times are wall-clock seconds (replicas share the counter), passed in.
 """
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -25,16 +34,25 @@ import msgspec
 from lockgate.authz.config import Limit
 
 _NOT_KEY = re.compile(r"[^-_=a-zA-Z0-9]")
-#: Key prefix of limit counters; ``=`` never occurs in a budget's key (budget names are
-#: ``[A-Za-z0-9_-]``), so the two never meet in the bucket.
-PREFIX = "limit="
+#: Key prefix of the limit counters; ``=`` never occurs in a budget's key (budget names are
+#: ``[A-Za-z0-9_-]``), so the two never meet in the bucket. (Counters of one key per limit
+#: and scope, named ``limit=<limit>.<scope>``, came before; nothing reads them now.)
+PREFIX = "limits="
 
 
-class LimitState(msgspec.Struct, frozen=True):
-    """One limit's counter for one scope."""
+class Hold(msgspec.Struct, frozen=True, array_like=True):
+    """One intent's place in flight: when it was taken, and whose it is."""
 
-    tat: float = 0.0
-    holds: dict[str, float] = msgspec.field(default_factory=dict)
+    at: float
+    actor: str
+    run: str
+
+
+class FloodState(msgspec.Struct, frozen=True):
+    """One tenant's counter: every limit's rate per scope, and every place in flight."""
+
+    rates: dict[str, float] = msgspec.field(default_factory=dict)
+    holds: dict[str, Hold] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,41 +81,93 @@ def burst(limit: Limit) -> int:
     return max(1, math.ceil(limit.per_s or 1))
 
 
-def scope_value(limit: Limit, *, tenant: str, actor: str, run_id: str) -> str:
-    """Who a limit counts for this candidate: the actor, the run or the tenant."""
-    return {"actor": f"{tenant}/{actor}", "run": f"{tenant}/{run_id}", "tenant": tenant}[limit.scope]
+def flood_key(tenant: str) -> str:
+    """The counter of every limit of ``tenant`` in ``LG_BUDGETS``."""
+    return f"{PREFIX}{_NOT_KEY.sub('_', tenant)}"
 
 
-def limit_key(limit: Limit, scope: str) -> str:
-    """The counter of ``limit`` for ``scope`` in ``LG_BUDGETS``."""
-    return f"{PREFIX}{limit.name}.{_NOT_KEY.sub('_', scope)}"
+def is_flood_key(key: str) -> bool:
+    """Whether ``key`` is a tenant's counter (and not one of the per-limit keys before it)."""
+    return key.startswith(PREFIX)
 
 
-def admit(state: LimitState, limit: Limit, intent_id: str, now_s: float) -> LimitState | Refusal:
-    """The counter with this candidate admitted, or why it is not.
+def rate_key(limit: Limit, *, actor: str, run_id: str) -> str:
+    """Where ``limit``'s rate for this scope is kept in its tenant's counter."""
+    scope = {"actor": actor, "run": run_id, "tenant": ""}[limit.scope]
+    return f"{limit.name}/{scope}"
+
+
+def _counts(limit: Limit, hold: Hold, *, actor: str, run_id: str) -> bool:
+    """Whether ``hold`` takes a place in ``limit``'s scope for this actor and run."""
+    if limit.scope == "tenant":
+        return True
+    return hold.actor == actor if limit.scope == "actor" else hold.run == run_id
+
+
+def _in_flight(limit: Limit, holds: dict[str, Hold], *, actor: str, run_id: str, now_s: float) -> int:
+    return sum(1 for h in holds.values()
+               if now_s - h.at < limit.hold_ttl_s and _counts(limit, h, actor=actor, run_id=run_id))
+
+
+def _early(limit: Limit, rates: dict[str, float], key: str, now_s: float) -> tuple[float, float]:
+    """The rate's next arrival time if this candidate is admitted, and how early it comes."""
+    interval = 1.0 / (limit.per_s or 1.0)
+    tat = max(rates.get(key, 0.0), now_s) + interval
+    return tat, tat - now_s - burst(limit) * interval
+
+
+def admit(
+    state: FloodState, limits: Sequence[Limit], *, actor: str, run_id: str, intent_id: str,
+    now_s: float,
+) -> FloodState | Refusal:
+    """The counter with this candidate admitted under every limit, or the first that refuses it.
 
     Admitting an intent that already holds a place changes nothing (a redelivered
-    candidate), so it is never counted twice against the cap nor the rate.
+    candidate), so it is never counted twice against a cap nor a rate.
     """
-    holds = {k: t for k, t in state.holds.items() if now_s - t < limit.hold_ttl_s}
-    if intent_id in holds:
-        return LimitState(state.tat, holds)
-    if limit.max_in_flight is not None and len(holds) >= limit.max_in_flight:
-        return Refusal(limit, "rate.in-flight", limit.retry_after_s)
-    tat = state.tat
-    if limit.per_s is not None:
-        interval = 1.0 / limit.per_s
-        tat = max(state.tat, now_s) + interval
-        early = tat - now_s - burst(limit) * interval
-        if early > 1e-9:
-            return Refusal(limit, "rate.limited", round(early, 3))
-    if limit.max_in_flight is not None:
-        holds[intent_id] = now_s
-    return LimitState(tat, holds)
+    if intent_id in state.holds:
+        return state
+    capped = [lim for lim in limits if lim.max_in_flight is not None]
+    ttl_s = max((lim.hold_ttl_s for lim in capped), default=0.0)
+    holds = {k: h for k, h in state.holds.items() if now_s - h.at < ttl_s}
+    rates = {k: t for k, t in state.rates.items() if t > now_s}
+    for limit in limits:
+        if limit.max_in_flight is not None and \
+                _in_flight(limit, holds, actor=actor, run_id=run_id, now_s=now_s) >= limit.max_in_flight:
+            return Refusal(limit, "rate.in-flight", limit.retry_after_s)
+        if limit.per_s is not None:
+            key = rate_key(limit, actor=actor, run_id=run_id)
+            tat, early = _early(limit, rates, key, now_s)
+            if early > 1e-9:
+                return Refusal(limit, "rate.limited", round(early, 3))
+            rates[key] = tat
+    if capped:
+        holds[intent_id] = Hold(now_s, actor, run_id)
+    return FloodState(rates, holds)
 
 
-def release(state: LimitState, intent_id: str) -> LimitState:
-    """The counter with this intent's hold released (the intent ended)."""
+def over_rate(
+    state: FloodState, limits: Sequence[Limit], *, actor: str, run_id: str, intent_id: str,
+    now_s: float,
+) -> Refusal | None:
+    """The first rate ``state`` refuses this candidate under, judging rates alone.
+
+    Exact on any state the counter had: a rate's arrival time only ever grows, so what
+    an earlier state refuses, the counter refuses now. (Not so for a cap: a place may
+    have been given back since.)
+    """
+    if intent_id in state.holds:
+        return None
+    for limit in limits:
+        if limit.per_s is not None:
+            _, early = _early(limit, state.rates, rate_key(limit, actor=actor, run_id=run_id), now_s)
+            if early > 1e-9:
+                return Refusal(limit, "rate.limited", round(early, 3))
+    return None
+
+
+def release(state: FloodState, intent_id: str) -> FloodState:
+    """The counter with this intent's place given back (the intent ended)."""
     if intent_id not in state.holds:
         return state
-    return LimitState(state.tat, {k: t for k, t in state.holds.items() if k != intent_id})
+    return FloodState(state.rates, {k: h for k, h in state.holds.items() if k != intent_id})
