@@ -80,3 +80,53 @@ async def test_no_response_is_still_a_timeout(gateway: Gateway, monkeypatch: pyt
                           tool="case.add_note", arguments="{}")
     with pytest.raises(ResponseTimeout):
         await gateway._propose(TENANT, candidate, timeout_s=0.3)
+
+
+class CountingSubscriptions:
+    """The connection's subscribe, counted."""
+
+    def __init__(self, nc: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[str] = []
+        subscribe = nc.subscribe
+
+        async def counted(subject: str, *args: object, **kwargs: object) -> object:
+            self.made.append(subject)
+            return await subscribe(subject, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(nc, "subscribe", counted)
+
+
+async def propose_answered(gateway: Gateway, nc: Client, run_id: str) -> ModelResponse:
+    candidate = Candidate(run_id=run_id, turn_id="turn-1", call_id=random_id(),
+                          tool="case.add_note", arguments='{"note": "hi"}')
+    answering = asyncio.create_task(answer_when_proposed(nc, candidate))
+    response = await gateway._propose(TENANT, candidate, timeout_s=5)
+    await answering
+    return response
+
+
+async def test_the_proposals_of_a_run_share_one_subscription(
+    gateway: Gateway, nc: Client, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not two subscriptions made and dropped per proposal: one per run, kept."""
+    subs = CountingSubscriptions(nc, monkeypatch)
+    runs = [random_id(), random_id()]
+    responses = await asyncio.gather(*(propose_answered(gateway, nc, runs[n % 2]) for n in range(8)))
+    assert {r.status for r in responses} == {"executed"}
+    assert sorted(subs.made) == sorted(f"lg.response.{TENANT}.{run}.*" for run in runs)
+    assert gateway._wakeups._waiting == {}  # nobody left waiting, nothing left behind
+    assert (await propose_answered(gateway, nc, runs[0])).status == "executed"
+    assert len(subs.made) == 2
+
+
+async def test_the_least_recently_used_idle_runs_are_given_up(
+    gateway: Gateway, nc: Client, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sdk, "RUNS_WATCHED", 2)
+    runs = [random_id() for _ in range(3)]
+    for run in runs:
+        assert (await propose_answered(gateway, nc, run)).status == "executed"
+    watched = list(gateway._wakeups._runs)
+    assert watched == [f"lg.response.{TENANT}.{run}.*" for run in runs[1:]]
+    # The run given up is watched again when it proposes again.
+    assert (await propose_answered(gateway, nc, runs[0])).status == "executed"

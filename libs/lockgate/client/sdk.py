@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import msgspec
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -42,6 +44,7 @@ from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.subjects import (
     propose_subject,
     response_subject,
+    responses_of_run,
     run_open_subject,
     turn_subject,
 )
@@ -264,6 +267,77 @@ class Run:
             await asyncio.sleep(0.05)
 
 
+#: Runs whose responses one gateway keeps a subscription to; past this many, the least
+#: recently proposed in with no proposal waiting is given up.
+RUNS_WATCHED = 1024
+
+
+class _Wakeups:
+    """Wake-ups for proposals waiting for their responses: one core subscription per run.
+
+    A proposal waits on its two response subjects (its call's intent, and the one a
+    reused call id is refused on). Subscribing to both for every proposal cost two
+    subscriptions and two unsubscriptions a candidate, each an update of the broker's
+    interest (and on a cluster, of every node's); a run's proposals share one instead,
+    kept while the gateway lives (at most ``RUNS_WATCHED`` runs).
+    """
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._runs: OrderedDict[str, asyncio.Future[Subscription]] = OrderedDict()
+        self._waiting: dict[str, set[asyncio.Event]] = {}
+
+    async def watch(self, tenant: str, run_id: str, watched: tuple[str, ...], woken: asyncio.Event) -> None:
+        """Set ``woken`` whenever a message arrives on one of ``watched`` (subjects of the run).
+
+        Returns once the run's subscription is made: what is published after that wakes.
+        """
+        wildcard = responses_of_run(tenant, run_id)
+        made = self._runs.get(wildcard)
+        if made is not None:
+            self._runs.move_to_end(wildcard)
+            await asyncio.shield(made)
+        else:
+            made = asyncio.get_running_loop().create_future()
+            self._runs[wildcard] = made
+            try:
+                made.set_result(await self._nc.subscribe(wildcard, cb=self._wake))
+            except BaseException as exc:
+                del self._runs[wildcard]
+                made.set_exception(exc)
+                made.exception()  # read here: the run's other proposals see it through shield
+                raise
+            await self._forget_idle()
+        for subject in watched:
+            self._waiting.setdefault(subject, set()).add(woken)
+
+    def unwatch(self, watched: tuple[str, ...], woken: asyncio.Event) -> None:
+        """Stop waking ``woken``."""
+        for subject in watched:
+            waiters = self._waiting.get(subject)
+            if waiters is not None:
+                waiters.discard(woken)
+                if not waiters:
+                    del self._waiting[subject]
+
+    async def _wake(self, msg: Msg) -> None:
+        for woken in self._waiting.get(msg.subject, ()):
+            woken.set()
+
+    async def _forget_idle(self) -> None:
+        """Give up the least recently used runs' subscriptions past ``RUNS_WATCHED``,
+        unless a proposal of theirs is waiting."""
+        while len(self._runs) > RUNS_WATCHED:
+            idle = next((w for w in self._runs if self._runs[w].done()
+                         and not any(s.startswith(w[:-1]) for s in self._waiting)), None)
+            if idle is None:
+                return
+            made = self._runs.pop(idle)
+            if made.exception() is None:
+                with contextlib.suppress(NatsError):
+                    await made.result().unsubscribe()
+
+
 class Gateway:
     """A connection to Lockgate as one NATS user (and, for a trusted host, a second one).
 
@@ -283,6 +357,7 @@ class Gateway:
         self.user = user
         self.principal = principal or user
         self._js = nc.jetstream(prefix=js_prefix)
+        self._wakeups = _Wakeups(nc)
 
     async def open_run(
         self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
@@ -435,12 +510,8 @@ class Gateway:
         # have a reply delivered there, so what the model sees is read from the stream,
         # which only intake writes.
         woken = asyncio.Event()
-
-        async def wake(msg: Msg) -> None:
-            woken.set()
-
-        subs = [await self.nc.subscribe(response_subject(tenant, run_id, own), cb=wake),
-                await self.nc.subscribe(response_subject(tenant, run_id, reuse), cb=wake)]
+        watched = (response_subject(tenant, run_id, own), response_subject(tenant, run_id, reuse))
+        await self._wakeups.watch(tenant, run_id, watched, woken)
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout_s
@@ -492,8 +563,7 @@ class Gateway:
                 woken.clear()
                 ask_stream = True
         finally:
-            for sub in subs:
-                await sub.unsubscribe()
+            self._wakeups.unwatch(watched, woken)
 
     async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> bool:
         """Publish until the stream acknowledges; True when it already held these bytes.

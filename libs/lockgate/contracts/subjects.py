@@ -121,6 +121,11 @@ def responses_of(tenant: str) -> str:
     return f"lg.response.{_token(tenant, 'tenant')}.>"
 
 
+def responses_of_run(tenant: str, run_id: str) -> str:
+    """Every model-facing response of one run."""
+    return f"lg.response.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}.*"
+
+
 class NotACommandSubject(ValueError):
     """A subject that does not belong to the family it was parsed as."""
 
