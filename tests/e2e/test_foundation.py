@@ -6,6 +6,8 @@ ledger gained, and the precise reason kept in the event store.
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 from nats.aio.msg import Msg
@@ -187,3 +189,26 @@ async def test_an_executed_note_asks_its_adapter_two_questions(system: System, g
         await nc.close()
     assert response.status == "executed"
     assert sorted(asked) == ["facts", "normalize"]
+
+
+async def test_an_executed_notes_attempt_leaves_no_timer_behind(system: System, gw: Gateway) -> None:
+    """The gate's trigger times its attempt; the executor that records the note's completion
+    acknowledges it then, so nothing waits to be handed back at the deadline. Read off the
+    gate's durable, as an administrator: no trigger left unacknowledged once the model is
+    told, where one per effect used to wait out its 30 s."""
+    nc = await system.connect()
+    try:
+        run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+        turn = await run.open_turn()
+        for n in range(3):
+            response = await turn.propose(tool="case.add_note", arguments=f'{{"note": "timer {n}"}}')
+            assert response.status == "executed"
+        js = nc.jetstream()
+        deadline = 5.0
+        while (pending := (await js.consumer_info("LG_EVENTS", "executor-gate")).num_ack_pending) \
+                and deadline > 0:
+            await asyncio.sleep(0.1)  # the acknowledgement is a publish after the report's append
+            deadline -= 0.1
+        assert pending == 0
+    finally:
+        await nc.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -15,6 +16,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
 from nats.js.kv import KeyValue
 
@@ -41,6 +43,7 @@ from lockgate.contracts.messages import (
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import derived_id, random_id
 from lockgate.eventstore.base import AggregateHistory, EventStore, NewEvent, RecordedEvent
+from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.executor.domain import order_for, report_token
 from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
@@ -54,8 +57,9 @@ from lockgate.policy.handlers import (
     PolicyHandlers,
 )
 from lockgate.reconciler.handlers import ReconcilerHandlers
+from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.service import Retry, load_intent
+from lockgate.runtime.service import Retry, load_intent, settle
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ENDS_HOLD_BY_TRIGGER, ENDS_HOLD_ELSEWHERE
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
@@ -228,6 +232,7 @@ async def test_policy_asks_again_for_facts_it_cannot_date(ports: Ports, nc: Clie
 
 
 async def test_policy_pauses_when_facts_never_come(ports: Ports) -> None:
+    await register(ports)  # offered, and its adapter silent
     h = History().normalized()
     last = await store_history(ports, h)
     handlers = PolicyHandlers(ports, BUNDLES, lambda: T0)
@@ -255,6 +260,7 @@ async def test_review_expires_at_its_deadline_not_before(ports: Ports) -> None:
 
 
 async def paused_history(ports: Ports) -> tuple[History, RecordedEvent]:
+    await register(ports)  # the capability is still offered: only the evidence is missing
     h = History().normalized()
     await store_history(ports, h)
     handlers = PolicyHandlers(ports, BUNDLES, lambda: T0)
@@ -463,6 +469,73 @@ async def test_the_trigger_of_an_open_attempt_comes_back_at_its_deadline(ports: 
     await executor.ready(trigger)  # once
     stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
     assert stored.count("OutcomeUnknown") == 1
+
+
+async def timer_of(ports: Ports, nc: Client, h: History, durable: str) -> Msg:
+    """The trigger of ``h``'s attempt, handed by a durable of the test's own, as the gate's is."""
+    await store_history(ports, h)
+    await ports.js.add_consumer("LG_EVENTS", ConsumerConfig(
+        durable_name=durable, ack_policy=AckPolicy.EXPLICIT, ack_wait=60,
+        filter_subject=f"lg.evt.tenant-a.{h.intent_id}.*.PolicyDecided.*"))
+    sub = await ports.js.pull_subscribe_bind(durable, "LG_EVENTS")
+    (msg,) = await sub.fetch(1, timeout=5)
+    return msg
+
+
+async def test_the_attempts_timer_is_acknowledged_when_its_report_ends_the_intent_here(
+    ports: Ports, nc: Client,
+) -> None:
+    """The process that holds an attempt's timer records its completion: the timer is
+    acknowledged then, not handed back at the deadline to find nothing to do."""
+    attempt = f"a-{random_id()[:8]}"
+    h = authorized_on_its_trigger(attempt, call_id=f"call-{attempt}")
+    durable = f"gate-{random_id()[:8]}"
+    msg = await timer_of(ports, nc, h, durable)
+    executor = executor_handlers(ports)
+    executor._sent[attempt] = None  # its order went out
+    outcome = await settle(Delivery(msg), executor.ready(stored(msg.subject, msg.headers or {}, msg.data,
+                           int(msg.metadata.sequence.stream)), timer=msg.reply), logging.getLogger("t"))
+    assert outcome == "timer"
+    assert (await ports.js.consumer_info("LG_EVENTS", durable)).num_ack_pending == 1
+    await deliver(executor, signed(AttemptReport(tenant="tenant-a", intent_id=h.intent_id,
+                                                 attempt_id=attempt, stage="completed")))
+    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
+    assert intent is not None and intent.state is State.COMPLETED
+    await nc.flush()
+    assert (await ports.js.consumer_info("LG_EVENTS", durable)).num_ack_pending == 0
+
+
+async def test_a_report_the_timer_holder_did_not_record_leaves_the_timer_to_run_out(
+    ports: Ports, nc: Client,
+) -> None:
+    """Another replica recorded the completion: the timer comes back at its deadline as before
+    (and finds nothing to do)."""
+    attempt = f"a-{random_id()[:8]}"
+    h = authorized_on_its_trigger(attempt, call_id=f"call-{attempt}")
+    durable = f"gate-{random_id()[:8]}"
+    msg = await timer_of(ports, nc, h, durable)
+    holder, other = executor_handlers(ports), executor_handlers(ports)
+    holder._sent[attempt] = None
+    with pytest.raises(AttemptDue):
+        await holder.ready(stored(msg.subject, msg.headers or {}, msg.data, int(msg.metadata.sequence.stream)),
+                           timer=msg.reply)
+    await msg.nak(delay=30)
+    await deliver(other, signed(AttemptReport(tenant="tenant-a", intent_id=h.intent_id,
+                                              attempt_id=attempt, stage="completed")))
+    await nc.flush()
+    assert (await ports.js.consumer_info("LG_EVENTS", durable)).num_ack_pending == 1
+
+
+async def test_a_report_recorded_before_the_gate_finished_leaves_nothing_to_time(ports: Ports) -> None:
+    """The adapter answered so fast that its report was recorded here while the gate was
+    still finishing: the trigger is not kept as a timer at all."""
+    attempt = f"a-{random_id()[:8]}"
+    h = authorized_on_its_trigger(attempt, call_id=f"call-{attempt}")
+    trigger = await store_with_trigger(ports, h)
+    executor = executor_handlers(ports)
+    executor._sent[attempt] = None
+    executor._ended[attempt] = None  # what the report handler notes
+    await executor._time(trigger, h.intent, timer="$JS.ACK.x")  # no AttemptDue
 
 
 async def test_a_trigger_handed_again_sends_no_order_once_a_withdrawal_was_requested(

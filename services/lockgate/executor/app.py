@@ -46,7 +46,7 @@ def create_app(settings: Settings) -> FastStream:
     add_answers(broker, SPEC, {"claim": claim, "withdraw": withdraw}, log)
 
     async def on_ready(msg: Delivery) -> None:
-        await service.handlers.ready(recorded_event(msg), deliveries(msg))
+        await service.handlers.ready(recorded_event(msg), deliveries(msg), timer=msg.raw_message.reply)
 
     async def on_settled(msg: Delivery) -> None:
         await service.handlers.settled(recorded_event(msg))
