@@ -87,6 +87,15 @@ def test_a_hold_older_than_its_ttl_stops_counting() -> None:
     assert set(admitted(take(s, cap, "new", T + 61)).holds) == {"new"}
 
 
+def test_each_cap_forgets_a_place_after_its_own_ttl() -> None:
+    short = Limit(name="short", scope="tenant", max_in_flight=1, hold_ttl_s=60)
+    long = Limit(name="long", scope="actor", max_in_flight=1, hold_ttl_s=3600)
+    s = admitted(take(FloodState(), [short, long], "leaked"))
+    assert take(s, [short, long], "new", T + 61) == Refusal(long, "rate.in-flight", 1.0)
+    s = admitted(take(s, [short, long], "other-actor", T + 61, actor="v"))
+    assert set(s.holds) == {"leaked", "other-actor"}  # the long cap still counts the first
+
+
 def test_rate_and_cap_together_refuse_without_charging_the_other() -> None:
     s = admitted(take(FloodState(), BOTH, "a"))
     assert take(s, BOTH, "b") == Refusal(BOTH, "rate.in-flight", 1.0)

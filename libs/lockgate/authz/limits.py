@@ -104,9 +104,36 @@ def _counts(limit: Limit, hold: Hold, *, actor: str, run_id: str) -> bool:
     return hold.actor == actor if limit.scope == "actor" else hold.run == run_id
 
 
-def _in_flight(limit: Limit, holds: dict[str, Hold], *, actor: str, run_id: str, now_s: float) -> int:
-    return sum(1 for h in holds.values()
-               if now_s - h.at < limit.hold_ttl_s and _counts(limit, h, actor=actor, run_id=run_id))
+@dataclass(frozen=True)
+class _Places:
+    """The places a tenant's counter holds, counted once for one candidate's scopes."""
+
+    live: dict[str, Hold]
+    ttl_s: float
+    tenant: int
+    actor: int
+    run: int
+
+    @classmethod
+    def count(cls, holds: dict[str, Hold], ttl_s: float, *, actor: str, run_id: str,
+              now_s: float) -> _Places:
+        """The holds younger than ``ttl_s`` (the longest any cap keeps one), and how many
+        of them are this actor's and this run's: one pass, whatever the limits."""
+        live: dict[str, Hold] = {}
+        by_actor = by_run = 0
+        for key, hold in holds.items():
+            if now_s - hold.at < ttl_s:
+                live[key] = hold
+                by_actor += hold.actor == actor
+                by_run += hold.run == run_id
+        return cls(live, ttl_s, len(live), by_actor, by_run)
+
+    def of(self, limit: Limit, *, actor: str, run_id: str, now_s: float) -> int:
+        """Places taken in ``limit``'s scope."""
+        if limit.hold_ttl_s < self.ttl_s:  # a cap that forgets sooner than another: count it alone
+            return sum(1 for h in self.live.values()
+                       if now_s - h.at < limit.hold_ttl_s and _counts(limit, h, actor=actor, run_id=run_id))
+        return {"tenant": self.tenant, "actor": self.actor, "run": self.run}[limit.scope]
 
 
 def _early(limit: Limit, rates: dict[str, float], key: str, now_s: float) -> tuple[float, float]:
@@ -128,12 +155,12 @@ def admit(
     if intent_id in state.holds:
         return state
     capped = [lim for lim in limits if lim.max_in_flight is not None]
-    ttl_s = max((lim.hold_ttl_s for lim in capped), default=0.0)
-    holds = {k: h for k, h in state.holds.items() if now_s - h.at < ttl_s}
+    places = _Places.count(state.holds, max((lim.hold_ttl_s for lim in capped), default=0.0),
+                           actor=actor, run_id=run_id, now_s=now_s)
     rates = {k: t for k, t in state.rates.items() if t > now_s}
     for limit in limits:
         if limit.max_in_flight is not None and \
-                _in_flight(limit, holds, actor=actor, run_id=run_id, now_s=now_s) >= limit.max_in_flight:
+                places.of(limit, actor=actor, run_id=run_id, now_s=now_s) >= limit.max_in_flight:
             return Refusal(limit, "rate.in-flight", limit.retry_after_s)
         if limit.per_s is not None:
             key = rate_key(limit, actor=actor, run_id=run_id)
@@ -141,6 +168,7 @@ def admit(
             if early > 1e-9:
                 return Refusal(limit, "rate.limited", round(early, 3))
             rates[key] = tat
+    holds = places.live
     if capped:
         holds[intent_id] = Hold(now_s, actor, run_id)
     return FloodState(rates, holds)
