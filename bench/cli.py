@@ -11,13 +11,15 @@ The single server's phases, in order, after a warm-up of each system:
 1. raw chain, open loop   (``--rate`` arrivals/s for ``--duration`` s): latency at low load
 2. Lockgate,  open loop   (the same arrivals); the broker counts what each executed
    candidate cost it (``bench.path``): messages per process, deliveries per durable
-3. raw chain, closed loop (``--concurrency`` proposers, ``--raw-count`` chains): throughput
+3. throughput, in turns (``bench.rounds``): ``--rounds`` rounds of closed-loop slices
+   (``--concurrency`` proposers for ``--slice`` s each) of the raw chain, the same chain
+   with a process per stage, and Lockgate with the projector stopped, which then works off
+   the rounds' events (its throughput). The ratio is the median of the rounds' ratios,
+   each taken between slices seconds apart, so the host's drift falls on both systems.
 4. raw fetch, closed loop (the same chain consumed a batch at a time, as the services
    did before they pulled continuously: the earlier baseline, for continuity)
-5. Lockgate,  closed loop (``--concurrency`` proposers, ``--count`` proposals) with the
-   projector stopped, which then works off the phase's events (its throughput); then open
-   loop at half the rate it sustained: latency under real load, short of saturation,
-   and how far the views lag meanwhile (``bench.projector``)
+5. Lockgate,  open loop at half the rate it sustained: latency under real load, short of
+   saturation, and how far the views lag meanwhile (``bench.projector``)
 6. rejected,  closed loop (``--concurrency`` proposers, ``--reject-count`` calls of a tool
    no turn offers): the path intake refuses alone, recorded and answered
 7. fairness: a steady tenant at a low rate, alone and then beside a tenant flooding at
@@ -25,7 +27,10 @@ The single server's phases, in order, after a warm-up of each system:
 
 The raw chain (``bench.rawchain``) is the limit of this design on this stack: six
 durables, each hop a continuous-pull delivery, a load, an append and an ack, with the
-services' own consumer and event store. The ratio is Lockgate's throughput to it.
+services' own consumer and event store, all six in one process on one connection. The
+ratio is Lockgate's throughput to it. The same chain with each stage a process of its
+own (as Lockgate's services are, each on its own connection as its own user) is measured
+beside it as a reference: how much of the distance is the processes, how much the work.
 
 Phases 1-4 measure the pipeline, so they run with the demo bundle's limits raised a
 hundredfold (the limit counters still run, nothing is refused); phase 5 restarts
@@ -78,6 +83,7 @@ from bench.phases import (
 )
 from bench.projector import LagSampler, catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
+from bench.rounds import Slices, take_turns
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import JetStreamEventStore
@@ -99,12 +105,18 @@ class Plan:
     op_timeout_s: float
     phase_max_s: float
     fairness: FairnessPlan | None = FairnessPlan()
+    #: Throughput in turns (``bench.rounds``): rounds, each system's slice, and the start
+    #: of a slice its rate leaves out.
+    rounds: int = 4
+    slice_s: float = 8.0
+    settle_s: float = 2.0
 
 
 DEFAULT = Plan(rate_per_s=20, duration_s=15, concurrency=64, count=1500, raw_count=6000,
                reject_count=6000, warmup=64, op_timeout_s=30, phase_max_s=120)
 QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, count=200, raw_count=1000,
-             reject_count=1000, warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS)
+             reject_count=1000, warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS,
+             rounds=2, slice_s=3.0, settle_s=1.0)
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
@@ -119,9 +131,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument("--concurrency", type=int,
                         help=f"closed-loop proposers ({DEFAULT.concurrency}, at most {LOAD_CASES})")
     parser.add_argument("--count", type=int,
-                        help=f"closed-loop Lockgate proposals ({DEFAULT.count})")
+                        help=f"closed-loop Lockgate proposals of a cluster profile ({DEFAULT.count})")
     parser.add_argument("--raw-count", type=int,
-                        help=f"closed-loop raw chains ({DEFAULT.raw_count})")
+                        help=f"closed-loop raw chains of the fetch phase ({DEFAULT.raw_count})")
+    parser.add_argument("--rounds", type=int,
+                        help=f"rounds of closed-loop slices taken in turns ({DEFAULT.rounds})")
+    parser.add_argument("--slice", type=float,
+                        help=f"seconds of each system's slice in a round ({DEFAULT.slice_s:g})")
     parser.add_argument("--skip-policy", action="store_true",
                         help="leave out the policy-engine benchmark")
     parser.add_argument("--skip-fairness", action="store_true",
@@ -148,6 +164,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         op_timeout_s=base.op_timeout_s,
         phase_max_s=base.phase_max_s,
         fairness=None if args.skip_fairness else base.fairness,
+        rounds=args.rounds or base.rounds,
+        slice_s=args.slice or base.slice_s,
+        settle_s=min(base.settle_s, (args.slice or base.slice_s) / 4),
     )
     return plan, args
 
@@ -166,6 +185,8 @@ class Run:
     hops: dict[str, Hops]
     #: The projector's throughput and its lag under load (``bench.projector``).
     read_side: dict[str, float | int | None]
+    #: The closed loops' slices, round by round (``bench.rounds``).
+    slices: Slices | None = None
 
 
 async def run(plan: Plan, root: Path) -> Run:
@@ -175,14 +196,17 @@ async def run(plan: Plan, root: Path) -> Run:
                     monitor_port=free_port())
     spec = ChainSpec()
     fetch_spec = ChainSpec(tenant="bench-fetch", durable_prefix="raw-fetch-", mode="fetch")
+    split_spec = ChainSpec(tenant="bench-split", durable_prefix="raw-split-")
     nonce = random_id()[:8]
-    workers = WorkerProcess("", spec, root / "log" / "rawchain.log",
-                            max_s=10 * plan.phase_max_s + 300)
-    fetch_workers = WorkerProcess("", fetch_spec, root / "log" / "rawchain-fetch.log",
-                                  max_s=10 * plan.phase_max_s + 300)
+    max_s = 10 * plan.phase_max_s + 2 * plan.rounds * plan.slice_s + 300
+    workers = WorkerProcess("", spec, root / "log" / "rawchain.log", max_s=max_s)
+    fetch_workers = WorkerProcess("", fetch_spec, root / "log" / "rawchain-fetch.log", max_s=max_s)
+    split_workers = [WorkerProcess("", split_spec, root / "log" / f"rawchain-split-{k}.log", max_s=max_s,
+                                   stages=(k,)) for k in range(1, split_spec.stages + 1)]
     proposer: Proposer | None = None
     driver: ChainDriver | None = None
     fetch_driver: ChainDriver | None = None
+    split_driver: ChainDriver | None = None
     nc = None
     notes: list[str] = []
     path: PathCost | None = None
@@ -191,23 +215,26 @@ async def run(plan: Plan, root: Path) -> Run:
         await system.start(timeout_s=60)
         nc = await system.connect()  # the raw chain runs as the topology owner
         admin = system.credentials("admin")
-        for s, w in ((spec, workers), (fetch_spec, fetch_workers)):
+        for s, ws in ((spec, [workers]), (fetch_spec, [fetch_workers]), (split_spec, split_workers)):
             await ensure_consumers(nc.jetstream(), s)
-            w.url, w.user, w.password = system.url, admin.user, admin.password
-            await w.start()
+            for w in ws:
+                w.url, w.user, w.password = system.url, admin.user, admin.password
+                await w.start()
             progress(f"raw chain ({s.mode}): durables {s.durable(1)}..{s.durable(s.stages)} "
-                     f"on tenant {s.tenant}, one worker process")
+                     f"on tenant {s.tenant}, {'one worker process' if len(ws) == 1 else 'a process per stage'}")
         driver = ChainDriver(nc, spec, nonce)
         await driver.start()
         fetch_driver = ChainDriver(nc, fetch_spec, f"{nonce}f")  # event ids differ from the other chain's
         await fetch_driver.start()
+        split_driver = ChainDriver(nc, split_spec, f"{nonce}s")
+        await split_driver.start()
         proposer = Proposer(system.url, nonce, credentials=system.credentials("agent-tenant-a"),
                             host=system.credentials("host"))
         await proposer.start()
 
         warm = plan.warmup
         progress(f"warm-up: {warm} raw chains, {warm} Lockgate proposals")
-        for fire in (driver.fire("warm"), fetch_driver.fire("warm"),
+        for fire in (driver.fire("warm"), fetch_driver.fire("warm"), split_driver.fire("warm"),
                      proposer.fire("warm", plan.op_timeout_s)):
             await load.closed_loop(Phase("warm", "warm"), fire, concurrency=8, count=warm,
                                    op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
@@ -219,6 +246,9 @@ async def run(plan: Plan, root: Path) -> Run:
             pids["rawchain worker"] = workers.proc.pid
         if fetch_workers.proc is not None:
             pids["rawfetch worker"] = fetch_workers.proc.pid
+        for k, w in enumerate(split_workers, start=1):
+            if w.proc is not None:
+                pids[f"rawsplit worker {k}"] = w.proc.pid
         pids["bench drivers"] = os.getpid()
 
         measured = functools.partial(with_cpu, pids)
@@ -249,35 +279,35 @@ async def run(plan: Plan, root: Path) -> Run:
         path = PathCost.between(before, await counts(system.monitor_port), lg_open.ok)
 
         closed_mode = f"closed x{plan.concurrency}"
-        progress(f"raw chain, {closed_mode}, {plan.raw_count} chains")
-        raw_closed = Phase("raw chain", closed_mode)
-        await measured(raw_closed, load.closed_loop(
-            raw_closed, driver.fire("closed"), concurrency=plan.concurrency,
-            count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s))
-        phases.append(raw_closed)
+        turns_mode = f"{closed_mode}, {plan.rounds} x {plan.slice_s:g}s"
+        progress(f"throughput in turns: {plan.rounds} rounds of {plan.slice_s:g}s closed-loop slices "
+                 "of the raw chain, the chain with a process per stage, and Lockgate (the projector stopped)")
+        ledger_open = await ledger_size(system)
+        await reseed(system)
+        raw_closed = Phase("raw chain", turns_mode)
+        split_closed = Phase("raw split", turns_mode)
+        lg_closed = Phase("lockgate", turns_mode)
+        system.kill("projector")  # its backlog after the rounds measures its throughput
+        pids.pop("projector", None)
+        slices = await take_turns(
+            [(raw_closed, driver.fire("closed")), (split_closed, split_driver.fire("closed")),
+             (lg_closed, proposer.fire("closed", plan.op_timeout_s))],
+            pids, rounds=plan.rounds, duration_s=plan.slice_s, settle_s=plan.settle_s,
+            concurrency=plan.concurrency, op_timeout_s=plan.op_timeout_s)
+        phases += [raw_closed, split_closed, lg_closed]
+        ledger_closed = await ledger_size(system)
+        progress("projector started again: working off the rounds' events")
+        await system.restart("projector")
+        backlog, took_s = await catch_up(nc)
+        read_side["projector_events_per_s"] = round(backlog / took_s, 1) if took_s > 0 else None
+        read_side["projector_backlog_events"] = backlog
+        pids["projector"] = system.processes["projector"].pid
         progress(f"raw fetch, {closed_mode}, {plan.raw_count} chains")
         fetch_closed = Phase("raw fetch", closed_mode)
         await measured(fetch_closed, load.closed_loop(
             fetch_closed, fetch_driver.fire("closed"), concurrency=plan.concurrency,
             count=plan.raw_count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s))
         phases.append(fetch_closed)
-        progress(f"Lockgate, {closed_mode}, {plan.count} proposals (the projector stopped)")
-        ledger_open = await ledger_size(system)
-        await reseed(system)
-        lg_closed = Phase("lockgate", closed_mode)
-        system.kill("projector")  # its backlog after the phase measures its throughput
-        pids.pop("projector", None)
-        phases.append(await measured(lg_closed, load.closed_loop(
-            lg_closed, proposer.fire("closed", plan.op_timeout_s),
-            concurrency=plan.concurrency, count=plan.count, op_timeout_s=plan.op_timeout_s,
-            max_s=plan.phase_max_s)))
-        ledger_closed = await ledger_size(system)
-        progress("projector started again: working off the phase's events")
-        await system.restart("projector")
-        backlog, took_s = await catch_up(nc)
-        read_side["projector_events_per_s"] = round(backlog / took_s, 1) if took_s > 0 else None
-        read_side["projector_backlog_events"] = backlog
-        pids["projector"] = system.processes["projector"].pid
         half_rate = round(lg_closed.per_s / 2, 1) if lg_closed.per_s == lg_closed.per_s else 0.0
         if half_rate >= 1:
             half_mode = f"open {half_rate:g}/s x {plan.duration_s:g}s (half)"
@@ -305,6 +335,7 @@ async def run(plan: Plan, root: Path) -> Run:
             hops[lg_half.mode] = await measure_hops(store, TENANT, proposer.sent.get("half", []))
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
         notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
+        notes.append("raw split:  " + await check_raw(split_driver, split_spec, "closed", split_closed))
         notes.append("raw fetch:  " + await check_raw(fetch_driver, fetch_spec, "closed", fetch_closed))
         ledgers = [(lg_open, ledger_open), (lg_closed, ledger_closed)]
         if half_rate >= 1:
@@ -325,20 +356,26 @@ async def run(plan: Plan, root: Path) -> Run:
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return Run(phases, notes, fairness, path, raw_path, hops, read_side)
+        return Run(phases, notes, fairness, path, raw_path, hops, read_side, slices)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
-                       fetch_driver.stop() if fetch_driver else None, workers.stop(),
-                       fetch_workers.stop(), nc.close() if nc else None):
+                       fetch_driver.stop() if fetch_driver else None,
+                       split_driver.stop() if split_driver else None, workers.stop(),
+                       fetch_workers.stop(), *(w.stop() for w in split_workers),
+                       nc.close() if nc else None):
             if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer
         await asyncio.to_thread(system.stop)
 
 
-def summary(phases: list[Phase]) -> dict[str, float | None]:
-    """The final JSON line: throughput at saturation, latency at low load."""
+def summary(phases: list[Phase], slices: Slices | None = None) -> dict[str, object]:
+    """The final JSON line: throughput at saturation, latency at low load.
+
+    With ``slices``, the ratios are the medians of the rounds' ratios (and each round's is
+    listed), the throughputs each system's median slice.
+    """
 
     def pick(system: str, mode: str) -> Phase:
         return next(p for p in phases if p.system == system and p.mode.startswith(mode))
@@ -349,11 +386,22 @@ def summary(phases: list[Phase]) -> dict[str, float | None]:
     lg, raw = pick("lockgate", "closed").per_s, pick("raw chain", "closed").per_s
     fetch = pick("raw fetch", "closed").per_s
     half = next((p for p in phases if p.system == "lockgate" and p.mode.endswith("(half)")), None)
+    turns: dict[str, object] = {}
+    ratio = lg / raw if raw else math.nan
+    if slices is not None:
+        ratio = slices.ratio("lockgate", "raw chain")
+        split = slices.median("raw split")
+        turns = {
+            "ratio_rounds": [num(r, 4) for r in slices.ratios("lockgate", "raw chain")],
+            "raw_split_per_s": num(split, 1),
+            "split_ratio": num(slices.ratio("lockgate", "raw split"), 4),
+        }
     return {
         "lockgate_per_s": num(lg, 1),
         "raw_chain_per_s": num(raw, 1),
         "raw_fetch_per_s": num(fetch, 1),
-        "throughput_ratio": num(lg / raw if raw else math.nan, 4),
+        "throughput_ratio": num(ratio, 4),
+        **turns,
         "fetch_ratio": num(lg / fetch if fetch else math.nan, 4),
         "rejected_per_s": num(pick("rejected", "closed").per_s, 1),
         "half_rate_per_s": num(half.offered / half.planned_s if half and half.planned_s else math.nan, 1),
@@ -453,7 +501,7 @@ async def _cluster(profile: profiles.Profile, plan: profiles.ClusterPlan,
     return f
 
 
-async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, float | int | None]:
+async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, object]:
     """The single-server run as it has always been: every phase, its tables, its figures."""
     print(f"plan: {plan}")
     sys.stdout.flush()
@@ -489,7 +537,10 @@ async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, float | int
                   "includes a growing queue; try a lower --rate")
     for n in notes:
         print(n)
-    figures: dict[str, float | int | None] = dict(summary(phases))
+    if measured.slices is not None:
+        print()
+        print(turns_table(measured.slices))
+    figures: dict[str, object] = dict(summary(phases, measured.slices))
     lg_open = next(p for p in phases if p.system == "lockgate" and p.mode.startswith("open"))
     lg_closed = next(p for p in phases if p.system == "lockgate" and p.mode.startswith("closed"))
     # Lockgate's own processes and the broker, saturated (not the drivers, not the raw chains).
@@ -535,6 +586,20 @@ async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, float | int
           f"{figures['raw_chain_per_s']}/s (ratio {ratio}); at {plan.rate_per_s:g}/s offered, "
           f"p50 {figures['lockgate_p50_ms']} ms vs {figures['raw_p50_ms']} ms raw")
     return figures
+
+
+def turns_table(slices: Slices) -> str:
+    """Each round's steady rates and Lockgate's ratio to the raw chain within it."""
+    systems = list(slices.rates)
+    lines = ["throughput in turns: each round's steady rate (/s), and Lockgate's ratio within it",
+             f"{'round':<7}" + "".join(f"{s:>12}" for s in systems) + f"{'ratio':>9}"]
+    ratios = slices.ratios("lockgate", "raw chain")
+    for n, ratio in enumerate(ratios):
+        lines.append(f"{n + 1:<7}" + "".join(f"{slices.rates[s][n]:>12.1f}" for s in systems)
+                     + f"{ratio:>9.3f}")
+    lines.append(f"{'median':<7}" + "".join(f"{slices.median(s):>12.1f}" for s in systems)
+                 + f"{slices.ratio('lockgate', 'raw chain'):>9.3f}")
+    return "\n".join(lines)
 
 
 def plan_quick(args: argparse.Namespace) -> bool:

@@ -36,7 +36,9 @@ service's; loads and appends go to the aggregate's partition through the same
 ``python -m bench.rawchain --url ...`` runs the six stages as one process (its user and
 password from ``BENCH_NATS_USER`` and ``BENCH_NATS_PASSWORD``, so that a reconnect to a
 node the cluster announced authenticates too); it stops at end of stdin (its parent went
-away), on SIGTERM/SIGINT, or after ``--max-seconds``.
+away), on SIGTERM/SIGINT, or after ``--max-seconds``. ``--stages 3`` runs only stage 3:
+six such processes are the chain laid out as Lockgate's services are, a process (and a
+connection) per stage, measured beside the floor as a reference, not as the floor.
 """
 
 from __future__ import annotations
@@ -172,10 +174,11 @@ async def delete_consumers(js: JetStreamContext, spec: ChainSpec) -> None:
 
 @dataclass
 class StageWorkers:
-    """The six stages as tasks on one connection."""
+    """The six stages (or ``only`` those) as tasks on one connection."""
 
     nc: Client
     spec: ChainSpec
+    only: tuple[int, ...] = ()
     handled: int = 0
     errors: int = 0
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -186,7 +189,7 @@ class StageWorkers:
         """Bind every stage to its durable and start consuming."""
         js = self.nc.jetstream()
         store = self.spec.store(self.nc)
-        for k in range(1, self.spec.stages + 1):
+        for k in self.only or range(1, self.spec.stages + 1):
             for p in self.spec.layout:
                 if self.spec.mode == "pull":
                     pull = PullConsumer(self.nc, p.stream, self.spec.durable(k),
@@ -324,6 +327,8 @@ class WorkerProcess:
     #: The user it connects as (its password in the child's environment, not its arguments).
     user: str = ""
     password: str = ""
+    #: The stages it runs (all when empty).
+    stages: tuple[int, ...] = ()
 
     async def start(self, timeout_s: float = 20.0) -> None:
         """Start the child and wait until it has bound every stage.
@@ -337,6 +342,8 @@ class WorkerProcess:
             "--batch", str(self.spec.batch), "--max-seconds", str(self.max_s),
             "--mode", self.spec.mode, "--partitions", str(self.spec.partitions),
         ]
+        if self.stages:
+            args += ["--stages", ",".join(map(str, self.stages))]
         env = {**os.environ, "BENCH_NATS_USER": self.user, "BENCH_NATS_PASSWORD": self.password}
         with open(self.log_file, "ab") as log_handle:
             self.proc = await asyncio.create_subprocess_exec(
@@ -390,7 +397,8 @@ async def _serve(args: argparse.Namespace) -> None:
                                      ("password", os.environ.get("BENCH_NATS_PASSWORD", ""))) if v}
     nc = await nats.connect(servers=args.url.split(","), max_reconnect_attempts=3, closed_cb=closed,
                             **credentials)
-    workers = StageWorkers(nc, spec)
+    only = tuple(int(k) for k in args.stages.split(",")) if args.stages else ()
+    workers = StageWorkers(nc, spec, only)
     try:
         await workers.start()
         reader = asyncio.StreamReader()
@@ -420,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=900.0)
     parser.add_argument("--mode", choices=("pull", "fetch"), default=ChainSpec.mode)
     parser.add_argument("--partitions", type=int, default=ChainSpec.partitions)
+    parser.add_argument("--stages", default="", help="only these stages, e.g. 3 or 1,2 (all: empty)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s rawchain %(levelname)s %(message)s")
     loop.run(_serve(args))  # the services' loop and client settings: the same floor

@@ -31,6 +31,8 @@ class Phase:
     planned_s: float = 0.0
     #: CPU seconds each process spent during the phase.
     cpu_s: dict[str, float] = field(default_factory=dict)
+    #: A phase of closed-loop slices (``bench.rounds``): its median steady rate.
+    steady_per_s: float | None = None
 
     @property
     def ok(self) -> int:
@@ -44,7 +46,9 @@ class Phase:
 
     @property
     def per_s(self) -> float:
-        """Successful completions per second of the phase."""
+        """Successful completions per second of the phase (of slices: their median steady rate)."""
+        if self.steady_per_s is not None:
+            return self.steady_per_s
         return self.ok / self.elapsed_s if self.elapsed_s > 0 else math.nan
 
     @property

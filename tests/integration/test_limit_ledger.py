@@ -87,7 +87,7 @@ async def test_every_limit_of_a_candidate_is_one_compare_and_set(ports: Ports, t
               Limit(name="per-actor", scope="actor", per_s=100, burst=100, max_in_flight=32),
               Limit(name="per-tenant", scope="tenant", per_s=200, burst=200, max_in_flight=64)]
     kv = CountingKV(ports.budgets)
-    ledger = LimitLedger(kv, release_wait_s=0)  # type: ignore[arg-type]
+    ledger = LimitLedger(kv)  # type: ignore[arg-type]
     for n in range(5):
         admission = await ledger.admit(limits, tenant=tenant, actor="u", run_id="r", intent_id=f"i{n}")
         assert admission.holds == (flood_key(tenant),)
@@ -97,27 +97,6 @@ async def test_every_limit_of_a_candidate_is_one_compare_and_set(ports: Ports, t
     assert kv.calls == 10
     state = await counter(ports, tenant)
     assert state.holds == {} and set(state.rates) == {"per-run/r", "per-actor/u", "per-tenant/"}
-
-
-async def test_a_release_rides_with_the_next_admission(ports: Ports, tenant: str) -> None:
-    """Under load a place given back waits a moment for the next candidate's write, so a
-    candidate costs about one round trip, not two; on a quiet counter it is written at once."""
-    cap = run_cap(max_in_flight=1)
-    kv = CountingKV(ports.budgets)
-    ledger = LimitLedger(kv, release_wait_s=5.0)  # type: ignore[arg-type]
-    assert (await ledger.admit([cap], tenant=tenant, actor="u", run_id="r", intent_id="i0")).holds
-    released = asyncio.create_task(ledger.release((flood_key(tenant),), "i0"))
-    await asyncio.sleep(0.01)
-    assert not released.done() and kv.calls == 1  # waiting for a write to carry it
-    # The next candidate of the run finds the place free: the release went in its write.
-    assert (await ledger.admit([cap], tenant=tenant, actor="u", run_id="r", intent_id="i1")).holds
-    await asyncio.wait_for(released, 1)
-    assert kv.calls == 2
-    assert list((await counter(ports, tenant)).holds) == ["i1"]
-    # Nothing admitted lately: the release does not wait.
-    quiet = LimitLedger(ports.budgets, release_wait_s=5.0)
-    await asyncio.wait_for(quiet.release((flood_key(tenant),), "i1"), 1)
-    assert (await counter(ports, tenant)).holds == {}
 
 
 async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
@@ -230,21 +209,6 @@ async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(
     admissions = await asyncio.wait_for(asyncio.gather(*rest), 10)
     assert all(a.refused is None for a in admissions)
     assert sorted((await counter(ports, tenant)).holds) == ["i1", "i2", "i3", "i4"]
-
-
-async def test_a_cancelled_release_is_not_written(ports: Ports, tenant: str) -> None:
-    """A release whose caller gave up while it waited for a write to carry it is dropped: the
-    record's end will be answered again, and releases it then."""
-    cap = run_cap(max_in_flight=2)
-    ledger = LimitLedger(ports.budgets, release_wait_s=5.0)
-    assert (await ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i0")).holds
-    waiting = asyncio.create_task(ledger.release([flood_key(tenant)], "i0"))
-    await asyncio.sleep(0.01)
-    waiting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiting
-    assert (await ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i1")).holds
-    assert sorted((await counter(ports, tenant)).holds) == ["i0", "i1"]
 
 
 async def test_an_admission_that_waited_is_dated_when_it_is_written(ports: Ports, tenant: str) -> None:
