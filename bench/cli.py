@@ -98,7 +98,6 @@ class Plan:
     rate_per_s: float
     duration_s: float
     concurrency: int
-    count: int
     raw_count: int
     reject_count: int
     warmup: int
@@ -112,9 +111,9 @@ class Plan:
     settle_s: float = 2.0
 
 
-DEFAULT = Plan(rate_per_s=20, duration_s=15, concurrency=64, count=1500, raw_count=6000,
+DEFAULT = Plan(rate_per_s=20, duration_s=15, concurrency=64, raw_count=6000,
                reject_count=6000, warmup=64, op_timeout_s=30, phase_max_s=120)
-QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, count=200, raw_count=1000,
+QUICK = Plan(rate_per_s=20, duration_s=3, concurrency=64, raw_count=1000,
              reject_count=1000, warmup=16, op_timeout_s=10, phase_max_s=15, fairness=QUICK_FAIRNESS,
              rounds=2, slice_s=3.0, settle_s=1.0)
 
@@ -130,8 +129,6 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument("--duration", type=float, help=f"open-loop seconds ({DEFAULT.duration_s})")
     parser.add_argument("--concurrency", type=int,
                         help=f"closed-loop proposers ({DEFAULT.concurrency}, at most {LOAD_CASES})")
-    parser.add_argument("--count", type=int,
-                        help=f"closed-loop Lockgate proposals of a cluster profile ({DEFAULT.count})")
     parser.add_argument("--raw-count", type=int,
                         help=f"closed-loop raw chains of the fetch phase ({DEFAULT.raw_count})")
     parser.add_argument("--rounds", type=int,
@@ -157,7 +154,6 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         rate_per_s=args.rate or base.rate_per_s,
         duration_s=args.duration or base.duration_s,
         concurrency=min(args.concurrency or base.concurrency, LOAD_CASES),
-        count=args.count or base.count,
         raw_count=args.raw_count or base.raw_count,
         reject_count=base.reject_count,
         warmup=base.warmup,
@@ -430,8 +426,8 @@ async def _main(plan: Plan, args: argparse.Namespace) -> int:
         print(json.dumps(figures))
         return 0
     cplan = profiles.cluster_plan(plan_quick(args), rate_per_s=args.rate, duration_s=args.duration,
-                                  concurrency=args.concurrency, count=args.count,
-                                  raw_count=args.raw_count)
+                                  concurrency=args.concurrency, rounds=args.rounds,
+                                  slice_s=args.slice)
     results: dict[str, dict[str, object]] = {}
     took: dict[str, float] = {}
     for name in names:
@@ -481,6 +477,9 @@ async def _cluster(profile: profiles.Profile, plan: profiles.ClusterPlan,
                   f"in {p.elapsed_s:.1f}s for {p.planned_s:.1f}s of arrivals")
     for n in measured.notes:
         print(n)
+    if measured.slices is not None:
+        print()
+        print(turns_table(measured.slices))
     if measured.hops is not None:
         print()
         print(f"where the latency of an executed candidate goes ({measured.phases[-1].mode}, "

@@ -12,11 +12,13 @@
 On a cluster profile the raw chain is laid out as Lockgate's events are: K streams at
 the same replicas on the same nodes, each partition's leader on the node that leads
 Lockgate's partition of the same index, each stage's durable on every partition, and as
-many worker processes as a service has replicas, sharing the durables. The phases are
-few, to keep a cluster profile within a few minutes on two cores: a warm-up, closed
-loop throughput of each (the projector stopped during Lockgate's, as on one server),
-then a short open loop of each at the same rate, the lower of ``rate_per_s`` and half
-Lockgate's saturated rate (a fixed rate Lockgate cannot sustain would measure a queue).
+many worker processes as a service has replicas, sharing the durables (and, as the
+reference beside it, the same chain with a process per stage and replica). The phases
+are few, to keep a cluster profile within a few minutes on two cores: a warm-up,
+throughput in turns (``bench.rounds``: rounds of closed-loop slices of each system, the
+projector stopped, as on one server), then a short open loop of each at the same rate,
+the lower of ``rate_per_s`` and half Lockgate's saturated rate (a fixed rate Lockgate
+cannot sustain would measure a queue).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from bench.phases import (
 )
 from bench.projector import catch_up
 from bench.rawchain import ChainDriver, ChainSpec, WorkerProcess, ensure_consumers
+from bench.rounds import Slices, take_turns
 from bench.stats import Phase
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import partition_stream_configs
@@ -110,22 +113,26 @@ class ClusterPlan:
     rate_per_s: float
     duration_s: float
     concurrency: int
-    count: int
-    raw_count: int
     warmup: int
     op_timeout_s: float
     phase_max_s: float
     start_timeout_s: float = 180.0
+    #: Throughput in turns (``bench.rounds``).
+    rounds: int = 3
+    slice_s: float = 10.0
+    settle_s: float = 3.0
+    #: Measure the chain with a process per stage and replica beside the floor too.
+    split: bool = True
     #: Wait for the closed loop's attempt deadlines to pass before the open loops, so
     #: that the gate's durable handing each attempt's trigger again is not counted in their path.
     settle_deadlines: bool = True
 
 
-CLUSTER_DEFAULT = ClusterPlan(rate_per_s=20, duration_s=10, concurrency=64, count=600,
-                              raw_count=3000, warmup=32, op_timeout_s=30, phase_max_s=120)
-CLUSTER_QUICK = ClusterPlan(rate_per_s=20, duration_s=3, concurrency=64, count=150,
-                            raw_count=400, warmup=8, op_timeout_s=15, phase_max_s=30,
-                            settle_deadlines=False)
+CLUSTER_DEFAULT = ClusterPlan(rate_per_s=20, duration_s=10, concurrency=64, warmup=32,
+                              op_timeout_s=30, phase_max_s=120)
+CLUSTER_QUICK = ClusterPlan(rate_per_s=20, duration_s=3, concurrency=64, warmup=8, op_timeout_s=15,
+                            phase_max_s=30, settle_deadlines=False, rounds=1, slice_s=4.0,
+                            settle_s=1.0, split=False)
 
 
 @dataclass
@@ -140,6 +147,8 @@ class ProfileRun:
     hops: Hops | None = None
     #: The open loops' paths as the nodes counted them: Lockgate's, then the raw chain's.
     paths: tuple[path.PathCost, path.PathCost] | None = None
+    #: The closed loops' slices, round by round (``bench.rounds``).
+    slices: Slices | None = None
 
 
 def _num(x: float, digits: int) -> float | None:
@@ -164,11 +173,18 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
                            sync_always=profile.sync_always)
     spec = ChainSpec(partitions=profile.partitions, replicas=profile.replicas)
     nonce = random_id()[:8]
-    workers = [WorkerProcess("", spec, root / "log" / f"rawchain-{i}.log",
-                             max_s=6 * plan.phase_max_s + 300)
+    split_spec = ChainSpec(tenant="bench-split", durable_prefix="raw-split-",
+                           partitions=profile.partitions, replicas=profile.replicas)
+    max_s = 6 * plan.phase_max_s + 3 * plan.rounds * plan.slice_s + 300
+    workers = [WorkerProcess("", spec, root / "log" / f"rawchain-{i}.log", max_s=max_s)
                for i in range(1, profile.service_replicas + 1)]
+    split_workers = [WorkerProcess("", split_spec, root / "log" / f"rawchain-split-{k}-{i}.log",
+                                   max_s=max_s, stages=(k,))
+                     for i in range(1, profile.service_replicas + 1)
+                     for k in range(1, split_spec.stages + 1)] if plan.split else []
     proposer: Proposer | None = None
     driver: ChainDriver | None = None
+    split_driver: ChainDriver | None = None
     nc = None
     notes: list[str] = []
     try:
@@ -182,26 +198,34 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
             # As the cluster placed Lockgate's partitions: one per node, by its tag.
             await place_on_nodes(js, partition_stream_configs(spec.layout, replicas=1), nodes)
         await ensure_consumers(js, spec)
+        if plan.split:  # its durables on the same streams
+            await ensure_consumers(js, split_spec)
         await spread_leaders(nc, spec.layout, nodes)
         await wait_for_leaders(system.nodes, spec.layout.streams, timeout_s=60)
         report = await cluster_report(system.nodes)
         watched = (*partitions.streams, *spec.layout.streams)
         leaders = {s.stream: s.leader for s in report.streams if s.stream in watched}
         admin = system.credentials("admin")
-        for w in workers:
+        for w in (*workers, *split_workers):
             w.url, w.user, w.password = system.url, admin.user, admin.password
             await w.start()
         progress(f"raw chain: durables {spec.durable(1)}..{spec.durable(spec.stages)} on "
-                 f"{', '.join(spec.layout.streams)}, {len(workers)} worker processes; "
-                 f"leaders {leaders}")
+                 f"{', '.join(spec.layout.streams)}, {len(workers)} worker processes (and "
+                 f"{len(split_workers)}, a process per stage and replica); leaders {leaders}")
         driver = ChainDriver(nc, spec, nonce)
         await driver.start()
+        if plan.split:
+            split_driver = ChainDriver(nc, split_spec, f"{nonce}s")
+            await split_driver.start()
         proposer = Proposer(system.url, nonce, credentials=system.credentials("agent-tenant-a"),
                             host=system.credentials("host"))
         await proposer.start(timeout_s=60)
 
         progress(f"warm-up: {plan.warmup} raw chains, {plan.warmup} Lockgate proposals")
-        for fire in (driver.fire("warm"), proposer.fire("warm", plan.op_timeout_s)):
+        warm = [driver.fire("warm"), proposer.fire("warm", plan.op_timeout_s)]
+        if split_driver is not None:
+            warm.append(split_driver.fire("warm"))
+        for fire in warm:
             await load.closed_loop(Phase("warm", "warm"), fire, concurrency=8, count=plan.warmup,
                                    op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
 
@@ -213,26 +237,31 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
         for i, w in enumerate(workers, start=1):
             if w.proc is not None:
                 pids[f"rawchain worker {i}"] = w.proc.pid
+        for w in split_workers:
+            if w.proc is not None:
+                pids[f"rawsplit worker {w.log_file.stem.removeprefix('rawchain-split-')}"] = w.proc.pid
         pids["bench drivers"] = os.getpid()
 
         measured = functools.partial(with_cpu, pids)
 
         phases: list[Phase] = []
-        closed_mode = f"closed x{plan.concurrency}"
-        progress(f"raw chain, {closed_mode}, {plan.raw_count} chains")
-        raw_closed = Phase("raw chain", closed_mode)
-        phases.append(await measured(raw_closed, load.closed_loop(
-            raw_closed, driver.fire("closed"), concurrency=plan.concurrency, count=plan.raw_count,
-            op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)))
-
-        progress(f"Lockgate, {closed_mode}, {plan.count} proposals (the projector stopped)")
+        turns_mode = f"closed x{plan.concurrency}, {plan.rounds} x {plan.slice_s:g}s"
+        progress(f"throughput in turns: {plan.rounds} rounds of {plan.slice_s:g}s closed-loop slices "
+                 "of the raw chain, the chain with a process per stage, and Lockgate (the projector stopped)")
         await reseed(system)
-        lg_closed = Phase("lockgate", closed_mode)
+        raw_closed = Phase("raw chain", turns_mode)
+        split_closed = Phase("raw split", turns_mode)
+        lg_closed = Phase("lockgate", turns_mode)
         system.kill("projector")  # as on one server: the read side is not on the path
         pids.pop("projector", None)
-        phases.append(await measured(lg_closed, load.closed_loop(
-            lg_closed, proposer.fire("closed", plan.op_timeout_s), concurrency=plan.concurrency,
-            count=plan.count, op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)))
+        turns = [(raw_closed, driver.fire("closed"))]
+        if split_driver is not None:
+            turns.append((split_closed, split_driver.fire("closed")))
+        turns.append((lg_closed, proposer.fire("closed", plan.op_timeout_s)))
+        slices = await take_turns(
+            turns, pids, rounds=plan.rounds, duration_s=plan.slice_s, settle_s=plan.settle_s,
+            concurrency=plan.concurrency, op_timeout_s=plan.op_timeout_s)
+        phases += [phase for phase, _ in turns]
         closed_end = time.monotonic()
         ledger_closed = await ledger_size(system)
         progress("projector started again: working off the phase's events")
@@ -279,6 +308,8 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
         progress("checking what was stored")
         hops = await measure_hops(system.store(nc), TENANT, proposer.sent.get("open", []))
         notes.append("raw closed: " + await check_raw(driver, spec, "closed", raw_closed))
+        if split_driver is not None:
+            notes.append("raw split:  " + await check_raw(split_driver, split_spec, "closed", split_closed))
         notes.append("raw open:   " + await check_raw(driver, spec, "open", raw_open))
         for phase, ledger in ((lg_closed, ledger_closed), (lg_open, ledger_open)):
             notes.append(f"lockgate {phase.mode}: {ledger} notes in the case-notes ledger for "
@@ -288,7 +319,10 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
             "profile": profile.name, **profile.setup(), "raw_chain_workers": len(workers),
             "lockgate_per_s": _num(lg, 1),
             "raw_chain_per_s": _num(raw, 1),
-            "throughput_ratio": _num(lg / raw if raw else math.nan, 4),
+            "throughput_ratio": _num(slices.ratio("lockgate", "raw chain"), 4),
+            "ratio_rounds": [_num(r, 4) for r in slices.ratios("lockgate", "raw chain")],
+            "raw_split_per_s": _num(split_closed.per_s, 1) if plan.split else None,
+            "split_ratio": _num(slices.ratio("lockgate", "raw split"), 4) if plan.split else None,
             "open_rate_per_s": rate,
             "lockgate_p50_ms": _num(lg_open.latency_ms(0.5), 2),
             "lockgate_p99_ms": _num(lg_open.latency_ms(0.99), 2),
@@ -301,11 +335,12 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
             "leaders": leaders,
             "start_s": round(started_s, 1),
         }
-        return ProfileRun(profile, phases, notes, figures, hops, (lg_path, raw_path))
+        return ProfileRun(profile, phases, notes, figures, hops, (lg_path, raw_path), slices)
     finally:
         progress("stopping")
         closers = [proposer.stop() if proposer else None, driver.stop() if driver else None,
-                   *(w.stop() for w in workers), nc.close() if nc else None]
+                   split_driver.stop() if split_driver else None,
+                   *(w.stop() for w in (*workers, *split_workers)), nc.close() if nc else None]
         for closer in closers:
             if closer is not None:
                 with contextlib.suppress(Exception):
@@ -314,21 +349,23 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
 
 
 def cluster_plan(quick: bool, *, rate_per_s: float | None = None, duration_s: float | None = None,
-                 concurrency: int | None = None, count: int | None = None,
-                 raw_count: int | None = None) -> ClusterPlan:
+                 concurrency: int | None = None, rounds: int | None = None,
+                 slice_s: float | None = None) -> ClusterPlan:
     """A cluster profile's plan: the defaults (or ``--quick``'s), with what was asked."""
     base = CLUSTER_QUICK if quick else CLUSTER_DEFAULT
     return ClusterPlan(
         rate_per_s=rate_per_s or base.rate_per_s,
         duration_s=duration_s or base.duration_s,
         concurrency=min(concurrency or base.concurrency, LOAD_CASES),
-        count=count or base.count,
-        raw_count=raw_count or base.raw_count,
         warmup=base.warmup,
         op_timeout_s=base.op_timeout_s,
         phase_max_s=base.phase_max_s,
         start_timeout_s=base.start_timeout_s,
         settle_deadlines=base.settle_deadlines,
+        rounds=rounds or base.rounds,
+        slice_s=slice_s or base.slice_s,
+        settle_s=min(base.settle_s, (slice_s or base.slice_s) / 4),
+        split=base.split,
     )
 
 
