@@ -77,7 +77,7 @@ from lockgate.contracts.vocabulary import ClaimVerdict, ReportStage
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_capability_name, is_subject_token, random_id
 from lockgate.runtime import metrics
-from lockgate.runtime.consumer import Delivery
+from lockgate.runtime.consumer import Delivery, connection_of, respond
 from lockgate.runtime.metrics import start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Settlement, settle_as
@@ -290,11 +290,11 @@ class CapabilityWorker:
 
     async def _on_request(self, msg: Msg) -> None:
         # One task per request: a slow facts lookup does not hold up the next request.
-        task = asyncio.create_task(self._answer(msg))
+        task = asyncio.create_task(self._answer(msg, connection_of(self._nc)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer(self, msg: Msg) -> None:
+    async def _answer(self, msg: Msg, asked_on: int) -> None:
         operation = msg.subject.rsplit(".", 1)[-1]
         started = time.perf_counter()
         reply: msgspec.Struct
@@ -308,9 +308,7 @@ class CapabilityWorker:
             reply, result = Refusal("adapter.error", bounded(f"{type(exc).__name__}: {exc}")), "error"
         if operation in self._handlers:  # only the SDK's verbs: the label stays bounded
             self._meter.request(operation, result, time.perf_counter() - started)
-        if msg.reply:
-            with contextlib.suppress(NatsError):
-                await msg.respond(msgspec.json.encode(reply))
+        await respond(self._nc, msg, msgspec.json.encode(reply), asked_on, log)
 
     async def _describe(self, data: bytes) -> msgspec.Struct:
         return self._description()

@@ -69,6 +69,7 @@ from lockgate.mcp.mapping import (
 )
 from lockgate.mcp.records import McpRecords, Review
 from lockgate.mcp.remote import Connection, connect
+from lockgate.runtime.consumer import connection_of, respond
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 
 log = logging.getLogger(__name__)
@@ -306,6 +307,7 @@ class McpAdapter:
     # -- operators ------------------------------------------------------------------------
 
     async def _on_op(self, msg: Msg) -> None:
+        asked_on = connection_of(self._nc)
         parsed = subjects.parse_op(msg.subject)
         reply: object
         try:
@@ -324,9 +326,7 @@ class McpAdapter:
         except Exception as exc:  # a refusal, never a dead subscription
             log.exception("operator request %s failed", msg.subject)
             reply = {"error": "mcp.error", "detail": type(exc).__name__}
-        if msg.reply:
-            with contextlib.suppress(NatsError):
-                await msg.respond(msgspec.json.encode(reply))
+        await respond(self._nc, msg, msgspec.json.encode(reply), asked_on, log)
 
     def _ops(self) -> dict[str, Callable[[dict[str, Any], str], Awaitable[object]]]:
         return {"servers": self._op_servers, "snapshot": self._op_snapshot, "diff": self._op_diff,

@@ -65,6 +65,30 @@ class Delivery:
 Handler = Callable[[Delivery], Awaitable[None]]
 
 
+def connection_of(nc: Client) -> int:
+    """Which connection of ``nc`` this is (it counts the times it was made again)."""
+    return int(nc.stats["reconnects"])
+
+
+async def respond(nc: Client, msg: Msg, data: bytes, asked_on: int, log: logging.Logger) -> bool:
+    """Answer a request ``msg`` received on connection ``asked_on`` (``connection_of``).
+
+    Not across a reconnection: the broker grants a reply when it delivers the request,
+    to that connection, and forgets the grant with it, so the reply would be refused as
+    a publish outside the process's role (and logged as one). The asker times out and
+    asks again. Returns whether the answer was sent.
+    """
+    if not msg.reply:
+        return False
+    if connection_of(nc) != asked_on:
+        log.info("not answering %s: asked before the connection was made again", msg.subject)
+        return False
+    with contextlib.suppress(NatsError):
+        await msg.respond(data)
+        return True
+    return False
+
+
 class PullConsumer:
     """Continuous pull on one existing durable, up to ``workers`` handlers at once.
 

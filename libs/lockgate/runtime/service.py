@@ -65,7 +65,7 @@ from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
 from lockgate.runtime import metrics
-from lockgate.runtime.consumer import Delivery, PullConsumer
+from lockgate.runtime.consumer import Delivery, PullConsumer, connection_of, respond
 from lockgate.runtime.context import H, Ports, Service
 from lockgate.runtime.metrics import Endpoint, start_endpoint, url_of
 from lockgate.runtime.settings import Settings
@@ -794,11 +794,15 @@ class Answering:
     running: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self, nc: Client) -> None:
-        """Subscribe; each request is answered as it comes."""
+        """Subscribe; each request is answered as it comes.
+
+        A request received before the connection was made again is not answered
+        (``consumer.respond``); its asker asks again, and the handlers are idempotent.
+        """
         limit = asyncio.Semaphore(self.at_once)
         meter = self.meter
 
-        async def reply(msg: Msg) -> None:
+        async def reply(msg: Msg, asked_on: int) -> None:
             async with limit:
                 started = time.perf_counter()
                 try:
@@ -809,12 +813,10 @@ class Answering:
                 if meter is not None:
                     # ``answer`` replies to a failure with this very object.
                     meter.replied(failed=data is _UNAVAILABLE, seconds=time.perf_counter() - started)
-                if msg.reply:
-                    with contextlib.suppress(NatsError):
-                        await msg.respond(data)
+                await respond(nc, msg, data, asked_on, self.log)
 
         async def received(msg: Msg) -> None:
-            task = asyncio.create_task(reply(msg))
+            task = asyncio.create_task(reply(msg, connection_of(nc)))
             self.running.add(task)
             task.add_done_callback(self.running.discard)
 
