@@ -105,6 +105,9 @@ async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> 
     # The node leading partition 0 dies. The supervisor starts it again on its store; the
     # partition's leadership went to another node meanwhile, and once the node is back and
     # current (for HAND_BACK_AFTER_S) it is handed back, so no node leads two partitions.
+    # (Raft may also elect the returning node again by itself, as it did in one run here:
+    # whole either way; the hand-back itself is held to its decision in the unit tests and
+    # to a moved partition in the compose keeper's integration test.)
     killed = streams["LG_EVENTS_0"]["leader"]
     os.kill(node_pid(var_dir, killed), signal.SIGKILL)
     deadline = time.monotonic() + 180
@@ -115,13 +118,14 @@ async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> 
         led = {r["stream"]: r for r in rows if "stream" in r}
         spread = [led.get(f"LG_EVENTS_{k}", {}).get("leader") for k in range(3)]
         handed_back = any("leaders handed back" in line for line in lines)
-        if code == 0 and spread == ["n1", "n2", "n3"] and handed_back:
+        restarted = any(f"cluster node {killed} exited" in line for line in lines)
+        if code == 0 and spread == ["n1", "n2", "n3"] and restarted:
             break
         assert time.monotonic() < deadline, (
             f"not whole within 180 s of {killed}'s SIGKILL: status exit {code}, partition "
             f"leaders {spread}, handed back: {handed_back}\n{out}\n" + "\n".join(lines[-30:]))
-    assert any(f"cluster node {killed} exited" in line for line in lines), lines[-20:]
-    assert any(f"LG_EVENTS_0 on {killed}" in line for line in lines if "handed back" in line)
+    if handed_back:
+        assert any(f"LG_EVENTS_0 on {killed}" in line for line in lines if "handed back" in line)
     code, out = await lockgate(var_dir, "demo")
     assert code == 0, out
 
