@@ -30,8 +30,11 @@ run: $(STAMP)
 cluster: $(STAMP)
 	$(BIN)/lockgate run --cluster 3
 
+# Two workers, each taking whole test modules (a module's system starts once): the suites
+# spend most of their time waiting on processes and timers, so two at once on two cores
+# take about 10 minutes where one after the other took 17.
 test: $(STAMP) chromium
-	$(BIN)/pytest -q $(TEST_DIRS)
+	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS)
 
 # The console's browser test drives Debian's chromium (Playwright's own browser download is
 # not used). As root, a missing one is installed; otherwise say so loudly: the test skips
