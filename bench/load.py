@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from bench.stats import Phase
 
@@ -25,6 +26,31 @@ async def _bounded(fire: Fire, i: int, op_timeout_s: float) -> str:
         raise
     except Exception as exc:  # noqa: BLE001 - an outcome to count, not a crash
         return f"error:{type(exc).__name__}"
+
+
+async def attempt(phase: Phase, fire: Fire, i: int, op_timeout_s: float) -> tuple[str, float]:
+    """Run operation ``i`` once for a closed loop, counted in ``phase`` (offered, its outcome,
+    its latency when it succeeded): its outcome, and the loop time it ended at."""
+    loop = asyncio.get_running_loop()
+    phase.offered += 1
+    began = loop.time()
+    outcome = await _bounded(fire, i, op_timeout_s)
+    now = loop.time()
+    phase.outcomes[outcome] += 1
+    if outcome == "ok":
+        phase.latencies_s.append(now - began)
+    return outcome, now
+
+
+async def run_workers(worker: Callable[[], Coroutine[Any, Any, None]], concurrency: int) -> None:
+    """Run ``concurrency`` copies of ``worker`` to their end; none outlives this call."""
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
 
 async def open_loop(
@@ -92,21 +118,9 @@ async def closed_loop(
             i = next(numbers)
             if i >= count or loop.time() >= stop_at:
                 return
-            phase.offered += 1
-            began = loop.time()
-            outcome = await _bounded(fire, first + i, op_timeout_s)
-            now = loop.time()
-            last = max(last, now)
-            phase.outcomes[outcome] += 1
-            if outcome == "ok":
-                phase.latencies_s.append(now - began)
+            _, ended = await attempt(phase, fire, first + i, op_timeout_s)
+            last = max(last, ended)
 
-    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+    await run_workers(worker, concurrency)
     phase.elapsed_s = last - start
     return phase

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.cpu import CpuMeter
-from bench.load import Fire, _bounded
+from bench.load import Fire, attempt, run_workers
 from bench.stats import Phase
 
 
@@ -66,23 +66,11 @@ async def steady(
     async def worker() -> None:
         nonlocal in_window
         while loop.time() < stop_at:
-            phase.offered += 1
-            began = loop.time()
-            outcome = await _bounded(fire, next(numbers), op_timeout_s)
-            now = loop.time()
-            phase.outcomes[outcome] += 1
-            if outcome == "ok":
-                phase.latencies_s.append(now - began)
-                if window_from <= now <= stop_at:
-                    in_window += 1
+            outcome, ended = await attempt(phase, fire, next(numbers), op_timeout_s)
+            if outcome == "ok" and window_from <= ended <= stop_at:
+                in_window += 1
 
-    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+    await run_workers(worker, concurrency)
     phase.elapsed_s += loop.time() - start
     return in_window / (duration_s - settle_s)
 
