@@ -15,6 +15,10 @@ from lockgate.runtime import loop
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.watchdog import Watchdog
 
+#: The exit status of a process that cannot start as configured (a credentials file
+#: missing, a setting malformed): sysexits' EX_CONFIG. Restarting it changes nothing.
+CONFIG_ERROR_EXIT = 78
+
 
 def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None:
     """Build settings from the environment, then run the app until SIGINT/SIGTERM."""
