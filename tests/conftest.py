@@ -1,7 +1,9 @@
-"""Fixtures shared by every suite: a real nats-server on an ephemeral loopback port."""
+"""Fixtures shared by every suite: a real nats-server on an ephemeral loopback port, and the
+one rule for a test whose prerequisite this machine lacks."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -10,6 +12,27 @@ import pytest
 from nats.aio.client import Client
 
 from lockgate.runtime.natsserver import NatsServer
+
+#: Values of ``CI`` that mean "not a CI run"; any other (true, 1, yes, a service's name) means one.
+_NOT_CI = frozenset({"", "0", "false"})
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run: ``CI`` set to anything but empty, 0 or false."""
+    return os.environ.get("CI", "").strip().lower() not in _NOT_CI
+
+
+def require(condition: bool, why: str) -> None:
+    """Go on if ``condition`` holds; otherwise fail in CI and skip, loudly, anywhere else.
+
+    Every test that cannot run without something this machine may lack (a browser, PostgreSQL,
+    user namespaces) decides here, so a CI run never passes by skipping what it was meant to run.
+    """
+    if condition:
+        return
+    if in_ci():
+        pytest.fail(f"CI must run this test: {why}", pytrace=False)
+    pytest.skip(f"NOT RUN on this machine (CI would fail here): {why}")
 
 
 @pytest.fixture(scope="session")
