@@ -33,6 +33,7 @@ from lockgate.runtime.settings import Settings
 from lockgate.testing.system import REPO, System, running
 from lockgate.worlds.casenotes.world import World
 from lockgate.worlds.items.world import World as ItemsWorld
+from tests.conftest import require
 
 NOTE = "case.add_note"
 #: A reviewer of tenant-b only, an operator of tenant-a only, beside the demo's people.
@@ -493,13 +494,10 @@ def test_the_api_under_fuzzing(case: schemathesis.Case, url: str, tokens: dict[s
 
 def chromium() -> Path:
     """Debian's chromium, which ``make test`` installs; missing in CI is a failure, not a skip."""
-    if CHROMIUM.exists() or shutil.which("chromium"):
-        return CHROMIUM if CHROMIUM.exists() else Path(str(shutil.which("chromium")))
-    why = ("no chromium at /usr/bin/chromium: `make test` installs it as root "
-           "(apt-get install -y --no-install-recommends chromium); the browser test cannot run")
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
+    found = CHROMIUM if CHROMIUM.exists() else shutil.which("chromium")
+    require(found is not None, "no chromium at /usr/bin/chromium: `make test` installs it as root "
+            "(apt-get install -y --no-install-recommends chromium)")
+    return Path(str(found))
 
 
 async def test_a_reviewer_approves_a_pending_note_from_the_page(

@@ -55,6 +55,7 @@ from lockgate.worlds.repo.world import (
     World,
     print_ledger,
 )
+from tests.conftest import require
 
 CRED = DEMO_CREDENTIAL
 CONTEXT = {"repo_id": "repo-1"}
@@ -79,10 +80,7 @@ def _sandbox_works() -> bool:
 @pytest.fixture(scope="module")
 def sandbox_available() -> None:
     """Skip where namespaces cannot be made here (a CI run must have them: it fails instead)."""
-    if not _sandbox_works():
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs unprivileged user and network namespaces for the sandbox tests")
-        pytest.skip("this machine cannot make user and network namespaces")
+    require(_sandbox_works(), "this machine cannot make unprivileged user and network namespaces")
 
 
 def request(arguments: dict[str, Any], *, tenant: str = "tenant-a", actor: str = "user-42",
