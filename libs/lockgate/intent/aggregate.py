@@ -385,6 +385,9 @@ class EffectIntent(Aggregate):
         # The adapter's facts about the resource, answered with the normalization (the
         # evidence policy decides on while they are fresh; ``None``: policy asks).
         facts: dict[str, str | int | bool] | None = None
+        # The contract's data classes, the part of it a decision reads besides the effect
+        # class (``None``: recorded before it was kept, when only the revision says which).
+        data_classes: tuple[str, ...] | None = None
 
         def apply(self, agg: EffectIntent) -> None:
             agg.state = State.NORMALIZED

@@ -72,6 +72,7 @@ def decide(
             serializer=SERIALIZER_ID,
             contract_revision=contract.revision,
             facts=dict(result.facts.facts) if result.facts is not None else None,
+            data_classes=tuple(contract.data_classes),
         )
     ]
 
