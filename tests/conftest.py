@@ -11,6 +11,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from lockgate.runtime import postgres
 from lockgate.runtime.natsserver import NatsServer
 
 #: Values of ``CI`` that mean "not a CI run"; any other (true, 1, yes, a service's name) means one.
@@ -33,6 +34,12 @@ def require(condition: bool, why: str) -> None:
     if in_ci():
         pytest.fail(f"CI must run this test: {why}", pytrace=False)
     pytest.skip(f"NOT RUN on this machine (CI would fail here): {why}")
+
+
+def require_postgres() -> None:
+    """PostgreSQL's server binaries, which the tests start a throwaway server from (``require``'s rule)."""
+    require(postgres.available(), "PostgreSQL's server binaries (initdb, pg_ctl) are not installed: "
+            "`make test` installs them as root (apt-get install postgresql)")
 
 
 @pytest.fixture(scope="session")

@@ -27,8 +27,12 @@ from lockgate.runtime.deployment import (
 from lockgate.runtime.postgres import PostgresServer
 from lockgate.views.lease import lease_for
 from lockgate.views.store import open_views
+from tests.conftest import require_postgres
 
-pytestmark = pytest.mark.skipif(not postgres.available(), reason="PostgreSQL is not installed")
+
+@pytest.fixture(autouse=True)
+def _postgres_installed() -> None:
+    require_postgres()
 
 
 @pytest.fixture

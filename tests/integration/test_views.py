@@ -22,10 +22,12 @@ from lockgate.testing import postgres
 from lockgate.testing.intents import T0, History
 from lockgate.views.projection import IntentViews, ProjectionGap
 from lockgate.views.store import SOURCE, Views, open_views
+from tests.conftest import require_postgres
 
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[postgres.PostgresServer]:
+    require_postgres()
     with postgres.PostgresServer() as server:
         yield server
 
