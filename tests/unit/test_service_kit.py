@@ -21,12 +21,14 @@ from lockgate.runtime.service import (
     Failures,
     Guard,
     Retry,
+    Unaddressed,
     abandonment,
     backoff_s,
     decide_and_append,
     is_transient,
     settle,
 )
+from lockgate.runtime.spec import RECORD_TRIES, give_up_from, max_deliver_for
 from lockgate.testing.intents import T0, History
 
 LOG = logging.getLogger("test")
@@ -250,6 +252,44 @@ async def test_giving_up_waits_for_the_store_and_terminates_only_what_cannot_be_
     assert (await deliver(waiting, ValueError("bug"), 1))[0][0] == "nak"
     broken, _ = guarded(Bounds(permanent_failures=1), refuse=ValueError("cannot record"))
     assert await deliver(broken, ValueError("bug"), 1) == [("term", None)]
+
+
+async def test_the_bound_delivery_itself_is_given_up_before_the_handler_runs() -> None:
+    guard, given_up = guarded(Bounds(deliveries=give_up_from(max_deliver_for(100))))
+    ran: list[int] = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    before, at = FakeMessage(99), FakeMessage(100)
+    await settle(before, work(), LOG, guard)  # type: ignore[arg-type]
+    await settle(at, work(), LOG, guard)  # type: ignore[arg-type]
+    assert (before.calls, at.calls, ran) == ([("ack", None)], [("ack", None)], [1])
+    assert [why.deliveries for why in given_up] == [100]
+
+
+def test_the_server_keeps_deliveries_to_record_a_give_up() -> None:
+    assert max_deliver_for(100) == 100 + RECORD_TRIES and give_up_from(max_deliver_for(100)) == 100
+    assert give_up_from(-1) is None
+    # A bound too small to keep them all keeps half; the last delivery always gives up.
+    assert [give_up_from(m) for m in (1, 2, 3, 6)] == [1, 2, 2, 4]
+
+
+async def test_an_unreadable_event_is_given_up_on_its_intent_and_acked() -> None:
+    guard, given_up = guarded()
+    assert await deliver(guard, EventDecodeError("garbage"), 1) == [("ack", None)]
+    assert "unreadable event" in given_up[0].cause and "garbage" in given_up[0].cause
+
+
+async def test_a_message_that_names_no_intent_is_terminated_as_poison() -> None:
+    guard, _ = guarded(refuse=Unaddressed("lg.evt.x", "not an event's subject"))
+    msg = FakeMessage(1)
+
+    async def work() -> None:
+        raise NotAnEventSubject("lg.evt.x")
+
+    assert await settle(msg, work(), LOG, guard) == "poison"  # type: ignore[arg-type]
+    assert msg.calls == [("term", None)]
 
 
 def test_what_is_transient() -> None:

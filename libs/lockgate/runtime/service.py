@@ -6,18 +6,22 @@ and a logged traceback, until the message has failed too often, or for too long:
 it is given up *on the record* and acknowledged (DESIGN, invariant 7). The rule is the
 same for every consumer and lives here (``Bounds``, ``settle``):
 
-- only failures count, never deliveries a handler asked for (timers);
+- in the process only failures count, never deliveries a handler asked for (timers);
 - a transient failure (the event store, an adapter, the broker not answering) may go
   on for ``transient_for_s``; any other failure counts toward ``permanent_failures``;
-- on a consumer without timers, ``deliveries`` bounds everything else (a handler that
-  takes its process down with it is never seen failing);
+- every delivery counts on the server: each durable has a finite ``max_deliver``
+  (``spec.max_deliver_for`` its consumer's ``deliveries``, timers included), and from
+  ``spec.give_up_from`` of it on, read from the message's own delivery count, the
+  message is given up without running the handler. A handler that takes its process
+  down with it is never seen failing, and a process keeps no count across its deaths:
+  the server's count is the evidence;
 - giving up records what the consumer's stream calls for (``abandon_event`` for events,
   ``abandon_report`` for adapters' reports, intake's own refusal for candidates). Only
   if even that cannot be recorded is the message terminated, and said so loudly.
 
-A swallowed exception would be a lost message, so the only other message terminated is
-one that can never be handled: a stored event this code cannot read (logged with its
-subject and counted as ``poison``).
+A swallowed exception would be a lost message. A stored event this code cannot read
+(poison) is recorded as given up on the intent its subject names, at once; only one
+whose subject names none is terminated, logged with its subject and counted as ``poison``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -71,7 +75,7 @@ from lockgate.runtime.metrics import Endpoint, start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import backoff_s as backoff_s
 from lockgate.runtime.settlement import is_transient as is_transient
-from lockgate.runtime.spec import Consumer, ServiceSpec
+from lockgate.runtime.spec import Consumer, ServiceSpec, give_up_from
 from lockgate.runtime.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime.topology import CANDIDATES, EVENTS, REPORTS, Durable, durable
 from lockgate.runtime.tracing import Tracing, start_tracing
@@ -112,12 +116,12 @@ class Bounds:
     """How long transient failures (store, adapter or broker unavailable) may go on:
     generous, so that a broker restart or a redeploy never gives anything up."""
     deliveries: int | None = 100
-    """Deliveries of any kind before giving up; ``None`` for consumers with timers."""
+    """The delivery (of any kind, timers too) from which the message is given up without
+    running the handler: the durable's ``spec.give_up_from``; ``None``: never."""
 
 
-#: The rule for consumers without timers, and for those with (deliveries do not count).
+#: The rule for a consumer without timers (its durable's bound replaces ``deliveries``).
 BOUNDS = Bounds()
-TIMER_BOUNDS = Bounds(deliveries=None)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,18 @@ class Abandonment:
 
 
 Abandon = Callable[[Delivery, Abandonment], Awaitable[None]]
+"""Records that a consumer gave a message up; raises ``Unaddressed`` when the message
+names no intent to record it on."""
+
+
+class Unaddressed(LockgateError):
+    """A message given up names no intent its giving up could be recorded on."""
+
+    retryable = False
+
+    def __init__(self, subject: str, why: str) -> None:
+        super().__init__(f"{subject}: {why}", code="service.unaddressed")
+        self.subject = subject
 
 
 class Failures:
@@ -206,13 +222,18 @@ def _sequence(msg: Delivery) -> int:
 async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
                   guard: Guard | None) -> str:
     n = deliveries(msg)
-    if guard is not None and guard.bounds.deliveries is not None and n > guard.bounds.deliveries:
+    if guard is not None and guard.bounds.deliveries is not None and n >= guard.bounds.deliveries:
+        # Before the handler: one that took its process down on every delivery so far
+        # would take this one down too, and the record would never be written.
         if inspect.iscoroutine(work):
             work.close()
         return await _give_up(msg, guard, log, f"delivered {n} times without being settled", n)
     try:
         await work
     except (EventDecodeError, NotAnEventSubject) as exc:
+        if guard is not None:
+            # It can never be handled: the intent it is about is told so now.
+            return await _give_up(msg, guard, log, f"unreadable event: {type(exc).__name__}: {exc}", n)
         log.error("unreadable event %s terminated: %s", msg.raw_message.subject, exc)
         await msg.reject()
         return "poison"
@@ -265,6 +286,13 @@ async def _give_up(msg: Delivery, guard: Guard, log: logging.Logger, cause: str,
     why = Abandonment(guard.durable, safe_text(cause, 300), n)
     try:
         await guard.abandon(msg, why)
+    except Unaddressed as exc:
+        # No record can say it: the log and the ``poison`` count are all there is.
+        log.error("%s gave up %s, which names no intent (%s); terminated: %s", guard.durable,
+                  msg.raw_message.subject, exc, why.cause)
+        guard.failures.forget(_sequence(msg))
+        await msg.reject()
+        return "poison"
     except Exception as exc:
         if is_transient(exc):
             # The record must come first; it will, once the store answers again.
@@ -480,7 +508,10 @@ def abandon_event(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abandon
     """
 
     async def abandon(msg: Delivery, why: Abandonment) -> None:
-        recorded = recorded_event(msg)
+        try:
+            recorded = recorded_event(msg)
+        except NotAnEventSubject as exc:
+            raise Unaddressed(msg.raw_message.subject, "not an event's subject") from exc
         if recorded.event_type == "ProcessingAbandoned":
             return
         trigger = recorded.event_id or f"seq-{recorded.sequence}"
@@ -709,7 +740,8 @@ def add_durable(
             abandon = abandon_report(lambda: service.ports)
         else:
             raise ValueError(f"{d.name} on {d.stream} must say what giving a message up records")
-    guard = Guard(d.name, TIMER_BOUNDS if d.timers else BOUNDS, abandon, Failures())
+    # The declared bound until the server's own is read (``start_consumers``).
+    guard = Guard(d.name, replace(BOUNDS, deliveries=give_up_from(d.max_deliver)), abandon, Failures())
 
     progress = progress_of(broker).setdefault(d.name, Progress(d.stream))
     watch = instruments(broker)
@@ -745,7 +777,7 @@ def add_durable(
     # Not a FastStream subscriber: its pull subscribers fetch (a probe and a waiting
     # pull per message at a pipeline's pace) and wrap every delivery in middlewares and
     # a task group; a continuous pull costs a delivery one message and one ack.
-    _bindings(broker).append(Binding(d, entry, sub.consumer.workers, log))
+    _bindings(broker).append(Binding(d, entry, sub.consumer.workers, log, guard))
 
 
 @dataclass
@@ -756,6 +788,8 @@ class Binding:
     entry: Callable[[Delivery], Awaitable[None]]
     workers: int
     log: logging.Logger
+    #: When its messages are given up; its delivery bound is the server's, once connected.
+    guard: Guard | None = None
     #: Pulling once connected: one per partition for a durable of the events stream.
     consumers: list[PullConsumer] = field(default_factory=list)
 
@@ -879,6 +913,8 @@ async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions
         if b.consumers:
             continue
         streams = partitions.streams if b.durable.stream == EVENTS else (b.durable.stream,)
+        if b.guard is not None:
+            await _bound_by_server(nc, streams, b.guard, b.log)
         workers = max(2, -(-b.workers // len(streams))) if len(streams) > 1 else b.workers
         b.consumers = [PullConsumer(nc, stream, b.durable.name, b.entry, workers=workers, log=b.log)
                        for stream in streams]
@@ -887,6 +923,30 @@ async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions
     for a in _ANSWERS.get(broker, ()):
         if a.subscription is None:
             await a.start(nc)
+
+
+async def _bound_by_server(nc: Client, streams: Sequence[str], guard: Guard, log: logging.Logger) -> None:
+    """Give messages up from the delivery the server's ``max_deliver`` leaves for it.
+
+    The server's bound, not this code's: should the durable be bounded otherwise (an
+    operator's choice, a deployment not yet brought up to date), the process still gives
+    a message up before the server stops delivering it. The lowest over the partitions.
+    """
+    bounds: list[int] = []
+    for stream in streams:
+        try:
+            info = await nc.jetstream().consumer_info(stream, guard.durable, timeout=2.0)
+        except (NatsError, TimeoutError) as exc:
+            log.warning("%s: its delivery bound on %s not read (%s); the declared one holds",
+                        guard.durable, stream, exc)
+            return
+        bounds.append(int(info.config.max_deliver or -1))
+    finite = [b for b in bounds if b > 0]
+    if len(finite) < len(bounds):
+        log.error("%s: unbounded on the server (max_deliver -1): run the topology step to bound "
+                  "it; giving up from delivery %s meanwhile", guard.durable, guard.bounds.deliveries)
+    if finite:
+        guard.bounds = replace(guard.bounds, deliveries=give_up_from(min(finite)))
 
 
 async def stop_consumers(broker: NatsBroker, timeout_s: float = 10.0) -> None:

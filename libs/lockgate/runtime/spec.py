@@ -34,6 +34,33 @@ SHARED_PENDING = 1024
 #: falls due), so their pending limit bounds how many deadlines can be open at once.
 TIMERS = 100_000
 
+#: Deliveries of one message after which a consumer without timers gives it up on the
+#: record without running its handler (a handler that takes its process down with it is
+#: never seen failing: the server's count is the only evidence).
+DELIVERIES = 100
+#: Deliveries past a consumer's bound that the server still makes, so that a give-up the
+#: store could not take (unavailable, say) is tried again rather than left undelivered:
+#: at the kit's backoff (capped at 15 s) about two minutes of an outage.
+RECORD_TRIES = 10
+
+
+def max_deliver_for(deliveries: int) -> int:
+    """The server's ``max_deliver`` for a consumer that gives up from ``deliveries`` on."""
+    return deliveries + RECORD_TRIES
+
+
+def give_up_from(max_deliver: int) -> int | None:
+    """The delivery from which a consumer whose server bound is ``max_deliver`` gives a
+    message up instead of handling it; ``None`` when the server bounds nothing (-1).
+
+    The inverse of ``max_deliver_for``; on a bound too small to keep ``RECORD_TRIES``
+    spare, half of it is kept, and at least the last delivery gives up.
+    """
+    if max_deliver <= 0:
+        return None
+    return max_deliver - min(RECORD_TRIES, (max_deliver - 1) // 2)
+
+
 #: What every consumer may append whatever its spec says: giving a message up is
 #: recorded on its intent (``lockgate.runtime.service``, DESIGN invariant 7).
 GIVING_UP: tuple[type[Event], ...] = (EffectIntent.ProcessingAbandoned,)
@@ -57,8 +84,10 @@ class Consumer:
     the event there (its filter then carries them, so the broker hands it nothing else).
     On another stream (candidates, reports) it is handed every message of ``channel``. ``timers``: its reaction asks
     for messages again later on purpose (``Retry``), so only failures count toward giving
-    one up. ``batch`` and ``workers`` are how many messages one process fetches at once
-    and handles at once.
+    one up in the process; ``deliveries`` bounds every delivery, timers included (the
+    server's ``max_deliver_for`` it), so a consumer with timers declares how many its
+    longest legitimate wait takes. ``batch`` and ``workers`` are how many messages one
+    process fetches at once and handles at once.
     """
 
     name: str
@@ -69,6 +98,7 @@ class Consumer:
     stream: str = EVENTS
     timers: bool = False
     max_ack_pending: int = SHARED_PENDING
+    deliveries: int = DELIVERIES
     batch: int = 16
     workers: int = 16
 
@@ -77,6 +107,8 @@ class Consumer:
             raise ValueError(f"{self.name}: a consumer of {EVENTS} names the events it is handed")
         if self.stream != EVENTS and (self.channel is None or self.events):
             raise ValueError(f"{self.name}: a consumer of {self.stream} names its channel")
+        if self.deliveries < 1:
+            raise ValueError(f"{self.name}: a consumer gives a message up after some deliveries")
         if len(set(self.events)) != len(self.events):
             raise ValueError(f"{self.name}: an event named twice")
         _events_only(self.name, self.events)

@@ -94,6 +94,30 @@ ENDS_INTENT: tuple[type[Event], ...] = (
     EffectIntent.PolicyDecided,
 )
 
+# How many deliveries each consumer with timers may take for one message: its longest
+# legitimate wait, with room for a few failures (the process gives the message up on the
+# record from there, and the server stops a few deliveries later: DESIGN invariant 7).
+# A nak with a delay is a delivery to the server, so every timer that comes due counts.
+
+#: ``policy-pauses``: a pause is asked again every ``recheck_s`` until ``timeout_s``, so
+#: timeout / recheck + 1 deliveries: 61 at the defaults (120 s, 2 s). A bundle may pause
+#: for up to 990 rechecks (33 minutes at 2 s).
+PAUSE_DELIVERIES = 1_000
+#: ``approval-expiry``: a review comes back at most hourly (its ``Retry`` is capped at
+#: 3,600 s) until it expires, so ceil(ttl / 3,600 s) + 1 deliveries: 2 at the default hour.
+#: Reviews may stay open up to 16 days.
+EXPIRY_DELIVERIES = 400
+#: ``executor-gate``: a gate waiting for its resource's lock asks again every 0.25 s; a
+#: lock is held for an attempt's outcome deadline (30 s by default: 120 deliveries), or
+#: for the lock's time to live (300 s: 1,200) when its holder died; missing facts are
+#: asked for every second; an authorized trigger comes back once at its attempt's deadline.
+#: About 20 minutes of waiting behind other effects on one resource.
+GATE_DELIVERIES = 5_000
+#: ``reconciler``: an unanswered or inconclusive query is asked again after 1, 2, 4 …
+#: seconds, capped at 60: a minute apart from the 7th delivery on, so about 25 hours of
+#: asking before the outcome is handed to an operator.
+RECONCILE_DELIVERIES = 1_500
+
 INTAKE = ServiceSpec(
     "intake",
     consumes=(
@@ -126,7 +150,7 @@ POLICY = ServiceSpec(
         Consumer("policy", "normalized", (EffectIntent.CandidateNormalized,)),
         Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,),
                  routes=((EffectIntent.PolicyDecided, (DecisionOutcome.PAUSE,)),),
-                 max_ack_pending=TIMERS, timers=True),
+                 max_ack_pending=TIMERS, timers=True, deliveries=PAUSE_DELIVERIES),
         # Handed an intent's end only when it holds something of policy's (its route).
         Consumer("policy-budgets", "settled", ENDS_INTENT,
                  routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),
@@ -144,7 +168,7 @@ APPROVAL = ServiceSpec(
         Consumer("approval", "decided", (EffectIntent.PolicyDecided,),
                  routes=((EffectIntent.PolicyDecided, (DecisionOutcome.REQUIRE_APPROVAL,)),)),
         Consumer("approval-expiry", "review_opened", (EffectIntent.ReviewRequested,),
-                 max_ack_pending=TIMERS, timers=True),
+                 max_ack_pending=TIMERS, timers=True, deliveries=EXPIRY_DELIVERIES),
     ),
     appends=(
         EffectIntent.ReviewRequested,
@@ -174,7 +198,7 @@ EXECUTOR = ServiceSpec(
              EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
             routes=((EffectIntent.PolicyDecided, (DecisionOutcome.ALLOW,)),
                     (EffectIntent.Reconciled, (Resolution.RETRY,))),
-            max_ack_pending=TIMERS, timers=True,
+            max_ack_pending=TIMERS, timers=True, deliveries=GATE_DELIVERIES,
         ),
         Consumer("executor-reports", "report", channel=channels.REPORT, stream=REPORTS),
         # What makes release survive a crash right after an append that ended a hold, for
@@ -208,7 +232,8 @@ EXECUTOR = ServiceSpec(
 RECONCILER = ServiceSpec(
     "reconciler",
     # It asks again (Retry) while no adapter answers its query.
-    consumes=(Consumer("reconciler", "unknown", (EffectIntent.OutcomeUnknown,), timers=True),),
+    consumes=(Consumer("reconciler", "unknown", (EffectIntent.OutcomeUnknown,), timers=True,
+                       deliveries=RECONCILE_DELIVERIES),),
     appends=(EffectIntent.Reconciled,),
     answers=(Answer(channels.RESOLVE, "resolve"),),
     reads=(CAPABILITIES_BUCKET,),

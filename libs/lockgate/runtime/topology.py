@@ -33,7 +33,7 @@ from lockgate.contracts import subjects
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.jetstream import partition_stream_configs
 from lockgate.eventstore.partitions import SINGLE, Partitions
-from lockgate.runtime.spec import SHARED_PENDING, Consumer
+from lockgate.runtime.spec import DELIVERIES, SHARED_PENDING, Consumer, max_deliver_for
 from lockgate.runtime.specs import SERVICES
 from lockgate.runtime.streams import BUDGETS_BUCKET as BUDGETS_BUCKET
 from lockgate.runtime.streams import CANDIDATES as CANDIDATES
@@ -67,13 +67,15 @@ class Durable:
 
     ``timers``: its handlers ask for messages again later on purpose (``Retry``), so
     how often a message was delivered says nothing about failures; only failures count
-    toward giving it up (``lockgate.runtime.service``).
+    toward giving it up in the process. ``max_deliver`` bounds every delivery on the
+    server (``spec.max_deliver_for`` the consumer's ``deliveries``); the process gives a
+    message up on the record a few deliveries before it (``spec.give_up_from``).
     """
 
     stream: str
     name: str
     filters: tuple[str, ...]
-    max_deliver: int = -1
+    max_deliver: int = max_deliver_for(DELIVERIES)
     max_ack_pending: int = SHARED_PENDING
     timers: bool = False
 
@@ -82,6 +84,7 @@ def durable_of(consumer: Consumer) -> Durable:
     """The durable a service spec's consumer is on the server (on the one events stream
     of K = 1; ``durables_on`` places it on every partition)."""
     return Durable(consumer.stream, consumer.name, consumer.filters,
+                   max_deliver=max_deliver_for(consumer.deliveries),
                    max_ack_pending=consumer.max_ack_pending, timers=consumer.timers)
 
 
@@ -98,8 +101,9 @@ def durables_on(partitions: Partitions) -> tuple[Durable, ...]:
             if c.stream != EVENTS:
                 placed.append(durable_of(c))
                 continue
-            placed += [Durable(p.stream, c.name, c.filters_for(p.prefix), max_ack_pending=c.max_ack_pending,
-                               timers=c.timers) for p in partitions]
+            placed += [Durable(p.stream, c.name, c.filters_for(p.prefix),
+                               max_deliver=max_deliver_for(c.deliveries),
+                               max_ack_pending=c.max_ack_pending, timers=c.timers) for p in partitions]
     return tuple(placed)
 
 
@@ -183,7 +187,9 @@ def exec_consumer_config(capability: str, ack_wait_s: float) -> ConsumerConfig:
     """The durable on ``LG_EXEC`` the adapters of ``capability`` share.
 
     The adapter SDK creates it with this configuration when it starts (its grant names
-    exactly this consumer and filter); an administrator may create it first.
+    exactly this consumer and filter); an administrator may create it first. Bounded like
+    every durable: an order the server stops delivering was never reported, and the
+    attempt's deadline puts that silence on the record (``OutcomeUnknown``).
     """
     name = consumer_name(capability)
     return ConsumerConfig(
@@ -192,7 +198,7 @@ def exec_consumer_config(capability: str, ack_wait_s: float) -> ConsumerConfig:
         deliver_policy=DeliverPolicy.ALL,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=ack_wait_s,
-        max_deliver=-1,
+        max_deliver=max_deliver_for(DELIVERIES),
         filter_subject=subjects.order(capability),
     )
 
@@ -229,7 +235,9 @@ async def ensure_topology(
                 )
             )
     for d in durables_on(partitions):
-        # CONSUMER.CREATE without an action creates, or updates a compatible existing one.
+        # CONSUMER.CREATE without an action creates, or updates a compatible existing one:
+        # max_deliver and ack_wait are editable, so an unbounded durable of an earlier
+        # deployment is bounded here, its pending messages kept.
         await js.add_consumer(d.stream, consumer_config(d, ack_wait_s))
     for capability in capabilities:
         await js.add_consumer(EXEC, exec_consumer_config(capability, ack_wait_s))

@@ -1,0 +1,135 @@
+"""Nothing is redelivered forever, on any durable (DESIGN invariant 7), read back from the server.
+
+Every durable the topology creates has a finite ``max_deliver``; a consumer with timers
+too. A message that takes its process down on every delivery is given up on the record
+from the server's delivery count, the one count that survives the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import nats
+from nats.aio.client import Client
+
+from lockgate.eventstore.jetstream import JetStreamEventStore
+from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.runtime.natsserver import NatsServer
+from lockgate.runtime.spec import give_up_from
+from lockgate.runtime.specs import GATE_DELIVERIES
+from lockgate.runtime.topology import (
+    DURABLES,
+    EVENTS,
+    consumer_config,
+    consumer_name,
+    durable,
+    ensure_topology,
+    stream_configs,
+)
+from lockgate.testing.intents import History
+
+HERE = Path(__file__).parent
+WAIT_S = 90.0
+CAPABILITY = "case.add_note"
+
+
+async def test_every_durable_the_topology_creates_is_bounded_on_the_server(fresh_server: NatsServer) -> None:
+    nc = await nats.connect(fresh_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js, capabilities=[CAPABILITY])
+        found: dict[str, int] = {}
+        for stream in (c.name for c in stream_configs() if c.name):
+            for info in await js.consumers_info(stream):
+                found[info.name] = int(info.config.max_deliver or -1)
+        assert set(found) == {d.name for d in DURABLES} | {consumer_name(CAPABILITY)}
+        assert [name for name, bound in found.items() if bound <= 0] == []
+        # The timers' bound is the server's too: a gate waits its longest legitimate wait.
+        assert give_up_from(found["executor-gate"]) == GATE_DELIVERIES
+    finally:
+        await nc.close()
+
+
+async def test_an_unbounded_durable_of_an_earlier_deployment_is_bounded_in_place(
+    fresh_server: NatsServer,
+) -> None:
+    nc = await nats.connect(fresh_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js)
+        gate = durable("executor-gate")
+        await js.delete_consumer(EVENTS, gate.name)
+        await js.add_consumer(EVENTS, replace(consumer_config(gate, 5.0), max_deliver=-1))
+        h = History().normalized().decided("allow")
+        store = JetStreamEventStore(nc)
+        await store.append(await store.load("tenant-a", h.intent_id), [encode_event(e) for e in h.events])
+        assert (await js.consumer_info(EVENTS, gate.name)).num_pending == 1
+        await ensure_topology(js)  # the deployment's next start
+        info = await js.consumer_info(EVENTS, gate.name)
+        assert info.config.max_deliver == gate.max_deliver > 0
+        assert info.num_pending == 1  # bounded in place: what it held is still there
+    finally:
+        await nc.close()
+
+
+async def doomed_executor(nc: Client, url: str, tmp: Path, intent_id: str, deaths: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    env.update(LOCKGATE_NATS_URL=url, LOCKGATE_VAR_DIR=str(tmp), LOCKGATE_DOOMED_INTENT=intent_id,
+               LOCKGATE_CRASH_LOG=str(deaths), LOCKGATE_METRICS_ENABLED="false",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")])))
+    with open(tmp / "executor.log", "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "fakes.doomed"], env=env, stdout=log, stderr=log)
+
+
+async def test_a_message_that_kills_its_process_every_time_is_given_up_on_the_record(
+    fresh_server: NatsServer, tmp_path: Path,
+) -> None:
+    """The gate's durable has timers: before, nothing but failures seen in memory counted
+    there, and a process killed by the message sees none, so it was handed out for ever."""
+    nc = await nats.connect(fresh_server.url)
+    js = nc.jetstream()
+    await ensure_topology(js, ack_wait_s=1.0)
+    gate = durable("executor-gate")
+    # An operator's bound of 6 on the server: from the 4th delivery on, the process gives up.
+    await js.add_consumer(EVENTS, replace(consumer_config(gate, 1.0), max_deliver=6))
+    h = History().normalized().decided("allow")
+    store = JetStreamEventStore(nc)
+    history = await store.append(await store.load("tenant-a", h.intent_id),
+                                 [encode_event(e) for e in h.events])
+    trigger = history.events[-1].sequence
+    deaths = tmp_path / "deaths"
+    proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            events = [decode_event(e) for e in (await store.load("tenant-a", h.intent_id)).events]
+            if any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events):
+                break
+            assert time.monotonic() < deadline, (deaths.read_text() if deaths.exists() else "no deaths")
+            if proc.poll() is not None:  # its supervisor's part: start it again
+                proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+            await asyncio.sleep(0.2)
+        abandoned = events[-1]
+        assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+        assert (abandoned.durable, abandoned.deliveries) == ("executor-gate", 4)
+        assert "delivered 4 times" in abandoned.cause
+        intent = fold(events)
+        assert intent is not None and (intent.state, intent.reason) == (State.REFUSED, "candidate.unprocessable")
+        # Acknowledged: the message is past the durable's ack floor, never handed out again.
+        while (info := await js.consumer_info(EVENTS, gate.name)).ack_floor.stream_seq < trigger:
+            assert time.monotonic() < deadline, info
+            await asyncio.sleep(0.2)
+        assert info.num_ack_pending == 0 and info.num_redelivered == 0
+        assert [line.split()[2] for line in deaths.read_text().splitlines()] == ["1", "2", "3"]
+        assert proc.poll() is None  # the process that recorded it lives on
+    finally:
+        proc.kill()
+        proc.wait()
+        await nc.close()
