@@ -56,7 +56,7 @@ from lockgate.runtime.cluster import cluster_report, wait_for_leaders
 from lockgate.runtime.supervisor import CLUSTER_CHILD_REPLICAS
 from lockgate.runtime.topology import spread_leaders
 from lockgate.testing.cluster import ClusterSystem, place_on_nodes
-from lockgate.testing.system import bundle_copy
+from lockgate.testing.system import System, bundle_copy
 from lockgate.worlds.casenotes.adapter import CONTRACT as CASE_NOTES
 
 
@@ -151,6 +151,12 @@ class ProfileRun:
     slices: Slices | None = None
 
 
+def views_of(system: System) -> str:
+    """Where the processes' views are, from the URL they are handed: postgresql or sqlite."""
+    url = system.env().get("LOCKGATE_VIEWS_URL", "")
+    return "postgresql" if url.startswith(("postgresql://", "postgres://")) else "sqlite"
+
+
 def _num(x: float, digits: int) -> float | None:
     return None if math.isnan(x) else round(x, digits)
 
@@ -191,6 +197,7 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
         progress(f"starting {profile.describe()} under {root}")
         await system.start(timeout_s=plan.start_timeout_s)
         started_s = time.monotonic() - began
+        progress(f"views on {views_of(system)} ({system.env().get('LOCKGATE_VIEWS_URL') or 'var/'})")
         nc = await system.connect()  # the raw chain runs as the topology owner
         js = nc.jetstream()
         nodes = [n.name for n in system.nodes]
@@ -333,6 +340,7 @@ async def run_cluster(profile: Profile, plan: ClusterPlan, root: Path) -> Profil
             "projector_events_per_s": projector_per_s,
             **lg_path.figures(), **raw_path.raw_figures(),
             "leaders": leaders,
+            "views": views_of(system),
             "start_s": round(started_s, 1),
         }
         return ProfileRun(profile, phases, notes, figures, hops, (lg_path, raw_path), slices)

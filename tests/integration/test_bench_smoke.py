@@ -23,6 +23,7 @@ from bench.stats import Phase
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import events_stream_config
 from lockgate.testing.system import REPO
+from tests.conftest import require_postgres
 
 CHAINS = 24
 
@@ -92,6 +93,7 @@ async def test_partitioned_raw_chain_runs_on_every_partition(nc: Client) -> None
 
 def test_cluster_profile_reports_lockgate_beside_the_raw_chain() -> None:
     """The cluster-r1 profile at a tiny size: three nodes, both systems, one JSON line."""
+    require_postgres()  # the cluster's views are on PostgreSQL, or it does not start
     out = subprocess.run(
         [sys.executable, "-m", "bench", "--profile", "cluster-r1", "--quick", "--slice", "2",
          "--concurrency", "4", "--rate", "4", "--duration", "1"],
@@ -102,6 +104,7 @@ def test_cluster_profile_reports_lockgate_beside_the_raw_chain() -> None:
     assert figures["nodes"] == 3 and figures["stream_replicas"] == 1
     assert figures["sync_interval"] == "default" and figures["partitions"] == 3
     assert figures["service_replicas"] == 2 and figures["raw_chain_workers"] == 2
+    assert figures["views"] == "postgresql"
     for key in ("lockgate_per_s", "raw_chain_per_s", "throughput_ratio", "lockgate_p50_ms",
                 "lockgate_p99_ms", "raw_p50_ms", "cpu_ms_per_candidate"):
         assert isinstance(figures[key], float) and figures[key] > 0, (key, figures)

@@ -4,8 +4,9 @@ As ``lockgate run --cluster 3`` runs it: three nodes (``lockgate.runtime.cluster
 ephemeral loopback ports with their stores under the test's directory, one accounts file
 for all of them, the topology created once by ``admin`` at R3 (and the adapters'
 execution durables with it), two replicas of every service and adapter, one of each
-read-side process, the views on a throwaway PostgreSQL server when one is installed
-(SQLite otherwise). Every process is handed every node's URL.
+read-side process, the views on a throwaway PostgreSQL server (its binaries missing, the
+start fails at once, saying so; ``use_postgres=False`` asks for SQLite instead). Every
+process is handed every node's URL.
 
 A replicated process is known by its label, ``intake-1`` and ``intake-2``; ``kill`` and
 ``restart`` take labels. Nodes are ``n1`` .. ``n3``: ``kill_node``, ``freeze_node``,
@@ -42,7 +43,7 @@ from lockgate.runtime.cluster import (
     wait_for_leaders,
 )
 from lockgate.runtime.deployment import ensure_deployment
-from lockgate.runtime.postgres import PostgresServer
+from lockgate.runtime.postgres import PostgresServer, PostgresUnavailable
 from lockgate.runtime.status import gather_status
 from lockgate.runtime.supervisor import replicas_of
 from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
@@ -76,6 +77,7 @@ class ClusterSystem(System):
     """Three nodes, the topology at R3 (``replicas``), two replicas of every service and adapter."""
 
     size: int = 3
+    #: The views on PostgreSQL, as ``lockgate run --cluster`` keeps them; False: on SQLite.
     use_postgres: bool = True
     #: A partition per node, as ``lockgate run --cluster 3`` keeps them.
     partitions: Partitions = Partitions(3)
@@ -103,7 +105,16 @@ class ClusterSystem(System):
         return self.cluster.addresses()
 
     async def start(self, timeout_s: float = 120.0) -> None:
-        """Render the users, start the nodes and PostgreSQL, create the topology, start every child."""
+        """Render the users, start the nodes and PostgreSQL, create the topology, start every child.
+
+        Raises:
+            PostgresUnavailable: the views are to be on PostgreSQL and its binaries are missing
+                (before anything starts).
+        """
+        if self.use_postgres and not postgres.available():
+            raise PostgresUnavailable(
+                "the cluster's views need PostgreSQL's server binaries (initdb, pg_ctl), which are "
+                "not installed: apt-get install postgresql (make test does, as root)")
         (self.root / "log").mkdir(parents=True, exist_ok=True)
         spread_r1 = self.replicas == 1 and len(self.partitions) > 1 and self.size > 1
         self.cluster = LocalCluster(self.root / "cluster", self.size, log_dir=self.root / "log",
@@ -111,7 +122,7 @@ class ClusterSystem(System):
         self.deployment = ensure_deployment(self.root, self.settings().roles(),
                                             server_config=self.cluster.accounts_conf)
         await asyncio.to_thread(self.cluster.start)
-        if self.use_postgres and postgres.available():
+        if self.use_postgres:
             self.views = PostgresServer()
             await asyncio.to_thread(self.views.start)
             self.extra_env.setdefault("LOCKGATE_VIEWS_URL", self.views.url)
