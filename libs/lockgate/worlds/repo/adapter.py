@@ -26,11 +26,13 @@ The world's credential lives only here, in ``RepoWorldSettings``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,7 @@ from lockgate.worlds.repo.paths import PathRefused
 from lockgate.worlds.repo.sandbox import (
     SandboxSettings,
     SandboxUnavailable,
+    interpreter_of,
     run_sandboxed,
 )
 from lockgate.worlds.repo.world import (
@@ -130,6 +133,27 @@ _SANDBOX_DOWN = Disclosure("unavailable", "sandbox.unavailable", persistent=Fals
                            alternatives=("wait", "stop"))
 
 
+def hidden_paths(world_dir: Path, var_dir: Path) -> tuple[str, ...]:
+    """What a sandboxed command must not see: the deployment's tree, its state and the home directory.
+
+    The deployment's tree is the folder holding ``pyproject.toml`` above this package (a
+    checkout), else the installed package; the virtual environment when there is one; the
+    home directory's every entry but the one leading to the interpreter's installation.
+    """
+    here = Path(__file__).resolve()
+    tree = next((p for p in here.parents if (p / "pyproject.toml").is_file()), here.parents[2])
+    hidden = {str(world_dir.resolve()), str(var_dir.resolve()), str(tree), str(Path(sys.prefix).resolve())}
+    _, prefix = interpreter_of(SandboxSettings())
+    home = Path.home().resolve()
+    if not prefix.startswith(str(home) + "/"):
+        hidden.add(str(home))
+    else:
+        with contextlib.suppress(OSError):
+            hidden.update(str(entry) for entry in home.iterdir()
+                          if not prefix.startswith(str(entry) + "/"))
+    return tuple(sorted(hidden))
+
+
 class RepoWorldSettings(BaseSettings):
     """Where the repository world lives, its credential, the deadline and the sandbox's limits.
 
@@ -142,10 +166,17 @@ class RepoWorldSettings(BaseSettings):
     dir: Path = Field(default_factory=lambda: Settings().var_dir / "worlds" / "repo")
     credential: SecretStr = SecretStr(DEMO_CREDENTIAL)
     outcome_deadline_s: float = Field(default=DEFAULT_OUTCOME_DEADLINE_S, gt=0)
-    #: The ``unshare`` binary that makes the sandbox's namespaces (a path or a name on PATH).
+    #: bubblewrap, which makes the sandbox (a path or a name on PATH).
+    bwrap: str = "bwrap"
+    #: ``unshare``, which makes the sandbox's staging mount namespace when the adapter is root.
     unshare: str = "unshare"
     test_timeout_s: float = Field(default=10.0, gt=0)
     test_output_max_bytes: int = Field(default=TEST_OUTPUT_MAX_BYTES, gt=0)
+    test_cpu_s: int = Field(default=10, gt=0)
+    test_memory_bytes: int = Field(default=1 << 30, gt=0)
+    test_processes: int = Field(default=64, gt=0)
+    test_open_files: int = Field(default=256, gt=0)
+    test_workspace_bytes: int = Field(default=64 << 20, gt=0)
 
 
 def _schema(properties: dict[str, dict[str, Any]], required: tuple[str, ...]) -> dict[str, Any]:
@@ -302,7 +333,7 @@ def tests_contract(outcome_deadline_s: float = DEFAULT_OUTCOME_DEADLINE_S) -> Ca
         result_max_bytes=8 * 1024,
         outcome_deadline_s=outcome_deadline_s,
         disclosure={**_DENIALS, "sandbox.unavailable": _SANDBOX_DOWN,
-                    "sandbox.network-shared": _SANDBOX_DOWN},
+                    "sandbox.network-shared": _SANDBOX_DOWN, "sandbox.not-contained": _SANDBOX_DOWN},
         alternatives=("narrow_scope", "stop"),
     )
 
@@ -636,9 +667,8 @@ class RunTestsAdapter(_RepoAdapter):
     async def _run(self, order: ExecutionOrder, command: str, path: str,
                    revision: str) -> dict[str, Any]:
         """Check the revision out into a throw-away directory and run the command there."""
-        words = shlex.split(command)
-        # ``python`` is the world's interpreter (the one with its test runner installed).
-        argv = [sys.executable if words[0] == "python" else words[0], *words[1:], path]
+        # ``python`` is the sandbox's interpreter, with the test runner's packages bound in.
+        argv = [*shlex.split(command), path]
         scratch = Path(tempfile.mkdtemp(prefix="lockgate-sandbox-"))
         try:
             workspace = scratch / "workspace"
@@ -646,10 +676,9 @@ class RunTestsAdapter(_RepoAdapter):
                 dropped = await asyncio.to_thread(self._world.checkout, revision, workspace)
             except RepoWorldError as exc:
                 raise Rejected(exc.reason, str(exc)) from exc
-            env = {"HOME": str(scratch), "TMPDIR": str(scratch),
-                   "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            sandbox = replace(self._sandbox, hidden=(*self._sandbox.hidden, str(scratch)))
             try:
-                ran = await run_sandboxed(argv, workspace, self._sandbox, env)
+                ran = await run_sandboxed(argv, workspace, sandbox, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
             except SandboxUnavailable as exc:
                 # Fail closed: nothing ran, and nothing runs without the sandbox.
                 raise Rejected(exc.reason, f"sandbox not established: {exc.detail}") from exc
@@ -706,8 +735,12 @@ def build_adapters(settings: RepoWorldSettings) -> tuple[_RepoAdapter, ...]:
     credential = settings.credential.get_secret_value()
     world = World.open_or_seed(settings.dir, credential=credential)
     deadline = settings.outcome_deadline_s
-    sandbox = SandboxSettings(unshare=settings.unshare, timeout_s=settings.test_timeout_s,
-                              output_max_bytes=settings.test_output_max_bytes)
+    sandbox = SandboxSettings(
+        bwrap=settings.bwrap, unshare=settings.unshare, timeout_s=settings.test_timeout_s,
+        output_max_bytes=settings.test_output_max_bytes, cpu_s=settings.test_cpu_s,
+        memory_bytes=settings.test_memory_bytes, processes=settings.test_processes,
+        open_files=settings.test_open_files, workspace_bytes=settings.test_workspace_bytes,
+        hidden=hidden_paths(settings.dir, Settings().var_dir))
     return (
         ReadFileAdapter(world, credential, read_contract(deadline)),
         PrepareSummaryAdapter(world, credential, summary_contract(deadline)),
