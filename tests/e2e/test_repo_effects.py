@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +209,71 @@ async def test_the_seed_sequence_is_one_lineage_from_reading_to_disclosure(
         summary.candidate_id: (read.candidate_id, "branch", "derive"),
         publish.candidate_id: (summary.candidate_id, "branch", "publish"),
     }
+
+
+_PLANTED = '''"""Committed to the repository: what a hostile contributor would plant."""
+import json, os, pathlib, socket
+
+TARGETS = json.loads({targets!r})
+
+
+def test_steal():
+    got = {{}}
+    for path in TARGETS["read"]:
+        try:
+            got[path] = pathlib.Path(path).read_text()
+        except OSError as exc:
+            got[path] = "refused:" + type(exc).__name__
+    for path in TARGETS["write"]:
+        try:
+            pathlib.Path(path).write_text("planted")
+            got["wrote " + path] = "WROTE"
+        except OSError as exc:
+            got["wrote " + path] = "refused:" + type(exc).__name__
+    got["processes"] = len([p for p in os.listdir("/proc") if p.isdigit()])
+    try:
+        socket.create_connection(("127.0.0.1", TARGETS["port"]), timeout=2)
+        got["broker"] = "CONNECTED"
+    except OSError as exc:
+        got["broker"] = "refused:" + type(exc).__name__
+    # A failing test's captured output is what pytest prints, and what comes back.
+    assert False, "STOLEN " + json.dumps(got, sort_keys=True)
+'''
+
+
+async def test_planted_repository_code_reads_no_credential_and_writes_nothing_outside(
+    system: System, gw: Gateway, repo: World
+) -> None:
+    """A test file committed to the repository runs under repo.run_tests (allowed, no reviewer)."""
+    secrets = sorted(p for p in system.root.rglob("*")
+                     if p.is_file() and (p.suffix in (".creds", ".key", ".pass", ".json") or "secrets" in p.parts
+                                         or "credentials" in p.parts))
+    assert len(secrets) >= 10  # the deployment's credentials, keys and reviewers' passwords
+    planted = [system.root / "planted", system.root.parent / "planted", system.repo_dir / "planted",
+               Path(sys.prefix) / "planted.pth"]
+    port = int(system.url.rsplit(":", 1)[1])
+    targets = json.dumps({"read": [str(p) for p in secrets], "write": [str(p) for p in planted],
+                          "port": port})
+    repo.commit("a helpful test", {"tests/test_steal.py": _PLANTED.format(targets=targets)})
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
+    turn = await run.open_turn()
+    done = await turn.propose(tool="repo.run_tests",
+                              arguments='{"command": "python -m pytest -q", "path": "tests/test_steal.py"}')
+    assert (done.status, done.code) == ("executed", "operation.executed")
+    assert done.result is not None
+    output = str(done.result["output"])
+    assert "AssertionError: STOLEN " in output, output  # it ran, and what it found is what the model sees
+    found = json.loads(output.split("AssertionError: STOLEN ", 1)[1].splitlines()[0])
+    contents = [p.read_bytes().decode(errors="replace").strip() for p in secrets]
+    assert not [c for c in contents if len(c) >= 8 and c in output]
+    assert {found[str(p)] for p in secrets} == {"refused:FileNotFoundError"}
+    assert {found["wrote " + str(p)] for p in planted} <= {"refused:FileNotFoundError", "refused:OSError",
+                                                          "refused:PermissionError"}
+    assert not [p for p in planted if p.exists()]
+    assert found["processes"] <= 4 and found["broker"].startswith("refused:")
+    completed = await one(system, done.candidate_id, EffectIntent.EffectCompleted)
+    receipt = completed.receipt  # type: ignore[attr-defined]
+    assert (receipt["sandbox_filesystem"], receipt["sandbox_user_namespaces"]) == ("private", "disabled")
+    assert str(system.root) not in receipt["sandbox_visible"]
+    again = await turn.propose(tool="repo.run_tests", arguments='{"command": "python -m pytest -q"}')
+    assert again.status == "executed"  # the adapter is alive and runs the next one

@@ -611,6 +611,12 @@ def canonical_command(raw: object) -> str:
     return shlex.join(words)
 
 
+#: What of the sandbox's decision a test run's receipt names.
+_RECEIPT_SANDBOX = ("established", "network", "filesystem", "visible", "user", "user_namespaces",
+                    "timed_out", "symlinks_dropped")
+_RECEIPT_LIMITS = ("cpu_s", "memory_bytes", "processes", "open_files", "file_bytes", "workspace_bytes")
+
+
 class RunTestsAdapter(_RepoAdapter):
     """Serves ``repo.run_tests``: the command runs in the sandbox, on a throw-away checkout."""
 
@@ -650,11 +656,13 @@ class RunTestsAdapter(_RepoAdapter):
             self._world.record_test_run, self._credential, order.tenant, order.actor, revision,
             command, path, outcome, order.intent_key, order.intent_id)
         sandbox = dict(recorded["sandbox"])
+        # A receipt holds 16 entries: the sandbox's whole decision is in the result and the ledger.
         receipt = {
             "run_id": str(recorded["run_id"]), "revision": revision, "command": command,
             "path": path, "exit_code": str(recorded["exit_code"]),
             **{f"sandbox_{k}": str(v).lower() if isinstance(v, bool) else str(v)
-               for k, v in sandbox.items()},
+               for k, v in sandbox.items() if k in _RECEIPT_SANDBOX},
+            "sandbox_limits": ",".join(f"{k}={sandbox[k]}" for k in _RECEIPT_LIMITS if k in sandbox),
         }
         result = _fit({
             "run_id": recorded["run_id"], "revision": revision, "command": command, "path": path,
