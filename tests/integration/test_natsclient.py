@@ -99,10 +99,18 @@ async def test_requests_on_a_timer_are_answered_time_out_and_leave_nothing_behin
             nc.request("probe.echo", str(i).encode(), timeout=2, headers={"X-Tag": "!"})
             for i in range(20)))
         assert [r.data for r in replies] == [f"{i}!".encode() for i in range(20)]
+        # Each request's timer is its own: the later, shorter one times out first, never early,
+        # while the earlier, longer one still waits.
         started = time.monotonic()
-        with pytest.raises(nats.errors.TimeoutError):
-            await nc.request("probe.quiet", b"", timeout=0.2)
-        assert 0.15 < time.monotonic() - started < 1.5
+        longer = asyncio.create_task(nc.request("probe.quiet", b"", timeout=30))
+        shorter = asyncio.create_task(nc.request("probe.quiet", b"", timeout=0.2))
+        done, _ = await asyncio.wait([longer, shorter], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {shorter}
+        assert isinstance(shorter.exception(), nats.errors.TimeoutError)
+        assert time.monotonic() - started > 0.15
+        longer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await longer
         with pytest.raises(nats.errors.NoRespondersError):
             await nc.request("probe.nobody", b"", timeout=2)
         cancelled = asyncio.create_task(nc.request("probe.quiet", b"", timeout=5))
