@@ -15,7 +15,13 @@ from lockgate.contracts.messages import AttemptReport
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.service import Abandonment, abandon_event, abandon_report, load_intent
+from lockgate.runtime.service import (
+    Abandonment,
+    Unaddressed,
+    abandon_event,
+    abandon_report,
+    load_intent,
+)
 from lockgate.runtime.settings import Settings
 from lockgate.testing.intents import T0, History
 
@@ -54,8 +60,10 @@ async def test_a_report_given_up_leaves_a_sent_intent_to_an_operator(ports: Port
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.NEEDS_OPERATOR
     assert intent.abandoned == ["executor-reports:report-a1-completed"]
-    # A report too broken to name its intent is on no record (its deadline speaks for it).
-    await abandon(message("lg.report.case.add_note.x", b"\xff"), WHY)  # type: ignore[arg-type]
+    # A report too broken to name its intent is on no record (its deadline speaks for it),
+    # and says so: the kit terminates it as poison.
+    with pytest.raises(Unaddressed):
+        await abandon(message("lg.report.case.add_note.x", b"\xff"), WHY)  # type: ignore[arg-type]
 
 
 async def test_an_event_given_up_is_recorded_even_when_its_aggregate_does_not_fold(ports: Ports) -> None:

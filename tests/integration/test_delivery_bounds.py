@@ -12,21 +12,32 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import nats
 from nats.aio.client import Client
+from nats.js import JetStreamContext
+from prometheus_client import REGISTRY
 
+from lockgate.adapters.sdk import report_subject
+from lockgate.contracts.vocabulary import ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.eventstore.subjects import event_subject
+from lockgate.executor.app import create_app as executor_app
+from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.normalization.app import create_app as normalization_app
 from lockgate.runtime.natsserver import NatsServer
+from lockgate.runtime.settings import Settings
 from lockgate.runtime.spec import give_up_from
 from lockgate.runtime.specs import GATE_DELIVERIES
 from lockgate.runtime.topology import (
     DURABLES,
     EVENTS,
+    REPORTS,
     consumer_config,
     consumer_name,
     durable,
@@ -132,4 +143,89 @@ async def test_a_message_that_kills_its_process_every_time_is_given_up_on_the_re
     finally:
         proc.kill()
         proc.wait()
+        await nc.close()
+
+
+async def stored_until(store: JetStreamEventStore, intent_id: str, done: type[Event],
+                       count: int = 1) -> list[Event]:
+    deadline = time.monotonic() + 30
+    while True:
+        events = [decode_event(e) for e in (await store.load("tenant-a", intent_id)).events
+                  if e.event_type != "CandidateReceived" or e.data != POISON]
+        if sum(isinstance(e, done) for e in events) >= count:
+            return events
+        assert time.monotonic() < deadline, [type(e).__name__ for e in events]
+        await asyncio.sleep(0.1)
+
+
+async def drained(js: JetStreamContext, stream: str, durable_name: str, through: int) -> None:
+    """Wait until ``durable_name`` acknowledged (or terminated) everything through ``through``."""
+    deadline = time.monotonic() + 30
+    while (info := await js.consumer_info(stream, durable_name)).ack_floor.stream_seq < through:
+        assert time.monotonic() < deadline, info
+        await asyncio.sleep(0.1)
+
+
+POISON = b"\xff not an event"
+
+
+async def test_an_unreadable_stored_event_is_given_up_on_the_intent_its_subject_names(
+    fresh_server: NatsServer, tmp_path: Path,
+) -> None:
+    """Before, it was terminated with a log line: the intent stalled, and nothing said so."""
+    nc = await nats.connect(fresh_server.url)
+    await ensure_topology(nc.jetstream())
+    app = normalization_app(Settings(nats_url=fresh_server.url, var_dir=tmp_path))
+    await app.start()
+    try:
+        js = nc.jetstream()
+        intent_id = History(call_id=uuid.uuid4().hex[:12]).intent_id
+        ack = await js.publish(event_subject("tenant-a", intent_id, 1, "CandidateReceived"), POISON,
+                               headers={"Nats-Msg-Id": "poison-1"})
+        store = JetStreamEventStore(nc)
+        events = await stored_until(store, intent_id, EffectIntent.ProcessingAbandoned)
+        (abandoned,) = events
+        assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+        assert (abandoned.durable, abandoned.trigger, abandoned.deliveries) == ("normalization", "poison-1", 1)
+        assert abandoned.cause.startswith("unreadable event: EventDecodeError")
+        await drained(js, EVENTS, "normalization", ack.seq)
+    finally:
+        await app.stop()
+        await nc.close()
+
+
+async def test_unreadable_and_unaddressed_reports_are_refused_on_the_intent_their_subject_names(
+    fresh_server: NatsServer, tmp_path: Path,
+) -> None:
+    """Before, both were acknowledged and dropped with a log line."""
+    nc = await nats.connect(fresh_server.url)
+    await ensure_topology(nc.jetstream())
+    app = executor_app(Settings(nats_url=fresh_server.url, var_dir=tmp_path))
+    await app.start()
+    try:
+        js = nc.jetstream()
+        store = JetStreamEventStore(nc)
+        h = History(call_id=uuid.uuid4().hex[:12]).normalized()
+        await store.append(await store.load("tenant-a", h.intent_id), [encode_event(e) for e in h.events])
+        subject = report_subject(CAPABILITY, h.intent_id)
+        nameless = msgspec.json.encode({"tenant": "a b", "intent_id": "x.y", "attempt_id": "a1",
+                                        "stage": "completed"})
+        for n, body in enumerate((b"\xff", nameless, b"\xff", nameless)):  # each reason once
+            await js.publish(subject, body, headers={"Nats-Msg-Id": f"r{n}"})
+        # On a subject whose intent nobody stored: no record to put it on.
+        stray = await js.publish(report_subject(CAPABILITY, uuid.uuid4().hex), b"\xff",
+                                 headers={"Nats-Msg-Id": "stray"})
+        events = await stored_until(store, h.intent_id, EffectIntent.ReportRefused, count=2)
+        refused = [(e.attempt_id, e.stage, e.reason) for e in events
+                   if isinstance(e, EffectIntent.ReportRefused)]
+        assert sorted(refused) == [("", ReportStage.OTHER, "report.unaddressed"),
+                                   ("", ReportStage.OTHER, "report.unreadable")]
+        assert fold(events).state is State.NORMALIZED  # type: ignore[union-attr]
+        await drained(js, REPORTS, "executor-reports", stray.seq)
+        assert (await js.stream_info(REPORTS)).state.messages == 0
+        poison = REGISTRY.get_sample_value("lockgate_deliveries_total", {
+            "service": "executor", "reaction": "report", "settlement": "term", "outcome": "poison"})
+        assert poison == 1
+    finally:
+        await app.stop()
         await nc.close()

@@ -19,6 +19,7 @@ from lockgate.eventstore import (
     MemoryEventStore,
     NewEvent,
 )
+from lockgate.eventstore.base import TenantLookup
 from lockgate.eventstore.jetstream import (
     DirectGet,
     JetStreamEventStore,
@@ -73,6 +74,13 @@ async def test_aggregates_are_separate(store: EventStore) -> None:
     assert [e.event_id for e in (await store.load("tenant-a", "i1")).events] == ["a1"]
     assert [e.event_id for e in (await store.load("tenant-a", "i2")).events] == ["b1", "b2"]
     assert [e.event_id for e in (await store.load("tenant-b", "i1")).events] == ["c1"]
+
+
+async def test_an_intent_id_alone_names_its_tenant(store: EventStore) -> None:
+    await store.append(await store.load("tenant-b", "i7"), [ev("t1"), ev("t2")])
+    assert isinstance(store, TenantLookup)
+    assert await store.tenant_of("i7") == "tenant-b"
+    assert await store.tenant_of("i8") is None and await store.tenant_of("no.token") is None
 
 
 async def test_stale_writer_gets_conflict_across_event_types(store: EventStore) -> None:

@@ -73,7 +73,7 @@ def test_reason_codes_are_pinned() -> None:
         "review.self-approval",
         "policy.unavailable", "order.withdrawn", "order.expired",
         "report.token-missing", "report.token-mismatch", "report.capability-mismatch",
-        "report.intent-mismatch",
+        "report.intent-mismatch", "report.unreadable", "report.unaddressed",
         "candidate.unprocessable", "proposal.call-id-reused", "tool.name-invalid",
         "tool.arguments.too-deep", "rate.limited", "rate.in-flight",
         "tool.not-offered", "stream.truncated", "stream.conflicting-delta",

@@ -102,6 +102,8 @@ REASONS: dict[str, str] = {
     "report.token-mismatch": "the report's token is not the one its order carried",
     "report.capability-mismatch": "the report's subject names another capability than the intent's",
     "report.intent-mismatch": "the report's subject names another intent than its body",
+    "report.unreadable": "the report on this intent's subject could not be read",
+    "report.unaddressed": "the report on this intent's subject names no intent in its body",
     # the items world (draft.prepare_private, item.publish)
     "argument.title.empty": "the title is empty after trimming",
     "argument.title.too-long": "the title exceeds its limit",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from lockgate.core.errors import LockgateError, TransientError
 
@@ -123,6 +123,21 @@ class EventStore(Protocol):
 
         Raises:
             ConcurrencyConflict: another writer appended first.
+            EventStoreUnavailable: the store did not answer.
+        """
+        ...
+
+
+@runtime_checkable
+class TenantLookup(Protocol):
+    """A store that can say whose intent an id names (intent ids are derived from the
+    tenant, so one id never names aggregates of two tenants)."""
+
+    async def tenant_of(self, intent_id: str) -> str | None:
+        """The tenant of the stored aggregate ``intent_id`` names; ``None`` when none is
+        stored, or the id is no subject token.
+
+        Raises:
             EventStoreUnavailable: the store did not answer.
         """
         ...

@@ -43,7 +43,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import StorageType, StreamConfig
 
 from lockgate.core.bounded import keep
-from lockgate.core.ids import random_id
+from lockgate.core.ids import is_subject_token, random_id
 from lockgate.eventstore.base import (
     AggregateHistory,
     ConcurrencyConflict,
@@ -59,6 +59,7 @@ from lockgate.eventstore.subjects import (
     all_events_filter,
     event_subject,
     first_event_filter,
+    intent_filter,
     parse_event_subject,
 )
 
@@ -394,6 +395,17 @@ class JetStreamEventStore:
         history = await self._leader_after(await self.load(tenant, intent_id))
         self._keep(history)
         return history
+
+    async def tenant_of(self, intent_id: str) -> str | None:
+        """The tenant of the aggregate ``intent_id`` names (``TenantLookup``): one direct
+        get of its last event, whatever its tenant, on the intent's partition."""
+        if not is_subject_token(intent_id):
+            return None
+        route = self._route(intent_id)
+        msg = await route.get.last(intent_filter(intent_id, prefix=route.prefix))
+        if msg is None:
+            return None
+        return parse_event_subject((msg.headers or {})["Nats-Subject"], prefix=self._prefix).tenant
 
     async def _leader_after(self, known: AggregateHistory) -> AggregateHistory:
         """``known`` and the events stored after it, as the stream's leader holds them.

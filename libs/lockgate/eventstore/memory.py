@@ -69,6 +69,10 @@ class MemoryEventStore:
             self._streams[key] = current + tuple(recorded)
         return replace(history, events=history.events + tuple(recorded))
 
+    async def tenant_of(self, intent_id: str) -> str | None:
+        """The tenant of the stored aggregate ``intent_id`` names (``TenantLookup``)."""
+        return next((tenant for tenant, stored in self._streams if stored == intent_id), None)
+
     def all_events(self) -> list[RecordedEvent]:
         """Return every stored event in store order."""
         return sorted(

@@ -237,6 +237,13 @@ async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
         log.error("unreadable event %s terminated: %s", msg.raw_message.subject, exc)
         await msg.reject()
         return "poison"
+    except Unaddressed as exc:
+        # Never handled, and no intent to say so on: the log and the count are the record.
+        log.error("%s terminated: %s", msg.raw_message.subject, exc)
+        if guard is not None:
+            guard.failures.forget(_sequence(msg))
+        await msg.reject()
+        return "poison"
     except Retry as exc:
         await msg.nack(delay=exc.delay_s)
         return "timer"
@@ -524,17 +531,19 @@ def abandon_report(ports: Callable[[], Ports], clock: Clock = utc_now) -> Abando
     """Giving up an adapter's report: ``ProcessingAbandoned`` on the intent it reports on.
 
     The attempt's outcome is then unknown to the record, so an intent that may have been
-    sent waits for an operator. A report too broken to name its intent cannot be put on
-    any record; the attempt's deadline turns its silence into ``OutcomeUnknown``.
+    sent waits for an operator. A report too broken to name its intent in its body is put
+    on no record (``Unaddressed``: logged, counted as poison); the attempt's deadline turns
+    its silence into ``OutcomeUnknown``.
     """
 
     async def abandon(msg: Delivery, why: Abandonment) -> None:
+        subject = msg.raw_message.subject
         try:
             report = msgspec.json.decode(msg.raw_message.data, type=AttemptReport)
-        except msgspec.MsgspecError:
-            return
+        except msgspec.MsgspecError as exc:
+            raise Unaddressed(subject, "an unreadable report") from exc
         if not (is_subject_token(report.tenant) and is_subject_token(report.intent_id)):
-            return
+            raise Unaddressed(subject, "a report whose body names no intent")
         trigger = safe_text(f"report-{report.attempt_id}-{report.stage}", 128)
         await record_abandonment(ports().store, report.tenant, report.intent_id, why, trigger, clock)
 

@@ -21,10 +21,10 @@ from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
 from lockgate.contracts.subjects import interrupt as interrupt_subject
-from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
+from lockgate.contracts.vocabulary import DecisionOutcome, ReportStage, Resolution
 from lockgate.core.bounded import keep
 from lockgate.core.ids import derived_id, is_subject_token
-from lockgate.eventstore.base import RecordedEvent
+from lockgate.eventstore.base import RecordedEvent, TenantLookup
 from lockgate.executor.claims import answer_claim
 from lockgate.executor.domain import (
     check_report,
@@ -43,7 +43,14 @@ from lockgate.intent.codec import decode_event, fold
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
-from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent, load_known
+from lockgate.runtime.service import (
+    Clock,
+    Retry,
+    Unaddressed,
+    decide_and_append,
+    load_intent,
+    load_known,
+)
 
 log = logging.getLogger("lockgate.executor")
 
@@ -414,16 +421,22 @@ class ExecutorHandlers:
 
         A report must echo the token of the order it answers and come on the subject of
         the intent's own capability and id; one that does not is refused (nothing it says
-        is believed) and put on the record as ``ReportRefused``.
+        is believed) and put on the record as ``ReportRefused``. So is one that cannot be
+        read, or whose body names no intent, on the intent its subject names.
+
+        Raises:
+            Unaddressed: the report can be put on no intent's record.
         """
         try:
             report = msgspec.json.decode(data, type=AttemptReport)
         except msgspec.MsgspecError as exc:
-            log.error("unreadable report at sequence %s dropped: %s", sequence, exc)
+            log.warning("unreadable report at sequence %s: %s", sequence, exc)
+            await self._refuse_unread(subject, sequence, "report.unreadable")
             return
         address = parse_report_subject(subject)
         if address is None or not (is_subject_token(report.tenant) and is_subject_token(report.intent_id)):
-            log.error("report at sequence %s names no intent; dropped", sequence)
+            log.warning("report at sequence %s names no intent in its body", sequence)
+            await self._refuse_unread(subject, sequence, "report.unaddressed")
             return
         capability, subject_intent_id = address
         cause = derived_id("report", report.attempt_id, report.stage)
@@ -456,6 +469,31 @@ class ExecutorHandlers:
             await self._release_if_done(seen[0], events)
             await self._ask_to_stop(seen[0], events)
             await self._end_timer(seen[0], events, report.attempt_id)
+
+    async def _refuse_unread(self, subject: str, sequence: int, reason: str) -> None:
+        """Put a report whose body says nothing believable on the record of the intent its
+        subject names, as ``ReportRefused`` (it proves nothing and changes nothing; one per
+        reason, however many come).
+
+        Raises:
+            Unaddressed: the subject names no intent the store holds.
+        """
+        address = parse_report_subject(subject)
+        store = self.ports.store
+        tenant = (await store.tenant_of(address.intent_id)
+                  if address is not None and isinstance(store, TenantLookup) else None)
+        if address is None or tenant is None:
+            raise Unaddressed(subject, f"{reason}, and no stored intent has the subject's id")
+        unread = AttemptReport(tenant=tenant, intent_id=address.intent_id, attempt_id="",
+                               stage=ReportStage.OTHER)
+
+        async def step(intent: EffectIntent | None) -> list[Event]:
+            if intent is None:
+                return []
+            return refuse_report(intent, unread, reason, cause=f"report-{sequence}:{reason}",
+                                 now=self.clock())
+
+        await decide_and_append(store, tenant, address.intent_id, step, cache=self.ports.cache)
 
     async def _end_timer(self, intent: EffectIntent, events: Sequence[Event], attempt_id: str) -> None:
         """Acknowledge the trigger that times ``attempt_id``, held here, once ``events`` end
