@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.contracts.messages import ExecutionOrder, FactsRequest, NormalizeRequest
-from lockgate.contracts.vocabulary import DecisionOutcome, ReportStage
+from lockgate.contracts.messages import ExecutionOrder, FactsRequest, NormalizeRequest, QueryRequest
+from lockgate.contracts.vocabulary import DecisionOutcome, QueryFinding, ReportStage
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.replay.fixtures import FIXTURE_MISSING, Fixtures
 from lockgate.replay.record import Candidate, ReplayError, Selection
@@ -61,6 +61,22 @@ def test_a_question_the_record_does_not_answer_is_a_missing_fixture() -> None:
     (refused,) = fixtures.execute(order("sha256:never"), T0)
     assert (refused.stage, refused.reason) == (ReportStage.REJECTED, FIXTURE_MISSING)
     assert [m.verb for m in fixtures.misses] == ["normalize", "facts", "execute"]
+
+
+def test_a_query_no_fixture_answers_is_a_missing_fixture_not_absent() -> None:
+    """Only the record can say an effect is absent (it was rejected); a consequence it does
+    not know is a question nobody answered."""
+    rejected = History(call_id="call-2").normalized(digest="sha256:d2")
+    rejected.add(EffectIntent.AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
+    fixtures = Fixtures.recorded([executed(), Candidate(rejected.intent_id, "tenant-a", 2, tuple(rejected.events))])
+    ask = QueryRequest(tenant="tenant-a", intent_id="i" * 32, intent_key="k", arguments={})
+    found = fixtures.answer_query("case.add_note", ask, "sha256:d1")
+    assert found is not None and (found.finding, found.receipt) == (QueryFinding.FOUND, {"note_id": "n1"})
+    absent = fixtures.answer_query("case.add_note", ask, "sha256:d2")
+    assert absent is not None and absent.finding == QueryFinding.ABSENT
+    assert fixtures.misses == []
+    assert fixtures.answer_query("case.add_note", ask, "sha256:never") is None
+    assert [(m.verb, m.key) for m in fixtures.misses] == [("query", "sha256:never")]
 
 
 def test_the_services_own_failures_are_no_answer() -> None:

@@ -263,10 +263,18 @@ class Fixtures:
         self._asked[key] += 1
         return answers[min(n, len(answers) - 1)]
 
-    def answer_query(self, capability: str, request: QueryRequest, digest_: str) -> QueryResult:
-        """Whether the consequence's effect is in the fixture world (never ``unknown``)."""
+    def answer_query(self, capability: str, request: QueryRequest, digest_: str) -> QueryResult | None:
+        """Whether the consequence's effect is in the fixture world (``None``: missing; the
+        world refuses the question with ``replay.fixture-missing``).
+
+        Only an answer on record says ``absent``: a recorded rejection. A consequence no
+        fixture knows is not known to be absent.
+        """
         effect = self.effects.get(digest_)
-        if effect is None or effect.rejected:
+        if effect is None:
+            self.misses.append(Miss("query", capability, digest_))
+            return None
+        if effect.rejected:
             return QueryResult(finding=QueryFinding.ABSENT)
         return QueryResult(finding=QueryFinding.FOUND, receipt=dict(effect.receipt))
 

@@ -288,7 +288,8 @@ class FixtureWorld:
             elif verb == "query":
                 request = msgspec.json.decode(data, type=QueryRequest)
                 intent = await load_intent(self.ports.store, request.tenant, request.intent_id)
-                body = self.fixtures.answer_query(capability, request, (intent.digest or "") if intent else "")
+                known = self.fixtures.answer_query(capability, request, (intent.digest or "") if intent else "")
+                body = known if known is not None else Refusal(FIXTURE_MISSING, "no recorded effect to query")
             else:
                 body = Refusal("adapter.unknown-verb", verb[:64])
         except msgspec.MsgspecError as exc:
