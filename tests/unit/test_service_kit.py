@@ -87,6 +87,8 @@ async def test_only_unreadable_events_are_terminated() -> None:
 def test_backoff_grows_and_is_capped() -> None:
     delays = [backoff_s(n) for n in range(1, 12)]
     assert delays == sorted(delays) and delays[-1] == 15.0
+    # However often a timer's message was delivered (the reconciler's wait on it, say).
+    assert backoff_s(1025, base_s=1.0, cap_s=60.0) == backoff_s(10**6) * 4 == 60.0
 
 
 def normalized_after(intent: EffectIntent, event_id: str, offset: int = 1) -> EffectIntent.Event:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import math
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,6 +16,7 @@ from faststream.nats import NatsBroker
 
 from lockgate.approval.app import create_app as approval_app
 from lockgate.approval.handlers import ApprovalHandlers
+from lockgate.authz.config import MAX_PAUSE_RECHECKS, PauseConfig
 from lockgate.contracts import channels, schemas, subjects
 from lockgate.contracts.channels import Channel
 from lockgate.eventstore.subjects import NO_ROUTE, event_subject
@@ -32,20 +34,26 @@ from lockgate.reconciler.app import create_app as reconciler_app
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime import roles, status, topology
 from lockgate.runtime.roles import adapter_role, service_role
-from lockgate.runtime.service import answers, bindings
-from lockgate.runtime.settings import Settings
-from lockgate.runtime.spec import AdapterSpec, Consumer, ServiceSpec
+from lockgate.runtime.service import BOUNDS, answers, backoff_s, bindings
+from lockgate.runtime.settings import MAX_REVIEW_TTL_S, Settings
+from lockgate.runtime.spec import DELIVERIES, AdapterSpec, Consumer, ServiceSpec, max_deliver_for
 from lockgate.runtime.specs import (
     ADAPTERS,
     ENDS_HOLD,
     ENDS_INTENT,
+    EXPIRY_DELIVERIES,
+    EXPIRY_RECHECK_S,
+    GATE_DELIVERIES,
     INTAKE,
     MODEL_VISIBLE,
+    PAUSE_DELIVERIES,
     READ_SIDE_APPENDS,
+    RECONCILE_DELIVERIES,
     SERVICES,
     UNCONSUMED,
 )
 from lockgate.runtime.streams import EVENTS, REPORTS
+from lockgate.runtime.topology import LOCK_TTL_S
 
 TENANT, RUN, INTENT, CAPABILITY = "tenant-a", "run-1", "0" * 32, "case.add_note"
 
@@ -346,3 +354,31 @@ def test_an_adapter_role_grants_what_the_sdk_does_for_its_own_capabilities(
             assert permitted(role.publish, SAMPLES[channel](capability)) == mine, (
                 capability, channel.address)
 
+
+
+def test_each_timer_consumers_bound_covers_its_longest_legitimate_wait() -> None:
+    """A timer is a delivery to the server: each timer consumer's bound must outlast its
+    longest wait (the arithmetic in ``runtime.specs``), with room for a few failures."""
+    room = BOUNDS.permanent_failures
+    assert MAX_PAUSE_RECHECKS + 1 + room <= PAUSE_DELIVERIES
+    assert math.ceil(MAX_REVIEW_TTL_S / EXPIRY_RECHECK_S) + 1 + room <= EXPIRY_DELIVERIES
+    # A day of asking an adapter, a minute apart at most, before an operator decides.
+    asking = sum(backoff_s(n, base_s=1.0, cap_s=60.0) for n in range(1, RECONCILE_DELIVERIES - room))
+    assert asking >= 24 * 3600
+    # Waiting out a dead holder's lock at the gate's 0.25 s, four times over.
+    assert 4 * LOCK_TTL_S / 0.25 + room <= GATE_DELIVERIES
+    timers = {c.name: c.deliveries for s in SERVICES for c in s.consumes if c.timers}
+    assert timers == {"policy-pauses": PAUSE_DELIVERIES, "approval-expiry": EXPIRY_DELIVERIES,
+                      "executor-gate": GATE_DELIVERIES, "reconciler": RECONCILE_DELIVERIES}
+    assert {c.deliveries for s in SERVICES for c in s.consumes if not c.timers} == {DELIVERIES}
+    assert all(0 < d.max_deliver == max_deliver_for(
+        next(c for s in SERVICES for c in s.consumes if c.name == d.name).deliveries)
+        for d in topology.DURABLES)
+
+
+def test_a_configuration_longer_than_its_timer_may_wait_is_refused() -> None:
+    assert PauseConfig(recheck_s=2, timeout_s=1800).timeout_s == 1800
+    with pytest.raises(ValueError, match="rechecks"):
+        PauseConfig(recheck_s=0.1, timeout_s=3600)
+    with pytest.raises(ValueError, match="review_ttl_s"):
+        Settings(review_ttl_s=MAX_REVIEW_TTL_S + 1)

@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 CONFIG_FILE = "bundle.yaml"
 
 
+#: The most rechecks one pause may take (timeout / recheck): each is a delivery of its
+#: timer, and a timer's deliveries are bounded (``runtime.specs.PAUSE_DELIVERIES``), so a
+#: pause that needed more would be given up before it timed out.
+MAX_PAUSE_RECHECKS = 900
+
+
 class PauseConfig(BaseModel):
     """How a paused decision waits for its evidence."""
 
@@ -23,6 +29,13 @@ class PauseConfig(BaseModel):
     """How often missing evidence (facts, budgets) is asked for again."""
     timeout_s: float = Field(default=120.0, gt=0)
     """After this long without evidence the pause becomes a denial."""
+
+    @model_validator(mode="after")
+    def _fits_its_deliveries(self) -> PauseConfig:
+        if self.timeout_s / self.recheck_s > MAX_PAUSE_RECHECKS:
+            raise ValueError(f"a pause of {self.timeout_s:g}s rechecked every {self.recheck_s:g}s "
+                             f"takes more than {MAX_PAUSE_RECHECKS} rechecks")
+        return self
 
 
 class ProgressConfig(BaseModel):

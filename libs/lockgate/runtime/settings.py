@@ -22,6 +22,8 @@ from lockgate.runtime.roles import (
 
 #: The checkout this package runs from (the demo policies live there).
 _REPO = Path(__file__).resolve().parents[3]
+#: The longest a review may stay open (14 days).
+MAX_REVIEW_TTL_S = 14 * 24 * 3600.0
 
 
 def default_var_dir() -> Path:
@@ -82,8 +84,9 @@ class Settings(BaseSettings):
     ack_wait_s: float = 5.0
     #: Upper bound of raw argument bytes intake accepts for any tool.
     max_candidate_bytes: int = 64 * 1024
-    #: How long a review stays open.
-    review_ttl_s: float = 3600.0
+    #: How long a review stays open: at most ``MAX_REVIEW_TTL_S``, what its expiry timer's
+    #: bounded deliveries cover (``runtime.specs.EXPIRY_DELIVERIES``).
+    review_ttl_s: float = Field(default=3600.0, gt=0, le=MAX_REVIEW_TTL_S)
     #: Serve Prometheus metrics on ``/metrics`` (``lockgate.runtime.metrics``).
     metrics_enabled: bool = True
     #: Its port; 0: a free one, chosen when the process starts and named in its status

@@ -90,4 +90,6 @@ def is_transient(exc: BaseException) -> bool:
 
 def backoff_s(deliveries: int, *, base_s: float = 0.2, cap_s: float = 15.0) -> float:
     """Exponential redelivery delay for the ``deliveries``-th delivery."""
-    return float(min(cap_s, base_s * 2 ** max(0, deliveries - 1)))
+    # The exponent is capped: 2 ** 1024 is past a float, and a timer consumer's messages
+    # may be delivered thousands of times (``runtime.specs``).
+    return float(min(cap_s, base_s * 2 ** min(max(0, deliveries - 1), 64)))

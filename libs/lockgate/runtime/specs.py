@@ -100,12 +100,14 @@ ENDS_INTENT: tuple[type[Event], ...] = (
 # A nak with a delay is a delivery to the server, so every timer that comes due counts.
 
 #: ``policy-pauses``: a pause is asked again every ``recheck_s`` until ``timeout_s``, so
-#: timeout / recheck + 1 deliveries: 61 at the defaults (120 s, 2 s). A bundle may pause
-#: for up to 990 rechecks (33 minutes at 2 s).
+#: timeout / recheck + 1 deliveries: 61 at the defaults (120 s, 2 s). A bundle may ask for
+#: up to ``MAX_PAUSE_RECHECKS`` (900: half an hour at 2 s); the rest is room for failures.
 PAUSE_DELIVERIES = 1_000
-#: ``approval-expiry``: a review comes back at most hourly (its ``Retry`` is capped at
-#: 3,600 s) until it expires, so ceil(ttl / 3,600 s) + 1 deliveries: 2 at the default hour.
-#: Reviews may stay open up to 16 days.
+#: How long an open review's timer waits at most before it looks again.
+EXPIRY_RECHECK_S = 3600.0
+#: ``approval-expiry``: a review comes back every ``EXPIRY_RECHECK_S`` at most until it
+#: expires, so ceil(ttl / 3,600 s) + 1 deliveries: 2 at the default hour, 337 at the
+#: longest ``review_ttl_s`` (``MAX_REVIEW_TTL_S``, 14 days).
 EXPIRY_DELIVERIES = 400
 #: ``executor-gate``: a gate waiting for its resource's lock asks again every 0.25 s; a
 #: lock is held for an attempt's outcome deadline (30 s by default: 120 deliveries), or

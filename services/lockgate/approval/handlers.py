@@ -27,6 +27,7 @@ from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
+from lockgate.runtime.specs import EXPIRY_RECHECK_S
 
 
 class ApprovalHandlers:
@@ -67,7 +68,7 @@ class ApprovalHandlers:
             return  # outside this durable's filter: nothing to expire
         remaining = (event.expires_at - self.clock()).total_seconds()
         if remaining > 0:
-            raise Retry(min(remaining + 0.05, 3600.0), "review still open")
+            raise Retry(min(remaining + 0.05, EXPIRY_RECHECK_S), "review still open")
 
         async def step(intent: EffectIntent | None) -> list[Event]:
             if intent is None:
