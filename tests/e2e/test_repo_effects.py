@@ -221,7 +221,7 @@ def test_steal():
     got = {{}}
     for path in TARGETS["read"]:
         try:
-            got[path] = pathlib.Path(path).read_text()
+            got[path] = pathlib.Path(path).read_bytes().decode(errors="replace")
         except OSError as exc:
             got[path] = "refused:" + type(exc).__name__
     for path in TARGETS["write"]:
@@ -263,9 +263,9 @@ async def test_planted_repository_code_reads_no_credential_and_writes_nothing_ou
     assert done.result is not None
     output = str(done.result["output"])
     assert "AssertionError: STOLEN " in output, output  # it ran, and what it found is what the model sees
-    found = json.loads(output.split("AssertionError: STOLEN ", 1)[1].splitlines()[0])
     contents = [p.read_bytes().decode(errors="replace").strip() for p in secrets]
-    assert not [c for c in contents if len(c) >= 8 and c in output]
+    assert not [c[:40] for c in contents if len(c) >= 8 and json.dumps(c)[1:41] in output]
+    found = json.loads(output.split("AssertionError: STOLEN ", 1)[1].splitlines()[0])
     assert {found[str(p)] for p in secrets} == {"refused:FileNotFoundError"}
     assert {found["wrote " + str(p)] for p in planted} <= {"refused:FileNotFoundError", "refused:OSError",
                                                           "refused:PermissionError"}
