@@ -1,5 +1,6 @@
 # Lockgate: `make run` starts everything on this machine; `make test` runs every suite.
-# Needs only python3 (>= 3.11) and make: the first target that needs it builds .venv.
+# Both need python3 (>= 3.11) and make: the first target that needs it builds .venv. `make test`
+# also needs what `prerequisites` checks (and, as root with apt-get, installs).
 
 PY ?= python3
 VENV = .venv
@@ -9,7 +10,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster test test-unit test-cluster bench bench-cluster bench-all lint clean chromium
+.PHONY: install run cluster test test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
 
 install: $(STAMP)
 
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $@
 
-run: $(STAMP)
+run: $(STAMP) bubblewrap
 	$(BIN)/lockgate run
 
 # The scale-out profile on this machine, no Docker: three nats-server nodes as one JetStream
@@ -33,22 +34,48 @@ cluster: $(STAMP)
 # Two workers, each taking whole test modules (a module's system starts once): the suites
 # spend most of their time waiting on processes and timers, so two at once on two cores
 # take about 10 minutes where one after the other took 17.
-test: $(STAMP) chromium
+test: $(STAMP) prerequisites
 	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS)
 
-# The console's browser test drives Debian's chromium (Playwright's own browser download is
-# not used). As root, a missing one is installed; otherwise say so loudly: the test skips
-# (and fails under CI=true).
-chromium:
-	@if [ -x /usr/bin/chromium ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing chromium for the console's browser test"; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null \
-		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null; } \
-		|| echo "*** WARNING: could not install chromium: the console's browser test will not run ***" >&2; \
-	else \
-		echo "*** WARNING: no /usr/bin/chromium (install it: apt-get install chromium): the console's browser test will not run ***" >&2; \
-	fi
+# Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
+# pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.runtime.postgres
+# looks for them: the views' tests and the cluster harness start throwaway servers), chromium
+# (the console's browser test; Playwright's own browser download is not used) and bubblewrap
+# (the repository world's test sandbox). As root with apt-get, what is missing is installed;
+# otherwise one line says what is missing and stops. Then bwrap must be able to make user
+# namespaces, which no package provides. Silent when everything is there.
+APT_INSTALL = DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends
+
+prerequisites:
+	@missing=""; \
+	for tool in initdb pg_ctl; do \
+		command -v $$tool >/dev/null || ls /usr/lib/postgresql/*/bin/$$tool >/dev/null 2>&1 \
+		|| { missing="$$missing postgresql"; break; }; \
+	done; \
+	[ -x /usr/bin/chromium ] || command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing$$missing for the tests"; \
+			$(APT_INSTALL)$$missing >/dev/null 2>&1 \
+			|| { apt-get update -qq && $(APT_INSTALL)$$missing >/dev/null; } \
+			|| { echo "make test: could not install$$missing (apt-get install$$missing failed)" >&2; exit 1; }; \
+		else \
+			echo "make test is missing Debian packages:$$missing (as root: apt-get install$$missing; make test run as root installs them)" >&2; \
+			exit 1; \
+		fi; \
+	fi; \
+	bwrap --unshare-all --unshare-user --ro-bind / / true 2>/dev/null || { \
+		echo "make test needs user namespaces for the test sandbox, and bwrap --unshare-all --unshare-user cannot make them here (enable unprivileged user namespaces, or run in a container allowed to make them)" >&2; \
+		exit 1; }
+
+# `make run`'s repository world runs repo.run_tests in a bubblewrap sandbox: as root with
+# apt-get a missing bwrap is installed; otherwise a warning, and that one capability is refused.
+bubblewrap:
+	@command -v bwrap >/dev/null \
+	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo "installing bubblewrap for repo.run_tests" \
+		&& { $(APT_INSTALL) bubblewrap >/dev/null 2>&1 || { apt-get update -qq && $(APT_INSTALL) bubblewrap >/dev/null; }; }; } \
+	|| echo "*** WARNING: no bwrap (apt-get install bubblewrap): the demo's repo.run_tests will be refused ***" >&2
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -56,7 +83,7 @@ test-unit: $(STAMP)
 # Every fault test on the local cluster (three nodes, R3, three events partitions, two
 # replicas of every process), then the seeded randomized test on it. CI runs it after
 # `make test`; the README's "Running it at scale" says what each test does.
-test-cluster: $(STAMP)
+test-cluster: $(STAMP) prerequisites
 	LOCKGATE_CLUSTER=1 LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_profile.py tests/e2e/test_cluster_faults.py
 	LOCKGATE_CHAOS_CLUSTER=1 $(BIN)/pytest -q tests/e2e/test_randomized.py
 
