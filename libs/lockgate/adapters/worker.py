@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import socket
 import time
 from collections import Counter as _Tally
@@ -40,7 +39,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import msgspec
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -78,6 +76,7 @@ from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_capability_name, is_subject_token, random_id
 from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery, connection_of, respond
+from lockgate.runtime.entry import connect, until_signalled
 from lockgate.runtime.metrics import start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Settlement, settle_as
@@ -636,20 +635,26 @@ async def run_adapter(
     """Connect with ``settings`` and serve ``adapters`` until SIGINT or SIGTERM.
 
     The process serves its metrics (``lockgate.runtime.metrics``) and, when an endpoint
-    is configured, traces its executions (``lockgate.runtime.tracing``).
+    is configured, traces its executions (``lockgate.runtime.tracing``). It stops within
+    seconds of a signal whatever it is doing (``lockgate.runtime.entry.until_signalled``).
+
+    Raises:
+        ConfigurationError: the broker refused the credentials, or there are none to read.
     """
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     process = name or f"{socket.gethostname()}-{os.getpid()}"
+    await until_signalled(lambda stop: _serve_process(adapters, settings, process, stop),
+                          name=f"adapter.{process}")
+
+
+async def _serve_process(
+    adapters: Sequence[Adapter], settings: Settings, process: str, stop: asyncio.Event
+) -> None:
     endpoint = start_endpoint(settings)
     tracing = start_tracing(settings, f"adapter.{process}")
-    options = settings.connect_options()
-    # Named for the broker's connection list (and the bench's count of each process).
-    options.setdefault("name", "adapter." + "+".join(sorted(a.contract.name for a in adapters)))
     try:
-        nc = await nats.connect(**options)  # type: ignore[arg-type]
+        # Named for the broker's connection list (and the bench's count of each process).
+        nc = await connect(settings, name="adapter." + "+".join(sorted(a.contract.name for a in adapters)),
+                           stop=stop)
         try:
             await serve(
                 adapters,

@@ -28,7 +28,6 @@ import os
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-import nats
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js.client import JetStreamContext
@@ -43,7 +42,7 @@ from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import aggregate_filter
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.runtime import metrics
-from lockgate.runtime.entry import run_process
+from lockgate.runtime.entry import connect, run_process
 from lockgate.runtime.settings import Settings
 from lockgate.views.rows import IntentRow, iso
 from lockgate.views.store import Views, open_views
@@ -127,7 +126,7 @@ class Archiver:
 async def serve(settings: Settings, stop: asyncio.Event) -> int:
     """Archive every ``archive_every_s`` until ``stop`` is set."""
     endpoint = metrics.start_endpoint(settings)
-    nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
+    nc = await connect(settings, name=f"lockgate-{NAME}", stop=stop)
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
     archiver = Archiver(JetStreamEventStore(nc, api_prefix=settings.js_prefix, partitions=settings.partitions),
                         nc.jetstream(prefix=settings.js_prefix), views,

@@ -19,7 +19,6 @@ import socket
 from collections.abc import Iterator
 
 import msgspec
-import nats
 import uvicorn
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -31,7 +30,7 @@ from lockgate.console.people import People, people_of
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
 from lockgate.runtime import metrics
-from lockgate.runtime.entry import run_process
+from lockgate.runtime.entry import connect, run_process
 from lockgate.runtime.roles import CONSOLE, PROJECTOR
 from lockgate.runtime.settings import Settings
 from lockgate.views.store import Views, ViewsError, open_views
@@ -86,7 +85,7 @@ async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asy
     views = await _open_views(settings)
     people = People(_bare(settings), key, people_of(settings.reviewers, settings.operators),
                     idle_s=console_settings.idle_s)
-    nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{CONSOLE}")  # type: ignore[arg-type]
+    nc = await connect(settings, name=f"lockgate-{CONSOLE}", stop=stop)
     console = Console(views, people, poll_s=console_settings.poll_s, lag=lambda: views_lag(nc),
                       sources=settings.partitions.streams)
     app = create_app()

@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime
 
 import msgspec
-import nats
 from nats.aio.msg import Msg
 from prometheus_client import Counter, Gauge
 
@@ -27,7 +26,7 @@ from lockgate.contracts.status import ConsumerProgress, ProcessStatus
 from lockgate.projector.runner import Projector
 from lockgate.projector.source import StreamSource
 from lockgate.runtime import metrics
-from lockgate.runtime.entry import run_process
+from lockgate.runtime.entry import connect, run_process
 from lockgate.runtime.settings import Settings
 from lockgate.views.lease import lease_for
 from lockgate.views.rows import NEEDS_A_PERSON
@@ -131,7 +130,7 @@ class Running:
 async def serve(settings: Settings, stop: asyncio.Event) -> int:
     """Run until ``stop`` is set (0) or the projection fails (1: the supervisor restarts it)."""
     endpoint = metrics.start_endpoint(settings)
-    nc = await nats.connect(**settings.connect_options(), name=f"lockgate-{NAME}")  # type: ignore[arg-type]
+    nc = await connect(settings, name=f"lockgate-{NAME}", stop=stop)
     views = await asyncio.to_thread(open_views, settings.views_url, var_dir=settings.var_dir)
     source = StreamSource(nc, settings)
     projector = Projector(views, lease_for(settings.views_url, settings.var_dir), source.batches,

@@ -20,6 +20,7 @@ from lockgate.client.mcp.http import serve_http
 from lockgate.client.mcp.server import create_server, serve_stdio
 from lockgate.client.mcp.session import Lockgate
 from lockgate.client.mcp.settings import FrontSettings
+from lockgate.runtime.entry import CONFIG_ERROR_EXIT, configuration_problem
 
 log = logging.getLogger("lockgate.client.mcp")
 
@@ -78,8 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from(args)
     except (ValidationError, OSError, ValueError) as exc:
-        print(f"lockgate mcp front door: bad settings: {exc}", file=sys.stderr)
-        return 2
+        # One line: a pydantic error's own text runs over several, with a link per field.
+        line = configuration_problem(exc) or f"{type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"lockgate mcp front door: bad settings: {line}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
     logging.getLogger().setLevel(settings.log_level.upper())
     try:
         return asyncio.run(_main(args, settings))

@@ -6,16 +6,18 @@ import logging
 
 from lockgate.adapters.sdk import run_adapter
 from lockgate.runtime import loop
+from lockgate.runtime.entry import exit_if_misconfigured
 from lockgate.runtime.settings import Settings
 from lockgate.worlds.items.adapter import ItemsWorldSettings, build_adapters
 
 
 def main() -> None:
     """Open (or seed) the items world; serve ``draft.prepare_private`` and ``item.publish``."""
-    settings = Settings()
-    logging.basicConfig(level=settings.log_level)
-    adapters = build_adapters(ItemsWorldSettings())
-    loop.run(run_adapter(list(adapters), settings, name="items"))
+    with exit_if_misconfigured("adapter.items"):
+        settings = Settings()
+        logging.basicConfig(level=settings.log_level)
+        adapters = build_adapters(ItemsWorldSettings())
+        loop.run(run_adapter(list(adapters), settings, name="items"))
 
 
 if __name__ == "__main__":
