@@ -335,3 +335,18 @@ async def test_a_hidden_path_that_shows_inside_fails_closed(sandbox: Path) -> No
         await run_sandboxed(["sh", "-c", "echo ran"], sandbox, SandboxSettings(hidden=("/usr/bin",)))
     assert refused.value.reason == "sandbox.not-contained"
     assert "hidden=['/usr/bin']" in refused.value.detail
+
+
+async def test_a_checkout_written_under_a_strict_umask_still_runs(sandbox: Path) -> None:
+    (sandbox / "pkg").mkdir(mode=0o700)
+    (sandbox / "pkg" / "data.txt").write_text("readable")
+    (sandbox / "pkg" / "data.txt").chmod(0o600)
+    outcome = await run_sandboxed(["cat", "pkg/data.txt"], sandbox, settings())
+    assert (outcome.exit_code, outcome.output) == (0, "readable")
+
+
+async def test_a_checkout_larger_than_the_workspace_fails_closed(sandbox: Path) -> None:
+    (sandbox / "big.bin").write_bytes(b"x" * (2 << 20))
+    with pytest.raises(SandboxUnavailable) as refused:
+        await run_sandboxed(["true"], sandbox, settings(workspace_bytes=1 << 20))
+    assert refused.value.reason == "sandbox.unavailable" and "copied" in refused.value.detail

@@ -422,6 +422,16 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _readable(checkout: Path) -> None:
+    """Let the sandbox's unprivileged host user read the checkout, whatever the umask made it."""
+    for folder, _dirs, files in os.walk(checkout):
+        os.chmod(folder, 0o755)
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o444)
+
+
 def _namespaces() -> dict[str, str]:
     try:
         return {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("net", "pid", "mnt", "user", "ipc", "uts")}
@@ -485,7 +495,7 @@ async def run_sandboxed(
     try:
         if stage is not None:
             stage.chmod(0o755)
-            cwd.chmod(0o755)
+            _readable(cwd)
         try:
             layout = _layout(settings, cwd, stage)
         except OSError as exc:
@@ -554,7 +564,7 @@ async def run_sandboxed(
     failed = list(report.get("failed", ()))
     if report.get("verdict") != "ok":
         if failed == ["workspace"]:
-            raise SandboxUnavailable(UNAVAILABLE, f"the checkout does not fit the workspace "
+            raise SandboxUnavailable(UNAVAILABLE, f"the checkout could not be copied into the workspace "
                                                   f"({facts.get('copy_error', '')})")
         reason = NETWORK_SHARED if "network" in failed or "net_namespace" in failed else NOT_CONTAINED
         raise SandboxUnavailable(reason, "the sandbox is not what it must be: " + ", ".join(
