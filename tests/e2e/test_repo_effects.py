@@ -13,9 +13,23 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
 from lockgate.testing.system import System
+from lockgate.worlds.repo.sandbox import SandboxSettings, SandboxUnavailable, run_sandboxed
 from lockgate.worlds.repo.world import World
+from tests.conftest import require
 
 CONTEXT = {"repo_id": "repo-1"}
+
+
+@pytest.fixture
+async def sandbox_here(tmp_path: Path) -> None:
+    """Bubblewrap can make the test sandbox on this machine (``require``'s rule where not)."""
+    try:
+        ran = await run_sandboxed(["true"], tmp_path, SandboxSettings())
+        why = "" if ran.exit_code == 0 else ran.output
+    except SandboxUnavailable as exc:
+        why = exc.detail
+    require(not why, f"bubblewrap cannot make the test sandbox here ({why}): "
+            "`make test` installs it as root (apt-get install bubblewrap)")
 
 
 @pytest.fixture
@@ -86,7 +100,7 @@ async def test_a_way_out_of_the_workspace_is_rejected_and_nothing_is_read(
 
 
 async def test_allowed_tests_run_in_the_sandbox_and_the_record_keeps_both_decisions(
-    system: System, gw: Gateway, repo: World
+    system: System, gw: Gateway, repo: World, sandbox_here: None
 ) -> None:
     run = await gw.open_run(tenant="tenant-a", actor="user-42", context=CONTEXT)
     turn = await run.open_turn()
@@ -242,7 +256,7 @@ def test_steal():
 
 
 async def test_planted_repository_code_reads_no_credential_and_writes_nothing_outside(
-    system: System, gw: Gateway, repo: World
+    system: System, gw: Gateway, repo: World, sandbox_here: None
 ) -> None:
     """A test file committed to the repository runs under repo.run_tests (allowed, no reviewer)."""
     secrets = sorted(p for p in system.root.rglob("*")
