@@ -28,7 +28,7 @@ from lockgate.runtime.service import (
     is_transient,
     settle,
 )
-from lockgate.runtime.spec import RECORD_TRIES, give_up_from, max_deliver_for
+from lockgate.runtime.spec import DELIVERIES, RECORD_TRIES, give_up_from, max_deliver_for
 from lockgate.testing.intents import T0, History
 
 LOG = logging.getLogger("test")
@@ -327,3 +327,8 @@ def test_abandonment_before_dispatch_refuses_and_after_it_needs_an_operator() ->
     done = History().normalized().decided("deny", ["case.closed"])
     done.extend(abandonment(done.intent, Abandonment("policy-budgets", "x", 5), "e3", T0))
     assert done.intent.state is State.DENIED  # a settled intent keeps its state
+
+
+def test_the_deliveries_kept_for_recording_outlast_a_transient_outage() -> None:
+    kept = sum(backoff_s(n) for n in range(DELIVERIES, DELIVERIES + RECORD_TRIES))
+    assert kept >= BOUNDS.transient_for_s

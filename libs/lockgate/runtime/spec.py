@@ -40,8 +40,9 @@ TIMERS = 100_000
 DELIVERIES = 100
 #: Deliveries past a consumer's bound that the server still makes, so that a give-up the
 #: store could not take (unavailable, say) is tried again rather than left undelivered:
-#: at the kit's backoff (capped at 15 s) about two minutes of an outage.
-RECORD_TRIES = 10
+#: at the kit's backoff (capped at 15 s) ten minutes of an outage, as long as the kit
+#: lets transient failures go on (``Bounds.transient_for_s``).
+RECORD_TRIES = 40
 
 
 def max_deliver_for(deliveries: int) -> int:
