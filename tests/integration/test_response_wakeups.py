@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 import pytest
@@ -18,7 +19,8 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from lockgate.client import sdk
-from lockgate.client.sdk import Candidate, Gateway, ResponseTimeout
+from lockgate.client.sdk import Gateway, ResponseTimeout
+from lockgate.contracts.messages import Candidate
 from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.subjects import response_subject
 from lockgate.core.ids import candidate_digest, intent_id_for, random_id
@@ -53,10 +55,17 @@ async def test_a_response_a_replica_shows_late_is_read_without_waiting_a_second(
     gateway: Gateway, nc: Client, monkeypatch: pytest.MonkeyPatch, behind: int,
 ) -> None:
     """The first ``behind`` reads after the wake-up find nothing, as a replica behind the
-    stream's leader answers. Within a timeout shorter than the second the SDK otherwise
-    pauses between reads, the answer is still read."""
+    stream's leader answers. The SDK reads again after pauses that start at
+    ``WAKE_RETRY_S[0]`` and double, never after the second it otherwise waits."""
     latest = Gateway._latest
     reads: list[bool] = []
+    pauses: list[float] = []
+    wait_for = asyncio.wait_for
+
+    async def timed(awaitable: Any, timeout: float | None) -> Any:
+        if getattr(awaitable, "__qualname__", "") == "Event.wait":  # the SDK waiting for a wake-up
+            pauses.append(timeout or 0.0)
+        return await wait_for(awaitable, timeout)
 
     async def behind_the_leader(self: Gateway, tenant: str, run_id: str, candidate_id: str
                                 ) -> ModelResponse | None:
@@ -65,13 +74,18 @@ async def test_a_response_a_replica_shows_late_is_read_without_waiting_a_second(
         return None if sum(reads) <= behind else found
 
     monkeypatch.setattr(Gateway, "_latest", behind_the_leader)
+    monkeypatch.setattr(asyncio, "wait_for", timed)
     candidate = Candidate(run_id=random_id(), turn_id="turn-1", call_id=random_id(),
                           tool="case.add_note", arguments='{"note": "hi"}')
     answering = asyncio.create_task(answer_when_proposed(nc, candidate))
-    response = await gateway._propose(TENANT, candidate, timeout_s=0.6)
+    response = await gateway._propose(TENANT, candidate, timeout_s=30)
     await answering
     assert response.status == "executed"
-    assert reads.count(True) == behind + 1  # read again, each time sooner than a second
+    assert reads.count(True) == behind + 1
+    # Every pause after the wake-up is short, and they double from the first.
+    first, _ = sdk.WAKE_RETRY_S
+    short = [p for p in pauses if p < 1.0]
+    assert len(short) >= behind and short == [first * 2**k for k in range(len(short))], pauses
 
 
 async def test_no_response_is_still_a_timeout(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
