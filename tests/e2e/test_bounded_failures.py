@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from lockgate.adapters.sdk import report_subject
 from lockgate.client.sdk import Gateway, Run, Turn
 from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import derived_id, intent_id_for
@@ -109,3 +110,38 @@ async def test_a_service_gives_up_an_event_it_keeps_failing_on_and_the_model_is_
     finally:
         await nc.close()
     assert violations(by_intent(recorded), world.ledger()) == []
+
+
+async def test_an_adapters_unreadable_reports_are_refused_on_the_intent_their_subject_names(
+    system: System, gw: Gateway, world: World
+) -> None:
+    """Before, the executor acknowledged them and dropped them with a log line."""
+    run = await gw.open_run(tenant=TENANT, actor="user-42", context={"case_id": "case-123"})
+    done = await (await run.open_turn()).propose(tool="case.add_note", arguments='{"note": "ok"}')
+    assert done.status == "executed"
+    invocations = world.invocations
+    adapter = await system.connect("adapter-casenotes")  # the adapter's own user, nothing more
+    try:
+        nameless = b'{"tenant": "a b", "intent_id": "x.y", "attempt_id": "", "stage": "completed"}'
+        for body in (b"\xff\xfe", nameless, b"\xff\xfe"):
+            await adapter.publish(report_subject(CONTRACT.name, done.candidate_id), body)
+        await adapter.flush()
+    finally:
+        await adapter.close()
+    nc = await system.connect()
+    try:
+        store = JetStreamEventStore(nc)
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while True:
+            events = [decode_event(e) for e in (await store.load(TENANT, done.candidate_id)).events]
+            refused = sorted(e.reason for e in events if isinstance(e, EffectIntent.ReportRefused))
+            if len(refused) >= 2:
+                break
+            assert asyncio.get_running_loop().time() < deadline, events
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+    assert refused == ["report.unaddressed", "report.unreadable"]
+    intent = fold(events)
+    assert intent is not None and intent.state is State.COMPLETED
+    assert world.invocations == invocations
