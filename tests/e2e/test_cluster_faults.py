@@ -43,6 +43,7 @@ from lockgate.testing.cluster import ClusterSystem
 from lockgate.testing.demo import play_table
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import running
+from lockgate.views.store import open_views
 from lockgate.worlds.casenotes.world import World as CaseWorld
 from lockgate.worlds.items.adapter import DRAFT, PUBLISH
 from lockgate.worlds.items.world import World as ItemsWorld
@@ -298,6 +299,20 @@ async def test_every_process_runs_twice_on_r3_streams(cluster: ClusterSystem) ->
         assert {f"{name}-1", f"{name}-2"} <= set(cluster.processes), name
     conf = (cluster.root / "cluster" / "n1" / "nats-server.conf").read_text()
     assert "sync_interval: always" in conf and "server_name: n1" in conf
+
+
+async def test_the_views_are_on_postgresql(cluster: ClusterSystem, gw: Gateway) -> None:
+    """As the suite says: the projector writes the views into the cluster's own PostgreSQL."""
+    assert cluster.views is not None
+    await new_candidates_execute(cluster, gw, "views")
+    views = await asyncio.to_thread(open_views, cluster.views.url)
+    try:
+        deadline = time.monotonic() + 60
+        while not await asyncio.to_thread(views.intents, tenant=TENANT):
+            assert time.monotonic() < deadline, "nothing was projected into PostgreSQL"
+            await asyncio.sleep(0.5)
+    finally:
+        views.close()
 
 
 async def test_the_demo_table(cluster: ClusterSystem, gw: Gateway) -> None:
