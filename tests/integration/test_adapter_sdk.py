@@ -34,6 +34,7 @@ from lockgate.contracts.messages import (
     QueryResult,
     Refusal,
 )
+from lockgate.contracts.vocabulary import QueryFinding
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims
 from lockgate.intent import EffectIntent, Event, Stamp, decode_event, encode_event, fold
@@ -421,12 +422,12 @@ async def test_query_absent_then_found(served: Env) -> None:
         {"tenant": "tenant-a", "intent_id": "i1", "intent_key": "k-1", "arguments": {}}
     )
     absent = msgspec.json.decode(await served.request("query", body), type=QueryResult)
-    assert absent == QueryResult(finding="absent")
+    assert absent == QueryResult(finding=QueryFinding.ABSENT)
     receipt = served.world.add_note(
         DEMO_CREDENTIAL, "tenant-a", "user-42", "case-123", "n", 1, "k-1", "i1"
     )
     found = msgspec.json.decode(await served.request("query", body), type=QueryResult)
-    assert found == QueryResult(finding="found", receipt=receipt)
+    assert found == QueryResult(finding=QueryFinding.FOUND, receipt=receipt)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ async def staggered_writes(nc: Client, subject: str, n: int) -> int:
         writes += 1
         write(data)
 
-    transport.writelines = counted  # type: ignore[method-assign]
+    transport.writelines = counted  # type: ignore[method-assign,assignment]
 
     async def publisher(i: int) -> None:
         for _ in range(i):
