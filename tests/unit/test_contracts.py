@@ -91,7 +91,7 @@ def test_reason_codes_are_pinned() -> None:
         "repo.test-path-not-allowed", "repo.base-stale", "repo.credential-invalid",
         "repo.revision-unknown", "repo.revision-stale", "repo.path-not-found",
         "repo.artifact-not-found", "repo.post-too-late", "sandbox.unavailable",
-        "sandbox.network-shared",
+        "sandbox.network-shared", "sandbox.not-contained",
         "mcp.arguments-invalid", "mcp.mapping-disabled", "mcp.server-unavailable",
         "mcp.remote-refused", "board.tenant-mismatch",
     ])

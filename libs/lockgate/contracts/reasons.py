@@ -149,8 +149,9 @@ REASONS: dict[str, str] = {
     "repo.path-not-found": "the file went missing between normalization and execution",
     "repo.artifact-not-found": "the artifact went missing between normalization and execution",
     "repo.post-too-late": "the post reached the board after its attempt's not_after; nothing posted",
-    "sandbox.unavailable": "the sandbox's namespaces could not be made: nothing ran (fail closed)",
+    "sandbox.unavailable": "the sandbox could not be made: nothing ran (fail closed)",
     "sandbox.network-shared": "the sandbox's network was not isolated: nothing ran (fail closed)",
+    "sandbox.not-contained": "the sandbox's guard found it not as it must be: nothing ran (fail closed)",
     # reviewers (Action "<capability>::approve")
     "review.self-approval": "a reviewer asked to approve their own request (or one made for them)",
     "policy.unavailable": "no policy bundle could answer whether the reviewer may approve",
