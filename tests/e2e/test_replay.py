@@ -10,28 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 from nats.errors import Error as NatsError
 
 from lockgate.authz import PolicyBundle
 from lockgate.client.cli import main
+from lockgate.contracts import subjects
+from lockgate.contracts.messages import Describe
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
 from lockgate.replay.counterfactual import counterfactual
 from lockgate.replay.fixtures import FIXTURE_MISSING
-from lockgate.replay.record import Candidate, Selection, candidates
+from lockgate.replay.record import Candidate, Selection, Sources, candidates
 from lockgate.replay.report import Replay, replay
 from lockgate.replay.sources import BrokerDeployment
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, RUNS_BUCKET
 from lockgate.testing.invariants import violations
 from lockgate.testing.system import REPO, System, bundle_copy
 from lockgate.views.store import open_views
+from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.casenotes.world import World
 
 POLICIES = REPO / "deploy" / "policies"
@@ -149,7 +158,8 @@ def _ledger(system: System) -> tuple[int, int]:
 async def test_a_flipped_rule_changes_exactly_its_rows(
     system: System, recorded: Recorded, flipped: Path, deployment: BrokerDeployment,
 ) -> None:
-    rows = await counterfactual(_candidates(system, recorded.all), PolicyBundle.load(flipped), deployment)
+    rows = await counterfactual(_candidates(system, recorded.all), PolicyBundle.load(flipped),
+                                Sources(deployment=deployment))
     changed = {r.intent_id: (r.recorded, r.outcome) for r in rows if r.changed}
     assert changed == {
         recorded.executed: ("allow", "require_approval"),
@@ -379,3 +389,160 @@ async def test_the_replay_user_reads_runs_and_contracts(
     assert run is not None and run.context == {"case_id": "case-123"}
     contract = await deployment.contract("case.add_note")
     assert contract is not None and contract.revision == first.contract_revision
+
+
+# -- evidence: as recorded, current, or none --------------------------------------------------
+
+#: A rule that reads the contract: nothing moving personal data goes through.
+NO_PII = """@id("case.pii")
+forbid (principal, action, resource is Lockgate::Case)
+when { context.data_classes.contains("pii") };
+"""
+
+
+def _lockgate(system: System, *args: str, url: str = "", var_dir: Path | None = None,
+              ) -> subprocess.CompletedProcess[str]:
+    """The ``lockgate`` command as a process of its own, pointed at the system (or elsewhere)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    env.update(LOCKGATE_VAR_DIR=str(var_dir or system.root), LOCKGATE_NATS_URL=url or system.url)
+    return subprocess.run([sys.executable, "-m", "lockgate.client.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _refused_credentials(system: System, root: Path) -> Path:
+    """A var directory whose replay user has the wrong password."""
+    creds = json.loads((system.root / "credentials" / "replay.json").read_text())
+    (root / "credentials").mkdir(parents=True)
+    (root / "credentials" / "replay.json").write_text(json.dumps({**creds, "password": "not-it"}))
+    return root
+
+
+@pytest.mark.parametrize("broken", ["unreachable", "refused"])
+def test_a_deployment_that_cannot_be_read_is_one_line_and_no_answer(
+    system: System, recorded: Recorded, flipped: Path, tmp_path: Path, broken: str,
+) -> None:
+    """No silent fallback to the contracts compiled into lockgate, or to no runs at all."""
+    if broken == "unreachable":
+        proc = _lockgate(system, "replay", "--intent", recorded.executed, "--bundle", str(flipped),
+                         url=f"nats://127.0.0.1:{_closed_port()}")
+    else:
+        proc = _lockgate(system, "replay", "--intent", recorded.executed, "--bundle", str(flipped),
+                         var_dir=_refused_credentials(system, tmp_path / "var"))
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot read runs and contracts" in lines[0] and "--offline" in lines[0]
+    assert proc.stdout == ""
+
+
+async def test_a_contract_changed_since_is_decided_as_recorded(
+    system: System, recorded: Recorded, tmp_path: Path,
+) -> None:
+    """The capability now says it moves personal data, and a bundle forbids that: the note was
+    normalized under a contract that did not, so the decision stands as recorded."""
+    bundle = bundle_copy(tmp_path, (POLICIES / "bundle.yaml").read_text(), {"pii.cedar": NO_PII})
+    changed = msgspec.structs.replace(CONTRACT, data_classes=(*CONTRACT.data_classes, "pii"))
+    system.kill("adapter.casenotes")  # its heartbeat would register the contract it has again
+    nc = await system.connect()
+    try:
+        kv = await nc.jetstream().key_value(CAPABILITIES_BUCKET)
+        await kv.put(subjects.capability_key(CONTRACT.name), msgspec.json.encode(
+            Describe(contract=changed, adapter="adapter-casenotes", alive_at=datetime.now().astimezone())))
+        proc = _lockgate(system, "replay", "--intent", recorded.executed, "--bundle", str(bundle), "--all",
+                         "--json")
+    finally:
+        await nc.close()
+        await system.restart("adapter.casenotes")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["counterfactual"]
+    (row,) = out["rows"]
+    assert (row["recorded"]["outcome"], row["counterfactual"]["outcome"], row["changed"]) == (
+        "allow", "allow", False)
+    assert row["evidence"]["contract"] == "recorded" and row["evidence"]["as_recorded"]
+    assert (out["decisions"], out["changed"], out["not_as_recorded"], out["undecidable"]) == (1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Altered:
+    """Two more candidates: one whose run was opened again since, one whose run is lost."""
+
+    reopened: str
+    lost: str
+
+
+async def _alter(system: System) -> Altered:
+    gw = await system.gateway("tenant-a")
+    try:
+        ids, runs = [], []
+        for case_id in ("case-123", "case-123"):
+            run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": case_id})
+            answer = await (await run.open_turn()).propose(
+                tool="case.add_note", arguments=json.dumps({"note": "One more."}))
+            assert answer.status == "executed"
+            ids.append(answer.candidate_id)
+            runs.append(run.id)
+        # Opened again by the host, read-only this time: today's record of it is not the
+        # context the decision read.
+        await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"},
+                          stage="read-only", run_id=runs[0])
+    finally:
+        await gw.close()
+    nc = await system.connect()
+    try:
+        await (await nc.jetstream().key_value(RUNS_BUCKET)).delete(subjects.run_key("tenant-a", runs[1]))
+    finally:
+        await nc.close()
+    return Altered(*ids)
+
+
+@pytest.fixture(scope="module")
+def altered(system: System) -> Altered:
+    made = asyncio.run(_alter(system))
+    views = open_views(var_dir=system.root)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = [views.intent(i) for i in (made.reopened, made.lost)]
+            if all(r is not None and r.state == "completed" for r in rows):
+                return made
+            time.sleep(0.2)
+    finally:
+        views.close()
+    raise AssertionError("the views did not catch up")
+
+
+def test_a_run_opened_again_since_is_current_evidence_and_says_so(
+    system: System, altered: Altered, flipped: Path,
+) -> None:
+    proc = _lockgate(system, "replay", "--intent", altered.reopened, "--bundle", str(POLICIES), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["counterfactual"]
+    (row,) = out["rows"]  # listed although it may not change: it is not as recorded
+    assert row["evidence"]["run"] == "current" and not row["evidence"]["as_recorded"]
+    assert "opened again" in row["evidence"]["notes"][0]
+    assert (out["decisions"], out["not_as_recorded"]) == (1, 1)
+    assert "1 of them decided on current evidence, not as recorded" in out["summary"]
+    text = _lockgate(system, "replay", "--intent", altered.reopened, "--bundle", str(flipped))
+    assert text.returncode == 0, text.stderr
+    head, _, line = text.stdout.strip().splitlines()
+    assert head == (f"1 of 1 recorded decisions change under {flipped}; "
+                    "1 of them decided on current evidence, not as recorded")
+    assert line.startswith(altered.reopened[:12]) and line.endswith("decided on current run, not as recorded")
+
+
+def test_a_run_with_no_record_is_undecidable(system: System, altered: Altered, flipped: Path) -> None:
+    proc = _lockgate(system, "replay", "--intent", altered.lost, "--intent", altered.reopened,
+                     "--bundle", str(flipped), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["counterfactual"]
+    lost = next(r for r in out["rows"] if r["intent_id"] == altered.lost)
+    assert lost["undecidable"].startswith("no record of the context run")
+    assert (lost["counterfactual"], lost["changed"]) == (None, False)
+    assert (out["decisions"], out["undecidable"]) == (1, 1)  # neither changed nor unchanged
+    assert out["summary"].endswith("1 undecidable (no evidence), not counted")

@@ -10,14 +10,15 @@
 
 The candidates come from the views (the permanent record); the context of each run and
 the capabilities' contracts are read from the running system as the ``replay`` user,
-which can reach nothing else (``--fixtures FILE`` declares runs, and answers, instead).
+which can reach nothing else (``--fixtures FILE`` declares runs, and answers, first). A
+running system that cannot be read is an error: ``--offline`` reads none, and the
+contracts compiled into lockgate answer only with ``--builtin-contracts``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -30,10 +31,9 @@ from lockgate.core.errors import LockgateError
 from lockgate.replay.fixtures import Fixtures
 from lockgate.replay.record import (
     Candidate,
-    Deployment,
     Known,
-    Layered,
     Selection,
+    Sources,
     candidates,
     demo_contracts,
     utc_text,
@@ -84,6 +84,11 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     rp.add_argument("--fixtures", type=Path, default=None, help="a fixture file: runs and answers to declare")
     rp.add_argument("--no-recorded-evidence", action="store_true",
                     help="answer only from --fixtures, never from the record")
+    rp.add_argument("--offline", action="store_true",
+                    help="read no running system: the views as they are, runs only from --fixtures")
+    rp.add_argument("--builtin-contracts", action="store_true",
+                    help="where no other source has a contract, use the demo worlds' compiled into "
+                         "lockgate (every line it affects says so)")
     rp.add_argument("--all", action="store_true", help="with --bundle: every decision, changed or not")
     rp.add_argument("--json", action="store_true", help="JSON instead of a table")
     rp.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
@@ -94,10 +99,12 @@ def run(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaita
     return asyncio.run(_replay(args, where, fresh_views))
 
 
-async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> Views:
+async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]], *, offline: bool) -> Views:
     """The views, up to date when the running system says so; as they are without one."""
     from lockgate.views.store import open_views
 
+    if offline:
+        return open_views(where.settings.views_url, var_dir=where.var_dir)
     try:
         return await fresh_views()
     except (LockgateError, NatsError, OSError, TimeoutError) as exc:
@@ -105,21 +112,21 @@ async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> V
         return open_views(where.settings.views_url, var_dir=where.var_dir)
 
 
-async def _deployment(where: Where, fixtures: Path | None) -> tuple[Deployment, BrokerDeployment | None]:
-    """Declared runs first, then the running system's (as the ``replay`` user), then the code's contracts."""
+async def _sources(where: Where, args: argparse.Namespace) -> tuple[Sources, BrokerDeployment | None]:
+    """Declared runs first, then the running system's (as the ``replay`` user), then, when
+    asked for, the contracts compiled into lockgate.
+
+    Raises:
+        DeploymentUnreachable: the running system cannot be read (and ``--offline`` was not given).
+    """
     from lockgate.replay.sources import BrokerDeployment
 
     declared = Fixtures()
-    if fixtures is not None:
-        declared.declare(fixtures)
-    layers: list[Deployment] = [Known(dict(declared.runs), {})]
-    broker = None
-    with contextlib.suppress(Exception):  # no system running: declared runs only
-        broker = await BrokerDeployment.open(where.url, where.credentials(REPLAY))
-    if broker is not None:
-        layers.append(broker)
-    layers.append(Known({}, demo_contracts()))
-    return Layered(layers), broker
+    if args.fixtures is not None:
+        declared.declare(args.fixtures)
+    broker = None if args.offline else await BrokerDeployment.open(where.url, where.credentials(REPLAY))
+    builtin = Known({}, demo_contracts()) if args.builtin_contracts else None
+    return Sources(Known(dict(declared.runs), {}), broker, builtin), broker
 
 
 async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
@@ -127,30 +134,37 @@ async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[
     # command needs to load.
     from lockgate.authz import PolicyBundle
     from lockgate.replay.counterfactual import counterfactual
-    from lockgate.replay.report import changes_table, replay, replay_table
+    from lockgate.replay.report import changes_table, replay, replay_table, summary
 
     selection = Selection(run_id=args.run, tenant=args.tenant, since=args.since and utc_text(args.since),
                           until=args.until and utc_text(args.until), intent_ids=tuple(args.intent))
-    views = await _views(where, fresh_views)
+    selection.check()
+    # The running system first: one that cannot be read ends the command before anything
+    # is read as it is.
+    sources, broker = await _sources(where, args)
     try:
-        chosen: list[Candidate] = candidates(views, selection)
-    finally:
-        views.close()
-    deployment, broker = await _deployment(where, args.fixtures)
-    out: dict[str, object] = {}
-    text: list[str] = []
-    try:
+        views = await _views(where, fresh_views, offline=args.offline)
+        try:
+            chosen: list[Candidate] = candidates(views, selection)
+        finally:
+            views.close()
+        out: dict[str, object] = {}
+        text: list[str] = []
         if args.bundle is not None:
             bundle = PolicyBundle.load(args.bundle)
-            rows = await counterfactual(chosen, bundle, deployment)
+            rows = await counterfactual(chosen, bundle, sources)
             out["counterfactual"] = {
-                "bundle": str(args.bundle), "revision": bundle.revision, "decisions": len(rows),
+                "bundle": str(args.bundle), "revision": bundle.revision,
+                "decisions": sum(not r.undecidable for r in rows),
                 "changed": sum(r.changed for r in rows),
-                "rows": [r.as_json() for r in rows if r.changed or args.all]}
+                "not_as_recorded": sum(not (r.as_recorded or r.undecidable) for r in rows),
+                "undecidable": sum(bool(r.undecidable) for r in rows),
+                "summary": summary(rows, str(args.bundle)),
+                "rows": [r.as_json() for r in rows if r.changed or not r.as_recorded or args.all]}
             text.append(changes_table(rows, str(args.bundle), every=args.all))
         if args.bundle is None or args.world:
             bundle_dir = args.bundle if args.bundle is not None else where.settings.policy_dir
-            result = await replay(chosen, deployment, bundle_dir, declared=args.fixtures,
+            result = await replay(chosen, sources, bundle_dir, declared=args.fixtures,
                                   recorded_evidence=not args.no_recorded_evidence)
             out["replay"] = result.as_json()
             text.append(replay_table(result))

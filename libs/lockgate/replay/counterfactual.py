@@ -2,10 +2,18 @@
 
 The policy service decides with ``lockgate.policy.domain.evaluate_for`` on the intent as
 normalization left it, the adapter's facts and the evidence of the run and contract.
-The record keeps all of it: the ``CandidateNormalized`` consequence (folded, it is the
-intent the service decided on) and the facts each ``PolicyDecided`` used. Evaluating the
-same function on them under another bundle gives that bundle's decision on the same
-history, with the policies that determined it, without asking any world anything.
+The record keeps the intent (the ``CandidateNormalized`` consequence, folded, is the
+intent the service decided on, with the effect class and data classes of its contract),
+the facts each ``PolicyDecided`` used, and whether the capability was still offered.
+Evaluating the same function on them under another bundle gives that bundle's decision
+on the same history, with the policies that determined it, without asking any world.
+
+The run's context is read from the deployment's runs: it is the one the decision read
+when the run was opened before the decision (a run opened again since carries a later
+time). Each decision says where each piece of its evidence came from (``Provenance``):
+one that stood on anything the record cannot vouch for (today's run or contract, a
+declared fixture, the compiled-in contracts) is marked so, and one with no evidence at
+all is undecidable, counted neither changed nor unchanged.
 
 It is permission only: Cedar, the lineage rules and the progress checkpoint as the
 recorded intent carries them. Budgets and flood limits are counters of a live
@@ -16,16 +24,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lockgate.authz import PolicyBundle
 from lockgate.authz.intents import Evidence
-from lockgate.contracts.messages import Facts
+from lockgate.contracts.capability import CapabilityContract, EffectClass
+from lockgate.contracts.messages import Facts, RunContext
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
 from lockgate.policy.domain import evaluate_for
-from lockgate.replay.record import Candidate, Deployment
+from lockgate.replay.record import Candidate, Provenance, Sources
+
+#: The recorded reason of a decision made when the capability was no longer offered.
+NOT_OFFERED = "tool.no-longer-offered"
 
 
 @dataclass(frozen=True)
@@ -46,21 +58,47 @@ class Decided:
     reasons: tuple[str, ...]
     determining: tuple[str, ...]
     revision: str
+    #: Where the run's context came from ("": none was found).
+    run_from: str = Provenance.RECORDED
+    #: Where the contract came from ("": none was found).
+    contract_from: str = Provenance.RECORDED
+    #: How each piece not as recorded differs from what the record says, or why none was found.
+    notes: tuple[str, ...] = ()
+    #: Why no decision could be made ("": one was).
+    undecidable: str = ""
+
+    @property
+    def as_recorded(self) -> bool:
+        """Whether every piece of its evidence is the record's."""
+        return not self.undecidable and self.run_from == self.contract_from == Provenance.RECORDED
 
     @property
     def changed(self) -> bool:
         """Whether the other bundle decides otherwise (another outcome, or another reason)."""
-        return (self.outcome, self.reasons) != (self.recorded, self.recorded_reasons)
+        return not self.undecidable and (self.outcome, self.reasons) != (self.recorded, self.recorded_reasons)
 
     @property
     def entered(self) -> tuple[str, ...]:
         """Policies that determine the other bundle's decision and did not determine the recorded one."""
+        if self.undecidable:
+            return ()
         return tuple(p for p in self.determining if p not in self.recorded_determining)
 
     @property
     def left(self) -> tuple[str, ...]:
         """Policies that determined the recorded decision and no longer determine it."""
+        if self.undecidable:
+            return ()
         return tuple(p for p in self.recorded_determining if p not in self.determining)
+
+    @property
+    def grounds(self) -> str:
+        """Its evidence in a few words: ``as recorded``, what was not, or why it is undecidable."""
+        if self.undecidable:
+            return f"undecidable: {self.undecidable}"
+        apart = [f"{source} {piece}" for piece, source in (("run", self.run_from), ("contract", self.contract_from))
+                 if source != Provenance.RECORDED]
+        return "as recorded" if not apart else "decided on " + ", ".join(apart) + ", not as recorded"
 
     def as_json(self) -> dict[str, object]:
         """The row as JSON."""
@@ -69,37 +107,91 @@ class Decided:
             "resource": self.resource, "digest": self.digest,
             "recorded": {"outcome": self.recorded, "reasons": list(self.recorded_reasons),
                          "determining": list(self.recorded_determining), "revision": self.recorded_revision},
-            "counterfactual": {"outcome": self.outcome, "reasons": list(self.reasons),
-                               "determining": list(self.determining), "revision": self.revision},
+            "counterfactual": None if self.undecidable else {
+                "outcome": self.outcome, "reasons": list(self.reasons), "determining": list(self.determining),
+                "revision": self.revision},
+            "evidence": {"run": self.run_from, "contract": self.contract_from, "facts": Provenance.RECORDED,
+                         "as_recorded": self.as_recorded, "notes": list(self.notes)},
+            "undecidable": self.undecidable or None,
             "changed": self.changed, "entered": list(self.entered), "left": list(self.left),
         }
 
 
-def _decided_on(candidate: Candidate) -> tuple[EffectIntent, EffectIntent.PolicyDecided] | None:
+@dataclass(frozen=True)
+class _Recorded:
+    """What policy decided on, as the record holds it."""
+
+    intent: EffectIntent
+    normalized: EffectIntent.CandidateNormalized
+    decision: EffectIntent.PolicyDecided
+
+
+def _decided_on(candidate: Candidate) -> _Recorded | None:
     """The intent policy decided on, and its recorded decision (the last one that was not a pause)."""
     before: list[Event] = []
     normalized: EffectIntent | None = None
+    consequence: EffectIntent.CandidateNormalized | None = None
     decision: EffectIntent.PolicyDecided | None = None
     for event in candidate.events:
         if normalized is None:
             before.append(event)
             if isinstance(event, EffectIntent.CandidateNormalized):
-                normalized = fold(before)
+                normalized, consequence = fold(before), event
         elif isinstance(event, EffectIntent.PolicyDecided) and (
                 decision is None or event.outcome != DecisionOutcome.PAUSE):
             decision = event
-    if normalized is None or decision is None or normalized.state is not State.NORMALIZED:
+    if normalized is None or consequence is None or decision is None or normalized.state is not State.NORMALIZED:
         return None
-    return normalized, decision
+    return _Recorded(normalized, consequence, decision)
+
+
+async def _run(found: _Recorded, sources: Sources) -> tuple[RunContext | None, str, str]:
+    """The run's context, its provenance, and a note when it is not the record's."""
+    intent = found.intent
+    hit = await sources.found_run(intent.tenant, intent.run_id)
+    if hit is None:
+        return None, "", f"no record of the context run {intent.run_id} was opened with"
+    run, source = hit
+    if source is not Provenance.CURRENT:
+        return run, source, f"run {intent.run_id} as {source}"
+    if run.actor == intent.actor and run.opened_at <= found.decision.timestamp:
+        # Runs are kept one entry per run: one written before the decision, and not since,
+        # is the very context the decision read.
+        return run, Provenance.RECORDED, ""
+    return run, source, f"run {intent.run_id} opened again at {run.opened_at.isoformat()}, after the decision"
+
+
+def _short(revision: str) -> str:
+    return revision.removeprefix("sha256:")[:12] or "?"
+
+
+async def _contract(found: _Recorded, sources: Sources) -> tuple[CapabilityContract | None, str, str]:
+    """The contract it was normalized under, its provenance, and a note when it is not the record's."""
+    tool, normalized = found.intent.tool, found.normalized
+    recorded = normalized.contract_revision
+    hit = await sources.found_contract(tool)
+    if hit is not None and hit[0].revision == recorded and hit[1] is Provenance.CURRENT:
+        return hit[0], Provenance.RECORDED, ""  # the revision is the contract's digest
+    if normalized.data_classes is not None:
+        # What a decision reads of a contract is its effect class and data classes, and the
+        # record holds both: the contract as recorded, whatever is registered today.
+        return CapabilityContract(
+            name=tool, description="", argument_schema={}, effect_class=EffectClass(normalized.effect_class),
+            data_classes=normalized.data_classes), Provenance.RECORDED, ""
+    if hit is None:
+        return None, "", f"no contract for {tool} (recorded revision {_short(recorded)})"
+    contract, source = hit
+    return contract, source, f"{source} contract {tool} {_short(contract.revision)}, recorded {_short(recorded)}"
 
 
 async def counterfactual(
-    candidates: Sequence[Candidate], bundle: PolicyBundle, deployment: Deployment,
+    candidates: Sequence[Candidate], bundle: PolicyBundle, sources: Sources,
 ) -> list[Decided]:
     """Every recorded policy decision among ``candidates``, beside ``bundle``'s on the same evidence.
 
     Prior effects (for a bundle whose policies read them) are the effects of the same
-    capability the selection's earlier candidates of the run completed.
+    capability the selection's earlier candidates of the run completed. A decision whose
+    run or contract no source has is undecidable (``Decided.undecidable``).
     """
     done: Counter[tuple[str, str, str]] = Counter()
     rows = []
@@ -107,22 +199,32 @@ async def counterfactual(
         found = _decided_on(candidate)
         final = candidate.final()
         if found is not None:
-            intent, recorded = found
-            evidence = Evidence(
-                run=await deployment.run(intent.tenant, intent.run_id),
-                contract=await deployment.contract(intent.tool),
-                prior_effects=done[(intent.tenant, intent.run_id, intent.tool)],
-            )
-            facts = Facts(facts=dict(recorded.facts)) if recorded.facts else None
-            decision = evaluate_for(intent, bundle, facts, evidence=evidence)
-            rows.append(Decided(
-                intent_id=intent.intent_id, tenant=intent.tenant, run_id=intent.run_id, tool=intent.tool,
-                resource="/".join(v for v in (intent.resource.get("type"), intent.resource.get("id")) if v),
-                digest=intent.digest or "", recorded=str(recorded.outcome),
-                recorded_reasons=tuple(recorded.reasons), recorded_determining=tuple(recorded.determining),
-                recorded_revision=recorded.policy_revision, outcome=str(decision.outcome),
-                reasons=tuple(decision.reasons), determining=tuple(decision.determining)[:16],
-                revision=decision.revision))
+            rows.append(await _decide(found, bundle, sources, done))
         if final is not None and final.state is State.COMPLETED:
             done[(final.tenant, final.run_id, final.tool)] += 1
     return rows
+
+
+async def _decide(found: _Recorded, bundle: PolicyBundle, sources: Sources,
+                  done: Counter[tuple[str, str, str]]) -> Decided:
+    intent, recorded = found.intent, found.decision
+    run, run_from, run_note = await _run(found, sources)
+    contract, contract_from, contract_note = await _contract(found, sources)
+    row = Decided(
+        intent_id=intent.intent_id, tenant=intent.tenant, run_id=intent.run_id, tool=intent.tool,
+        resource="/".join(v for v in (intent.resource.get("type"), intent.resource.get("id")) if v),
+        digest=intent.digest or "", recorded=str(recorded.outcome),
+        recorded_reasons=tuple(recorded.reasons), recorded_determining=tuple(recorded.determining),
+        recorded_revision=recorded.policy_revision, outcome="", reasons=(), determining=(), revision="",
+        run_from=run_from, contract_from=contract_from, notes=tuple(n for n in (run_note, contract_note) if n))
+    if run is None or contract is None:
+        return replace(row, undecidable="; ".join(row.notes))
+    evidence = Evidence(
+        run=run, contract=contract, prior_effects=done[(intent.tenant, intent.run_id, intent.tool)],
+        # Whether the capability was still offered is on the record: the decision says so.
+        offered_now=NOT_OFFERED not in recorded.reasons,
+    )
+    facts = Facts(facts=dict(recorded.facts)) if recorded.facts else None
+    decision = evaluate_for(intent, bundle, facts, evidence=evidence)
+    return replace(row, outcome=str(decision.outcome), reasons=tuple(decision.reasons),
+                   determining=tuple(decision.determining)[:16], revision=decision.revision)

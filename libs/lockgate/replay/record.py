@@ -12,8 +12,9 @@ contracts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from lockgate.contracts.capability import CapabilityContract
@@ -35,6 +36,18 @@ class ReplayError(LockgateError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="replay.invalid")
+
+
+class DeploymentUnreachable(LockgateError):
+    """The deployment a replay reads runs and contracts from did not let it read them."""
+
+    retryable = True
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"replay: cannot read runs and contracts at {url} as the replay user ({why}); "
+                         "--offline replays without the running system", code="replay.deployment-unreachable")
+        self.url = url
+        self.why = why
 
 
 def utc_text(moment: str) -> str:
@@ -205,8 +218,69 @@ class Layered:
         return None
 
 
+class Provenance(StrEnum):
+    """Where a piece of a replay's evidence came from."""
+
+    #: On the intent's record, or a copy the record proves is the one the decision read.
+    RECORDED = "recorded"
+    #: Declared in a fixture file (``--fixtures``).
+    DECLARED = "declared"
+    #: The running system's today, which the record cannot vouch for.
+    CURRENT = "current"
+    #: Compiled into lockgate (the demo worlds' contracts), only when asked for.
+    BUILTIN = "built-in"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a replay reads besides the record, each source with the provenance it gives.
+
+    Declared runs first, then the running system's (``None``: none was read), then the
+    compiled-in contracts (``None``: not asked for). As a ``Deployment`` it answers what
+    the first source that knows does.
+    """
+
+    declared: Known = field(default_factory=lambda: Known({}, {}))
+    deployment: Deployment | None = None
+    builtin: Known | None = None
+
+    def _layers(self) -> list[tuple[Provenance, Deployment]]:
+        layers: list[tuple[Provenance, Deployment]] = [(Provenance.DECLARED, self.declared)]
+        if self.deployment is not None:
+            layers.append((Provenance.CURRENT, self.deployment))
+        if self.builtin is not None:
+            layers.append((Provenance.BUILTIN, self.builtin))
+        return layers
+
+    async def found_run(self, tenant: str, run_id: str) -> tuple[RunContext, Provenance] | None:
+        """The context ``run_id`` was opened with, and the source that had it."""
+        for provenance, layer in self._layers():
+            found = await layer.run(tenant, run_id)
+            if found is not None:
+                return found, provenance
+        return None
+
+    async def found_contract(self, capability: str) -> tuple[CapabilityContract, Provenance] | None:
+        """The contract of ``capability``, and the source that had it."""
+        for provenance, layer in self._layers():
+            found = await layer.contract(capability)
+            if found is not None:
+                return found, provenance
+        return None
+
+    async def run(self, tenant: str, run_id: str) -> RunContext | None:
+        """The first source's context of ``run_id``."""
+        found = await self.found_run(tenant, run_id)
+        return found[0] if found else None
+
+    async def contract(self, capability: str) -> CapabilityContract | None:
+        """The first source's contract of ``capability``."""
+        found = await self.found_contract(capability)
+        return found[0] if found else None
+
+
 def demo_contracts() -> dict[str, CapabilityContract]:
-    """The contracts the demo worlds declare in code, by name (a deployment without a broker)."""
+    """The contracts the demo worlds declare in code, by name (``--builtin-contracts``)."""
     from lockgate.worlds.casenotes.adapter import CONTRACT
     from lockgate.worlds.items.adapter import DRAFT_CONTRACT, PUBLISH_CONTRACT
 

@@ -176,16 +176,28 @@ def replay_table(result: Replay) -> str:
 
 def changes_table(rows: Sequence[Decided], bundle: str, *, every: bool = False) -> str:
     """The decisions another bundle changes (``every``: all of them), with the policies that
-    determine each."""
-    changed = [r for r in rows if r.changed or every]
+    determine each; every decision not made on the evidence as recorded is listed, and says so."""
+    shown = [r for r in rows if every or r.changed or not r.as_recorded]
     lines: list[tuple[str, ...]] = [("candidate", "tool", "resource", "recorded", "counterfactual",
-                                     "determining (+ now, - no longer)")]
-    for r in changed:
+                                     "determining (+ now, - no longer)", "evidence")]
+    for r in shown:
         moved = [f"+{p}" for p in r.entered] + [f"-{p}" for p in r.left]
         lines.append((_short(r.intent_id), r.tool, r.resource, _outcome(r.recorded, r.recorded_reasons),
-                      _outcome(r.outcome, r.reasons), ", ".join(moved or r.determining) or "-"))
-    head = f"{sum(r.changed for r in rows)} of {len(rows)} recorded decisions change under {bundle}"
-    return head + ("\n" + _columns(lines) if changed else "")
+                      "undecidable" if r.undecidable else _outcome(r.outcome, r.reasons),
+                      ", ".join(moved or r.determining) or "-", r.grounds))
+    return summary(rows, bundle) + ("\n" + _columns(lines) if shown else "")
+
+
+def summary(rows: Sequence[Decided], bundle: str) -> str:
+    """How many decisions change, how many stood on evidence not as recorded, how many are undecidable."""
+    decided = [r for r in rows if not r.undecidable]
+    head = f"{sum(r.changed for r in decided)} of {len(decided)} recorded decisions change under {bundle}"
+    current = sum(not r.as_recorded for r in decided)
+    if current:
+        head += f"; {current} of them decided on current evidence, not as recorded"
+    if len(decided) < len(rows):
+        head += f"; {len(rows) - len(decided)} undecidable (no evidence), not counted"
+    return head
 
 
 def _outcome(outcome: str, reasons: Sequence[str]) -> str:

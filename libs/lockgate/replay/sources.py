@@ -12,6 +12,7 @@ from __future__ import annotations
 import msgspec
 import nats
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
@@ -20,6 +21,7 @@ from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import is_subject_token
+from lockgate.replay.record import DeploymentUnreachable
 from lockgate.runtime.deployment import Credentials
 from lockgate.runtime.roles import JS_API
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, RUNS_BUCKET
@@ -35,17 +37,38 @@ class BrokerDeployment:
 
     @classmethod
     async def open(cls, url: str, credentials: Credentials | None) -> BrokerDeployment:
-        """Connect as ``credentials`` (the ``replay`` user; none on a broker without users)."""
-        options: dict[str, object] = {"max_reconnect_attempts": 0, "connect_timeout": 2}
+        """Connect as ``credentials`` (the ``replay`` user; none on a broker without users).
+
+        Raises:
+            DeploymentUnreachable: no server answered, it refused the user, or it has no
+                runs or capabilities bucket.
+        """
+        errors: list[Exception] = []
+
+        async def noted(exc: Exception) -> None:
+            errors.append(exc)
+
+        # A failure is told by what this raises: nats-py's default callback would also log
+        # every attempt, tracebacks beside the one line the command prints. With no
+        # reconnect attempt allowed nats-py tries the first connection forever; with one,
+        # it gives up with ``NoServersError``, and the server's refusal is only in what the
+        # callback was told.
+        options: dict[str, object] = {"max_reconnect_attempts": 1, "connect_timeout": 2, "error_cb": noted}
         if credentials is not None:
             options.update(user=credentials.user, password=credentials.password,
                            inbox_prefix=credentials.inbox_prefix)
-        nc = await nats.connect(url, **options)
+        try:
+            nc = await nats.connect(url, **options)
+        except (NatsError, OSError, TimeoutError) as exc:
+            raise DeploymentUnreachable(url, _why(errors[-1] if errors else exc)) from None
         try:
             js = nc.jetstream(prefix=credentials.js_prefix if credentials else JS_API)
             runs = await js.key_value(RUNS_BUCKET)
             registry = CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET))
-        except Exception:
+        except (NatsError, OSError, TimeoutError) as exc:
+            await nc.close()
+            raise DeploymentUnreachable(url, _why(exc)) from None
+        except BaseException:
             await nc.close()
             raise
         return cls(nc, runs, registry)
@@ -70,3 +93,9 @@ class BrokerDeployment:
     async def contract(self, capability: str) -> CapabilityContract | None:
         """The contract registered for ``capability``, from ``LG_CAPABILITIES``."""
         return await self._registry.get(capability)
+
+
+
+def _why(exc: BaseException) -> str:
+    """An exception in a few words: its text, else its class (a timeout has none)."""
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
