@@ -44,15 +44,19 @@ test: $(STAMP) prerequisites
 # (the repository world's test sandbox). As root with apt-get, what is missing is installed;
 # otherwise one line says what is missing and stops. Then bwrap must be able to make user
 # namespaces, which no package provides. Silent when everything is there.
+# Where the tests look for chromium and PostgreSQL beside PATH (tests/unit/test_prerequisites.py
+# points them elsewhere).
+CHROMIUM_BIN = /usr/bin/chromium
+POSTGRES_LIB = /usr/lib/postgresql
 APT_INSTALL = DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends
 
 prerequisites:
 	@missing=""; \
 	for tool in initdb pg_ctl; do \
-		command -v $$tool >/dev/null || ls /usr/lib/postgresql/*/bin/$$tool >/dev/null 2>&1 \
+		command -v $$tool >/dev/null || ls $(POSTGRES_LIB)/*/bin/$$tool >/dev/null 2>&1 \
 		|| { missing="$$missing postgresql"; break; }; \
 	done; \
-	[ -x /usr/bin/chromium ] || command -v chromium >/dev/null || missing="$$missing chromium"; \
+	[ -x $(CHROMIUM_BIN) ] || command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
