@@ -534,6 +534,10 @@ def test_a_run_opened_again_since_is_current_evidence_and_says_so(
     assert head == (f"1 of 1 recorded decisions change under {flipped}; "
                     "1 of them decided on current evidence, not as recorded")
     assert line.startswith(altered.reopened[:12]) and line.endswith("decided on current run, not as recorded")
+    world = _lockgate(system, "replay", "--intent", altered.reopened, "--json")
+    assert world.returncode == 0, world.stderr
+    (replayed,) = json.loads(world.stdout)["replay"]["candidates"]
+    assert replayed["evidence"] == "on current run, not as recorded"
 
 
 def test_a_run_with_no_record_is_undecidable(system: System, altered: Altered, flipped: Path) -> None:

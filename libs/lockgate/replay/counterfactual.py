@@ -146,19 +146,9 @@ def _decided_on(candidate: Candidate) -> _Recorded | None:
 
 
 async def _run(found: _Recorded, sources: Sources) -> tuple[RunContext | None, str, str]:
-    """The run's context, its provenance, and a note when it is not the record's."""
+    """The run's context the decision read, its provenance, and a note when it is not the record's."""
     intent = found.intent
-    hit = await sources.found_run(intent.tenant, intent.run_id)
-    if hit is None:
-        return None, "", f"no record of the context run {intent.run_id} was opened with"
-    run, source = hit
-    if source is not Provenance.CURRENT:
-        return run, source, f"run {intent.run_id} as {source}"
-    if run.actor == intent.actor and run.opened_at <= found.decision.timestamp:
-        # Runs are kept one entry per run: one written before the decision, and not since,
-        # is the very context the decision read.
-        return run, Provenance.RECORDED, ""
-    return run, source, f"run {intent.run_id} opened again at {run.opened_at.isoformat()}, after the decision"
+    return await sources.run_read_at(intent.tenant, intent.run_id, intent.actor, found.decision.timestamp)
 
 
 def _short(revision: str) -> str:

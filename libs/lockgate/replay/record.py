@@ -11,7 +11,6 @@ contracts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -195,29 +194,6 @@ class Known:
         return self.contracts.get(capability)
 
 
-@dataclass(frozen=True)
-class Layered:
-    """Several deployments, asked in order (declared fixtures first, then the broker's)."""
-
-    layers: Sequence[Deployment]
-
-    async def run(self, tenant: str, run_id: str) -> RunContext | None:
-        """The first layer's answer that knows the run."""
-        for layer in self.layers:
-            found = await layer.run(tenant, run_id)
-            if found is not None:
-                return found
-        return None
-
-    async def contract(self, capability: str) -> CapabilityContract | None:
-        """The first layer's answer that knows the contract."""
-        for layer in self.layers:
-            found = await layer.contract(capability)
-            if found is not None:
-                return found
-        return None
-
-
 class Provenance(StrEnum):
     """Where a piece of a replay's evidence came from."""
 
@@ -267,6 +243,22 @@ class Sources:
             if found is not None:
                 return found, provenance
         return None
+
+    async def run_read_at(self, tenant: str, run_id: str, actor: str, at: datetime,
+                          ) -> tuple[RunContext | None, str, str]:
+        """The context of ``run_id`` a step taken ``at`` read, where it came from ("": nowhere),
+        and a note when it is not the record's."""
+        hit = await self.found_run(tenant, run_id)
+        if hit is None:
+            return None, "", f"no record of the context run {run_id} was opened with"
+        run, source = hit
+        if source is not Provenance.CURRENT:
+            return run, source, f"run {run_id} as {source}"
+        if run.actor == actor and run.opened_at <= at:
+            # Runs are kept one entry per run: one written before the step, and not since,
+            # is the very context the step read.
+            return run, Provenance.RECORDED, ""
+        return run, source, f"run {run_id} opened again at {run.opened_at.isoformat()}, after it"
 
     async def run(self, tenant: str, run_id: str) -> RunContext | None:
         """The first source's context of ``run_id``."""

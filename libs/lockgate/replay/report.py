@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lockgate.authz import PolicyBundle
@@ -11,7 +11,7 @@ from lockgate.core.canonical import digest
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.replay.counterfactual import Decided
 from lockgate.replay.fixtures import Fixtures, Miss
-from lockgate.replay.record import Candidate, Deployment, Known, Layered
+from lockgate.replay.record import Candidate, Deployment, Known, Provenance, Sources
 from lockgate.replay.world import FixtureWorld, Replayed, replay_identity, world_digest
 
 
@@ -36,11 +36,13 @@ class Row:
     digest: str
     executed: bool
     stopped: str
+    #: Its run and contract in a few words: ``as recorded``, or what was not and whence.
+    grounds: str = "as recorded"
 
     def as_json(self) -> dict[str, object]:
         """The row as JSON."""
         return {
-            "source": self.source, "tenant": self.tenant, "tool": self.tool,
+            "source": self.source, "tenant": self.tenant, "tool": self.tool, "evidence": self.grounds,
             "recorded": {"state": self.recorded_state, "reason": self.recorded_reason,
                          "decision": self.recorded_decision, "digest": self.recorded_digest,
                          "review": self.recorded_review},
@@ -102,8 +104,8 @@ def _digest(events: Sequence[Event]) -> str:
     return normalized[-1].digest if normalized else ""
 
 
-def row(replayed: Replayed) -> Row:
-    """The row of one replayed candidate."""
+def row(replayed: Replayed, grounds: str = "as recorded") -> Row:
+    """The row of one replayed candidate (``grounds``: its evidence in a few words)."""
     source = replayed.source
     recorded = source.final()
     final = replayed.final()
@@ -118,8 +120,31 @@ def row(replayed: Replayed) -> Row:
         decision=str(now.outcome) if now else "", determining=tuple(now.determining) if now else (),
         digest=_digest(replayed.events),
         executed=any(isinstance(e, EffectIntent.EffectCompleted) for e in replayed.events),
-        stopped=replayed.stopped,
+        stopped=replayed.stopped, grounds=grounds,
     )
+
+
+async def grounds(candidate: Candidate, sources: Sources) -> str:
+    """What a replayed candidate's run and contract stood on: ``as recorded``, or what was not.
+
+    Its run is the record's when it was opened before the candidate was received (and
+    not since); its contract when it has the revision the candidate was received under.
+    """
+    first = candidate.first
+    if first is None:
+        return "as recorded"
+    apart: list[str] = []
+    if not (isinstance(first, EffectIntent.CandidateRejected) and first.reason == "run.unknown"):
+        _, source, _ = await sources.run_read_at(first.tenant, first.run_id, first.actor, candidate.received_at)
+        if source != Provenance.RECORDED:
+            apart.append(f"{source or 'no'} run")
+    if isinstance(first, EffectIntent.CandidateReceived):
+        hit = await sources.found_contract(first.tool)
+        if hit is None:
+            apart.append("no contract")
+        elif not (hit[1] is Provenance.CURRENT and hit[0].revision == first.contract_revision):
+            apart.append(f"{hit[1]} contract")
+    return "as recorded" if not apart else "on " + ", ".join(apart) + ", not as recorded"
 
 
 async def replay(
@@ -130,7 +155,8 @@ async def replay(
 
     Args:
         candidates: the recorded candidates (``lockgate.replay.record.candidates``).
-        deployment: the runs' contexts and the contracts (the ``replay`` role's reads).
+        deployment: the runs' contexts and the contracts (the ``replay`` role's reads; a
+            ``Sources`` names where each came from, anything else is the running system).
         bundle_dir: the policy bundle the replay decides under.
         declared: a fixture file (``lockgate.replay.fixtures``); its answers win.
         recorded_evidence: answer from the record as well (else only from ``declared``).
@@ -143,14 +169,16 @@ async def replay(
     fixtures = Fixtures.recorded(candidates) if recorded_evidence else Fixtures()
     if declared is not None:
         fixtures.declare(declared)
-    deployment = Layered([Known(dict(fixtures.runs), {}), deployment])
+    base = deployment if isinstance(deployment, Sources) else Sources(deployment=deployment)
+    sources = replace(base, declared=Known({**base.declared.runs, **fixtures.runs}, dict(base.declared.contracts)))
     bundle = PolicyBundle.load(bundle_dir)
     replay_id = replay_identity(candidates, bundle.revision, fixtures)
-    async with FixtureWorld(fixtures, deployment, bundle_dir, replay_id=replay_id, root=root) as world:
+    async with FixtureWorld(fixtures, sources, bundle_dir, replay_id=replay_id, root=root) as world:
         replayed = await world.replay(candidates)
+    said = [await grounds(c, sources) for c in candidates]
     return Replay(replay_id=replay_id, bundle_revision=bundle.revision,
-                  rows=tuple(row(r) for r in replayed), world_digest=world_digest(replayed),
-                  misses=tuple(fixtures.misses), replayed=tuple(replayed))
+                  rows=tuple(row(r, g) for r, g in zip(replayed, said, strict=True)),
+                  world_digest=world_digest(replayed), misses=tuple(fixtures.misses), replayed=tuple(replayed))
 
 
 def _short(value: str, n: int = 12) -> str:
@@ -158,8 +186,8 @@ def _short(value: str, n: int = 12) -> str:
 
 
 def replay_table(result: Replay) -> str:
-    """The replay as a table: each candidate as recorded, and as replayed."""
-    header = ("candidate", "tool", "recorded", "review (evidence)", "replayed", "digest")
+    """The replay as a table: each candidate as recorded, and as replayed, and on what evidence."""
+    header = ("candidate", "tool", "recorded", "review (evidence)", "replayed", "digest", "evidence")
     lines = [header]
     for r in result.rows:
         recorded = f"{r.recorded_decision or '-'} → {r.recorded_state}" + (
@@ -167,11 +195,13 @@ def replay_table(result: Replay) -> str:
         replayed = f"{r.decision or '-'} → {r.state or 'not replayed'}" + (
             f" ({r.reason})" if r.reason else "") + (f" [{r.stopped}]" if r.stopped else "")
         same = "same" if r.digest and r.digest == r.recorded_digest else (_short(r.digest) or "-")
-        lines.append((_short(r.source), r.tool, recorded, r.recorded_review or "-", replayed, same))
+        lines.append((_short(r.source), r.tool, recorded, r.recorded_review or "-", replayed, same, r.grounds))
     body = _columns(lines)
+    apart = sum(r.grounds != "as recorded" for r in result.rows)
     return (f"replay {result.replay_id[:12]} under bundle {_short(result.bundle_revision)}: "
             f"{len(result.rows)} candidates, decisions {_short(result.decisions_digest)}, "
-            f"world {_short(result.world_digest)}, {len(result.misses)} fixture misses\n{body}")
+            f"world {_short(result.world_digest)}, {len(result.misses)} fixture misses"
+            + (f", {apart} not on the evidence as recorded" if apart else "") + f"\n{body}")
 
 
 def changes_table(rows: Sequence[Decided], bundle: str, *, every: bool = False) -> str:
