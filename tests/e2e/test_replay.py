@@ -550,3 +550,28 @@ def test_a_run_with_no_record_is_undecidable(system: System, altered: Altered, f
     assert (lost["counterfactual"], lost["changed"]) == (None, False)
     assert (out["decisions"], out["undecidable"]) == (1, 1)  # neither changed nor unchanged
     assert out["summary"].endswith("1 undecidable (no evidence), not counted")
+
+
+def test_offline_the_builtin_contracts_answer_only_when_asked_and_say_so(
+    system: System, recorded: Recorded, tmp_path: Path,
+) -> None:
+    """No running system at all (its port closed): runs from a fixture file, and the contract
+    the fixture world registers from lockgate's own code only with --builtin-contracts."""
+    (candidate,) = _candidates(system, (recorded.executed,))
+    first = candidate.first
+    assert first is not None
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(json.dumps({"runs": [{"tenant": "tenant-a", "run_id": first.run_id, "actor": "user-42",
+                                          "context": {"case_id": "case-123"}}]}))
+    offline = ("replay", "--intent", recorded.executed, "--offline", "--fixtures", str(runs), "--json")
+    closed = f"nats://127.0.0.1:{_closed_port()}"
+    without = _lockgate(system, *offline, url=closed)
+    assert without.returncode == 0, without.stderr
+    (row,) = json.loads(without.stdout)["replay"]["candidates"]
+    assert row["replayed"]["stopped"] == f"{FIXTURE_MISSING}: no contract for case.add_note"
+    assert row["evidence"] == "on declared run, no contract, not as recorded"
+    builtin = _lockgate(system, *offline, "--builtin-contracts", url=closed)
+    assert builtin.returncode == 0, builtin.stderr
+    (row,) = json.loads(builtin.stdout)["replay"]["candidates"]
+    assert (row["replayed"]["state"], row["replayed"]["digest"]) == ("completed", row["recorded"]["digest"])
+    assert row["evidence"] == "on declared run, built-in contract, not as recorded"
