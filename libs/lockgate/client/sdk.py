@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -56,6 +58,7 @@ from lockgate.core.ids import (
     random_id,
     reused_call_id_intent,
 )
+from lockgate.intake.parsing import decode_candidate
 from lockgate.runtime.deployment import Credentials, CredentialsError, load_credentials
 from lockgate.runtime.roles import JS_API
 from lockgate.runtime.topology import MAX_CANDIDATE_MESSAGE_BYTES, RESPONSES
@@ -84,6 +87,29 @@ class OutcomeSettled(Refused):
     def __init__(self, answer: NotResolved) -> None:
         super().__init__(answer.error, answer.detail)
         self.answer = answer
+
+
+class Unauthorized(ClientError):
+    """The broker refused the credentials: a user it does not know, a wrong password, or none
+    where it requires one (code ``lockgate.unauthorized``)."""
+
+
+class PermissionDenied(ClientError):
+    """The broker refused this connection's user a subject (code ``lockgate.permission-denied``).
+
+    ``subject`` is the one refused. Asking again cannot help: the user's permissions say no.
+    """
+
+    def __init__(self, message: str, *, subject: str) -> None:
+        super().__init__(message, code="lockgate.permission-denied")
+        self.subject = subject
+
+
+class UnknownCandidate(Refused):
+    """No candidate of this run has that id (code ``candidate.unknown``)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("candidate.unknown", detail)
 
 
 class CandidateTooLarge(ClientError):
@@ -123,9 +149,80 @@ def _answers(response: ModelResponse, digest: str) -> bool:
     return response.candidate_digest is None or response.candidate_digest == digest
 
 
+#: The broker's notice that it dropped a message this connection's user may not publish.
+_PUBLISH_DENIED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+
+class _Denials:
+    """The broker's permission notices to one connection, handed to whoever waits on their subject.
+
+    The broker drops a message its sender may not publish and tells the sender so, apart
+    from the message: without listening for that notice a request waits out its timeout
+    and looks like nobody answering.
+    """
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+
+    async def on_error(self, exc: Exception) -> None:
+        found = _PUBLISH_DENIED.search(str(exc))
+        if found is not None:
+            for waiter in self._waiting.get(found.group(1).lower(), ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+        await _log_error(exc)
+
+    @contextlib.contextmanager
+    def watch(self, subject: str) -> Iterator[asyncio.Future[None]]:
+        """A future done when the broker refuses a publish to ``subject`` while it is watched."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        key = subject.lower()  # the server's notice need not keep the case
+        self._waiting.setdefault(key, set()).add(waiter)
+        try:
+            yield waiter
+        finally:
+            waiters = self._waiting.get(key)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiting[key]
+
+
+#: The notices of the connections this module opened (a connection handed in has none).
+_DENIALS: weakref.WeakKeyDictionary[Client, _Denials] = weakref.WeakKeyDictionary()
+
+
+async def _unless_denied(nc: Client, subject: str, work: Awaitable[T]) -> T:
+    """``work`` (which publishes to ``subject`` on ``nc``), ended at once if the broker refuses that.
+
+    Raises:
+        PermissionDenied: the broker refused this user a publish to ``subject``.
+    """
+    denials = _DENIALS.get(nc)
+    if denials is None:
+        return await work
+    with denials.watch(subject) as denied:
+        task = asyncio.ensure_future(work)
+        try:
+            either: set[asyncio.Future[Any]] = {task, denied}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise PermissionDenied(f"the broker refused user {denials.user!r} permission to publish "
+                                   f"to {subject}", subject=subject)
+        return task.result()
+
+
 async def _ask(nc: Client, subject: str, body: object, timeout_s: float) -> bytes:
     try:
-        reply = await nc.request(subject, msgspec.json.encode(body), timeout=timeout_s)
+        reply = await _unless_denied(nc, subject, nc.request(subject, msgspec.json.encode(body),
+                                                             timeout=timeout_s))
     except (NatsTimeout, NoRespondersError) as exc:
         raise ClientError(f"no answer on {subject}", code="lockgate.unavailable") from exc
     return bytes(reply.data)
@@ -197,9 +294,18 @@ class Turn:
 
         Raises:
             CandidateTooLarge: the candidate is larger than Lockgate accepts in one message.
-            InvalidCandidate: the candidate cannot be encoded as JSON (nothing was sent).
+            InvalidCandidate: ``arguments`` is not text, or the candidate is one intake would
+                refuse unread (nested deeper than it reads, a field of the wrong type) or
+                cannot be encoded as JSON; nothing was sent.
+            PermissionDenied: this connection's user may not propose in this tenant.
             ResponseTimeout: no response within ``timeout_s``.
         """
+        if not isinstance(arguments, str):
+            # Intake would refuse it unread, under an id of its own: say so now instead.
+            raise InvalidCandidate(
+                f"arguments must be the raw argument text the model emitted (str), not "
+                f"{type(arguments).__name__}: pass it as the model wrote it, or json.dumps(...) it",
+                code="candidate.malformed")
         candidate = Candidate(
             run_id=self.run.id, turn_id=self.id, call_id=call_id or random_id(), tool=tool,
             arguments=arguments, provider_item=provider_item, provider=provider, model=model,
@@ -254,18 +360,53 @@ class Run:
     ) -> ModelResponse:
         """Wait until the candidate's latest response has a status other than ``past``.
 
+        ``candidate_id`` is a response's ``candidate_id`` (or an edit's), not a call id.
+        A candidate has its first response as soon as intake has read it; an id with none
+        within ``KNOWN_WITHIN_S`` is no candidate of this run.
+
         Raises:
-            ResponseTimeout: still ``past`` (or no response) after ``timeout_s``.
+            UnknownCandidate: no candidate of this run has that id (a call id, another
+                run's candidate, a typo).
+            ResponseTimeout: still ``past`` after ``timeout_s``.
         """
-        deadline = asyncio.get_running_loop().time() + timeout_s
+        if not is_subject_token(candidate_id):
+            raise UnknownCandidate(f"{candidate_id[:80]!r} is not a candidate id")
+        running = asyncio.get_running_loop()
+        started = running.time()
+        deadline = started + timeout_s
+        seen = False
         while True:
             latest = await self.response(candidate_id)
             if latest is not None and latest.status != past:
                 return latest
-            if asyncio.get_running_loop().time() > deadline:
+            if latest is None and not seen:
+                await self._unknown(candidate_id, running.time() - started)
+            seen = seen or latest is not None
+            if running.time() > deadline:
                 raise ResponseTimeout(f"{candidate_id} still {past}", code="response.timeout")
             await asyncio.sleep(0.05)
 
+    async def _unknown(self, candidate_id: str, waited_s: float) -> None:
+        """Raise when ``candidate_id`` has no response yet and cannot be a candidate of this run.
+
+        Raises:
+            UnknownCandidate: it is a call id of this run, or has had no response for
+                ``KNOWN_WITHIN_S``.
+        """
+        as_call = intent_id_for(self.tenant, self.id, candidate_id)
+        if await self.response(as_call) is not None:
+            raise UnknownCandidate(
+                f"{candidate_id} is a call id of run {self.id}; its candidate id is {as_call}")
+        if waited_s >= KNOWN_WITHIN_S:
+            raise UnknownCandidate(
+                f"no candidate {candidate_id} in run {self.id} of {self.tenant} (no response in "
+                f"{KNOWN_WITHIN_S:g}s): wait on a response's candidate_id")
+
+
+#: How long a candidate id may have no response before ``Run.wait`` says it is none of the
+#: run's: intake answers a candidate as soon as it reads it (an edited candidate is read
+#: moments after the reviewer's edit is answered).
+KNOWN_WITHIN_S = 3.0
 
 #: Runs whose responses one gateway keeps a subscription to; past this many, the least
 #: recently proposed in with no proposal waiting is given up.
@@ -376,17 +517,27 @@ class Gateway:
 
         Raises:
             Refused: malformed ids or a tenant mismatch.
+            PermissionDenied: the user opening it is not the tenant's trusted host (without
+                ``host=`` at ``connect``, the runtime's own user opens it, and may not).
             ClientError: nobody answered (``lockgate.unavailable``) within ``OPEN_RETRY_S``.
         """
         if not is_subject_token(tenant):
             raise Refused("run.malformed", "tenants must be [A-Za-z0-9_-]{1,64}")
-        opened = await _request_again(
-            self.host_nc or self.nc, run_open_subject(tenant),
-            OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
-                    delegation=delegation, stage=stage, run_id=run_id or random_id(), roles=tuple(roles),
-                    data_classes=tuple(data_classes) if data_classes is not None else None),
-            RunOpened, self.timeout_s,
-        )
+        try:
+            opened = await _request_again(
+                self.host_nc or self.nc, run_open_subject(tenant),
+                OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
+                        delegation=delegation, stage=stage, run_id=run_id or random_id(),
+                        roles=tuple(roles),
+                        data_classes=tuple(data_classes) if data_classes is not None else None),
+                RunOpened, self.timeout_s,
+            )
+        except PermissionDenied as exc:
+            if self.host_nc is not None:
+                raise
+            raise PermissionDenied(
+                f"{exc}: runs are opened by the trusted host; connect with host= (its "
+                "credentials, e.g. var/credentials/host.json)", subject=exc.subject) from None
         return Run(self, opened.run_id, opened.tenant, opened.actor)
 
     def run(self, *, tenant: str, run_id: str, actor: str = "") -> Run:
@@ -499,6 +650,13 @@ class Gateway:
         except (UnicodeEncodeError, RecursionError, msgspec.EncodeError, TypeError) as exc:
             raise InvalidCandidate(f"the candidate cannot be encoded: {exc}",
                                    code="candidate.malformed") from exc
+        # What intake would refuse unread (nested deeper than it reads, a field of the wrong
+        # type) it records under an id of its own, where nobody waits: refused here instead,
+        # by intake's own reader.
+        readable = decode_candidate(body)
+        if readable.candidate is None:
+            raise InvalidCandidate(f"intake would not read this candidate: {readable.detail}",
+                                   code="candidate.malformed")
         limit = min(self.nc.max_payload, MAX_CANDIDATE_MESSAGE_BYTES)
         if len(body) > limit:
             raise CandidateTooLarge(f"{len(body)} bytes exceed the {limit} a candidate may have",
@@ -575,13 +733,14 @@ class Gateway:
 
         Raises:
             CandidateTooLarge: the stream refused the message as too large.
+            PermissionDenied: the broker refused this user the subject.
             ClientError: the stream refused it otherwise, or did not answer in time.
         """
         loop = asyncio.get_running_loop()
         while True:
             try:
-                ack = await self._js.publish(subject, body, headers={"Nats-Msg-Id": msg_id},
-                                             timeout=self.timeout_s)
+                ack = await _unless_denied(self.nc, subject, self._js.publish(
+                    subject, body, headers={"Nats-Msg-Id": msg_id}, timeout=self.timeout_s))
                 return bool(ack.duplicate)
             except APIError as exc:
                 if exc.err_code == _JS_MESSAGE_TOO_LARGE:
@@ -633,21 +792,65 @@ async def _log_error(exc: Exception) -> None:
     log.warning("broker connection: %s", exc)
 
 
+def _refused(exc: BaseException) -> bool:
+    """True when ``exc`` is the broker refusing the user (nats-py raises a plain ``Error``
+    from the handshake, ``AuthorizationError`` later)."""
+    return isinstance(exc, NatsError) and "authorization" in str(exc).lower()
+
+
 async def _open(url: str, credentials: Credentials | None, options: dict[str, Any]) -> Client:
+    """Connect as ``credentials``' user.
+
+    Raises:
+        Unauthorized: the broker refused the user (at once: asking again cannot help).
+        ClientError: the broker cannot be reached (``lockgate.unavailable``).
+    """
     extra = dict(options)
-    extra.setdefault("error_cb", _log_error)
-    extra.setdefault("name", f"gateway.{credentials.user if credentials else 'anonymous'}")
+    user = credentials.user if credentials else "anonymous"
+    denials = _Denials(user)
+    refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    told = extra.pop("error_cb", None)
+
+    async def on_error(exc: Exception) -> None:
+        if _refused(exc) and not refused.done():
+            refused.set_result(None)
+        await denials.on_error(exc)
+        if told is not None:
+            await told(exc)
+
+    extra.setdefault("name", f"gateway.{user}")
     if credentials is not None:
         extra.update(user=credentials.user, password=credentials.password,
                      inbox_prefix=credentials.inbox_prefix)
+    # ``url`` may name every node of a cluster, comma-separated: nats-py fails over.
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    connecting = asyncio.ensure_future(nats.connect(
+        servers, max_reconnect_attempts=extra.pop("max_reconnect_attempts", 3),
+        connect_timeout=extra.pop("connect_timeout", 2), error_cb=on_error, **extra))
+    either: set[asyncio.Future[Any]] = {connecting, refused}
     try:
-        # ``url`` may name every node of a cluster, comma-separated: nats-py fails over.
-        servers = [u.strip() for u in url.split(",") if u.strip()]
-        return await nats.connect(
-            servers, max_reconnect_attempts=extra.pop("max_reconnect_attempts", 3),
-            connect_timeout=extra.pop("connect_timeout", 2), **extra)
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        connecting.cancel()
+        raise
+    if not connecting.done():
+        connecting.cancel()
+        with contextlib.suppress(BaseException):
+            await connecting
+    try:
+        nc = connecting.result()
     except Exception as exc:  # nats raises several unrelated types for "cannot connect"
+        if refused.done() or _refused(exc):
+            raise Unauthorized(f"the broker at {url} refused the credentials of {user}: "
+                               "a user it does not know or a wrong password",
+                               code="lockgate.unauthorized") from None
         raise ClientError(f"cannot connect to {url}: {exc}", code="lockgate.unavailable") from exc
+    except asyncio.CancelledError:  # given up on after the refusal
+        raise Unauthorized(f"the broker at {url} refused the credentials of {user}: "
+                           "a user it does not know or a wrong password",
+                           code="lockgate.unauthorized") from None
+    _DENIALS[nc] = denials
+    return nc
 
 
 async def connect(
@@ -666,6 +869,7 @@ async def connect(
         options: passed to ``nats.connect``.
 
     Raises:
+        Unauthorized: the broker refused the credentials (or their absence).
         ClientError: the broker cannot be reached, or a credentials file is unusable.
     """
     creds = _as_credentials(credentials) if credentials is not None else None
