@@ -391,6 +391,51 @@ async def test_never_puts_its_streams_on_a_server_it_did_not_start(tmp_path: Pat
     assert not (tmp_path / "var" / "steady.pids").exists()
 
 
+async def test_a_child_that_cannot_run_as_configured_stops_a_run_not_yet_ready(
+    tmp_path: Path,
+) -> None:
+    # Restarting it changes nothing: one start, one line naming it and its reason, exit 2.
+    sup = await start_supervisor(tmp_path / "var", free_port(), "steady", "misconfigured")
+    try:
+        assert await asyncio.wait_for(sup.proc.wait(), 30) == 2, sup.lines
+    finally:
+        await stop(sup)
+        if sup.reader is not None:
+            await sup.reader
+    assert len(pids_in(tmp_path / "var" / "misconfigured.pids")) == 1, sup.lines
+    said = [line for line in sup.lines if "misconfigured cannot run as configured" in line]
+    assert len(said) == 1, sup.lines
+    assert "misconfigured: LOCKGATE_WIDGETS is not a number" in said[0]
+    assert not any("restarting" in line for line in sup.lines), sup.lines
+    assert READY_LINE not in sup.lines
+
+
+async def test_a_child_whose_configuration_fails_after_ready_is_not_restarted(
+    tmp_path: Path,
+) -> None:
+    sup = await start_supervisor(tmp_path / "var", free_port(), "steady", "reconfigured")
+    try:
+        await sup.wait_for_line(lambda line: line == READY_LINE)
+        (tmp_path / "var" / "reconfigured.go").touch()
+        line = await sup.wait_for_line(lambda line: "reconfigured cannot run as configured" in line)
+        assert "its configuration is no longer valid" in line and "not starting it again" in line
+        # A restart would come within the first backoff (0.5 s); give it several times that.
+        await asyncio.sleep(3)
+        assert len(pids_in(tmp_path / "var" / "reconfigured.pids")) == 1, sup.lines
+        assert sup.proc.returncode is None  # the rest runs on
+        nc = await admin_connection(sup)
+        try:
+            answers = await check_status(nc, ["steady", "reconfigured"], timeout_s=1.0)
+        finally:
+            await nc.close()
+        assert answers["steady"] is not None and answers["reconfigured"] is None
+    finally:
+        await stop(sup)
+        if sup.reader is not None:
+            await sup.reader
+    assert sup.proc.returncode == 0, sup.lines
+
+
 async def answer_status(nc: Client, names: list[str]) -> None:
     """Answer ``lg.status.<name>`` for each of ``names`` on ``nc``."""
     for name in names:

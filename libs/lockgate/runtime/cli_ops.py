@@ -16,7 +16,7 @@ from lockgate.runtime.cluster import cluster_report
 from lockgate.runtime.deployment import Credentials, RunInfo
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import Status, gather_status, problem, status_names
-from lockgate.runtime.supervisor import DEFAULT_PORT, run_supervisor
+from lockgate.runtime.supervisor import run_supervisor
 from lockgate.runtime.topology import topology_streams
 
 
@@ -24,9 +24,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run the supervisor (``make run``) until a signal stops it.
 
     Reads, when present on ``args``: ``settings`` (a :class:`Settings`; default: built
-    from the environment), ``port`` (the embedded server's port; default 4222) and
-    ``embedded`` (default: true unless ``nats_url`` was given explicitly, e.g. through
-    ``LOCKGATE_NATS_URL``: then that server is used and nothing is started) and
+    from the environment), ``port`` (the embedded server's port; default 4222 when
+    free, else a free one) and ``embedded`` (default: true unless ``nats_url`` was given
+    explicitly, e.g. through ``LOCKGATE_NATS_URL``: then that server is used and nothing
+    is started) and
     ``cluster`` (N > 1: the local cluster profile, see ``run_supervisor``).
 
     Returns:
@@ -52,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"event_partitions": int(partitions)})
     return asyncio.run(
         run_supervisor(
-            settings, embedded=bool(embedded), port=DEFAULT_PORT if port is None else int(port),
+            settings, embedded=bool(embedded), port=None if port is None else int(port),
             cluster=cluster,
         )
     )

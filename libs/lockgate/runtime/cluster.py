@@ -70,6 +70,15 @@ def node_ports(size: int, *, base: NodePorts | None = None) -> list[NodePorts]:
     return [NodePorts(base.client + i, base.route + i, base.monitor + i) for i in range(size)]
 
 
+def ports_from(client: int, size: int) -> list[NodePorts]:
+    """Ports for ``size`` nodes whose first client port is ``client``: routes and monitoring
+    as far above it as ``make cluster``'s (6222 and 8222 to 4222), so two clusters given
+    different client ports do not meet on the others."""
+    return node_ports(size, base=NodePorts(
+        client, client + DEFAULT_ROUTE_PORT - DEFAULT_CLIENT_PORT,
+        client + DEFAULT_MONITOR_PORT - DEFAULT_CLIENT_PORT))
+
+
 def node_name(index: int) -> str:
     """The server name of the node at ``index`` (0-based): ``n1``, ``n2``, ..."""
     return f"n{index + 1}"
@@ -179,6 +188,11 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         addresses = [a for a in self.addresses() if names is None or a.name in names]
         while True:
+            # A node that exited (a port taken since it was chosen) will never be healthy.
+            for a in addresses:
+                process = self.node(a.name).process
+                if process is not None and process.poll() is not None:
+                    raise NatsServerError(f"cluster node {a.name} exited with {process.returncode}")
             unhealthy = [a.name for a in addresses if not healthy(a.monitor)]
             if not unhealthy:
                 return
@@ -371,6 +385,84 @@ def describe_moves(moves: dict[str, str]) -> str:
 async def cluster_report(addresses: Sequence[NodeAddress]) -> ClusterReport:
     """:func:`read_cluster` off the event loop."""
     return await asyncio.to_thread(read_cluster, addresses)
+
+
+#: How long a cluster started on its stores may take to elect its JetStream meta leader
+#: and every stream's leader before the topology is created (a follower waits up to
+#: ``ELECTION_TIMEOUT_MAX_S`` before it campaigns, and a stream recovers after the meta group).
+SETTLE_TIMEOUT_S = 90.0
+
+
+def unsettled(addresses: Sequence[NodeAddress]) -> list[str]:
+    """What the cluster still lacks before its JetStream API can answer for every stream.
+
+    Read from each node's ``/jsz`` (``meta_cluster.leader``, and each stream it holds with
+    its ``cluster.leader``): every node answering, all naming the same meta leader, and a
+    leader for every stream any node holds. Until then the JetStream API answers "JetStream
+    system temporarily unavailable" (10008) or nothing at all for a stream still electing
+    (nats-io/nats.go#839): a cluster started again on its stores elects the meta group
+    first and each stream after it.
+
+    Returns:
+        One phrase per thing still missing; empty when settled (a fresh cluster, holding no
+        streams yet, is settled once it has its meta leader).
+    """
+    missing: list[str] = []
+    leaders: set[str] = set()
+    held: set[str] = set()
+    led: set[str] = set()
+    for address in addresses:
+        jsz = _get_json(f"{address.monitor}/jsz?accounts=true&streams=true")
+        if jsz is None:
+            missing.append(f"{address.name} to answer")
+            continue
+        meta = jsz.get("meta_cluster")
+        leader = str(meta.get("leader", "") or "") if isinstance(meta, dict) else ""
+        if leader:
+            leaders.add(leader)
+        else:
+            missing.append(f"{address.name} to know the meta leader")
+        for name, stream_leader in _held_streams(jsz):
+            held.add(name)
+            if stream_leader:
+                led.add(name)
+    if len(leaders) > 1:
+        missing.append(f"the nodes to agree on one meta leader (they name {sorted(leaders)})")
+    if held - led:
+        missing.append(f"a leader for {', '.join(sorted(held - led))}")
+    return missing
+
+
+def _held_streams(jsz: dict[str, object]) -> list[tuple[str, str]]:
+    """Every stream a node's ``/jsz?accounts=true&streams=true`` lists, with the leader it names."""
+    found: list[tuple[str, str]] = []
+    accounts = jsz.get("account_details")
+    for account in accounts if isinstance(accounts, list) else []:
+        streams = account.get("stream_detail") if isinstance(account, dict) else None
+        for s in streams if isinstance(streams, list) else []:
+            if isinstance(s, dict) and s.get("name"):
+                cluster = s.get("cluster")
+                leader = str(cluster.get("leader", "") or "") if isinstance(cluster, dict) else ""
+                found.append((str(s["name"]), leader))
+    return found
+
+
+async def wait_until_settled(
+    addresses: Sequence[NodeAddress], timeout_s: float = SETTLE_TIMEOUT_S
+) -> None:
+    """Wait until :func:`unsettled` finds nothing missing.
+
+    Raises:
+        TimeoutError: not within ``timeout_s``; the message says what was still missing.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = await asyncio.to_thread(unsettled, addresses)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:g}s for {'; '.join(missing)}")
+        await asyncio.sleep(0.25)
 
 
 async def wait_for_leaders(

@@ -7,7 +7,9 @@ creates the topology as ``admin`` and hands each child its own credentials file.
 
 It keeps everything running: a child that exits is started again (with backoff); a
 child that stops answering ``lg.status.<name>``, or answers that it is stuck, is killed
-and started again; a broker that dies or hangs is started again on the same store.
+and started again; a broker that dies or hangs is started again on the same store. A
+child that exits with ``CONFIG_ERROR_EXIT`` cannot run as configured, and starting it
+again changes nothing: it is not restarted, and a run that is not ready yet stops.
 
 Every child serves its metrics on a loopback port of its own and names it in its status
 answer; the supervisor serves its own (restarts, who is well) and keeps
@@ -28,11 +30,12 @@ import ctypes
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,21 +44,24 @@ from urllib.parse import urlsplit
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import ServiceUnavailableError
 
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.cluster import (
-    DEFAULT_MONITOR_PORT,
-    DEFAULT_ROUTE_PORT,
+    DEFAULT_CLIENT_PORT,
     HAND_BACK_EVERY_S,
+    SETTLE_TIMEOUT_S,
     HandBack,
     LocalCluster,
-    NodePorts,
     cluster_report,
     describe_moves,
     misplaced_leaders,
     node_ports,
+    ports_from,
     wait_for_leaders,
+    wait_until_settled,
 )
 from lockgate.runtime.deployment import (
     Credentials,
@@ -67,10 +73,12 @@ from lockgate.runtime.deployment import (
     ensure_deployment,
     write_run_info,
 )
+from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.metrics import CHILD_RESTARTS, CHILD_UP, Endpoint, start_endpoint
 from lockgate.runtime.natsserver import NatsServer, NatsServerError
 from lockgate.runtime.postgres import PostgresServer, PostgresUnavailable
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.specs import ADAPTERS as ADAPTER_SPECS
 from lockgate.runtime.status import (
     CHILDREN,
     READ_SIDE,
@@ -89,8 +97,9 @@ from lockgate.runtime.topology import (
     topology_streams,
 )
 
-#: Where the embedded server listens unless told otherwise (the NATS default port).
-DEFAULT_PORT = 4222
+#: Where the embedded server listens unless told otherwise (the NATS default port), when
+#: nothing else listens there; otherwise it takes a free port and says which.
+DEFAULT_PORT = DEFAULT_CLIENT_PORT
 #: First delay before restarting a child that exited; it doubles up to the maximum.
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -111,6 +120,9 @@ UNRESPONSIVE_S = 15.0
 BROKER_UNRESPONSIVE_S = 20.0
 #: Replicas of every service and adapter in the cluster profile.
 CLUSTER_CHILD_REPLICAS = 2
+#: How long the topology step asks again while the broker answers that JetStream is
+#: temporarily unavailable, or does not answer (a stream still electing its leader).
+TOPOLOGY_TIMEOUT_S = 60.0
 
 READY_LINE = "Lockgate ready"
 
@@ -180,6 +192,9 @@ class _Child:
     unwell: str | None = None
     #: The metrics port it is handed (0: one it chooses).
     metrics_port: int = 0
+    #: Why it cannot run as configured (it exited with ``CONFIG_ERROR_EXIT``): it is not
+    #: started again.
+    failed: str | None = None
 
     @property
     def label(self) -> str:
@@ -249,7 +264,7 @@ async def run_supervisor(
     settings: Settings,
     *,
     embedded: bool = True,
-    port: int = DEFAULT_PORT,
+    port: int | None = None,
     children: Sequence[tuple[str, str]] | None = None,
     ready_timeout_s: float = READY_TIMEOUT_S,
     stop_timeout_s: float = STOP_TIMEOUT_S,
@@ -274,9 +289,10 @@ async def run_supervisor(
         settings: shared settings; ``var_dir`` holds the server's store and the logs.
         embedded: start a ``nats-server`` on ``127.0.0.1:port`` (or use the NATS server
             already listening there); when false, use ``settings.nats_url``.
-        port: the embedded server's port (0: any free port); with ``cluster``, the
-            first node's (the others take the next ones; routes from 6222 and
-            monitoring from 8222 likewise), 0: every port free and ephemeral.
+        port: the embedded server's port (0: any free port; None: ``DEFAULT_PORT`` when
+            nothing listens there, else a free one); with ``cluster``, the first node's
+            (the others take the next ones; routes 2000 above and monitoring 4000
+            above, as 6222 and 8222 are to 4222), 0: every port free and ephemeral.
         children: ``(status name, python module)`` pairs; default: every service and
             demo adapter (``status.CHILDREN``).
         ready_timeout_s: after this long without every answer, say who is missing
@@ -285,10 +301,13 @@ async def run_supervisor(
         cluster: how many nodes of a local cluster to run (0 or 1: the single server).
 
     Returns:
-        0 after a signal-driven shutdown, 2 when it could not start.
+        0 after a signal-driven shutdown, 2 when it could not start (a child that cannot
+        run as configured before the run was ready included).
     """
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
+    ready = asyncio.Event()
+    misconfigured: list[_Child] = []
     handled = _handle_signals(loop, stopping.set)
     var_dir = settings.var_dir.resolve()
     log_dir = var_dir / "log"
@@ -315,8 +334,21 @@ async def run_supervisor(
         # A port was given: the supervisor takes it, each child the next one, in start order.
         for i, kid in enumerate(kids, start=1):
             kid.metrics_port = settings.metrics_port + i
+    def cannot_run(kid: _Child) -> None:
+        if ready.is_set():
+            _say(f"lockgate: {kid.label} cannot run as configured: {kid.failed}; not starting it "
+                 f"again (the others run on; see {log_dir / kid.label}.log)", error=True)
+            return
+        misconfigured.append(kid)
+        stopping.set()
+
     try:
         if embedded or clustered:
+            unserved = unserved_adapters([k.name for k in kids], settings.adapters)
+            if unserved:
+                raise SupervisorError(
+                    f"LOCKGATE_ADAPTERS leaves {'; '.join(unserved)} without its adapter user; "
+                    "list every adapter the run starts with its capabilities")
             deployment = _deployment(
                 settings, var_dir,
                 server_config=cluster_dir(var_dir) / "accounts.conf" if clustered else None)
@@ -340,20 +372,10 @@ async def run_supervisor(
             url = settings.nats_url
             _say(f"lockgate: using the NATS server at {url}")
         nc = await _connect(settings, url, stopping, admin)
-        try:
-            # The administrator's step: every stream, bucket and durable, once. Services
-            # and adapters only bind to them (their users may not create them).
-            await ensure_topology(
-                nc.jetstream(), replicas=stream_replicas, ack_wait_s=settings.ack_wait_s,
-                capabilities=[c for caps in settings.adapters.values() for c in caps]
-                if clustered else (), partitions=settings.partitions,
-            )
-        except NatsError as exc:
-            raise SupervisorError(
-                f"could not create streams on {url} (is JetStream enabled?): {exc!r}"
-            ) from exc
-        except PartitionsMismatch as exc:
-            raise SupervisorError(str(exc)) from exc
+        await _create_topology(
+            nc, url, settings, replicas=stream_replicas, nodes=nodes, stopping=stopping,
+            capabilities=[c for caps in settings.adapters.values() for c in caps]
+            if clustered else ())
         if nodes is not None:
             try:
                 streams = topology_streams(settings.partitions)
@@ -384,10 +406,10 @@ async def run_supervisor(
                "LOCKGATE_EVENT_PARTITIONS": str(settings.event_partitions)}
         _say(f"lockgate: starting {', '.join(k.label for k in kids)}; logs in {log_dir}")
         health = _Health(loop.time())
-        tasks = [asyncio.create_task(_keep_running(kid, env, log_dir)) for kid in kids]
+        tasks = [asyncio.create_task(_keep_running(kid, env, log_dir, cannot_run)) for kid in kids]
         tasks += [
             asyncio.create_task(
-                _announce_ready(nc, kids, ready_timeout_s, log_dir, targets)),
+                _announce_ready(nc, kids, ready_timeout_s, log_dir, targets, ready)),
             asyncio.create_task(_watch_children(nc, kids, health, ready_timeout_s, targets)),
         ]
         if server is not None:
@@ -395,6 +417,11 @@ async def run_supervisor(
         if nodes is not None:
             tasks.append(asyncio.create_task(_watch_nodes(nodes, nc, health, settings.partitions)))
         await stopping.wait()
+        if misconfigured:
+            kid = misconfigured[0]
+            _say(f"lockgate: {kid.label} cannot run as configured: {kid.failed}; stopping, the "
+                 f"run cannot become ready without it (see {log_dir / kid.label}.log)", error=True)
+            return 2
         _say("lockgate: stopping")
         return 0
     except SupervisorError as exc:
@@ -420,6 +447,68 @@ async def run_supervisor(
             loop.remove_signal_handler(sig)
 
 
+async def _create_topology(
+    nc: Client, url: str, settings: Settings, *, replicas: int, nodes: LocalCluster | None,
+    stopping: asyncio.Event, capabilities: Sequence[str],
+) -> None:
+    """The administrator's step: every stream, bucket and durable, once (services and
+    adapters only bind to them; their users may not create them).
+
+    A cluster started again on its stores elects its meta leader, then each stream's: the
+    step waits for both, then asks again while JetStream answers "temporarily unavailable"
+    or nothing, up to ``TOPOLOGY_TIMEOUT_S``.
+
+    Raises:
+        SupervisorError: the cluster did not settle, or the topology could not be created.
+    """
+    waited = ""
+    if nodes is not None:
+        try:
+            await wait_until_settled(nodes.addresses())
+        except TimeoutError as exc:
+            raise SupervisorError(f"the cluster did not settle on {url}: {exc}") from exc
+        waited = " after the meta leader and every stream's leader were elected"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TOPOLOGY_TIMEOUT_S
+    while True:
+        try:
+            await ensure_topology(
+                nc.jetstream(), replicas=replicas, ack_wait_s=settings.ack_wait_s,
+                capabilities=capabilities, partitions=settings.partitions)
+            return
+        except (NatsTimeoutError, ServiceUnavailableError) as exc:
+            if loop.time() >= deadline or stopping.is_set():
+                raise SupervisorError(
+                    f"could not create streams on {url} within {TOPOLOGY_TIMEOUT_S:g}s{waited}: "
+                    f"JetStream kept answering {exc!r}") from exc
+            await asyncio.sleep(1.0)
+        except NatsError as exc:
+            raise SupervisorError(
+                f"could not create streams on {url} (is JetStream enabled?): {exc!r}") from exc
+        except PartitionsMismatch as exc:
+            raise SupervisorError(str(exc)) from exc
+
+
+def unserved_adapters(children: Sequence[str], adapters: Mapping[str, Sequence[str]]) -> list[str]:
+    """The demo adapters among ``children`` whose capabilities ``adapters`` (the adapter
+    set the deployment makes users for) leaves without that adapter's user.
+
+    Such a child would connect as nobody, or as a user whose account lacks its
+    capabilities' subjects, and never answer: the run would never become ready.
+
+    Returns:
+        One phrase per adapter, e.g. ``"repo (repo.read_file, ...)"``; empty when all are served.
+    """
+    unserved: list[str] = []
+    for spec in ADAPTER_SPECS:
+        if spec.status_name not in children:
+            continue
+        missing = [c for c in spec.capabilities if c not in adapters.get(spec.name, ())]
+        if missing:
+            unserved.append(f"{spec.name} ({', '.join(missing)})")
+    return unserved
+
+
 def replicas_of(name: str) -> int:
     """How many replicas of the child ``name`` the cluster profile runs.
 
@@ -440,18 +529,36 @@ def cluster_dir(var_dir: Path) -> Path:
     return var_dir / "cluster"
 
 
-async def _local_cluster(var_dir: Path, size: int, port: int) -> LocalCluster:
-    ports = node_ports(size, base=NodePorts(port, DEFAULT_ROUTE_PORT, DEFAULT_MONITOR_PORT)
-                       if port else None)
-    for p in ports if port else []:
-        for taken in (p.client, p.route, p.monitor):
-            if await probe_port("127.0.0.1", taken) != "free":
-                raise SupervisorError(
-                    f"port {taken} on 127.0.0.1 is taken (another lockgate run?); stop it or "
-                    "choose other ports (--port N: clients from N, or 0 for ephemeral ports)")
+async def _local_cluster(var_dir: Path, size: int, port: int | None) -> LocalCluster:
+    ports = node_ports(size) if port == 0 else ports_from(
+        DEFAULT_PORT if port is None else port, size)
+    if port != 0 and max(p.monitor for p in ports) > 65535:
+        raise SupervisorError(f"--port {port} leaves no room for the nodes' routes and "
+                              "monitoring (4000 above it); choose a lower one, or 0")
+    taken = [t for p in (ports if port != 0 else []) for t in (p.client, p.route, p.monitor)
+             if await probe_port("127.0.0.1", t) != "free"]
+    chosen_free = port == 0
+    if taken and port is None:
+        _say(f"lockgate: port {taken[0]} on 127.0.0.1 is taken (another lockgate run?); the "
+             "nodes take free ports")
+        ports, chosen_free = node_ports(size), True
+    elif taken:
+        raise SupervisorError(
+            f"port {taken[0]} on 127.0.0.1 is taken (another lockgate run?); stop it or choose "
+            "other ports (--port N: clients from N, or 0 for ephemeral ports)")
     nodes = LocalCluster(cluster_dir(var_dir), size, ports, log_dir=var_dir / "log")
     try:
-        await asyncio.to_thread(nodes.start)
+        try:
+            await asyncio.to_thread(nodes.start, SETTLE_TIMEOUT_S)
+        except NatsServerError as exc:
+            if not chosen_free:
+                raise
+            # A free port chosen for a node can be taken before the node binds it (an
+            # outgoing connection gets one from the same range): once more, on new ones.
+            _say(f"lockgate: the local cluster did not start ({exc}); again on other ports")
+            nodes = LocalCluster(cluster_dir(var_dir), size, node_ports(size),
+                                 log_dir=var_dir / "log")
+            await asyncio.to_thread(nodes.start, SETTLE_TIMEOUT_S)
     except NatsServerError as exc:
         raise SupervisorError(
             f"the local cluster did not start: {exc} (see {var_dir / 'log'}/nats-n*.log)") from exc
@@ -503,9 +610,15 @@ def _handle_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -
     return handled
 
 
-async def _embedded_server(var_dir: Path, port: int) -> tuple[str, NatsServer]:
+async def _embedded_server(var_dir: Path, chosen: int | None) -> tuple[str, NatsServer]:
     host = "127.0.0.1"
+    port = DEFAULT_PORT if chosen is None else chosen
     state: PortState = "free" if port == 0 else await probe_port(host, port)
+    if state != "free" and chosen is None:
+        # Only the default was asked for: another run (or anything) may have it.
+        _say(f"lockgate: port {port} on {host} is taken (another lockgate run?); the broker "
+             "takes a free port")
+        port, state = 0, "free"
     if state == "other":
         raise SupervisorError(
             f"port {port} on {host} is taken by something that is not a NATS server; "
@@ -525,7 +638,14 @@ async def _embedded_server(var_dir: Path, port: int) -> tuple[str, NatsServer]:
         config_text="include ./accounts.conf",
     )
     try:
-        await asyncio.to_thread(server.start)
+        try:
+            await asyncio.to_thread(server.start)
+        except NatsServerError:
+            if chosen is not None or port == 0:
+                raise
+            # The default port was free when probed, and taken since (another run starting).
+            server.port = 0
+            await asyncio.to_thread(server.start)
     except NatsServerError as exc:
         raise SupervisorError(
             f"the embedded nats-server did not start: {exc} (see {server.log_file})"
@@ -633,8 +753,11 @@ async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.sub
         )
 
 
-async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None:
-    """Start ``kid`` and start it again whenever it exits; ends by cancellation only."""
+async def _keep_running(
+    kid: _Child, env: dict[str, str], log_dir: Path, cannot_run: Callable[[_Child], None],
+) -> None:
+    """Start ``kid`` and start it again whenever it exits; ends by cancellation, or when it
+    exits with ``CONFIG_ERROR_EXIT`` (``cannot_run`` is told, once)."""
     loop = asyncio.get_running_loop()
     delay_s = BACKOFF_MIN_S
     while True:
@@ -651,6 +774,11 @@ async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None
             # Whatever the dead child started would otherwise outlive it, orphaned.
             _signal_group(proc.pid, signal.SIGKILL)
             kid.groups.discard(proc.pid)
+            if code == CONFIG_ERROR_EXIT:
+                kid.failed = await asyncio.to_thread(last_line, log_dir / f"{kid.label}.log")
+                CHILD_UP.labels(kid.label).set(0)
+                cannot_run(kid)
+                return
             outcome = f"exited with {code}"
         if loop.time() - started >= STABLE_AFTER_S:
             delay_s = BACKOFF_MIN_S
@@ -662,10 +790,29 @@ async def _keep_running(kid: _Child, env: dict[str, str], log_dir: Path) -> None
         delay_s = min(delay_s * 2, BACKOFF_MAX_S)
 
 
+def last_line(log: Path, tail_bytes: int = 4096) -> str:
+    """The last line a child wrote to its log (its one-line reason, when it gave one)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return "it gave no reason"
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith("--- ")]
+    # The reason, without the logging prefix (time, process, level, logger) before it.
+    return _LOG_PREFIX.sub("", said[-1])[:400] if said else "it gave no reason"
+
+
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ \S+ [A-Z]+ \S+: ")
+
+
 async def _announce_ready(
     nc: Client, kids: Sequence[_Child], timeout_s: float, log_dir: Path, targets: Targets,
+    ready: asyncio.Event,
 ) -> None:
-    """Print the ready line once every child answers; say who is missing after ``timeout_s``."""
+    """Print the ready line once every child answers (and set ``ready``); say who is missing
+    after ``timeout_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     warned = False
@@ -678,6 +825,7 @@ async def _announce_ready(
             now = loop.time()
             for kid in kids:  # each answered: from here, silence counts against it
                 kid.well_at = kid.well_at or now
+            ready.set()
             _say(READY_LINE)
             for kid in kids:  # a child that serves people says where (the console)
                 answer = kid.answer(answers) or {}

@@ -30,7 +30,7 @@ from lockgate.console.people import People, people_of
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
 from lockgate.runtime import metrics
-from lockgate.runtime.entry import connect, run_process
+from lockgate.runtime.entry import CONFIG_ERROR_EXIT, connect, run_process
 from lockgate.runtime.roles import CONSOLE, PROJECTOR
 from lockgate.runtime.settings import Settings
 from lockgate.views.store import Views, ViewsError, open_views
@@ -72,13 +72,21 @@ def bind(port: int, addr: str = "127.0.0.1") -> socket.socket:
 
 
 async def serve(settings: Settings, console_settings: ConsoleSettings, stop: asyncio.Event) -> int:
-    """Serve until ``stop`` is set (0), or fail to start (1: the supervisor restarts it)."""
+    """Serve until ``stop`` is set (0), or fail to start (1: the supervisor restarts it;
+    ``CONFIG_ERROR_EXIT``: the port it was told to take is not free, and will not be).
+
+    The default port taken (by another run's console) is no error: it serves on a free
+    one, and its status answer says which.
+    """
     try:
         sock = bind(console_settings.port, console_settings.addr)
     except OSError as exc:
-        log.error("cannot listen on %s:%s: %s (set LOCKGATE_CONSOLE_PORT to a free port)",
-                  console_settings.addr, console_settings.port, exc)
-        return 1
+        if "port" in console_settings.model_fields_set:
+            log.error("cannot listen on %s:%s: %s (set LOCKGATE_CONSOLE_PORT to a free port)",
+                      console_settings.addr, console_settings.port, exc)
+            return CONFIG_ERROR_EXIT
+        log.warning("port %s is taken (%s); serving on a free port", console_settings.port, exc)
+        sock = bind(0, console_settings.addr)
     host = "127.0.0.1" if console_settings.addr in ("0.0.0.0", "") else console_settings.addr
     url = f"http://{host}:{sock.getsockname()[1]}/"
     key = await asyncio.to_thread(token_key, settings, console_settings)

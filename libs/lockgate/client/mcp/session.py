@@ -54,7 +54,7 @@ class Lockgate:
             if gw is not None:
                 await _quietly_close(gw)
             s = self.settings
-            self._gateway = await connect(s.nats_url, credentials=s.agent_credentials(),
+            self._gateway = await connect(s.broker_url(), credentials=s.agent_credentials(),
                                           host=s.host_credentials(), timeout_s=s.timeout_s,
                                           reconnect_time_wait=s.reconnect_wait_s)
             return self._gateway

@@ -22,10 +22,12 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from lockgate.runtime.deployment import credentials_path
+from lockgate.runtime.deployment import credentials_path, read_run_info
 from lockgate.runtime.settings import default_var_dir
 
 ENV_PREFIX = "LOCKGATE_FRONT_"
+#: The broker when neither a URL nor a running ``lockgate run`` says otherwise.
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
 class _ConfigFile(PydanticBaseSettingsSource):
@@ -60,8 +62,9 @@ class FrontSettings(BaseSettings):
 
     #: A JSON or YAML file with any of these settings (the environment wins over it).
     config_file: Path | None = None
-    #: Lockgate's broker.
-    nats_url: str = "nats://127.0.0.1:4222"
+    #: Lockgate's broker; None: the one ``lockgate run`` under ``var_dir`` runs (its
+    #: ``run.json``), else ``DEFAULT_NATS_URL``.
+    nats_url: str | None = None
     #: Where the system keeps its state; credentials and the bearer token default under it.
     var_dir: Path = Field(default_factory=default_var_dir)
     #: The agent runtime's credentials file; None: ``<var_dir>/credentials/agent-<tenant>.json``.
@@ -126,6 +129,17 @@ class FrontSettings(BaseSettings):
         named = chosen if chosen is not None else os.environ.get(f"{ENV_PREFIX}CONFIG_FILE")
         path = Path(named) if named else None
         return init_settings, env_settings, _ConfigFile(settings_cls, path)
+
+    def broker_url(self) -> str:
+        """The broker to connect to: ``nats_url``, else the running system's, else the default.
+
+        Read again on every connection, so a front door follows its run when that run
+        starts again on another port.
+        """
+        if self.nats_url:
+            return self.nats_url
+        running = read_run_info(self.var_dir)
+        return running.url if running is not None else DEFAULT_NATS_URL
 
     def agent_credentials(self) -> Path:
         """The agent runtime's credentials file."""
