@@ -438,6 +438,8 @@ def test_a_deployment_that_cannot_be_read_is_one_line_and_no_answer(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "cannot read runs and contracts" in lines[0] and "--offline" in lines[0]
+    if broken == "refused":
+        assert "authorization violation" in lines[0].lower()  # the server's word, not a reset
     assert proc.stdout == ""
 
 

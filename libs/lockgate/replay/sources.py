@@ -60,7 +60,10 @@ class BrokerDeployment:
         try:
             nc = await nats.connect(url, **options)
         except (NatsError, OSError, TimeoutError) as exc:
-            raise DeploymentUnreachable(url, _why(errors[-1] if errors else exc)) from None
+            # The server's own refusal (an -ERR, as "authorization violation") says more than
+            # the connection reset that follows it, or the NoServersError that ends it all.
+            said = [e for e in errors if type(e) is NatsError] or errors or [exc]
+            raise DeploymentUnreachable(url, _why(said[0])) from None
         try:
             js = nc.jetstream(prefix=credentials.js_prefix if credentials else JS_API)
             runs = await js.key_value(RUNS_BUCKET)
