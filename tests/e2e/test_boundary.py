@@ -18,10 +18,12 @@ import pytest
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeout
 
+from lockgate.adapters.claims import report_msg_id
 from lockgate.client.sdk import Gateway, Refused
 from lockgate.contracts import subjects
-from lockgate.contracts.messages import DecideReview
-from lockgate.core.ids import intent_id_for
+from lockgate.contracts.messages import AttemptReport, DecideReview
+from lockgate.contracts.vocabulary import ReportStage
+from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
@@ -275,3 +277,36 @@ async def test_forged_approval_with_a_service_credential_is_caught_at_the_gate(
         await asyncio.sleep(0.1)
     assert final is not None and (final.state, final.reason) == (State.REFUSED, "gate.approval-mismatch")
     assert (world.invocations, len(world.ledger())) == before
+
+
+async def test_a_forged_report_published_first_does_not_take_the_genuine_reports_place(
+    system: System, gw: Gateway, reviewer: Gateway, world: World
+) -> None:
+    """The adapter's own user, which never received the order, stores a token-less
+    ``completed`` under the ids a report of the intent's first attempt could carry before
+    the order exists; the genuine report still lands and the model is told ``executed``."""
+    run_id, candidate = await awaiting_review(gw)
+    attempt = derived_id("attempt", candidate, "1")  # what the executor will name it
+    forged = AttemptReport(tenant="tenant-a", intent_id=candidate, attempt_id=attempt,
+                           stage=ReportStage.COMPLETED, receipt={"note_id": "forged"}, adapter="mallory")
+    creds = system.credentials("adapter-casenotes")
+    nc = await system.connect("adapter-casenotes")
+    try:
+        js = nc.jetstream(prefix=creds.js_prefix)
+        # the id a report of that attempt carried before, and the one a token-less report has now
+        for msg_id in (f"{attempt}:{ReportStage.COMPLETED}", report_msg_id(attempt, ReportStage.COMPLETED, "")):
+            await js.publish(subjects.report("case.add_note", candidate), msgspec.json.encode(forged),
+                             headers={"Nats-Msg-Id": msg_id})
+    finally:
+        await nc.close()
+    before = len(world.ledger())
+    review = await reviewer.show_review(tenant="tenant-a", candidate_id=candidate)
+    await reviewer.decide_review(tenant="tenant-a", candidate_id=candidate, review_id=review.review_id,
+                                 digest=review.digest, approve=True)
+    done = await gw.run(tenant="tenant-a", run_id=run_id).wait(candidate, timeout_s=20)
+    assert done.status == "executed"
+    events = await history(system, "tenant-a", candidate)
+    assert [e.reason for e in events if isinstance(e, EffectIntent.ReportRefused)]
+    (completed,) = [e for e in events if isinstance(e, EffectIntent.EffectCompleted)]
+    assert completed.receipt.get("note_id") != "forged"
+    assert len(world.ledger()) == before + 1

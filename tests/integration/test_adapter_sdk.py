@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk, worker
-from lockgate.adapters.claims import ClaimClient, report_token
+from lockgate.adapters.claims import ClaimClient, report_msg_id, report_token
 from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
@@ -34,7 +34,7 @@ from lockgate.contracts.messages import (
     QueryResult,
     Refusal,
 )
-from lockgate.contracts.vocabulary import QueryFinding
+from lockgate.contracts.vocabulary import QueryFinding, ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims
 from lockgate.intent import EffectIntent, Event, Stamp, decode_event, encode_event, fold
@@ -463,8 +463,9 @@ async def test_authorized_order_is_executed_once_and_reported(served: Env) -> No
     completed = reports[-1]
     assert completed.receipt == {"note_id": "note-000001", "case_id": "case-123", "version": "2"}
     assert completed.result == {"note_id": "note-000001", "case_id": "case-123"}
-    assert [msg_id for _, msg_id in await served.reports(intent.intent_id)] == [
-        f"{intent.att(1)}:completed"]
+    # one id per attempt and stage, which only the order's holder can name (its token's digest)
+    assert completed.token and [msg_id for _, msg_id in await served.reports(intent.intent_id)] == [
+        report_msg_id(intent.att(1), ReportStage.COMPLETED, completed.token)]
     # The crossing is on the record, claimed before the write, naming the worker's try.
     sent = [e for e in await intent.recorded() if isinstance(e, EffectIntent.AttemptSent)]
     assert len(sent) == 1 and sent[0].claimant.startswith("test-adapter:")

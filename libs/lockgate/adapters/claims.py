@@ -77,10 +77,17 @@ def write_by(deadline_at: datetime | None) -> datetime | None:
     return None if deadline_at is None else deadline_at - timedelta(seconds=DEADLINE_MARGIN_S)
 
 
-def report_msg_id(attempt_id: str, stage: ReportStage) -> str:
-    """The message id of an attempt's report (one per stage: a redelivered order's report
-    is dropped by the reports stream as a duplicate)."""
-    return f"{attempt_id}:{stage}"
+def report_msg_id(attempt_id: str, stage: ReportStage, token: str) -> str:
+    """The message id of an attempt's report: one per stage, and only its order's holder can name it.
+
+    A redelivered order's report is dropped by the reports stream as a duplicate. The id
+    ends in a digest of the order's report token: attempt ids are derived from intent
+    ids, so without it anyone allowed to publish reports could store a forged report
+    under the id the genuine one will carry, and the stream would drop the genuine one
+    in its duplicate window (the executor refuses the forgery, but it took the place).
+    """
+    proof = hashlib.sha256(f"lockgate.report-msg-id.v1\x1f{token}".encode()).hexdigest()[:32]
+    return f"{attempt_id}:{stage}:{proof}"
 
 
 class _Refused(msgspec.Struct):

@@ -13,7 +13,8 @@ For each capability (``CapabilityWorker``) it
   (``lockgate.adapters.claims``): the executor checks the order against the intent's
   record and records the crossing, and the adapter writes only once it did;
 - reports each attempt transition to ``lg.report.<capability>.<intent_id>`` with
-  ``Nats-Msg-Id: <attempt_id>:<stage>`` so a redelivered order reports nothing twice,
+  ``Nats-Msg-Id: <attempt_id>:<stage>:<digest of the report token>`` so a redelivered
+  order reports nothing twice and nobody without the order can take the id first,
   echoing the order's ``report_token`` (the executor's proof that it sent the order).
 
 After the send boundary the effect may have happened; from there an unexpected error
@@ -550,7 +551,7 @@ class CapabilityWorker:
             await self._js.publish(
                 subjects.report(self.capability, order.intent_id),
                 msgspec.json.encode(report),
-                headers={"Nats-Msg-Id": report_msg_id(order.attempt_id, stage)},
+                headers={"Nats-Msg-Id": report_msg_id(order.attempt_id, stage, order.report_token)},
             )
         except (TimeoutError, NatsError) as exc:
             raise _ReportNotPublished(f"{stage} report not published: {exc!r}") from exc
