@@ -577,3 +577,35 @@ def test_offline_the_builtin_contracts_answer_only_when_asked_and_say_so(
     (row,) = json.loads(builtin.stdout)["replay"]["candidates"]
     assert (row["replayed"]["state"], row["replayed"]["digest"]) == ("completed", row["recorded"]["digest"])
     assert row["evidence"] == "on declared run, built-in contract, not as recorded"
+
+
+async def test_prior_effects_are_read_from_the_whole_run(system: System, tmp_path: Path) -> None:
+    """Only the run's second note selected: the first one it completed is still on the record."""
+    one_note = """@id("run.one-note-only")
+forbid (principal, action, resource is Lockgate::Case)
+when { context.prior_effects >= 1 };
+"""
+    bundle = bundle_copy(tmp_path, (POLICIES / "bundle.yaml").read_text(), {"one-note.cedar": one_note})
+    gw = await system.gateway("tenant-a")
+    try:
+        run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})
+        turn = await run.open_turn()
+        answers = [await turn.propose(tool="case.add_note", arguments=json.dumps({"note": note}))
+                   for note in ("First.", "Second.")]
+    finally:
+        await gw.close()
+    assert [a.status for a in answers] == ["executed", "executed"]
+    second = answers[1].candidate_id
+    views = open_views(var_dir=system.root)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                (r := views.intent(a.candidate_id)) is not None and r.state == "completed" for a in answers):
+            await asyncio.sleep(0.2)
+    finally:
+        views.close()
+    proc = _lockgate(system, "replay", "--intent", second, "--bundle", str(bundle), "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["counterfactual"]["rows"]
+    assert (row["intent_id"], row["counterfactual"]["outcome"], row["counterfactual"]["reasons"]) == (
+        second, "deny", ["run.one-note-only"])

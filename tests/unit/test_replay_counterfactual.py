@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -107,3 +109,43 @@ async def test_a_capability_no_longer_offered_stays_so(no_pii: PolicyBundle) -> 
     candidate = allowed(outcome=DecisionOutcome.DENY, reasons=("tool.no-longer-offered",))
     row = await decide(candidate, no_pii, Sources(deployment=today()))
     assert (row.outcome, row.reasons, row.changed) == ("deny", ("tool.no-longer-offered",), False)
+
+
+ONE_NOTE = """@id("run.one-note-only")
+forbid (principal, action, resource is Lockgate::Case)
+when { context.prior_effects >= 1 };
+"""
+
+
+def completed(call_id: str, after: timedelta = timedelta(0)) -> Candidate:
+    """A note of run-1 decided and completed, its events ``after`` the usual times."""
+    h = History(call_id=call_id, contract_revision=CONTRACT.revision).normalized(
+        contract_revision=CONTRACT.revision, data_classes=CONTRACT.data_classes)
+    h.add(EffectIntent.PolicyDecided, outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
+          determining=[], facts=FACTS, digest="sha256:d1", reservations=[])
+    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+          policy_revision="p", contract_revision=CONTRACT.revision, gate_facts=FACTS, deadline_at=T0)
+    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    events = tuple(dataclasses.replace(e, timestamp=e.timestamp + after) for e in h.events)
+    return Candidate(h.intent_id, "tenant-a", 1, events)
+
+
+async def test_prior_effects_are_what_the_run_completed_before_the_decision(
+    tmp_path: Path,
+) -> None:
+    """Counted on the record of the whole run at the decision's time, not from the selection's
+    order or the selection alone."""
+    bundle = PolicyBundle.load(bundle_copy(tmp_path, (REPO / "deploy" / "policies" / "bundle.yaml").read_text(),
+                                           {"one-note.cedar": ONE_NOTE}))
+    assert bundle.uses_prior_effects
+    first, later = completed("call-1"), completed("call-2", timedelta(hours=1))
+    sources = Sources(deployment=today())
+    (alone,) = await counterfactual([later], bundle, sources)
+    (in_its_run,) = await counterfactual([later], bundle, sources, runs=[first, later])
+    assert (alone.outcome, in_its_run.outcome, in_its_run.reasons) == ("allow", "deny", ("run.one-note-only",))
+    # Listed after it, but decided and completed a minute before it: the first one's
+    # decision is the one that saw a prior effect.
+    early = completed("call-3", -timedelta(minutes=1))
+    rows = await counterfactual([first, early], bundle, sources)
+    assert [r.outcome for r in rows] == ["deny", "allow"]

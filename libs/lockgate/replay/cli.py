@@ -129,6 +129,15 @@ async def _sources(where: Where, args: argparse.Namespace) -> tuple[Sources, Bro
     return Sources(Known(dict(declared.runs), {}), broker, builtin), broker
 
 
+def _whole_runs(views: Views, chosen: list[Candidate]) -> list[Candidate]:
+    """Every recorded candidate of the runs ``chosen`` belong to."""
+    runs = sorted({(c.first.tenant, c.first.run_id) for c in chosen if c.first is not None})
+    found = {c.intent_id: c for c in chosen}
+    for tenant, run_id in runs:
+        found.update((c.intent_id, c) for c in candidates(views, Selection(run_id=run_id, tenant=tenant)))
+    return list(found.values())
+
+
 async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
     # Imported here: the fixture world builds every service's handlers, which no other
     # command needs to load.
@@ -143,16 +152,19 @@ async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[
     # is read as it is.
     sources, broker = await _sources(where, args)
     try:
+        bundle = PolicyBundle.load(args.bundle) if args.bundle is not None else None
         views = await _views(where, fresh_views, offline=args.offline)
         try:
             chosen: list[Candidate] = candidates(views, selection)
+            # What a run did before a decision is on the record of the whole run, not
+            # only of the candidates selected.
+            runs = _whole_runs(views, chosen) if bundle is not None and bundle.uses_prior_effects else None
         finally:
             views.close()
         out: dict[str, object] = {}
         text: list[str] = []
-        if args.bundle is not None:
-            bundle = PolicyBundle.load(args.bundle)
-            rows = await counterfactual(chosen, bundle, sources)
+        if bundle is not None:
+            rows = await counterfactual(chosen, bundle, sources, runs=runs)
             out["counterfactual"] = {
                 "bundle": str(args.bundle), "revision": bundle.revision,
                 "decisions": sum(not r.undecidable for r in rows),

@@ -22,15 +22,15 @@ deployment; the full replay (``lockgate.replay.world``) runs those in its own wo
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from lockgate.authz import PolicyBundle
 from lockgate.authz.intents import Evidence
 from lockgate.contracts.capability import CapabilityContract, EffectClass
 from lockgate.contracts.messages import Facts, RunContext
-from lockgate.contracts.vocabulary import DecisionOutcome
+from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
 from lockgate.policy.domain import evaluate_for
@@ -174,29 +174,42 @@ async def _contract(found: _Recorded, sources: Sources) -> tuple[CapabilityContr
     return contract, source, f"{source} contract {tool} {_short(contract.revision)}, recorded {_short(recorded)}"
 
 
+def _completions(record: Sequence[Candidate]) -> dict[tuple[str, str, str], list[datetime]]:
+    """When each effect of each run's capabilities completed, on the record."""
+    done: dict[tuple[str, str, str], list[datetime]] = {}
+    for candidate in record:
+        final = candidate.final()
+        if final is None or final.state is not State.COMPLETED:
+            continue
+        at = next((e.timestamp for e in candidate.events if isinstance(e, EffectIntent.EffectCompleted) or (
+            isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED)), None)
+        if at is not None:
+            done.setdefault((final.tenant, final.run_id, final.tool), []).append(at)
+    return done
+
+
 async def counterfactual(
-    candidates: Sequence[Candidate], bundle: PolicyBundle, sources: Sources,
+    candidates: Sequence[Candidate], bundle: PolicyBundle, sources: Sources, *,
+    runs: Sequence[Candidate] | None = None,
 ) -> list[Decided]:
     """Every recorded policy decision among ``candidates``, beside ``bundle``'s on the same evidence.
 
     Prior effects (for a bundle whose policies read them) are the effects of the same
-    capability the selection's earlier candidates of the run completed. A decision whose
-    run or contract no source has is undecidable (``Decided.undecidable``).
+    capability the run completed before the decision, as ``runs`` records them: every
+    candidate of the runs ``candidates`` belong to (default: ``candidates`` alone). A
+    decision whose run or contract no source has is undecidable (``Decided.undecidable``).
     """
-    done: Counter[tuple[str, str, str]] = Counter()
+    done = _completions(candidates if runs is None else runs)
     rows = []
     for candidate in candidates:
         found = _decided_on(candidate)
-        final = candidate.final()
         if found is not None:
             rows.append(await _decide(found, bundle, sources, done))
-        if final is not None and final.state is State.COMPLETED:
-            done[(final.tenant, final.run_id, final.tool)] += 1
     return rows
 
 
 async def _decide(found: _Recorded, bundle: PolicyBundle, sources: Sources,
-                  done: Counter[tuple[str, str, str]]) -> Decided:
+                  done: dict[tuple[str, str, str], list[datetime]]) -> Decided:
     intent, recorded = found.intent, found.decision
     run, run_from, run_note = await _run(found, sources)
     contract, contract_from, contract_note = await _contract(found, sources)
@@ -210,7 +223,8 @@ async def _decide(found: _Recorded, bundle: PolicyBundle, sources: Sources,
     if run is None or contract is None:
         return replace(row, undecidable="; ".join(row.notes))
     evidence = Evidence(
-        run=run, contract=contract, prior_effects=done[(intent.tenant, intent.run_id, intent.tool)],
+        run=run, contract=contract,
+        prior_effects=sum(at < recorded.timestamp for at in done.get((intent.tenant, intent.run_id, intent.tool), ())),
         # Whether the capability was still offered is on the record: the decision says so.
         offered_now=NOT_OFFERED not in recorded.reasons,
     )
