@@ -78,7 +78,8 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser],
     rp.add_argument("--until", default="", help="candidates recorded before this time (ISO-8601 UTC)")
     rp.add_argument("--intent", action="append", default=[], metavar="ID", help="this candidate (repeatable)")
     rp.add_argument("--bundle", type=Path, default=None,
-                    help="print the decisions this policy bundle would change (no world is asked)")
+                    help="print the decisions this policy bundle would change, and every one not decided "
+                         "on the evidence as recorded (no world is asked)")
     rp.add_argument("--world", action="store_true",
                     help="with --bundle: also replay the candidates in a fixture world under it")
     rp.add_argument("--fixtures", type=Path, default=None, help="a fixture file: runs and answers to declare")
