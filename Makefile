@@ -88,7 +88,7 @@ test-unit: $(STAMP)
 # replicas of every process), then the seeded randomized test on it. CI runs it after
 # `make test`; the README's "Running it at scale" says what each test does.
 test-cluster: $(STAMP) prerequisites
-	LOCKGATE_CLUSTER=1 LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_profile.py tests/e2e/test_cluster_faults.py
+	LOCKGATE_CLUSTER=1 LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_profile.py tests/e2e/test_cluster_restart.py tests/e2e/test_cluster_faults.py
 	LOCKGATE_CHAOS_CLUSTER=1 $(BIN)/pytest -q tests/e2e/test_randomized.py
 
 bench: $(STAMP)
