@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -38,10 +39,11 @@ T = TypeVar("T")
 CONFIG_ERROR_EXIT = 78
 
 #: After SIGTERM or SIGINT a process's own shutdown (settling what it holds, draining its
-#: connection) has this long; then it is cancelled, and if even that hangs the process
-#: exits without it. Inside a supervisor's ten seconds between SIGTERM and SIGKILL.
+#: connection) has this long; then it is cancelled, and ``EXIT_AFTER_S`` after the signal
+#: the process exits whatever still holds it. Inside a supervisor's ten seconds between
+#: SIGTERM and SIGKILL.
 STOP_GRACE_S = 4.0
-CANCEL_GRACE_S = 2.0
+EXIT_AFTER_S = 7.0
 
 #: A broker connection's failures are logged one line each, the same one at most this often.
 CONNECT_LOG_EVERY_S = 30.0
@@ -116,6 +118,13 @@ def exit_if_misconfigured(name: str) -> Iterator[None]:
         raise SystemExit(CONFIG_ERROR_EXIT) from None
 
 
+def _exit_now(name: str) -> None:
+    """End the process from the timer thread: the signal came ``EXIT_AFTER_S`` ago."""
+    log.error("%s: still not stopped %.0f s after the signal; exiting", name, EXIT_AFTER_S)
+    logging.shutdown()
+    os._exit(1)
+
+
 def quiet_errors(name: str) -> Callable[[Exception], Awaitable[None]]:
     """A NATS ``error_cb`` that logs one line per failure (the same one at most every
     ``CONNECT_LOG_EVERY_S``) instead of nats-py's traceback on every attempt."""
@@ -180,9 +189,10 @@ async def connect(
 async def until_signalled(main: Callable[[asyncio.Event], Awaitable[T]], *, name: str) -> T | None:
     """Run ``main(stop)``; SIGINT or SIGTERM sets ``stop``, and ``main`` has ``STOP_GRACE_S`` to return.
 
-    After that (or at a second signal) it is cancelled; if it still does not end within
-    ``CANCEL_GRACE_S`` (a finalizer blocked on a dead connection) the process exits at once.
-    Returns what ``main`` returned, or ``None`` when it was cancelled.
+    After that (or at a second signal) it is cancelled. Whatever still holds the process
+    then (a finalizer blocked on a dead connection, a task of a client library that does
+    not end when the loop cancels it at its close) ends with it ``EXIT_AFTER_S`` after
+    the signal. Returns what ``main`` returned, or ``None`` when it was cancelled.
     """
     running = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -192,7 +202,12 @@ async def until_signalled(main: Callable[[asyncio.Event], Awaitable[T]], *, name
         nonlocal signals
         signals += 1
         stop.set()
-        if signals > 1:
+        if signals == 1:
+            # A thread: it ends the process even where the loop itself no longer turns.
+            deadline = threading.Timer(EXIT_AFTER_S, _exit_now, (name,))
+            deadline.daemon = True  # a process that stops in time does not wait for it
+            deadline.start()
+        else:
             task.cancel()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -206,11 +221,7 @@ async def until_signalled(main: Callable[[asyncio.Event], Awaitable[T]], *, name
             if not done:
                 log.warning("%s: not stopped %.0f s after the signal; cancelling", name, STOP_GRACE_S)
                 task.cancel()
-                done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
-                if not done:
-                    log.error("%s: still not stopped; exiting without finishing", name)
-                    logging.shutdown()
-                    os._exit(1)
+                await asyncio.wait({task})
         if task.cancelled() or isinstance(task.exception(), Stopped):
             return None
         return task.result()
