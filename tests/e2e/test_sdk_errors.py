@@ -115,6 +115,9 @@ async def test_another_tenants_subjects_are_refused_as_permissions(gw: Gateway) 
     with pytest.raises(PermissionDenied) as refused:
         await other.open_turn()
     assert "tenant-b" in refused.value.subject
+    with pytest.raises(PermissionDenied) as unread:  # its responses, read by direct get
+        await other.wait(random_id(), timeout_s=TIMEOUT_S)
+    assert "tenant-b" in unread.value.subject
 
 
 async def test_waiting_on_an_id_that_is_no_candidate_of_the_run_is_refused(gw: Gateway) -> None:

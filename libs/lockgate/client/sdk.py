@@ -200,23 +200,29 @@ async def _unless_denied(nc: Client, subject: str, work: Awaitable[T]) -> T:
         PermissionDenied: the broker refused this user a publish to ``subject``.
     """
     denials = _DENIALS.get(nc)
-    if denials is None:
+    task = asyncio.current_task()
+    if denials is None or task is None:
         return await work
+    waiting = True
+
+    def interrupt(_: asyncio.Future[None]) -> None:
+        if waiting:  # a notice after ``work`` ended must not cancel whatever the task does next
+            task.cancel()
+
+    # No task of its own per request (this is on every proposal's path): the notice
+    # cancels the waiting task, which turns the cancellation into the refusal.
     with denials.watch(subject) as denied:
-        task = asyncio.ensure_future(work)
+        denied.add_done_callback(interrupt)
         try:
-            either: set[asyncio.Future[Any]] = {task, denied}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            task.cancel()
-            raise
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            return await work
+        except asyncio.CancelledError:
+            if not denied.done() or task.cancelling() > 1:  # cancelled by its owner too
+                raise
+            task.uncancel()
             raise PermissionDenied(f"the broker refused user {denials.user!r} permission to publish "
-                                   f"to {subject}", subject=subject)
-        return task.result()
+                                   f"to {subject}", subject=subject) from None
+        finally:
+            waiting = False
 
 
 async def _ask(nc: Client, subject: str, body: object, timeout_s: float) -> bytes:
@@ -498,6 +504,7 @@ class Gateway:
         self.user = user
         self.principal = principal or user
         self._js = nc.jetstream(prefix=js_prefix)
+        self._js_prefix = js_prefix
         self._wakeups = _Wakeups(nc)
 
     async def open_run(
@@ -629,10 +636,16 @@ class Gateway:
         raise Refused(answer.error, answer.detail)
 
     async def _latest(self, tenant: str, run_id: str, candidate_id: str) -> ModelResponse | None:
-        """The stored response: only intake writes the responses stream, so this is authoritative."""
+        """The stored response: only intake writes the responses stream, so this is authoritative.
+
+        Raises:
+            PermissionDenied: this user may not read that run's responses (another tenant's).
+        """
+        subject = response_subject(tenant, run_id, candidate_id)
         try:
-            msg = await self._js.get_last_msg(
-                RESPONSES, response_subject(tenant, run_id, candidate_id), direct=True)
+            # nats-py asks a direct get of the last message on a subject at this API subject.
+            msg = await _unless_denied(self.nc, f"{self._js_prefix}.DIRECT.GET.{RESPONSES}.{subject}",
+                                       self._js.get_last_msg(RESPONSES, subject, direct=True))
         except NotFoundError:
             return None
         try:
