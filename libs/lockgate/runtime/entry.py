@@ -83,7 +83,8 @@ def configuration_problem(exc: BaseException) -> str | None:
     if isinstance(exc, CredentialsError):
         return (f"{exc}: set LOCKGATE_CREDENTIALS_FILE to this process's own credentials file "
                 "(`lockgate run` writes one per process under <var>/credentials/)")
-    if isinstance(exc, ValidationError):
+    # Only a settings model's: a message's own validation failing is no configuration.
+    if isinstance(exc, ValidationError) and exc.title.endswith("Settings"):
         wrong = "; ".join(
             f"{'.'.join(str(p) for p in error['loc']) or 'settings'}: {error['msg']}"
             for error in exc.errors()[:3])
