@@ -637,7 +637,9 @@ async def run_adapter(
 
     The process serves its metrics (``lockgate.runtime.metrics``) and, when an endpoint
     is configured, traces its executions (``lockgate.runtime.tracing``). It stops within
-    seconds of a signal whatever it is doing (``lockgate.runtime.entry.until_signalled``).
+    seconds of a signal whatever it is doing (``lockgate.runtime.entry.until_signalled``),
+    ending the whole process if its shutdown hangs: it is a process's entry point (a
+    program embedding workers calls ``serve``).
 
     Raises:
         ConfigurationError: the broker refused the credentials, or there are none to read.
