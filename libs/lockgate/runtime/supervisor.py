@@ -376,6 +376,8 @@ async def run_supervisor(
             nc, url, settings, replicas=stream_replicas, nodes=nodes, stopping=stopping,
             capabilities=[c for caps in settings.adapters.values() for c in caps]
             if clustered else ())
+        if stopping.is_set():
+            return 0
         if nodes is not None:
             try:
                 streams = topology_streams(settings.partitions)
@@ -463,8 +465,19 @@ async def _create_topology(
     """
     waited = ""
     if nodes is not None:
+        settled = asyncio.create_task(wait_until_settled(nodes.addresses()))
+        stopped = asyncio.create_task(stopping.wait())
         try:
-            await wait_until_settled(nodes.addresses())
+            # Ctrl-C while the cluster elects its leaders stops the run, not the wait only.
+            await asyncio.wait({settled, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not settled.done():
+                settled.cancel()
+        if stopping.is_set():
+            return
+        try:
+            settled.result()
         except TimeoutError as exc:
             raise SupervisorError(f"the cluster did not settle on {url}: {exc}") from exc
         waited = " after the meta leader and every stream's leader were elected"
@@ -537,11 +550,10 @@ async def _local_cluster(var_dir: Path, size: int, port: int | None) -> LocalClu
                               "monitoring (4000 above it); choose a lower one, or 0")
     taken = [t for p in (ports if port != 0 else []) for t in (p.client, p.route, p.monitor)
              if await probe_port("127.0.0.1", t) != "free"]
-    chosen_free = port == 0
     if taken and port is None:
         _say(f"lockgate: port {taken[0]} on 127.0.0.1 is taken (another lockgate run?); the "
              "nodes take free ports")
-        ports, chosen_free = node_ports(size), True
+        ports = node_ports(size)
     elif taken:
         raise SupervisorError(
             f"port {taken[0]} on 127.0.0.1 is taken (another lockgate run?); stop it or choose "
@@ -551,10 +563,11 @@ async def _local_cluster(var_dir: Path, size: int, port: int | None) -> LocalClu
         try:
             await asyncio.to_thread(nodes.start, SETTLE_TIMEOUT_S)
         except NatsServerError as exc:
-            if not chosen_free:
+            if port not in (None, 0):
                 raise
-            # A free port chosen for a node can be taken before the node binds it (an
-            # outgoing connection gets one from the same range): once more, on new ones.
+            # A port found free can be taken before the node binds it (another run
+            # starting, an outgoing connection given one from the ephemeral range): once
+            # more, on free ones.
             _say(f"lockgate: the local cluster did not start ({exc}); again on other ports")
             nodes = LocalCluster(cluster_dir(var_dir), size, node_ports(size),
                                  log_dir=var_dir / "log")
