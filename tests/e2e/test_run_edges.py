@@ -29,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from lockgate.client.tokens import issue
 from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
+from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS
 from lockgate.runtime.supervisor import READY_LINE
@@ -156,6 +157,20 @@ async def test_a_console_port_taken_stops_the_run_with_one_line_not_a_restart_lo
     assert starts_in(var_dir / "log" / "console.log") == 1
     assert not any("console exited" in line for line in run.lines), run.lines
     assert READY_LINE not in run.lines
+
+
+async def test_a_front_door_port_taken_is_a_configuration_error(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as squatter:
+        port = squatter.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lockgate.client.mcp", "--http", "--port", str(port),
+            env=environment(tmp_path / "var", LOCKGATE_FRONT_VAR_DIR=str(tmp_path / "var"),
+                            LOCKGATE_FRONT_TENANT="tenant-a", LOCKGATE_FRONT_ACTOR="user-42"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == CONFIG_ERROR_EXIT, (out, err)
+    said = err.decode().strip().splitlines()
+    assert len(said) == 1 and f"cannot listen on 127.0.0.1:{port}" in said[0], said
 
 
 # -- two runs side by side ---------------------------------------------------------------------

@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 from lockgate.client.mcp.session import FrontSession, Lockgate
 from lockgate.client.mcp.settings import FrontSettings
 from lockgate.core.errors import LockgateError
+from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 
 log = logging.getLogger("lockgate.client.mcp")
 
@@ -285,7 +286,8 @@ def write_port_file(path: Path, port: int) -> None:
 
 async def serve_http(server: Server[FrontSession], lockgate: Lockgate, settings: FrontSettings,
                      stop: asyncio.Event) -> int:
-    """Serve streamable HTTP until ``stop`` is set (0), or fail to start (1)."""
+    """Serve streamable HTTP until ``stop`` is set (0), or fail to start (1; ``CONFIG_ERROR_EXIT``
+    when the port it was told to take is not free: starting it again changes nothing)."""
     try:
         token = bearer_token(settings)
     except TokenFileError as exc:
@@ -295,7 +297,7 @@ async def serve_http(server: Server[FrontSession], lockgate: Lockgate, settings:
         sock = bind(settings.http_host, settings.http_port)
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", settings.http_host, settings.http_port, exc)
-        return 1
+        return CONFIG_ERROR_EXIT
     port = int(sock.getsockname()[1])
     sessions = Sessions(server, lockgate, token, idle_s=settings.session_idle_s)
     uv = _Server(uvicorn.Config(
@@ -307,7 +309,8 @@ async def serve_http(server: Server[FrontSession], lockgate: Lockgate, settings:
             host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
             if settings.port_file is not None:
                 write_port_file(settings.port_file, port)
-            log.info("MCP front door at http://%s:%d%s (port %d)", host, port, PATH, port)
+            log.info("MCP front door at http://%s:%d%s (port %d), Lockgate at %s", host, port, PATH,
+                     port, settings.broker_url())
             stopping = asyncio.create_task(stop.wait())
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
