@@ -36,6 +36,7 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "reconcile.bad-finding", "reconcile.who-and-why-required", "reconcile.already-settled",
     "reconcile.contended", "reconcile.unavailable",
     "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
+    "candidate.unknown",  # the SDK's error for a wait on an id that is no candidate of the run
     "item.publish",  # a capability name, not a reason
     "policy.cases-invalid", "budget.contention",  # a malformed case table (policy authors' tooling)
     "items.error", "items.response-lost",  # error classes of the items world, never recorded
