@@ -27,7 +27,7 @@ import pytest_asyncio
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from lockgate.client.tokens import issue
+from lockgate.client.tokens import issue, read_console_info
 from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.settings import Settings
@@ -256,3 +256,23 @@ async def test_the_readme_adapter_set_names_every_adapter_the_demo_runs(
     for name in [*(a.name for a in ADAPTERS), "tickets"]:
         assert credentials_path(second.var_dir, f"adapter-{name}").exists(), name
     assert not any("has no user of its own" in line for line in second.lines), second.lines
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_console_started_again_serves_where_the_run_said(runs: tuple[Run, Run]) -> None:
+    # The run whose console did not get 8421 chose a free port: a console that crashes must
+    # come back on that one, not on another free one the printed URL no longer names.
+    printed = {}
+    for run in runs:
+        line = await run.wait_for_line(lambda line: line.startswith("lockgate: console at "), 30)
+        printed[line.removeprefix("lockgate: console at ").strip()] = run
+    url, run = next(((u, r) for u, r in printed.items() if ":8421/" not in u),
+                    next(iter(printed.items())))
+    before = read_console_info(run.var_dir)
+    assert before is not None and before.url == url
+    os.kill(before.pid, signal.SIGKILL)
+    deadline = asyncio.get_running_loop().time() + 60
+    while (after := read_console_info(run.var_dir)) is None or after.pid == before.pid:
+        assert asyncio.get_running_loop().time() < deadline, run.lines[-20:]
+        await asyncio.sleep(0.2)
+    assert after.url == url, (after, run.lines[-20:])

@@ -77,6 +77,7 @@ from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.metrics import CHILD_RESTARTS, CHILD_UP, Endpoint, start_endpoint
 from lockgate.runtime.natsserver import NatsServer, NatsServerError
 from lockgate.runtime.postgres import PostgresServer, PostgresUnavailable
+from lockgate.runtime.roles import CONSOLE
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS as ADAPTER_SPECS
 from lockgate.runtime.status import (
@@ -125,6 +126,8 @@ CLUSTER_CHILD_REPLICAS = 2
 TOPOLOGY_TIMEOUT_S = 60.0
 
 READY_LINE = "Lockgate ready"
+#: The setting that names the console's port (``lockgate.client.tokens.ConsoleSettings``).
+CONSOLE_PORT_ENV = "LOCKGATE_CONSOLE_PORT"
 
 PortState = Literal["free", "nats", "other"]
 
@@ -195,6 +198,18 @@ class _Child:
     #: Why it cannot run as configured (it exited with ``CONFIG_ERROR_EXIT``): it is not
     #: started again.
     failed: str | None = None
+    #: Environment it keeps from one start to the next, learned from its answers: the port
+    #: the console chose, so that a console started again serves where the run said it does.
+    pinned: dict[str, str] = field(default_factory=dict)
+
+    def pin(self, answer: Status | None) -> None:
+        """Keep the port the console serves on (``url`` in its answer) for its next starts."""
+        url = answer.get("url") if answer is not None else None
+        if self.name != CONSOLE or not isinstance(url, str) or CONSOLE_PORT_ENV in self.pinned:
+            return
+        port = urlsplit(url).port
+        if port:
+            self.pinned[CONSOLE_PORT_ENV] = str(port)
 
     @property
     def label(self) -> str:
@@ -748,7 +763,7 @@ def _open_log(path: Path, module: str) -> BinaryIO:
 
 async def _spawn(kid: _Child, env: dict[str, str], log_dir: Path) -> asyncio.subprocess.Process:
     # Its own port (or 0: its own choice), whatever the supervisor's environment says.
-    env = {**env, "LOCKGATE_METRICS_PORT": str(kid.metrics_port)}
+    env = {**env, **kid.pinned, "LOCKGATE_METRICS_PORT": str(kid.metrics_port)}
     if kid.credentials is not None:
         env = {**env, "LOCKGATE_CREDENTIALS_FILE": str(kid.credentials)}
     log = await asyncio.to_thread(_open_log, log_dir / f"{kid.label}.log", kid.module)
@@ -833,6 +848,8 @@ async def _announce_ready(
     while True:
         answers = await gather_status(nc, expected, timeout_s=1.0)
         targets.learn_each(kids, answers)
+        for kid in kids:
+            kid.pin(kid.answer(answers))
         missing = [kid.label for kid in kids if kid.answer(answers) is None]
         if not missing:
             now = loop.time()
@@ -885,6 +902,8 @@ async def _watch_children(
         except NatsError:
             continue
         targets.learn_each([k for k, _ in live], answers)
+        for kid, _ in live:
+            kid.pin(kid.answer(answers))
         now = loop.time()
         for kid, proc in live:
             why = problem(kid.answer(answers), STALL_S)
