@@ -232,18 +232,18 @@ TARGETS = json.loads({targets!r})
 
 
 def test_steal():
-    got = {{}}
+    got = {{"read": {{}}, "stolen": {{}}, "write": {{}}, "wrote": []}}
     for path in TARGETS["read"]:
         try:
-            got[path] = pathlib.Path(path).read_bytes().decode(errors="replace")
+            got["stolen"][path[-40:]] = pathlib.Path(path).read_bytes().decode(errors="replace")[:60]
         except OSError as exc:
-            got[path] = "refused:" + type(exc).__name__
+            got["read"][type(exc).__name__] = got["read"].get(type(exc).__name__, 0) + 1
     for path in TARGETS["write"]:
         try:
             pathlib.Path(path).write_text("planted")
-            got["wrote " + path] = "WROTE"
+            got["wrote"].append(path)
         except OSError as exc:
-            got["wrote " + path] = "refused:" + type(exc).__name__
+            got["write"][type(exc).__name__] = got["write"].get(type(exc).__name__, 0) + 1
     got["processes"] = len([p for p in os.listdir("/proc") if p.isdigit()])
     try:
         socket.create_connection(("127.0.0.1", TARGETS["port"]), timeout=2)
@@ -280,9 +280,8 @@ async def test_planted_repository_code_reads_no_credential_and_writes_nothing_ou
     contents = [p.read_bytes().decode(errors="replace").strip() for p in secrets]
     assert not [c[:40] for c in contents if len(c) >= 8 and json.dumps(c)[1:41] in output]
     found = json.loads(output.split("AssertionError: STOLEN ", 1)[1].splitlines()[0])
-    assert {found[str(p)] for p in secrets} == {"refused:FileNotFoundError"}
-    assert {found["wrote " + str(p)] for p in planted} <= {"refused:FileNotFoundError", "refused:OSError",
-                                                          "refused:PermissionError"}
+    assert (found["read"], found["stolen"]) == ({"FileNotFoundError": len(secrets)}, {})
+    assert found["wrote"] == [] and sum(found["write"].values()) == len(planted)
     assert not [p for p in planted if p.exists()]
     assert found["processes"] <= 4 and found["broker"].startswith("refused:")
     completed = await one(system, done.candidate_id, EffectIntent.EffectCompleted)
