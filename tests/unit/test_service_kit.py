@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import SimpleNamespace
 from typing import Any
@@ -332,3 +333,29 @@ def test_abandonment_before_dispatch_refuses_and_after_it_needs_an_operator() ->
 def test_the_deliveries_kept_for_recording_outlast_a_transient_outage() -> None:
     kept = sum(backoff_s(n) for n in range(DELIVERIES, DELIVERIES + RECORD_TRIES))
     assert kept >= BOUNDS.transient_for_s
+
+
+async def test_a_handler_that_never_returns_is_cancelled_counted_and_given_up() -> None:
+    guard, given_up = guarded(Bounds(permanent_failures=2, handler_timeout_s=0.05))
+    cancelled: list[int] = []
+
+    async def hang(n: int) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.append(n)
+
+    first = FakeMessage(1)
+    # (A kit without the bound would wait for ever: the test's own limit turns that into a failure.)
+    assert await asyncio.wait_for(settle(first, hang(1), LOG, guard), 10) == "error"  # type: ignore[arg-type]
+    assert first.calls[0][0] == "nak" and given_up == []
+    second = FakeMessage(2)
+    await asyncio.wait_for(settle(second, hang(2), LOG, guard), 10)  # type: ignore[arg-type]
+    assert second.calls == [("ack", None)] and cancelled == [1, 2]
+    assert "failed 2 times" in given_up[0].cause and "HandlerHung" in given_up[0].cause
+
+
+async def test_a_timeout_met_inside_the_handler_is_not_a_hang() -> None:
+    guard, given_up = guarded(Bounds(permanent_failures=1, handler_timeout_s=30))
+    calls = await deliver(guard, TimeoutError("the adapter did not answer"), 1)
+    assert calls[0][0] == "nak" and given_up == []  # transient: bounded by time, not counted

@@ -118,6 +118,10 @@ class Bounds:
     deliveries: int | None = 100
     """The delivery (of any kind, timers too) from which the message is given up without
     running the handler: the durable's ``spec.give_up_from``; ``None``: never."""
+    handler_timeout_s: float = 60.0
+    """How long one handling may run before it counts as a failure (a hang): generous beside
+    every adapter request's and store call's own timeout. Without it a handler that never
+    returns is handed out again every ack wait, each copy hanging beside the last."""
 
 
 #: The rule for a consumer without timers (its durable's bound replaces ``deliveries``).
@@ -136,6 +140,16 @@ class Abandonment:
 Abandon = Callable[[Delivery, Abandonment], Awaitable[None]]
 """Records that a consumer gave a message up; raises ``Unaddressed`` when the message
 names no intent to record it on."""
+
+
+class HandlerHung(LockgateError):
+    """A handler ran past ``Bounds.handler_timeout_s`` and was cancelled: a failure like any other."""
+
+    retryable = False
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the handler ran {timeout_s:g}s without finishing; cancelled",
+                         code="service.handler-hung")
 
 
 class Unaddressed(LockgateError):
@@ -228,8 +242,11 @@ async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
         if inspect.iscoroutine(work):
             work.close()
         return await _give_up(msg, guard, log, f"delivered {n} times without being settled", n)
+    timeout_s = (guard.bounds if guard is not None else BOUNDS).handler_timeout_s
+    bound = asyncio.timeout(timeout_s)
     try:
-        await work
+        async with bound:
+            await work
     except (EventDecodeError, NotAnEventSubject) as exc:
         if guard is not None:
             # It can never be handled: the intent it is about is told so now.
@@ -247,22 +264,24 @@ async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
     except Retry as exc:
         await msg.nack(delay=exc.delay_s)
         return "timer"
-    except Exception as exc:
-        transient = is_transient(exc)
+    except Exception as raised:
+        # The bound's own expiry, not a timeout the handler met inside (those are transient).
+        failure: Exception = HandlerHung(timeout_s) if isinstance(raised, TimeoutError) and bound.expired() else raised
+        transient = is_transient(failure)
         if guard is not None:
             permanent, since = guard.failures.failed(_sequence(msg), transient=transient)
             why = give_up_now(guard.bounds, permanent=permanent, failing_for_s=since)
             if why is not None:
-                cause = f"{why}; last: {type(exc).__name__}: {exc}"
+                cause = f"{why}; last: {type(failure).__name__}: {failure}"
                 return await _give_up(msg, guard, log, cause, n)
-        if isinstance(exc, LockgateError):
+        if isinstance(failure, LockgateError):
             delay = backoff_s(n)
-            level = logging.INFO if exc.retryable else logging.ERROR
-            log.log(level, "%s: %s (redelivery in %.1fs)", exc.code, exc, delay)
+            level = logging.INFO if failure.retryable else logging.ERROR
+            log.log(level, "%s: %s (redelivery in %.1fs)", failure.code, failure, delay)
         else:
             delay = backoff_s(n, cap_s=15.0 if transient else 60.0)
             log.log(logging.INFO if transient else logging.ERROR,
-                    "%s: %s (redelivery in %.1fs)", type(exc).__name__, exc, delay,
+                    "%s: %s (redelivery in %.1fs)", type(failure).__name__, failure, delay,
                     exc_info=not transient)
         await msg.nack(delay=delay)
         return "retry" if transient else "error"
