@@ -229,3 +229,43 @@ async def test_unreadable_and_unaddressed_reports_are_refused_on_the_intent_thei
     finally:
         await app.stop()
         await nc.close()
+
+
+async def test_a_message_that_kills_its_process_is_given_up_after_three_deaths_in_a_row(
+    fresh_server: NatsServer, tmp_path: Path,
+) -> None:
+    """With the gate's own bound (thousands of deliveries, for its timers), the server's count
+    alone would let the message take the executor down thousands of times: the crash
+    journal the process keeps on disk ends it after three redeliveries that went down."""
+    nc = await nats.connect(fresh_server.url)
+    js = nc.jetstream()
+    await ensure_topology(js, ack_wait_s=1.0)
+    gate = durable("executor-gate")
+    h = History().normalized().decided("allow")
+    store = JetStreamEventStore(nc)
+    await store.append(await store.load("tenant-a", h.intent_id), [encode_event(e) for e in h.events])
+    deaths = tmp_path / "deaths"
+    proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            events = [decode_event(e) for e in (await store.load("tenant-a", h.intent_id)).events]
+            if any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events):
+                break
+            assert time.monotonic() < deadline, (deaths.read_text() if deaths.exists() else "no deaths")
+            if proc.poll() is not None:
+                proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+            await asyncio.sleep(0.2)
+        abandoned = events[-1]
+        assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+        assert abandoned.durable == "executor-gate"
+        assert "took its process down 3 times in a row" in abandoned.cause
+        # The first delivery and three redeliveries went down; the fifth was given up unrun.
+        assert len(deaths.read_text().splitlines()) == 4 and abandoned.deliveries == 5
+        assert (await js.consumer_info(EVENTS, gate.name)).config.max_deliver > 1000
+        intent = fold(events)
+        assert intent is not None and (intent.state, intent.reason) == (State.REFUSED, "candidate.unprocessable")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        await nc.close()

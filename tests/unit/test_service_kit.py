@@ -359,3 +359,58 @@ async def test_a_timeout_met_inside_the_handler_is_not_a_hang() -> None:
     guard, given_up = guarded(Bounds(permanent_failures=1, handler_timeout_s=30))
     calls = await deliver(guard, TimeoutError("the adapter did not answer"), 1)
     assert calls[0][0] == "nak" and given_up == []  # transient: bounded by time, not counted
+
+
+class JournalFake:
+    """A crash journal that says how often each message went down with its process."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+        self.in_flight: list[str] = []
+        self.ended: list[str] = []
+
+    def begin(self, key: str) -> int:
+        self.in_flight.append(key)
+        return self.counts.get(key, 0)
+
+    def end(self, key: str) -> None:
+        self.ended.append(key)
+
+
+async def test_a_redelivery_that_took_its_process_down_three_times_is_given_up_unrun() -> None:
+    guard, given_up = guarded(Bounds(deliveries=5_000))
+    journal = JournalFake({"LG_EVENTS/7": 3})
+    guard.crashes = journal  # type: ignore[assignment]
+    ran: list[int] = []
+
+    async def work() -> None:
+        ran.append(1)
+
+    msg = FakeMessage(5)
+    msg.raw_message.metadata.stream = "LG_EVENTS"
+    await settle(msg, work(), LOG, guard)  # type: ignore[arg-type]
+    assert msg.calls == [("ack", None)] and ran == []
+    assert "took its process down 3 times in a row" in given_up[0].cause
+    assert journal.ended == ["LG_EVENTS/7"]
+
+
+async def test_first_deliveries_write_nothing_and_redeliveries_are_struck_out_when_handled() -> None:
+    guard, given_up = guarded()
+    journal = JournalFake({"LG_EVENTS/7": 2})
+    guard.crashes = journal  # type: ignore[assignment]
+    first = FakeMessage(1)
+    first.raw_message.metadata.stream = "LG_EVENTS"
+    assert await deliver_msg(guard, first) == [("ack", None)]
+    assert journal.in_flight == []
+    again = FakeMessage(2)
+    again.raw_message.metadata.stream = "LG_EVENTS"
+    assert await deliver_msg(guard, again) == [("ack", None)]  # two crashes: still tried
+    assert (journal.in_flight, journal.ended, given_up) == (["LG_EVENTS/7"], ["LG_EVENTS/7"], [])
+
+
+async def deliver_msg(guard: Guard, msg: FakeMessage) -> list[tuple[str, Any]]:
+    async def work() -> None:
+        return None
+
+    await settle(msg, work(), LOG, guard)  # type: ignore[arg-type]
+    return msg.calls

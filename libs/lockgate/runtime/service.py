@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -71,6 +72,7 @@ from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, 
 from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery, PullConsumer, connection_of, respond
 from lockgate.runtime.context import H, Ports, Service
+from lockgate.runtime.crashes import CrashJournal
 from lockgate.runtime.metrics import Endpoint, start_endpoint, url_of
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import backoff_s as backoff_s
@@ -118,6 +120,9 @@ class Bounds:
     deliveries: int | None = 100
     """The delivery (of any kind, timers too) from which the message is given up without
     running the handler: the durable's ``spec.give_up_from``; ``None``: never."""
+    crashes: int = 3
+    """Redeliveries in a row that took their process down (``runtime.crashes``) before the
+    message is given up without running the handler again."""
     handler_timeout_s: float = 60.0
     """How long one handling may run before it counts as a failure (a hang): generous beside
     every adapter request's and store call's own timeout. Without it a handler that never
@@ -206,6 +211,8 @@ class Guard:
     bounds: Bounds
     abandon: Abandon
     failures: Failures
+    #: Where redeliveries in flight are written down, once the process consumes.
+    crashes: CrashJournal | None = None
 
 
 async def settle(
@@ -233,6 +240,15 @@ def _sequence(msg: Delivery) -> int:
         return 0
 
 
+def _delivery_key(msg: Delivery) -> str:
+    """The message's place on its stream (partitions share durable names, not sequences)."""
+    try:
+        metadata = msg.raw_message.metadata
+        return f"{metadata.stream}/{int(metadata.sequence.stream)}"
+    except (AttributeError, ValueError):
+        return ""
+
+
 async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
                   guard: Guard | None) -> str:
     n = deliveries(msg)
@@ -242,6 +258,24 @@ async def _settle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
         if inspect.iscoroutine(work):
             work.close()
         return await _give_up(msg, guard, log, f"delivered {n} times without being settled", n)
+    journal = guard.crashes if guard is not None and n > 1 else None
+    key = _delivery_key(msg) if journal is not None else ""
+    if journal is None or guard is None or not key:
+        return await _handle(msg, work, log, guard, n)
+    taken = journal.begin(key)
+    try:
+        if taken >= guard.bounds.crashes:
+            if inspect.iscoroutine(work):
+                work.close()
+            return await _give_up(msg, guard, log, f"took its process down {taken} times in a row", n)
+        return await _handle(msg, work, log, guard, n)
+    finally:
+        journal.end(key)
+
+
+async def _handle(msg: Delivery, work: Awaitable[None], log: logging.Logger,
+                  guard: Guard | None, n: int) -> str:
+    """Run the handler within its time bound and settle ``msg`` by how it ended."""
     timeout_s = (guard.bounds if guard is not None else BOUNDS).handler_timeout_s
     bound = asyncio.timeout(timeout_s)
     try:
@@ -931,11 +965,13 @@ def answers(broker: NatsBroker) -> tuple[Answering, ...]:
     return tuple(_ANSWERS.get(broker, ()))
 
 
-async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions = SINGLE) -> None:
+async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions = SINGLE,
+                          journals: Path | None = None) -> None:
     """Start pulling every durable bound on ``broker``, and answering its requests, over ``nc``.
 
     A durable of the events stream is pulled on every partition's stream (the same name
-    on each), its workers shared out among them.
+    on each), its workers shared out among them. With ``journals``, each durable's
+    redeliveries in flight are written down there (``runtime.crashes``).
     """
     for b in _bindings(broker):
         if b.consumers:
@@ -943,6 +979,8 @@ async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions
         streams = partitions.streams if b.durable.stream == EVENTS else (b.durable.stream,)
         if b.guard is not None:
             await _bound_by_server(nc, streams, b.guard, b.log)
+            if journals is not None and b.guard.crashes is None:
+                b.guard.crashes = _open_journal(journals, b.durable.name, b.log)
         workers = max(2, -(-b.workers // len(streams))) if len(streams) > 1 else b.workers
         b.consumers = [PullConsumer(nc, stream, b.durable.name, b.entry, workers=workers, log=b.log)
                        for stream in streams]
@@ -951,6 +989,20 @@ async def start_consumers(broker: NatsBroker, nc: Client, partitions: Partitions
     for a in _ANSWERS.get(broker, ()):
         if a.subscription is None:
             await a.start(nc)
+
+
+def _open_journal(folder: Path, durable: str, log: logging.Logger) -> CrashJournal | None:
+    """The durable's crash journal, having adopted those of dead processes; ``None`` if it cannot be kept."""
+    journal = CrashJournal(folder, durable)
+    try:
+        counts = journal.open()
+    except OSError as exc:
+        log.error("%s: no crash journal in %s (%s): a message that takes the process down is "
+                  "bounded by the server's delivery count alone", durable, folder, exc)
+        return None
+    if counts:
+        log.warning("%s: redeliveries that took a process down: %s", durable, counts)
+    return journal
 
 
 async def _bound_by_server(nc: Client, streams: Sequence[str], guard: Guard, log: logging.Logger) -> None:
@@ -984,6 +1036,9 @@ async def stop_consumers(broker: NatsBroker, timeout_s: float = 10.0) -> None:
                          *(a.stop(timeout_s) for a in _ANSWERS.get(broker, ())))
     for b in _bindings(broker):
         b.consumers = []
+        if b.guard is not None and b.guard.crashes is not None:
+            b.guard.crashes.close()
+            b.guard.crashes = None
 
 
 def service_app(
@@ -1010,7 +1065,8 @@ def service_app(
 
     @app.after_startup
     async def consume() -> None:
-        await start_consumers(broker, service.ports.nc, settings.partitions)
+        await start_consumers(broker, service.ports.nc, settings.partitions,
+                              journals=settings.var_dir / "journals")
         consuming.append(True)  # ready: its status says so from now on
 
     @app.on_shutdown
