@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.runtime.supervisor import READY_LINE
-from lockgate.testing.processes import pids_naming
+from lockgate.testing.processes import Printing, pids_naming
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("LOCKGATE_CLUSTER") != "1" and os.environ.get("LOCKGATE_CLUSTER_LONG") != "1",
@@ -53,34 +53,15 @@ async def cluster() -> AsyncIterator[tuple[Path, list[str]]]:
     # pytest's own temporary directories are closed to others.
     var_dir = Path(tempfile.mkdtemp(prefix="lockgate-cluster-"))
     var_dir.chmod(0o755)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lockgate.client.cli", "run", "--cluster", "3", "--port", "0",
-        env=environment(var_dir), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    lines: list[str] = []
-
-    async def read() -> None:
-        assert proc.stdout is not None
-        async for raw in proc.stdout:
-            lines.append(raw.decode().rstrip("\n"))
-
-    reader = asyncio.create_task(read())
+    run = await Printing.start(sys.executable, "-m", "lockgate.client.cli", "run", "--cluster", "3",
+                               "--port", "0", env=environment(var_dir))
     try:
-        async with asyncio.timeout(240):
-            while not any(READY_LINE in line for line in lines):
-                assert proc.returncode is None, lines
-                await asyncio.sleep(0.2)
-        yield var_dir, lines
+        await run.wait_for_line(lambda line: READY_LINE in line, 240)
+        yield var_dir, run.lines
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        await reader
+        code = await run.stop(signal.SIGTERM, 60)
     shutil.rmtree(var_dir, ignore_errors=True)
-    assert proc.returncode == 0, lines[-20:]
+    assert code == 0, run.lines[-20:]
 
 
 async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> None:

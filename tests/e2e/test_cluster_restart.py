@@ -11,7 +11,6 @@ SIGINT as Ctrl-C would, must become ready on every start.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -25,6 +24,7 @@ import pytest
 
 from lockgate.runtime.cluster import DEFAULT_SIZE
 from lockgate.runtime.supervisor import READY_LINE
+from lockgate.testing.processes import Printing
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("LOCKGATE_CLUSTER") != "1" and os.environ.get("LOCKGATE_CLUSTER_LONG") != "1",
@@ -58,33 +58,14 @@ def fixed_ports() -> int:
 
 async def start_and_stop(var_dir: Path, port: int) -> list[str]:
     """One ``lockgate run --cluster 3``: until ready (or it exits), then SIGINT; every line."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lockgate.client.cli", "run", "--cluster", "3", "--port", str(port),
-        env=environment(var_dir), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    lines: list[str] = []
-
-    async def read() -> None:
-        assert proc.stdout is not None
-        async for raw in proc.stdout:
-            lines.append(raw.decode().rstrip("\n"))
-
-    reader = asyncio.create_task(read())
+    run = await Printing.start(sys.executable, "-m", "lockgate.client.cli", "run", "--cluster", "3",
+                               "--port", str(port), env=environment(var_dir))
     try:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(300):
-                while READY_LINE not in lines and proc.returncode is None:
-                    await asyncio.sleep(0.2)
+        with contextlib.suppress(AssertionError):
+            await run.wait_for_line(lambda line: line == READY_LINE, 300)
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(proc.wait(), 90)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        await reader
-    lines.append(f"(exit {proc.returncode})")
-    return lines
+        code = await run.stop(signal.SIGINT, 90)
+    return [*run.lines, f"(exit {code})"]
 
 
 async def test_make_cluster_started_again_on_its_stores_becomes_ready_every_time() -> None:

@@ -17,8 +17,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2
@@ -33,6 +32,7 @@ from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS
 from lockgate.runtime.supervisor import READY_LINE
+from lockgate.testing.processes import Printing
 from lockgate.testing.system import REPO
 from lockgate.worlds.casenotes.world import World
 
@@ -57,49 +57,15 @@ def environment(var_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@dataclass
-class Run:
+class Run(Printing):
     """A ``lockgate run`` process and every line it printed so far."""
 
     var_dir: Path
-    proc: asyncio.subprocess.Process
-    lines: list[str] = field(default_factory=list)
-    reader: asyncio.Task[None] | None = None
-
-    async def read(self) -> None:
-        assert self.proc.stdout is not None
-        async for raw in self.proc.stdout:
-            self.lines.append(raw.decode().rstrip("\n"))
-
-    async def wait_for_line(self, wanted: Callable[[str], bool], timeout_s: float) -> str:
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            for line in self.lines:
-                if wanted(line):
-                    return line
-            assert self.proc.returncode is None, self.lines[-30:]
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"no such line within {timeout_s:g}s: {self.lines[-30:]}")
-
-    async def stop(self) -> int:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGINT)  # as Ctrl-C would
-            try:
-                await asyncio.wait_for(self.proc.wait(), 60)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        if self.reader is not None:
-            await self.reader
-        return self.proc.returncode or 0
 
 
 async def start_run(var_dir: Path, *args: str, env: dict[str, str]) -> Run:
-    proc = await asyncio.create_subprocess_exec(
-        *LOCKGATE, "run", *args, env=env, cwd=var_dir.parent,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    run = Run(var_dir, proc)
-    run.reader = asyncio.create_task(run.read())
+    run = await Run.start(*LOCKGATE, "run", *args, env=env, cwd=var_dir.parent)
+    run.var_dir = var_dir
     return run
 
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
@@ -25,34 +24,21 @@ from lockgate.runtime.deployment import credentials_path, load_credentials, read
 from lockgate.runtime.natsserver import NatsServer, free_port
 from lockgate.runtime.status import check_status, status_names
 from lockgate.runtime.supervisor import READY_LINE
+from lockgate.testing.processes import Printing
 
 HERE = Path(__file__).parent
 RESTART_LINE = "lockgate: flaky exited with 3, restarting (restart #1)"
 
 
-@dataclass
-class Supervisor:
+class Supervisor(Printing):
     """The supervisor process and every line it printed so far."""
 
-    proc: asyncio.subprocess.Process
     var_dir: Path
     port: int
-    lines: list[str] = field(default_factory=list)
-    reader: asyncio.Task[None] | None = None
 
-    async def read(self) -> None:
-        assert self.proc.stdout is not None
-        async for raw in self.proc.stdout:
-            self.lines.append(raw.decode().rstrip("\n"))
-
-    async def wait_for_line(self, wanted: Callable[[str], bool], timeout_s: float = 15.0) -> str:
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            for line in self.lines:
-                if wanted(line):
-                    return line
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no such line within {timeout_s}s; output: {self.lines}")
+    async def wait_for_line(self, wanted: Callable[[str], bool], timeout_s: float = 15.0, *,
+                            alive: bool = False) -> str:
+        return await super().wait_for_line(wanted, timeout_s, alive=alive)
 
 
 async def start_supervisor(
@@ -62,19 +48,9 @@ async def start_supervisor(
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env.update(extra)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "fakes.supervise",
-        str(var_dir),
-        str(port),
-        *children,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-    )
-    sup = Supervisor(proc, var_dir, port)
-    sup.reader = asyncio.create_task(sup.read())
+    sup = await Supervisor.start(sys.executable, "-m", "fakes.supervise", str(var_dir), str(port),
+                                 *children, env=env)
+    sup.var_dir, sup.port = var_dir, port
     return sup
 
 
