@@ -191,12 +191,15 @@ class Env:
     start: Callable[[Adapter], Awaitable[None]]
     #: The contract the executor's part judges claims by (its idempotency).
     contracts: dict[str, CapabilityContract] = field(default_factory=lambda: {CAPABILITY: CONTRACT})
+    #: The stream sequence of the last order published.
+    last_order: int = 0
 
     def intent(self, **kwargs: Any) -> Intent:
         return Intent(self.store, **kwargs)
 
     async def publish(self, order: ExecutionOrder) -> None:
-        await self.js.publish(f"lg.exec.{order.capability}", msgspec.json.encode(order))
+        ack = await self.js.publish(f"lg.exec.{order.capability}", msgspec.json.encode(order))
+        self.last_order = ack.seq
 
     async def request(self, operation: str, body: bytes) -> bytes:
         reply = await self.nc.request(f"lg.adapter.{CAPABILITY}.{operation}", body, timeout=10)
@@ -243,7 +246,10 @@ class Env:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             info = await self.js.consumer_info(EXEC, sdk.consumer_name(CAPABILITY))
-            if info.num_pending == 0 and info.num_ack_pending == 0:
+            # Acknowledged through the last order published, not merely none in sight: a
+            # consumer's counts can lag a publish that just landed.
+            if (info.num_pending == 0 and info.num_ack_pending == 0
+                    and info.ack_floor.stream_seq >= self.last_order):
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"orders still pending: {info}")
