@@ -63,3 +63,12 @@ def test_durables_keep_their_own_counts(tmp_path: Path) -> None:
     die_with(tmp_path, "EV/7")
     assert CrashJournal(tmp_path, "reconciler").open() == {}
     assert CrashJournal(tmp_path, "gate").open() == {"EV/7": 1}
+
+
+def test_two_instances_of_one_durable_in_one_process_keep_apart(tmp_path: Path) -> None:
+    """An embedding program (or a test) may run a service twice: neither waits on, nor adopts, the other."""
+    first, second = CrashJournal(tmp_path, "gate"), CrashJournal(tmp_path, "gate")
+    first.open()
+    first.begin("EV/7")
+    assert second.open() == {}
+    assert first.path != second.path and first.path.read_text() == "EV/7\n"

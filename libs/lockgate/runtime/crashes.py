@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +37,9 @@ class CrashJournal:
         self._folder = folder
         self._durable = durable
         self._pid = os.getpid() if pid is None else pid
-        self._own = folder / f"{durable}.{self._pid}.journal"
+        # The pid names the process for an operator; the token keeps two instances of one
+        # durable in one process (an embedding program, a test) apart.
+        self._own = folder / f"{durable}.{self._pid}.{uuid.uuid4().hex[:8]}.journal"
         self._counts = folder / f"{durable}.counts"
         self._fd: int | None = None
         self._in_flight: set[str] = set()
@@ -60,8 +63,12 @@ class CrashJournal:
                 for key in self._adopt(journal):
                     counts[key] = counts.get(key, 0) + 1
             self._write_counts(counts)
-        fd = os.open(self._own, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(self._own, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+        except OSError:
+            os.close(fd)
+            raise
         self._fd = fd
         return counts
 
