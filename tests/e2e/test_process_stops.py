@@ -86,6 +86,15 @@ class Child:
         return [line for line in self.err.decode(errors="replace").splitlines() if line.strip()]
 
 
+async def run_to_exit(module: str, env: dict[str, str]) -> tuple[int | None, Child]:
+    """Start ``module`` and wait for it to exit by itself (``None``: it did not, and was ended)."""
+    child = await start(module, env)
+    try:
+        return await child.exits_within(REACHES_WITHIN_S), child
+    finally:
+        await child.end()
+
+
 async def start(module: str, env: dict[str, str]) -> Child:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", *module.split(), env=env, cwd=REPO,
@@ -164,12 +173,8 @@ async def test_a_process_without_its_credentials_file_says_so_in_one_line(
     tmp_path: Path, name: str, module: str
 ) -> None:
     missing = tmp_path / "credentials" / f"{name}.json"
-    child = await start(module, env_for(tmp_path, "nats://127.0.0.1:1",
-                                        LOCKGATE_CREDENTIALS_FILE=str(missing)))
-    try:
-        code = await child.exits_within(REACHES_WITHIN_S)
-    finally:
-        await child.end()
+    code, child = await run_to_exit(module, env_for(tmp_path, "nats://127.0.0.1:1",
+                                                    LOCKGATE_CREDENTIALS_FILE=str(missing)))
     assert code == CONFIG_ERROR_EXIT, child.lines()[-20:]
     (line,) = child.lines()
     assert str(missing) in line and "LOCKGATE_CREDENTIALS_FILE" in line
@@ -179,11 +184,7 @@ async def test_a_process_without_its_credentials_file_says_so_in_one_line(
 async def test_a_malformed_setting_is_one_line_and_no_restart(tmp_path: Path, name: str, module: str) -> None:
     env = env_for(tmp_path, "nats://127.0.0.1:1", LOCKGATE_REPLICAS="three")
     del env["LOCKGATE_FRONT_TENANT"]  # the front door's run has no tenant
-    child = await start(module, env)
-    try:
-        code = await child.exits_within(REACHES_WITHIN_S)
-    finally:
-        await child.end()
+    code, child = await run_to_exit(module, env)
     assert code == CONFIG_ERROR_EXIT, child.lines()[-20:]
     (line,) = child.lines()
     assert ("replicas" if name != "mcp-front" else "tenant") in line
@@ -202,11 +203,7 @@ def guarded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsSer
 async def test_a_broker_refusing_the_process_is_one_line_not_a_retry_loop(
     tmp_path: Path, guarded_broker: NatsServer, name: str, module: str
 ) -> None:
-    child = await start(module, env_for(tmp_path, guarded_broker.url))
-    try:
-        code = await child.exits_within(REACHES_WITHIN_S)
-    finally:
-        await child.end()
+    code, child = await run_to_exit(module, env_for(tmp_path, guarded_broker.url))
     assert code == CONFIG_ERROR_EXIT, child.lines()[-20:]
     (line,) = child.lines()
     assert "refused" in line and "LOCKGATE_CREDENTIALS_FILE" in line

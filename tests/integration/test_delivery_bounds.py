@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -99,6 +100,23 @@ async def doomed_executor(nc: Client, url: str, tmp: Path, intent_id: str, death
         return subprocess.Popen([sys.executable, "-m", "fakes.doomed"], env=env, stdout=log, stderr=log)
 
 
+async def until_abandoned(
+    store: JetStreamEventStore, intent_id: str, proc: subprocess.Popen[bytes],
+    restart: Callable[[], Awaitable[subprocess.Popen[bytes]]], deaths: Path,
+) -> tuple[list[Event], subprocess.Popen[bytes]]:
+    """The intent's events once a give-up is on them, starting the process again each time it
+    died (its supervisor's part); the process running then."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        events = [decode_event(e) for e in (await store.load("tenant-a", intent_id)).events]
+        if any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events):
+            return events, proc
+        assert time.monotonic() < deadline, (deaths.read_text() if deaths.exists() else "no deaths")
+        if proc.poll() is not None:
+            proc = await restart()
+        await asyncio.sleep(0.2)
+
+
 async def test_a_message_that_kills_its_process_every_time_is_given_up_on_the_record(
     fresh_server: NatsServer, tmp_path: Path,
 ) -> None:
@@ -116,17 +134,14 @@ async def test_a_message_that_kills_its_process_every_time_is_given_up_on_the_re
                                  [encode_event(e) for e in h.events])
     trigger = history.events[-1].sequence
     deaths = tmp_path / "deaths"
-    proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+
+    async def restart() -> subprocess.Popen[bytes]:
+        return await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+
+    proc = await restart()
     try:
         deadline = time.monotonic() + WAIT_S
-        while True:
-            events = [decode_event(e) for e in (await store.load("tenant-a", h.intent_id)).events]
-            if any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events):
-                break
-            assert time.monotonic() < deadline, (deaths.read_text() if deaths.exists() else "no deaths")
-            if proc.poll() is not None:  # its supervisor's part: start it again
-                proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
-            await asyncio.sleep(0.2)
+        events, proc = await until_abandoned(store, h.intent_id, proc, restart, deaths)
         abandoned = events[-1]
         assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
         assert (abandoned.durable, abandoned.deliveries) == ("executor-gate", 4)
@@ -245,17 +260,13 @@ async def test_a_message_that_kills_its_process_is_given_up_after_three_deaths_i
     store = JetStreamEventStore(nc)
     await store.append(await store.load("tenant-a", h.intent_id), [encode_event(e) for e in h.events])
     deaths = tmp_path / "deaths"
-    proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+
+    async def restart() -> subprocess.Popen[bytes]:
+        return await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
+
+    proc = await restart()
     try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            events = [decode_event(e) for e in (await store.load("tenant-a", h.intent_id)).events]
-            if any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events):
-                break
-            assert time.monotonic() < deadline, (deaths.read_text() if deaths.exists() else "no deaths")
-            if proc.poll() is not None:
-                proc = await doomed_executor(nc, fresh_server.url, tmp_path, h.intent_id, deaths)
-            await asyncio.sleep(0.2)
+        events, proc = await until_abandoned(store, h.intent_id, proc, restart, deaths)
         abandoned = events[-1]
         assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
         assert abandoned.durable == "executor-gate"

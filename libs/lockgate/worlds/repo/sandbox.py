@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.metadata
 import json
 import os
@@ -309,9 +310,16 @@ _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 def runner_files(packages: Sequence[str]) -> dict[str, str]:
     """The top-level files and folders of ``packages`` and what they require: name → host path.
 
+    Resolved once per package set in a process (the installation does not change under it).
+
     Raises:
         SandboxUnavailable: a package (or a requirement without a marker) is not installed.
     """
+    return dict(_runner_files(tuple(packages)))
+
+
+@functools.lru_cache(maxsize=8)
+def _runner_files(packages: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     found: dict[str, str] = {}
     seen: set[str] = set()
     todo = [(name, False) for name in packages]
@@ -337,7 +345,7 @@ def runner_files(packages: Sequence[str]) -> dict[str, str]:
             if top in ("..", "__pycache__") or top.endswith(".pth"):
                 continue
             found.setdefault(top, os.path.realpath(str(dist.locate_file(top))))
-    return found
+    return tuple(sorted(found.items()))
 
 
 def _under(path: str, root: str) -> bool:
