@@ -74,6 +74,41 @@ async def test_denied_review_never_reaches_the_world(
     assert (world.invocations, len(world.ledger())) == before
 
 
+async def test_a_call_resumed_in_a_later_turn_is_the_same_intent_and_runs_once(
+    system: System, gw: Gateway, reviewer: Gateway, world: World
+) -> None:
+    """A framework that paused on a review re-issues the call after the approval, in a
+    later turn and with its provider item rebuilt: the same call, its current answer."""
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-sensitive"})
+    first_turn = await run.open_turn()
+    before = len(world.ledger())
+    note = '{"note": "Refund approved by the customer."}'
+    pending = await first_turn.propose(tool="case.add_note", arguments=note, call_id="tool-call-7",
+                                       provider_item={"id": "tool-call-7", "attempt": 1})
+    assert pending.status == "pending_approval"
+    review = await review_of(system, "tenant-a", pending.candidate_id)
+    await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
+                                 review_id=review.review_id, digest=review.digest, approve=True)
+    later_turn = await run.open_turn()
+    resumed = await later_turn.propose(tool="case.add_note", arguments=note, call_id="tool-call-7",
+                                       provider_item={"id": "tool-call-7", "attempt": 2})
+    assert resumed.candidate_id == pending.candidate_id
+    if resumed.status != "executed":
+        resumed = await run.wait(resumed.candidate_id, past=resumed.status)
+    assert resumed.status == "executed"
+    # Resumed again (the framework's step retried): the same answer, no second effect.
+    again = await (await run.open_turn()).propose(tool="case.add_note", arguments=note,
+                                                  call_id="tool-call-7")
+    assert (again.candidate_id, again.status) == (pending.candidate_id, "executed")
+    assert len(world.ledger()) - before == 1
+    # Another tool or other bytes under that call id are not the same call.
+    other = await later_turn.propose(tool="case.add_note", arguments='{"note": "x"}',
+                                     call_id="tool-call-7")
+    assert (other.status, other.code) == ("rejected", "proposal.invalid")
+    assert other.candidate_id != pending.candidate_id
+    assert len(world.ledger()) - before == 1
+
+
 async def test_withdrawn_while_awaiting_approval_never_executes(
     system: System, gw: Gateway, reviewer: Gateway, world: World
 ) -> None:
@@ -133,7 +168,9 @@ async def test_a_reviewers_edit_is_a_new_candidate_that_crosses_every_gate_again
 
     # The original is closed, named to the edit, and can no longer be approved.
     closed = await run.wait(pending.candidate_id)
-    assert closed.status != "executed"
+    # The agent learns what its call became: replaced, and by which candidate.
+    assert (closed.status, closed.code, closed.successor) == (
+        "replaced", "review.edited", edited.candidate_id)
     with pytest.raises(Refused) as late:
         await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                                      review_id=original.review_id, digest=original.digest,

@@ -30,7 +30,7 @@ from nats.js.errors import NotFoundError
 from lockgate.client.sdk import CandidateTooLarge, Gateway, InvalidCandidate, Turn
 from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.subjects import propose_subject, response_subject
-from lockgate.core.ids import candidate_digest, intent_id_for, random_id, reused_call_id_intent
+from lockgate.core.ids import intent_id_for, random_id, reused_call_id_intent
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intake.domain import read_candidate
 from lockgate.intent.aggregate import EffectIntent
@@ -114,13 +114,13 @@ async def answer_to_raw(nc: Client, subject: str, body: bytes, msg_id: str) -> M
     read = read_candidate(subject, body, msg_id)
     c = read.candidate
     own = intent_id_for(read.tenant, c.run_id, c.call_id)
-    reuse = reused_call_id_intent(read.tenant, c.run_id, c.call_id, candidate_digest(body))
+    reuse = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
     deadline = asyncio.get_running_loop().time() + ANSWER_S
     while asyncio.get_running_loop().time() < deadline:
         first = await first_event(nc, read.tenant, own)
         target = own
         if read.problem is None and first is not None and getattr(first, "candidate_digest", "") not in (
-                "", candidate_digest(body)):
+                "", read.candidate_digest):
             target = reuse  # the call id was someone else's bytes first
         if first is not None:
             answer = await stored_answer(nc, read.tenant, c.run_id, target)

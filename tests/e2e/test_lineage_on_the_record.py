@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from typing import TypeVar
 
-from lockgate.client.sdk import Gateway
+import pytest
+
+from lockgate.client.sdk import Gateway, Refused
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
@@ -164,3 +166,27 @@ async def test_a_turn_offers_what_the_run_may_touch_and_a_withheld_tool_is_not_o
     assert (await first_of(system, unknown.candidate_id, EffectIntent.CandidateRejected)).reason == (
         "tool.unknown")
     assert len(world.ledger()) == writes
+
+
+async def test_a_run_offers_only_the_capabilities_its_agent_uses(
+    system: System, gw: Gateway, world: World,
+) -> None:
+    """A ticket agent is not offered the deployment's other tools, nor can it call them."""
+    others = {t.name for t in (await (await gw.open_run(
+        tenant="tenant-a", actor="user-42", context={"case_id": "case-123"})).open_turn()).tools} - {NOTE}
+    assert others, "the system under test serves more than one capability"
+    run = await gw.open_run(tenant="tenant-a", actor="user-42", context={"case_id": "case-123"},
+                            capabilities=(NOTE,))
+    turn = await run.open_turn()
+    assert [t.name for t in turn.tools] == [NOTE]
+    assert (await turn.propose(tool=NOTE, arguments=note("x"))).status == "executed"
+    writes = len(world.ledger())
+    for name in sorted(others):
+        refused = await turn.propose(tool=name, arguments="{}")
+        assert (refused.status, refused.code) == ("rejected", "proposal.invalid")
+        assert (await first_of(system, refused.candidate_id, EffectIntent.CandidateRejected)).reason == (
+            "tool.not-offered")
+    assert len(world.ledger()) == writes
+    with pytest.raises(Refused) as bad:
+        await gw.open_run(tenant="tenant-a", actor="user-42", capabilities=("not a capability",))
+    assert bad.value.code == "run.malformed"

@@ -23,7 +23,7 @@ from lockgate.client.sdk import Gateway, ResponseTimeout
 from lockgate.contracts.messages import Candidate
 from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.subjects import response_subject
-from lockgate.core.ids import candidate_digest, intent_id_for, random_id
+from lockgate.core.ids import call_digest, intent_id_for, random_id
 from lockgate.runtime.topology import CANDIDATES, ensure_topology
 
 TENANT = "tenant-a"
@@ -42,9 +42,10 @@ async def answer_when_proposed(nc: Client, candidate: Candidate) -> None:
     """Intake's part: once the candidate is stored, store its response."""
     js = nc.jetstream()
     intent_id = intent_id_for(TENANT, candidate.run_id, candidate.call_id)
-    body = sdk._candidate_encoder.encode(candidate)
+    digest = call_digest(call_id=candidate.call_id, tool=candidate.tool,
+                         arguments=candidate.arguments, assembly_failure=candidate.assembly_failure)
     response = ModelResponse(candidate_id=intent_id, call_id=candidate.call_id, status="executed",
-                             code="operation.executed", candidate_digest=candidate_digest(body))
+                             code="operation.executed", candidate_digest=digest)
     await asyncio.sleep(0.05)
     await js.publish(response_subject(TENANT, candidate.run_id, intent_id), msgspec.json.encode(response),
                      headers={"Nats-Msg-Id": random_id()})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,8 +19,8 @@ from lockgate.contracts.subjects import (
     parse_propose_subject,
     propose_subject,
 )
-from lockgate.core.ids import candidate_digest, is_subject_token, reused_call_id_intent
-from lockgate.intake.domain import Inputs, decide_candidate, read_candidate, reused, same_call
+from lockgate.core.ids import call_digest, candidate_digest, is_subject_token, reused_call_id_intent
+from lockgate.intake.domain import Inputs, Read, decide_candidate, read_candidate, reused, same_call
 from lockgate.intake.parsing import (
     MAX_ARGUMENTS_DEPTH,
     decode_candidate,
@@ -230,7 +231,8 @@ def test_a_candidate_message_is_read_whatever_its_subject_and_bytes() -> None:
                        "arguments": "{}"}).encode()
     ok = read_candidate("lg.propose.tenant-a.run-1", body, "m1")
     assert ok.problem is None and ok.candidate.call_id == "c" and ok.tenant == "tenant-a"
-    assert ok.candidate_digest == candidate_digest(body)
+    assert ok.candidate_digest == call_digest(call_id="c", tool="x", arguments="{}", assembly_failure=None)
+    assert ok.message_digest == candidate_digest(body)
     for subject, tenant in [("lg.propose.tenant-a.run-1.x", "tenant-a"), ("lg.propose.tenant-a", "tenant-a"),
                             ("lg.propose.té.run-1", UNROUTABLE_TENANT), ("lg.propose._x.run-1", UNROUTABLE_TENANT),
                             ("lg.propose.tenant-a._run", "tenant-a")]:
@@ -253,12 +255,27 @@ def test_a_tool_name_outside_the_grammar_is_refused_before_any_lookup() -> None:
 
 
 def test_other_bytes_under_a_call_id_are_not_the_same_call() -> None:
-    first = decide('{"note": "hi"}', candidate_digest="sha256:one")
+    def read(**fields: Any) -> Read:
+        body = {"run_id": "run-1", "turn_id": "turn-1", "call_id": "call-1", "tool": "case.add_note",
+                "arguments": '{"note": "hi"}'} | fields
+        return read_candidate("lg.propose.tenant-a.run-1", json.dumps(body).encode(), "m1")
+
+    proposed = read()
+    first = decide('{"note": "hi"}', candidate_digest=proposed.candidate_digest)
     intent = fold([first])
     assert intent is not None
-    c = Candidate(run_id="run-1", turn_id="turn-1", call_id="call-1", tool="case.add_note",
-                  arguments='{"note": "hi"}')
-    assert same_call(intent, c, "sha256:one") and not same_call(intent, c, "sha256:two")
+    # The same call, resumed in a later turn with its provider item rebuilt.
+    later = read(turn_id="turn-9", provider_item={"id": "call-1", "attempt": 2}, model="m")
+    assert same_call(intent, later.candidate, later)
+    # Another argument text (one space) or another tool under the call id: not the same call.
+    for other in (read(arguments='{"note":  "hi"}'), read(tool="case.close")):
+        assert not same_call(intent, other.candidate, other)
+    # Recorded while the whole message was digested: that digest still identifies it.
+    legacy = fold([decide('{"note": "hi"}', candidate_digest=proposed.message_digest)])
+    assert legacy is not None and same_call(legacy, proposed.candidate, proposed)
+    assert not same_call(legacy, later.candidate, later)
+
+    c = read(arguments='{"note": "other"}').candidate
     inputs = Inputs(tenant="tenant-a", candidate=c, raw_size_bytes=10, run=RUN, catalogue_digest=None,
                     catalogue=None, contract=None, max_candidate_bytes=65536, message_id="m2",
                     candidate_digest="sha256:two", intent_id=reused_call_id_intent(

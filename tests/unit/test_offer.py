@@ -58,6 +58,14 @@ def test_the_runs_data_classes_and_the_budget_left_decide() -> None:
     assert why(cost=2, budget_left=2) is None
 
 
+def test_a_run_that_names_its_capabilities_is_offered_only_those() -> None:
+    uses = replace(NOW, capabilities=("ticket.comment",))
+    assert withheld_because(ALWAYS, data_classes=(), cost=1, now=uses, name="ticket.comment") is None
+    assert withheld_because(ALWAYS, data_classes=(), cost=1, now=uses, name="case.add_note") == (
+        "not among the capabilities the run uses")
+    assert why() is None  # a run that names none: any
+
+
 def test_alive_is_three_heartbeats() -> None:
     assert ALIVE_WITHIN_S == 3 * HEARTBEAT_S
     assert alive(T0, T0 + timedelta(seconds=ALIVE_WITHIN_S - 1))

@@ -8,7 +8,7 @@ import logging
 import re
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +24,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError, NotFoundError
 
+from lockgate.client.discovery import DEFAULT_URL, Local, find_local
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     Candidate,
@@ -52,7 +53,7 @@ from lockgate.contracts.subjects import (
 )
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import (
-    candidate_digest,
+    call_digest,
     intent_id_for,
     is_subject_token,
     random_id,
@@ -286,10 +287,13 @@ class Turn:
     ) -> ModelResponse:
         """Propose one tool call exactly as the model emitted it; return what the model sees.
 
-        Proposing the same ``call_id`` again with the same bytes is safe: it is one
-        intent, and the response is the one already given. Other bytes under a call id
-        already used are refused (``rejected``/``proposal.invalid``, recorded as
-        ``proposal.call-id-reused``); the earlier call's response is never returned for them.
+        Proposing the same ``call_id`` again with the same tool and argument bytes is
+        safe, in this turn or any later turn of the run (a framework resuming a paused
+        step re-issues its call): it is one intent, and the answer is its current one
+        (a call that was pending and has since executed answers ``executed``). Other
+        bytes or another tool under a call id already used are refused
+        (``rejected``/``proposal.invalid``, recorded as ``proposal.call-id-reused``); the
+        earlier call's response is never returned for them.
 
         ``provider_item``, ``provider`` and ``model`` are evidence kept on the record
         (``lockgate.client.providers`` fills them from a provider's response). ``follows``
@@ -511,12 +515,14 @@ class Gateway:
         self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
         delegation: str | None = None, stage: str = "default", run_id: str | None = None,
         roles: tuple[str, ...] = (), data_classes: tuple[str, ...] | None = None,
+        capabilities: Sequence[str] | None = None,
     ) -> Run:
         """Open a run (the trusted host's call: it sets who acts and on what).
 
-        ``stage``, ``roles`` and ``data_classes`` (the classes of data the run may touch;
-        ``None``: any) decide which capabilities its turns offer, with each capability's
-        own rules (``lockgate.contracts.offer``).
+        ``stage``, ``roles``, ``data_classes`` (the classes of data the run may touch;
+        ``None``: any) and ``capabilities`` (the ones its agent uses; ``None``: every one
+        of the deployment) decide which capabilities its turns offer, with each
+        capability's own rules (``lockgate.contracts.offer``).
 
         The run's id is chosen here when not given, so an open that went unanswered (a
         cluster electing a leader, say) is asked again under it, until ``OPEN_RETRY_S``:
@@ -536,7 +542,8 @@ class Gateway:
                 OpenRun(tenant=tenant, actor=actor, context=dict(context or {}),
                         delegation=delegation, stage=stage, run_id=run_id or random_id(),
                         roles=tuple(roles),
-                        data_classes=tuple(data_classes) if data_classes is not None else None),
+                        data_classes=tuple(data_classes) if data_classes is not None else None,
+                        capabilities=tuple(capabilities) if capabilities is not None else None),
                 RunOpened, self.timeout_s,
             )
         except PermissionDenied as exc:
@@ -674,7 +681,8 @@ class Gateway:
         if len(body) > limit:
             raise CandidateTooLarge(f"{len(body)} bytes exceed the {limit} a candidate may have",
                                     code="candidate.too-large")
-        digest = candidate_digest(body)
+        digest = call_digest(call_id=call_id, tool=candidate.tool, arguments=candidate.arguments,
+                             assembly_failure=candidate.assembly_failure)
         own = intent_id_for(tenant, run_id, call_id)
         reuse = reused_call_id_intent(tenant, run_id, call_id, digest)
         # A message on either response subject is only a wake-up: anybody at the edge can
@@ -867,26 +875,34 @@ async def _open(url: str, credentials: Credentials | None, options: dict[str, An
 
 
 async def connect(
-    url: str = "nats://127.0.0.1:4222", *, credentials: CredentialsLike | None = None,
-    host: CredentialsLike | None = None, timeout_s: float = 5.0, **options: Any,
+    url: str | None = None, *, credentials: CredentialsLike | None = None,
+    host: CredentialsLike | bool | None = None, timeout_s: float = 5.0,
+    var_dir: Path | None = None, **options: Any,
 ) -> Gateway:
     """Connect to Lockgate's broker as one user (and, to open runs, as the trusted host).
 
     Args:
-        url: the broker.
-        credentials: the user to connect as (a ``Credentials`` or the path of a
-            credentials file, e.g. ``var/credentials/agent-tenant-a.json``); none on a
-            broker without users.
-        host: the trusted host's credentials, for ``open_run`` (a second connection).
+        url: the broker; by default the one ``lockgate run`` says it runs
+            (``lockgate.client.discovery``), else ``LOCKGATE_NATS_URL``, else port 4222.
+        credentials: the user to connect as: a ``Credentials``, the path of a credentials
+            file (``var/credentials/agent-tenant-a.json``), or a user of the local
+            deployment by name (``"agent-tenant-a"``); none on a broker without users.
+        host: the trusted host's credentials, for ``open_run`` (a second connection);
+            ``True`` for the local deployment's ``host`` user.
         timeout_s: how long each request waits for its answer.
+        var_dir: the local deployment's directory (default: ``LOCKGATE_VAR_DIR``, else
+            the checkout's ``var/``).
         options: passed to ``nats.connect``.
 
     Raises:
         Unauthorized: the broker refused the credentials (or their absence).
-        ClientError: the broker cannot be reached, or a credentials file is unusable.
+        ClientError: the broker cannot be reached, or a credentials file or user is unusable.
     """
-    creds = _as_credentials(credentials) if credentials is not None else None
-    host_creds = _as_credentials(host) if host is not None else None
+    found = url is None or host is True or _names_a_user(credentials) or _names_a_user(host)
+    local = find_local(url, var_dir) if found else None
+    url = url or (local.url if local is not None else DEFAULT_URL)
+    creds = _resolve(credentials, local)
+    host_creds = _resolve("host" if host is True else (host or None), local)
     nc = await _open(url, creds, options)
     host_nc = None
     if host_creds is not None:
@@ -900,3 +916,20 @@ async def connect(
         js_prefix=creds.js_prefix if creds else JS_API, user=creds.user if creds else "anonymous",
         principal=creds.principal if creds else "",
     )
+
+
+def _names_a_user(value: object) -> bool:
+    """True when ``value`` is a user's name rather than a credentials file's path."""
+    return isinstance(value, str) and "/" not in value and not value.endswith(".json") \
+        and not Path(value).exists()
+
+
+def _resolve(value: CredentialsLike | None, local: Local | None) -> Credentials | None:
+    if value is None:
+        return None
+    if _names_a_user(value) and local is not None:
+        try:
+            return local.credentials(str(value))
+        except LookupError as exc:
+            raise ClientError(str(exc), code="credentials.unknown-user") from None
+    return _as_credentials(value)

@@ -77,7 +77,13 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
     state = intent.state
     d: Disclosure
     result = None
-    if state is State.REJECTED:
+    successor = None
+    if state is State.DENIED and intent.edited_into:
+        # A reviewer's edit: not a refusal of the model's purpose but a change of its
+        # call, which runs (or not) under the successor's own id, through every gate.
+        d = Disclosure("replaced", "review.edited")
+        successor = intent.edited_into
+    elif state is State.REJECTED:
         d = disclose(intent.reason, intent.field, contract, INVALID)
     elif state is State.DENIED:
         # A policy's refusal on current facts persists until the facts change: say so,
@@ -121,4 +127,5 @@ def model_view(intent: EffectIntent, contract: CapabilityContract | None) -> Mod
         result_label=RESULT_LABEL if result is not None else None,
         retry_after_s=intent.retry_after_s if d is RATE_LIMITED else None,
         candidate_digest=intent.candidate_digest or None,
+        successor=successor,
     )

@@ -24,6 +24,9 @@ class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
     #: The data classes the run may touch (``None``: any); a capability touching others
     #: is not offered in its turns.
     data_classes: tuple[str, ...] | None = None
+    #: The capabilities the run's agent uses (``None``: every one the deployment has); the
+    #: others are not offered in its turns, whatever else allows them.
+    capabilities: tuple[str, ...] | None = None
 
 
 class RunOpened(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +49,7 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     opened_at: datetime
     roles: tuple[str, ...] = ()
     data_classes: tuple[str, ...] | None = None
+    capabilities: tuple[str, ...] | None = None
 
 
 class OpenTurn(msgspec.Struct, frozen=True, kw_only=True):

@@ -43,6 +43,7 @@ class Circumstances:
     """What a turn's catalogue is built from, for one capability.
 
     ``data_classes``: the classes the run may touch (``None``: the host set none, any);
+    ``capabilities``: the capabilities the run's agent uses (``None``: any);
     ``done``: the capabilities executed in the run so far (only those some ``after`` names
     need be known); ``budget_left``: what the budgets counting it still admit (``None``:
     not known, offered); ``alive``: its adapter's heartbeat is recent.
@@ -54,11 +55,14 @@ class Circumstances:
     done: frozenset[str]
     budget_left: int | None
     alive: bool
+    capabilities: tuple[str, ...] | None = None
 
 
 def withheld_because(offer: Offer, *, data_classes: tuple[str, ...], cost: int,
-                     now: Circumstances) -> str | None:
-    """Why a capability is not offered now (``None``: it is)."""
+                     now: Circumstances, name: str = "") -> str | None:
+    """Why the capability ``name`` is not offered now (``None``: it is)."""
+    if now.capabilities is not None and name not in now.capabilities:
+        return "not among the capabilities the run uses"
     if not now.alive:
         return "adapter not alive"
     if offer.stages and now.stage not in offer.stages:

@@ -198,6 +198,7 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("withdrawn", "operation.interrupted"),
         ("interruption_requested", "operation.interruption-requested"),
         ("withdrawal_requested", "operation.withdrawal-requested"),
+        ("replaced", "review.edited"),
     }
 )
 

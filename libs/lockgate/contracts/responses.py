@@ -30,6 +30,9 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     candidate_digest: str | None = None
     """Digest of the candidate bytes this answers (``lockgate.core.ids.candidate_digest``):
     a runtime that reused a call id with other bytes can tell this answer is not its own."""
+    successor: str | None = None
+    """For ``replaced``: the candidate id of the call a reviewer's edit made of this one.
+    It crosses every gate again; ``Run.wait(successor)`` says what became of it."""
 
 
 STATUSES = (
@@ -43,4 +46,5 @@ STATUSES = (
     "withdrawn",
     "withdrawal_requested",
     "interruption_requested",
+    "replaced",
 )

@@ -64,11 +64,32 @@ def intent_id_for(tenant: str, run_id: str, call_id: str) -> str:
 def candidate_digest(body: bytes) -> str:
     """Return the digest of a candidate message's bytes exactly as published.
 
-    "The same call" means the same bytes under the same call id: a runtime that sends
-    other bytes under a call id already used is refused, never answered with the
-    earlier call's response.
+    Used for messages whose envelope cannot be read (nothing in them can be trusted to
+    say which call they are); a readable candidate is identified by ``call_digest``.
     """
     return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def call_digest(*, call_id: str, tool: str, arguments: str, assembly_failure: str | None) -> str:
+    """Return the digest of what makes a proposal *the same call*: its id, tool and raw text.
+
+    A framework re-issues a call after a resume, often in a later turn and with the
+    provider's item rebuilt: the same call id with the same tool and argument bytes is
+    the same intent in any turn of its run. The turn, the provider's item, the format,
+    the model and the lineage hint are evidence recorded with the first proposal; they
+    do not make a second call. Other argument bytes or another tool under a call id
+    already used are refused (``proposal.call-id-reused``), never answered with the
+    earlier call's response.
+    """
+    h = hashlib.sha256()
+    for part in (call_id, tool, arguments, assembly_failure or ""):
+        # Length-prefixed: no choice of parts can collide with another by moving a
+        # separator. surrogatepass: hostile text may hold a lone surrogate.
+        encoded = part.encode("utf-8", "surrogatepass")
+        h.update(len(encoded).to_bytes(8, "big"))
+        h.update(encoded)
+    h.update(b"\x01" if assembly_failure is not None else b"\x00")
+    return "sha256:" + h.hexdigest()
 
 
 def reused_call_id_intent(tenant: str, run_id: str, call_id: str, digest: str) -> str:

@@ -15,6 +15,7 @@ from lockgate.contracts.messages import Candidate, Catalogue, RunContext
 from lockgate.contracts.subjects import parse_propose_subject
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.ids import (
+    call_digest,
     candidate_digest,
     derived_id,
     intent_id_for,
@@ -270,13 +271,15 @@ def reject(common: FirstEventFields, reason: str, field: str | None, detail: str
     )
 
 
-def same_call(first: EffectIntent, candidate: Candidate, candidate_digest: str) -> bool:
-    """True when ``candidate`` is the call ``first`` recorded (the same bytes).
+def same_call(first: EffectIntent, candidate: Candidate, read: Read) -> bool:
+    """True when ``candidate`` is the call ``first`` recorded: the same tool and bytes.
 
-    Intents recorded before candidates were digested whole compare by their arguments.
+    In any turn of the run (``lockgate.core.ids.call_digest``). Intents recorded while
+    the whole message was digested compare by that digest, and those recorded before
+    candidates were digested at all by their arguments.
     """
     if first.candidate_digest:
-        return first.candidate_digest == candidate_digest
+        return first.candidate_digest in (read.candidate_digest, read.message_digest)
     return first.raw_digest == digest_bytes(candidate.arguments.encode())
 
 
@@ -306,9 +309,13 @@ class Read:
     tenant: str
     candidate: Candidate
     size_bytes: int
+    #: What identifies the call: ``call_digest`` of a readable candidate, the message's
+    #: own digest otherwise.
     candidate_digest: str
     problem: str | None = None
     detail: str = ""
+    #: The digest of the message's bytes as published (``candidate_digest``).
+    message_digest: str = ""
 
 
 def stand_in(run_id: str, message_id: str) -> Candidate:
@@ -335,4 +342,6 @@ def read_candidate(subject: str, data: bytes, message_id: str) -> Read:
     c = decoded.candidate
     if c.run_id != address.run_id or not well_formed_ids(c):
         return malformed("run, turn or call id is not a token, or the run is not the subject's")
-    return Read(address.tenant, c, len(data), digest)
+    same = call_digest(call_id=c.call_id, tool=c.tool, arguments=c.arguments,
+                       assembly_failure=c.assembly_failure)
+    return Read(address.tenant, c, len(data), same, message_digest=digest)

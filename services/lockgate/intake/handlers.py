@@ -80,6 +80,8 @@ log = logging.getLogger("lockgate.intake")
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).
 _CATALOGUES_CACHED = 1024
+#: Most capabilities a run may name as the ones its agent uses.
+MAX_RUN_CAPABILITIES = 256
 #: Turns whose catalogue key intake keeps in memory.
 _TURNS_CACHED = 65_536
 
@@ -151,6 +153,11 @@ class IntakeHandlers:
         if not (all(is_client_token(x) for x in (tenant, run_id)) and is_subject_token(req.actor)):
             return msgspec.json.encode(
                 Refusal("run.malformed", "ids must be [A-Za-z0-9_-]{1,64}, not starting with '_'"))
+        if req.capabilities is not None and (
+                len(req.capabilities) > MAX_RUN_CAPABILITIES
+                or not all(is_capability_name(name) for name in req.capabilities)):
+            return msgspec.json.encode(Refusal(
+                "run.malformed", f"capabilities must be at most {MAX_RUN_CAPABILITIES} capability names"))
         run = RunContext(
             run_id=run_id,
             tenant=tenant,
@@ -161,6 +168,7 @@ class IntakeHandlers:
             opened_at=self.clock(),
             roles=tuple(req.roles),
             data_classes=tuple(req.data_classes) if req.data_classes is not None else None,
+            capabilities=tuple(req.capabilities) if req.capabilities is not None else None,
         )
         await self.ports.runs.put(run_key(tenant, run_id), msgspec.json.encode(run))
         return msgspec.json.encode(RunOpened(run_id=run_id, tenant=tenant, actor=req.actor))
@@ -224,9 +232,10 @@ class IntakeHandlers:
         withheld: dict[str, str] = {}
         for r, budget_left in zip(registrations, left, strict=True):
             c = r.contract
-            why = withheld_because(c.offer, data_classes=c.data_classes, cost=c.budget_cost, now=Circumstances(
+            why = withheld_because(c.offer, data_classes=c.data_classes, cost=c.budget_cost, name=c.name,
+                                   now=Circumstances(
                 stage=run.stage, roles=run.roles, data_classes=run.data_classes, done=done,
-                budget_left=budget_left, alive=alive(r.alive_at, now)))
+                budget_left=budget_left, alive=alive(r.alive_at, now), capabilities=run.capabilities))
             if why is None:
                 offered.append(c)
             else:
@@ -297,7 +306,7 @@ class IntakeHandlers:
         c = read.candidate
         own = intent_id_for(read.tenant, c.run_id, c.call_id)
         first = await self._record_once(read, message_id, own)
-        if first is not None and not same_call(first, c, read.candidate_digest):
+        if first is not None and not same_call(first, c, read):
             reuse = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
             await self._record_once(read, message_id, reuse, reusing=first)
 
@@ -340,7 +349,7 @@ class IntakeHandlers:
             target = intent_id_for(read.tenant, c.run_id, c.call_id)
             first = await load_intent(self.ports.store, read.tenant, target)
             if first is not None:
-                if same_call(first, c, read.candidate_digest):
+                if same_call(first, c, read):
                     return  # it was recorded after all
                 target = reused_call_id_intent(read.tenant, c.run_id, c.call_id, read.candidate_digest)
         verdict = Verdict("candidate.unprocessable", detail=f"{why.durable}: {why.cause}")
