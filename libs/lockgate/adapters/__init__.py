@@ -1,4 +1,9 @@
-"""The adapter SDK: how a worker process serves a capability to Lockgate."""
+"""The adapter SDK: how a worker process serves a capability to Lockgate.
+
+``lockgate.adapters.sdk`` holds everything an author imports, ``serve`` (the function that
+serves adapters on a connection) included: here that name is the module of ``lockgate
+adapter serve``, which importing it would bind over any function of that name.
+"""
 
 from lockgate.adapters.sdk import (
     Adapter,
@@ -9,7 +14,6 @@ from lockgate.adapters.sdk import (
     SendBoundary,
     invocations,
     run_adapter,
-    serve,
 )
 
 __all__ = [
@@ -21,5 +25,4 @@ __all__ = [
     "SendBoundary",
     "invocations",
     "run_adapter",
-    "serve",
 ]

@@ -9,7 +9,10 @@ adapter process needs. The parts live in three modules:
 - ``lockgate.adapters.claims``: the send boundary, claimed by asking the executor, which
   checks the order against the intent's record (``lockgate.executor.claims``);
 - ``lockgate.adapters.worker``: the worker that consumes orders, claims the boundary,
-  reports, registers and heartbeats (``serve``, ``run_adapter``).
+  reports, registers and heartbeats (``serve``, ``run_adapter``);
+- ``lockgate.adapters.functions``: ``@capability``, which makes a typed Python function a
+  capability contract and the adapter serving it (``Context``, ``IntentKey``), served by
+  ``lockgate adapter serve module:attr``.
 
 The subjects are built in ``lockgate.contracts.subjects``; the names below that end in
 ``_subject`` are its builders under the names this module has always had.
@@ -28,6 +31,13 @@ from lockgate.adapters.api import (
     bounded,
 )
 from lockgate.adapters.claims import DEADLINE_MARGIN_S, ClaimClient, ClaimUnanswered
+from lockgate.adapters.functions import (
+    CapabilityFunction,
+    Context,
+    DeclarationError,
+    IntentKey,
+    capability,
+)
 from lockgate.adapters.worker import (
     HEARTBEAT_S,
     RETRY_DELAY_S,
@@ -52,15 +62,20 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "BoundaryRefused",
+    "CapabilityFunction",
     "CapabilityWorker",
     "ClaimClient",
     "ClaimUnanswered",
     "Completed",
+    "Context",
+    "DeclarationError",
+    "IntentKey",
     "Interrupted",
     "NotSent",
     "Rejected",
     "SendBoundary",
     "bounded",
+    "capability",
     "consumer_name",
     "exec_subject",
     "interrupt_subject",
