@@ -26,6 +26,7 @@ import msgspec
 from nats.errors import Error as NatsError
 from pydantic import ValidationError
 
+from lockgate.adapters import serve as adapter_cli
 from lockgate.client import tokens
 from lockgate.client.demo import SCENARIOS, Scenario
 from lockgate.client.sdk import ClientError, Gateway, connect
@@ -636,6 +637,7 @@ def parser() -> argparse.ArgumentParser:
     _as(evl, "operator")
     mcp_cli.add_commands(sub)
     replay_cli.add_command(sub, _globals)
+    adapter_cli.add_command(sub, _globals)
     return p
 
 
@@ -650,6 +652,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "world":
         return _world(args)
+    if args.command == "adapter":
+        return adapter_cli.run(args)
     where = locate(args)
     if args.command == "status":
         return _status(args, where)
