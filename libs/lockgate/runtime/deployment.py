@@ -73,6 +73,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     replicas: dict[str, int] = {}
     #: How many events streams the deployment keeps (``lockgate.eventstore.partitions``).
     event_partitions: int = 1
+    #: The adapter processes the deployment has users for, with their capabilities: the
+    #: configured ones and those registered while it runs (``lockgate.runtime.registered``).
+    adapters: dict[str, list[str]] = {}
 
 
 def credentials_dir(var_dir: Path) -> Path:

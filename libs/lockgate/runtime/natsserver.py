@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -196,6 +197,16 @@ class NatsServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def reload(self) -> None:
+        """Have the server read its configuration again (SIGHUP), accounts and users included.
+
+        nats-server applies a reload asynchronously, and an account added by one may not
+        yet see an export added to another account by the same reload: whoever reloads
+        checks that what it changed took effect, and reloads again if not
+        (``lockgate.runtime.supervisor``).
+        """
+        self.signal(signal.SIGHUP)
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the server (SIGSTOP and SIGCONT to freeze and thaw it)."""
