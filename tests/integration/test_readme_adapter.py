@@ -1,4 +1,5 @@
-"""The README's adapter is complete: its code block, as printed, serves a capability."""
+"""The README's adapter is complete: its code block, as printed, serves a capability, and
+the command under it is the one that serves a module's capability functions."""
 
 from __future__ import annotations
 
@@ -10,17 +11,22 @@ from typing import Any
 from nats.aio.client import Client
 
 from lockgate.adapters.client import AdapterClient
-from lockgate.adapters.sdk import serve
-from lockgate.contracts.messages import NormalizeRequest, QueryRequest
+from lockgate.adapters.sdk import CapabilityFunction, SendBoundary, serve
+from lockgate.client.cli import parser
+from lockgate.contracts.messages import ExecutionOrder, NormalizeRequest, QueryRequest
 from lockgate.runtime.topology import ensure_topology
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_adapter() -> dict[str, Any]:
+def section() -> str:
     text = README.read_text()
-    section = text[text.index("## Writing a capability and its adapter"):]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    return text[text.index("## Writing a capability and its adapter"):text.index("## The read side")]
+
+
+def readme_adapter() -> dict[str, Any]:
+    section_text = section()
+    code = re.search(r"```python\n(.*?)```", section_text, re.DOTALL)
     assert code is not None, "the README lost its adapter example"
     assert len(code.group(1).splitlines()) <= 40
     namespace: dict[str, Any] = {"__name__": "readme_adapter"}
@@ -31,18 +37,22 @@ def readme_adapter() -> dict[str, Any]:
 async def test_the_readme_adapter_serves_its_capability(nc: Client) -> None:
     await ensure_topology(nc.jetstream())
     example = readme_adapter()
+    comment = example["comment"]
+    assert isinstance(comment, CapabilityFunction) and comment.has_query
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(serve([example["TicketComment"]()], nc, name="tickets", stop=stop, ready=ready))
+    task = asyncio.create_task(serve([comment.adapter()], nc, name="tickets", stop=stop, ready=ready))
     try:
         await asyncio.wait_for(ready.wait(), 10)
         client = AdapterClient(nc, timeout_s=2)
         described = await client.describe("ticket.comment")
         assert described.contract.name == "ticket.comment" and described.adapter == "tickets"
+        assert set(described.contract.argument_schema["properties"]) == {"text"}
+        assert described.contract.context_arguments == ("ticket_id",)
         normalized = await client.normalize("ticket.comment", NormalizeRequest(
             tenant="tenant-a", actor="user-42", arguments={"text": "  done  "},
             context={"ticket_id": "T-1"}))
         assert normalized.arguments == {"ticket_id": "T-1", "text": "done"}
-        assert normalized.resource == {"type": "ticket", "id": "T-1"}
+        assert normalized.resource == {"type": "Ticket", "id": "T-1", "tenant": "tenant-a"}
         empty = await client.normalize("ticket.comment", NormalizeRequest(
             tenant="tenant-a", actor="user-42", arguments={"text": " "}, context={"ticket_id": "T-1"}))
         assert (empty.reason, empty.field) == ("argument.text.empty", "text")
@@ -52,3 +62,23 @@ async def test_the_readme_adapter_serves_its_capability(nc: Client) -> None:
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+    # What execute does with an order (the worker's part is its own test's): the comment is
+    # made once per key, and the query then finds it.
+    order = ExecutionOrder(
+        tenant="tenant-a", intent_id="i", attempt_id="a", intent_key="k", capability="ticket.comment",
+        digest="d", arguments={"ticket_id": "T-1", "text": "done"}, resource={}, actor="user-42",
+        preconditions={}, authorized_version=1)
+
+    async def cross() -> None:
+        return None
+
+    done = await comment.adapter().execute(order, SendBoundary(cross))
+    assert done.result == {"comment_id": "c1"} and example["COMMENTS"] == {"k": {"comment_id": "c1"}}
+
+
+def test_the_readme_command_serves_the_module() -> None:
+    command = re.search(r"```bash\n(lockgate adapter serve [^\n#]+?)\s*(#[^\n]*)?\n```", section())
+    assert command is not None, "the README lost its serve command"
+    words = command.group(1).split()
+    args = parser().parse_args(words[1:])
+    assert (args.command, args.adapter_command, args.target) == ("adapter", "serve", "tickets")

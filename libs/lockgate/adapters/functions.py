@@ -239,7 +239,9 @@ def _problem(error: Mapping[str, Any]) -> str:
         return "unexpected"
     if kind in ("string_too_short", "too_short"):
         value = error.get("input")
-        return "empty" if value in ("", [], {}) else "too-short"
+        # Blank text (before a strip_whitespace constraint) is empty too.
+        blank = isinstance(value, str) and not value.strip()
+        return "empty" if blank or value in ([], {}) else "too-short"
     if kind in ("string_too_long", "too_long"):
         return "too-long"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"):
