@@ -17,6 +17,10 @@ answer; the supervisor serves its own (restarts, who is well) and keeps
 discovery (``deploy/prometheus/prometheus.yml``), rewritten whenever a child comes back
 on another port.
 
+Adapters registered while it runs (``lockgate adapter serve``) are taken in on SIGUSR1:
+their users are made, the broker reloads its accounts, and ``run.json`` lists them
+(``_AdapterIntake``); a later start includes them from the outset.
+
 Each child runs in a process group of its own, so the supervisor can stop it together
 with anything it started (and a Ctrl-C on the terminal reaches the supervisor only,
 which then stops the children in order instead of racing them).
@@ -287,7 +291,8 @@ async def run_supervisor(
     stop_timeout_s: float = STOP_TIMEOUT_S,
     cluster: int = 0,
 ) -> int:
-    """Run Lockgate on this machine until SIGINT, SIGTERM or SIGHUP.
+    """Run Lockgate on this machine until SIGINT, SIGTERM or SIGHUP (SIGUSR1: take in the
+    adapters registered since, ``lockgate.runtime.registered``).
 
     With ``cluster`` = N (> 1) it runs the scale-out profile on loopback instead of the
     embedded server: N ``nats-server`` nodes as one JetStream cluster
