@@ -344,3 +344,31 @@ def test_the_function_stays_callable_as_it_was() -> None:
 
     assert add(2, 3) == 5 and add.__name__ == "add"
     assert add.contract.argument_schema["required"] == ["a", "b"]
+
+
+async def test_the_result_schema_is_declared_and_the_executor_keeps_what_it_describes() -> None:
+    from lockgate.executor.domain import checked_result
+
+    comment, _ = ticket_comment()
+    assert comment.contract.result_schema is not None
+    assert comment.contract.result_schema["type"] == "object"
+
+    @capability("git.log", effect="read", description="The latest commits.")
+    def log(max_count: int = 2) -> list[str]:
+        return [f"commit {i}" for i in range(max_count)]
+
+    schema = log.contract.result_schema
+    assert schema is not None and schema["properties"]["value"]["type"] == "array"
+    done = await log.adapter().execute(order({"max_count": 3}), Crossings().boundary())
+    assert done.result == {"value": ["commit 0", "commit 1", "commit 2"]}
+    assert checked_result(dict(done.result), log.contract) == done.result  # neither withheld
+
+
+def test_an_argument_type_without_a_schema_is_a_declaration_error() -> None:
+    class Client:
+        pass
+
+    with pytest.raises(DeclarationError, match="JSON Schema"):
+        @capability("ticket.comment", description="x")
+        def comment(client: Client, text: str) -> None:
+            return None

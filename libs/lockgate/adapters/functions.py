@@ -75,7 +75,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PydanticUserError,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 from pydantic_core import PydanticUndefined
 
 from lockgate.adapters.api import Adapter, Completed, NotSent, SendBoundary, bounded
@@ -326,12 +333,18 @@ class CapabilityFunction:
             raise DeclarationError(self.qualname, "needs a description: a docstring, or "
                                                   "description=, is what the model is told")
         model_params = [p for p in self.params if p.kind == "model"]
-        self.arguments: type[BaseModel] = create_model(  # type: ignore[call-overload]
-            _model_name(name),
-            __config__=ConfigDict(extra="forbid"),
-            **{p.name: (p.annotation, p.default) for p in model_params},
-        )
-        self.argument_schema: dict[str, Any] = self.arguments.model_json_schema()
+        try:
+            self.arguments: type[BaseModel] = create_model(  # type: ignore[call-overload]
+                _model_name(name),
+                __config__=ConfigDict(extra="forbid"),
+                **{p.name: (p.annotation, p.default) for p in model_params},
+            )
+            self.argument_schema: dict[str, Any] = self.arguments.model_json_schema()
+        except PydanticUserError as exc:
+            # A type pydantic cannot validate or describe (a client object, say): the model
+            # cannot be offered it. Context(convert=...) makes such a value from the context.
+            raise DeclarationError(self.qualname, f"an argument the model controls has no JSON "
+                                                  f"Schema: {exc}") from exc
         names = {p.name for p in self.params if p.kind in ("model", "context")}
         if resource is not None:
             rtype, rarg = resource
@@ -348,7 +361,15 @@ class CapabilityFunction:
         self._options = dict(options)
         hints = _hints(fn, self.qualname, self._localns)
         returned = hints.get("return", Any)
-        self._result = TypeAdapter(Any if returned is None else returned)
+        try:
+            self._result: TypeAdapter[Any] = TypeAdapter(returned)
+        except PydanticUserError as exc:
+            raise DeclarationError(self.qualname, f"its return type cannot be dumped to JSON: "
+                                                  f"{exc}", "return") from exc
+        #: The result's JSON Schema (the executor checks every result against it), and
+        #: whether the return value is wrapped as ``{"value": ...}`` (``None``: decided by
+        #: the value, for a function without a return type).
+        self.result_schema, self._wraps = _result_schema(self._result, returned)
         self.query_function: Callable[..., Any] | None = None
         self._query_params: list[Param] = []
         self.facts_function: Callable[..., Any] | None = None
@@ -433,6 +454,7 @@ class CapabilityFunction:
             effect_class=self.effect,
             idempotency=Idempotency("intent_key", retention_s) if takes_key else None,
             query_by_identity=self.has_query,
+            result_schema=self.result_schema,
             recovery=recovery,
             alternatives=options.pop("alternatives", None)
             or (("stop",) if reads else ("ask_owner", "stop")),
@@ -486,9 +508,12 @@ class CapabilityFunction:
         return values
 
     def result(self, value: Any) -> dict[str, Any]:
-        """The return value as the report's result: pydantic's JSON dump, a dict as it is."""
+        """The return value as the report's result: pydantic's JSON dump, an object as it is,
+        anything else as ``{"value": ...}`` (as ``result_schema`` says)."""
         dumped = self._result.dump_python(value, mode="json")
-        return dumped if isinstance(dumped, dict) else {"value": dumped}
+        if self._wraps or not isinstance(dumped, dict):
+            return {"value": dumped}
+        return dumped
 
     async def find(self, req: QueryRequest) -> QueryResult:
         """Ask ``@query`` whether the effect with this intent key happened."""
@@ -534,6 +559,24 @@ class CapabilityFunction:
         returned = await _call(self.__wrapped__, self.is_async, args, kwargs)
         result = self.result(returned)
         return Completed(receipt=_receipt(result, order.intent_key), result=result)
+
+
+def _result_schema(adapter: TypeAdapter[Any], returned: Any) -> tuple[dict[str, Any] | None, bool | None]:
+    """The JSON Schema of the result a return type makes, and whether it is wrapped."""
+    if returned is Any:
+        return None, None
+    try:
+        schema = adapter.json_schema(mode="serialization")
+    except PydanticUserError:
+        return None, None  # dumpable, not describable: the executor checks the size only
+    if schema.get("type") == "object":
+        return schema, False
+    defs = schema.pop("$defs", None)
+    wrapped: dict[str, Any] = {"type": "object", "properties": {"value": schema},
+                               "required": ["value"], "additionalProperties": False}
+    if defs:
+        wrapped["$defs"] = defs  # a $ref in the value resolves against the root
+    return wrapped, True
 
 
 def _model_name(capability: str) -> str:
