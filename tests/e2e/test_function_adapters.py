@@ -337,3 +337,19 @@ async def test_serve_without_a_running_system_says_so(tmp_path: Path) -> None:
     assert code != 0, proc.lines
     assert any("no Lockgate runs from" in line and "lockgate run" in line for line in proc.lines), proc.lines
     assert not (tmp_path / "var" / "adapters").exists()  # nothing registered
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_serve_refuses_a_capability_or_a_name_already_taken(deployment: Deployment) -> None:
+    taken = await Printing.start(*LOCKGATE, "adapter", "serve", "function_tickets", "--name", "other",
+                                 env=deployment.env(), cwd=HERE)
+    assert await asyncio.wait_for(taken.proc.wait(), 60) == 1
+    await taken.reader
+    assert any("already served by another adapter: ticket.comment (adapter tickets)" in line
+               for line in taken.lines), taken.lines
+    own = await Printing.start(*LOCKGATE, "adapter", "serve", "function_tickets", "--name", "casenotes",
+                               env=deployment.env(), cwd=HERE)
+    assert await asyncio.wait_for(own.proc.wait(), 60) == 1
+    await own.reader
+    assert any("one the deployment's settings name" in line for line in own.lines), own.lines
+    assert set(registered(deployment.var_dir)) == {"tickets", "gittools"}

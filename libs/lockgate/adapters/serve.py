@@ -41,7 +41,7 @@ from lockgate.core.errors import LockgateError
 from lockgate.runtime import loop
 from lockgate.runtime.deployment import RunInfo, credentials_path, read_run_info
 from lockgate.runtime.entry import exit_if_misconfigured
-from lockgate.runtime.registered import TAKE_IN, Registration, register
+from lockgate.runtime.registered import TAKE_IN, Registration, register, registered
 from lockgate.runtime.settings import Settings
 
 #: How long ``serve`` waits for the supervisor to take its adapter in.
@@ -100,6 +100,10 @@ async def take_in(var_dir: Path, registration: Registration,
         raise ServeError("this run's broker users are not made by `lockgate run`; give the "
                          "adapter a user there and set LOCKGATE_CREDENTIALS_FILE")
     name, caps = registration.name, list(registration.capabilities)
+    if name in info.adapters and name not in registered(var_dir):
+        # The deployment's own adapter (its settings name it): a registration would not replace it.
+        raise ServeError(f"adapter {name} is one the deployment's settings name, serving "
+                         f"{', '.join(info.adapters[name])}; choose another --name")
     taken = {c: other for other, served in info.adapters.items() if other != name for c in served}
     clash = [f"{c} (adapter {taken[c]})" for c in caps if c in taken]
     if clash:
