@@ -99,19 +99,23 @@ def agent(run: GovernedRun, model: Scripted, **options: float) -> Agent[None, st
                  capabilities=[GovernedTools(run, **options)])
 
 
-def review(system: System, verb: str, candidate_id: str) -> None:
-    """``lockgate review <verb> <candidate> --as alice``, the way a reviewer types it."""
+def review(system: System, verb: str, candidate_id: str, *options: str) -> str:
+    """``lockgate review <verb> <candidate> --as alice``, the way a reviewer types it; its output."""
     lockgate = Path(sys.executable).with_name("lockgate")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env.update(LOCKGATE_VAR_DIR=str(system.root), LOCKGATE_NATS_URL=system.url)
     proc = subprocess.run([str(lockgate), "review", verb, candidate_id, "--tenant", TENANT,
-                           "--as", "alice"], env=env, capture_output=True, text=True, timeout=60)
+                           "--as", "alice", *options], env=env, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith({"approve": "approved", "deny": "denied"}[verb] + " by alice"), proc.stdout
+    return proc.stdout
 
 
-async def decide(system: System, verb: str, candidate_id: str) -> None:
-    await asyncio.to_thread(review, system, verb, candidate_id)
+async def decide(system: System, verb: str, candidate_id: str, *options: str) -> str:
+    said = await asyncio.to_thread(review, system, verb, candidate_id, *options)
+    done = {"approve": "approved", "deny": "denied"}.get(verb)
+    assert done is None or said.startswith(f"{done} by alice"), said
+    return said
 
 
 async def received(system: System, candidate_id: str) -> EffectIntent.CandidateReceived:
@@ -268,6 +272,36 @@ async def test_the_hosts_deny_and_edit_do_not_decide(
     assert [w["intent_id"] for w in world.ledger()[before:]] == [meta["candidate_id"]]
     assert (await received(system, meta["candidate_id"])).raw_arguments == json.dumps(
         {"note": "Escalated to legal."})
+
+
+async def test_a_reviewers_edit_is_what_the_resumed_model_is_told(
+    system: System, gw: Gateway, world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = await governed(gw, "case-sensitive")
+    made = proposals(run, monkeypatch)
+    asked = json.dumps({"note": "Customer Jane Doe, DOB 1970-01-01, escalated."})
+    model = Scripted(asked, "call_pa_edit")
+    before = len(world.ledger())
+    paused = await agent(run, model).run("Escalate.")
+    requests, meta = waiting(paused.output)
+    edited = json.loads(await decide(system, "edit", meta["candidate_id"], "--arguments",
+                                     json.dumps({"note": "Escalated."}), "--why", "no personal data",
+                                     "--json"))["edited_into"]
+    # The edit is judged again: resuming now pauses on the replacement's own review.
+    again = await agent(run, model, resume_wait_s=0.5).run(
+        message_history=paused.all_messages(), deferred_tool_results=requests.build_results(approve_all=True))
+    _, still = waiting(again.output)
+    assert still["status"] == "pending_approval" and still["replacement_candidate_id"] == edited
+    await decide(system, "approve", edited)
+    resumed = await agent(run, model).run(
+        message_history=paused.all_messages(), deferred_tool_results=requests.build_results(approve_all=True))
+    assert resumed.output == "done"
+    content, outcome = model.last()
+    assert outcome == "success" and content["status"] == "replaced"
+    assert content["replacement"]["status"] == "executed"
+    assert model.seen[-1].metadata == {"candidate_id": meta["candidate_id"], "status": "executed"}
+    assert [w["intent_id"] for w in world.ledger()[before:]] == [edited]
+    assert {m[1:] for m in made} == {(asked, "call_pa_edit")}
 
 
 CHILD = r'''
