@@ -372,3 +372,17 @@ def test_an_argument_type_without_a_schema_is_a_declaration_error() -> None:
         @capability("ticket.comment", description="x")
         def comment(client: Client, text: str) -> None:
             return None
+
+
+async def test_a_function_that_raises_after_the_boundary_leaves_the_outcome_to_the_worker() -> None:
+    """Crossed, then failed: the exception reaches the worker as it is (not a rejection, not
+    "not sent"), and the worker reports nothing after a crossing: the outcome is unknown."""
+    @capability("ticket.comment", resource=("Ticket", "ticket_id"), description="x")
+    def comment(ticket_id: Annotated[str, Context()], text: str) -> None:
+        raise ConnectionResetError("the remote system hung up mid-write")
+
+    crossings = Crossings()
+    boundary = crossings.boundary()
+    with pytest.raises(ConnectionResetError):
+        await comment.adapter().execute(order({"ticket_id": "T-1", "text": "hi"}), boundary)
+    assert boundary.crossed and crossings.crossed == 1

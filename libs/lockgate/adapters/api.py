@@ -18,6 +18,10 @@ with ``run_adapter([MyAdapter()], Settings())`` (both from ``lockgate.adapters.s
 
 What the four are handed and answer with is in ``lockgate.contracts.messages``.
 
+A capability that is one typed Python function needs none of this by hand:
+``@capability`` (``lockgate.adapters.functions``) derives the contract and this adapter from
+its signature, and ``lockgate adapter serve module:attr`` serves it.
+
 ``execute`` is called only with an order that matches what was authorized, and says how
 it ended by what it does:
 

@@ -3,7 +3,8 @@
 ``lockgate policy validate DIR`` loads ``DIR`` as the policy service does and lists its
 policies; ``lockgate policy test DIR CASES.yaml …`` checks each case table (see
 ``lockgate.authz.cases``) and exits 1 when any case fails. Also runnable as
-``python -m lockgate.authz.cli validate DIR``.
+``python -m lockgate.authz.cli validate DIR``. A starting point for the capability functions
+of a module (schema fragment and commented policies): ``lockgate adapter scaffold``.
 """
 
 from __future__ import annotations
