@@ -26,7 +26,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from lockgate.client.sdk import Gateway
 from lockgate.core.ids import intent_id_for
-from lockgate.integrations.governed import GovernedRun
+from lockgate.integrations.governed import GovernedRun, call_id_for
 from lockgate.integrations.openai_agents import GovernedTools, proposed_arguments
 from lockgate.runtime.deployment import RunInfo, write_run_info
 from lockgate.testing.system import System
@@ -144,6 +144,18 @@ async def test_the_model_is_offered_the_catalogue_and_an_executed_call_is_lockga
     candidate_id = intent_id_for(TENANT, run_.run_id, "call_oa_exec_1")
     assert writes_of(world, before) == [candidate_id]
     assert shown == json.loads((await run_.outcome(candidate_id)).text())
+    await run_.close()
+
+
+async def test_a_tool_call_id_that_is_no_call_id_is_mapped_to_one_stable_id(
+    gw: Gateway, world: World,
+) -> None:
+    run_ = await governed(gw, "case-123")
+    model = scripted("fc:7/step 3#1", note("Odd ids too."))
+    before = len(world.ledger())
+    result = await run(notes_agent(GovernedTools(run_), model), "Note it.")
+    assert seen(model, "fc:7/step 3#1")["status"] == "executed" and not result.interruptions
+    assert writes_of(world, before) == [intent_id_for(TENANT, run_.run_id, call_id_for("fc:7/step 3#1"))]
     await run_.close()
 
 
@@ -327,7 +339,7 @@ PAUSE = '''
 import asyncio, json, sys
 from agents import Agent, FunctionTool, RunConfig, Runner
 from agents.testing import ScriptedModel, assistant_message, function_call
-from lockgate.integrations.governed import GovernedRun
+from lockgate.integrations.governed import GovernedRun, call_id_for
 from lockgate.integrations.openai_agents import GovernedTools
 
 async def main(out):
@@ -351,7 +363,7 @@ RESUME = '''
 import asyncio, json, sys
 from agents import Agent, FunctionTool, RunConfig, Runner, RunState
 from agents.testing import ScriptedModel, assistant_message
-from lockgate.integrations.governed import GovernedRun
+from lockgate.integrations.governed import GovernedRun, call_id_for
 from lockgate.integrations.openai_agents import GovernedTools
 
 async def main(saved):

@@ -42,6 +42,7 @@ What the SDK's approval flow could not express, and how it is handled:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, NoReturn
 
@@ -93,13 +94,16 @@ class GovernedTools:
             The outcome of each governed paused call (``pending``: still waiting; its
             ``candidate_id`` is what a reviewer decides).
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s  # one wait for them all, not one each
         outcomes = []
         for item in state.get_interruptions():
             call = self._paused_call(item)
             if call is None:
                 continue
             capability, arguments, framework_id = call
-            outcome = await self._ask(capability, arguments, framework_id, wait_s=wait_s)
+            outcome = await self._ask(capability, arguments, framework_id,
+                                      wait_s=max(0.0, deadline - loop.time()))
             if not outcome.pending:
                 state.approve(item)
             outcomes.append(outcome)
