@@ -52,7 +52,7 @@ class Scripted:
     ``seen`` is every tool result the framework fed back to the model, in order.
     """
 
-    def __init__(self, arguments: str, call_id: str) -> None:
+    def __init__(self, arguments: str | dict[str, Any], call_id: str) -> None:
         self.arguments = arguments
         self.call_id = call_id
         self.offered: list[dict[str, Any]] = []
@@ -167,6 +167,17 @@ async def test_an_executed_call_is_the_models_own_bytes_and_one_write(
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate_id]
     got = await received(system, candidate_id)
     assert got.raw_arguments == raw and got.call_id == "call_pa_exec"
+
+
+async def test_arguments_a_model_gave_parsed_are_proposed_as_deterministic_json(
+    system: System, gw: Gateway, world: World,
+) -> None:
+    run = await governed(gw, "case-123")
+    model = Scripted({"note": "Parsed, with a \u00e9."}, "call_pa_dict")
+    result = await agent(run, model).run("Note it.")
+    assert result.output == "done" and model.last()[0]["status"] == "executed"
+    got = await received(system, model.seen[-1].metadata["candidate_id"])
+    assert got.raw_arguments == '{"note":"Parsed, with a \u00e9."}'
 
 
 async def test_a_rejected_call_is_a_denial_the_model_reads(gw: Gateway, world: World) -> None:
