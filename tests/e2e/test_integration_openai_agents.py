@@ -115,7 +115,7 @@ def note(text: str) -> str:
     return json.dumps({"note": text})
 
 
-async def run(agent: Agent[Any], start: str | RunState[Any, Any]) -> RunResult:
+async def run_agent(agent: Agent[Any], start: str | RunState[Any, Any]) -> RunResult:
     return await Runner.run(agent, start, run_config=NO_TRACES)
 
 
@@ -125,15 +125,15 @@ async def run(agent: Agent[Any], start: str | RunState[Any, Any]) -> RunResult:
 async def test_the_model_is_offered_the_catalogue_and_an_executed_call_is_lockgates(
     gw: Gateway, world: World,
 ) -> None:
-    run_ = await governed(gw, "case-123")
-    lockgate = GovernedTools(run_)
+    run = await governed(gw, "case-123")
+    lockgate = GovernedTools(run)
     model = scripted("call_oa_exec_1", note("Called back."))
     before = len(world.ledger())
-    result = await run(notes_agent(lockgate, model), "Note the call-back.")
+    result = await run_agent(notes_agent(lockgate, model), "Note the call-back.")
 
     assert not result.interruptions and result.final_output == "Done."
     offered = model.first_call.tools if model.first_call else []
-    catalogue = run_.tool(NOTE)
+    catalogue = run.tool(NOTE)
     assert catalogue is not None and [t.name for t in offered] == [OFFERED]
     assert isinstance(offered[0], FunctionTool)
     assert offered[0].params_json_schema == catalogue.parameters  # not rewritten by strict mode
@@ -141,29 +141,29 @@ async def test_the_model_is_offered_the_catalogue_and_an_executed_call_is_lockga
     assert shown["status"] == "executed" and "untrusted_data" in shown["result"]
     # The effect is Lockgate's: its intent for this run's call id wrote, once, and what the
     # model read is that intent's answer.
-    candidate_id = intent_id_for(TENANT, run_.run_id, "call_oa_exec_1")
+    candidate_id = intent_id_for(TENANT, run.run_id, "call_oa_exec_1")
     assert writes_of(world, before) == [candidate_id]
-    assert shown == json.loads((await run_.outcome(candidate_id)).text())
-    await run_.close()
+    assert shown == json.loads((await run.outcome(candidate_id)).text())
+    await run.close()
 
 
 async def test_a_tool_call_id_that_is_no_call_id_is_mapped_to_one_stable_id(
     gw: Gateway, world: World,
 ) -> None:
-    run_ = await governed(gw, "case-123")
+    run = await governed(gw, "case-123")
     model = scripted("fc:7/step 3#1", note("Odd ids too."))
     before = len(world.ledger())
-    result = await run(notes_agent(GovernedTools(run_), model), "Note it.")
+    result = await run_agent(notes_agent(GovernedTools(run), model), "Note it.")
     assert seen(model, "fc:7/step 3#1")["status"] == "executed" and not result.interruptions
-    assert writes_of(world, before) == [intent_id_for(TENANT, run_.run_id, call_id_for("fc:7/step 3#1"))]
-    await run_.close()
+    assert writes_of(world, before) == [intent_id_for(TENANT, run.run_id, call_id_for("fc:7/step 3#1"))]
+    await run.close()
 
 
 async def test_a_refusal_is_the_guardrails_message_and_the_run_goes_on(gw: Gateway, world: World) -> None:
-    run_ = await governed(gw, "case-123")
+    run = await governed(gw, "case-123")
     model = scripted("call_oa_empty_1", '{"note": ""}')
     before = len(world.ledger())
-    result = await run(notes_agent(GovernedTools(run_), model), "Add an empty note.")
+    result = await run_agent(notes_agent(GovernedTools(run), model), "Add an empty note.")
 
     assert not result.interruptions and result.final_output == "Done."
     shown = seen(model, "call_oa_empty_1")
@@ -172,44 +172,44 @@ async def test_a_refusal_is_the_guardrails_message_and_the_run_goes_on(gw: Gatew
     [guard] = result.tool_input_guardrail_results
     assert guard.output.behavior["type"] == "reject_content"
     assert writes_of(world, before) == []
-    await run_.close()
+    await run.close()
 
 
 async def test_a_policy_denial_reaches_the_model_without_its_internal_reason(
     gw: Gateway, world: World,
 ) -> None:
-    run_ = await governed(gw, "case-closed")
+    run = await governed(gw, "case-closed")
     model = scripted("call_oa_closed_1", note("Reopen it."))
     before = len(world.ledger())
-    result = await run(notes_agent(GovernedTools(run_), model), "Reopen the case.")
+    result = await run_agent(notes_agent(GovernedTools(run), model), "Reopen the case.")
 
     assert not result.interruptions and result.final_output == "Done."
     shown = seen(model, "call_oa_closed_1")
     assert shown["status"] == "unavailable"
-    assert shown == json.loads((await run_.outcome(
-        intent_id_for(TENANT, run_.run_id, "call_oa_closed_1"))).text())
+    assert shown == json.loads((await run.outcome(
+        intent_id_for(TENANT, run.run_id, "call_oa_closed_1"))).text())
     assert "case.closed" not in json.dumps(shown)
     assert writes_of(world, before) == []
-    await run_.close()
+    await run.close()
 
 
 async def test_arguments_that_are_no_object_are_lockgates_to_refuse(gw: Gateway, world: World) -> None:
     """The SDK pauses on text it cannot parse without asking ``needs_approval``; the resume asks
     Lockgate, whose refusal the model reads."""
-    run_ = await governed(gw, "case-123")
-    lockgate = GovernedTools(run_)
+    run = await governed(gw, "case-123")
+    lockgate = GovernedTools(run)
     model = scripted("call_oa_torn_1", '{"note": "Called')
     agent = notes_agent(lockgate, model)
     before = len(world.ledger())
-    result = await run(agent, "Note it.")
+    result = await run_agent(agent, "Note it.")
     assert len(result.interruptions) == 1
     state = result.to_state()
     [outcome] = await lockgate.prepare_resume(state)
     assert outcome.refused
-    result = await run(agent, state)
+    result = await run_agent(agent, state)
     assert seen(model, "call_oa_torn_1")["status"] == "rejected"
     assert writes_of(world, before) == []
-    await run_.close()
+    await run.close()
 
 
 # --- a review is the SDK's pause --------------------------------------------------------
@@ -218,19 +218,19 @@ async def test_arguments_that_are_no_object_are_lockgates_to_refuse(gw: Gateway,
 async def test_a_review_pauses_and_an_approved_call_runs_once_on_the_resume(
     system: System, gw: Gateway, world: World,
 ) -> None:
-    run_ = await governed(gw, "case-sensitive")
-    lockgate = GovernedTools(run_)
+    run = await governed(gw, "case-sensitive")
+    lockgate = GovernedTools(run)
     model = scripted("call_oa_review_1", note("Refund agreed."))
     agent = notes_agent(lockgate, model)
     before = len(world.ledger())
-    result = await run(agent, "Record the refund.")
+    result = await run_agent(agent, "Record the refund.")
 
     [paused] = result.interruptions
     assert paused.tool_name == OFFERED and model.remaining_steps == 1  # paused before the model read
     state = result.to_state()
     [waiting] = await lockgate.prepare_resume(state)  # nobody decided yet: still paused
-    assert waiting.pending and waiting.candidate_id == intent_id_for(TENANT, run_.run_id, "call_oa_review_1")
-    result = await run(agent, state)
+    assert waiting.pending and waiting.candidate_id == intent_id_for(TENANT, run.run_id, "call_oa_review_1")
+    result = await run_agent(agent, state)
     assert len(result.interruptions) == 1 and model.remaining_steps == 1
     assert writes_of(world, before) == []
 
@@ -238,84 +238,84 @@ async def test_a_review_pauses_and_an_approved_call_runs_once_on_the_resume(
     state = result.to_state()
     [decided] = await lockgate.prepare_resume(state, wait_s=20)
     assert decided.executed
-    result = await run(agent, state)
+    result = await run_agent(agent, state)
     assert not result.interruptions and result.final_output == "Done."
     assert seen(model, "call_oa_review_1")["status"] == "executed"
     assert writes_of(world, before) == [waiting.candidate_id]
-    await run_.close()
+    await run.close()
 
 
 async def test_a_denied_review_is_what_the_resumed_model_reads(
     system: System, gw: Gateway, world: World,
 ) -> None:
-    run_ = await governed(gw, "case-sensitive")
-    lockgate = GovernedTools(run_)
+    run = await governed(gw, "case-sensitive")
+    lockgate = GovernedTools(run)
     model = scripted("call_oa_review_2", note("Close everything."))
     agent = notes_agent(lockgate, model)
     before = len(world.ledger())
-    result = await run(agent, "Close everything.")
+    result = await run_agent(agent, "Close everything.")
     state = result.to_state()
     [waiting] = await lockgate.prepare_resume(state)
 
     await review(system, "deny", waiting.candidate_id, "--why", "not now")
     [decided] = await lockgate.prepare_resume(state, wait_s=20)
     assert decided.refused
-    result = await run(agent, state)
+    result = await run_agent(agent, state)
     assert not result.interruptions and result.final_output == "Done."
     shown = seen(model, "call_oa_review_2")
     assert shown["status"] == "unavailable" and "not now" not in json.dumps(shown)
     assert writes_of(world, before) == []
-    await run_.close()
+    await run.close()
 
 
 async def test_the_sdks_own_approve_authorizes_nothing(system: System, gw: Gateway, world: World) -> None:
     """A host that approves in the SDK before any reviewer did: the tool asks Lockgate, which
     still waits; the model is told so, and nothing happens."""
-    run_ = await governed(gw, "case-sensitive")
+    run = await governed(gw, "case-sensitive")
     model = scripted("call_oa_bare_1", note("Approved by nobody."))
-    agent = notes_agent(GovernedTools(run_), model)
+    agent = notes_agent(GovernedTools(run), model)
     before = len(world.ledger())
-    result = await run(agent, "Note it.")
+    result = await run_agent(agent, "Note it.")
     state = result.to_state()
     [item] = state.get_interruptions()
     state.approve(item)
-    result = await run(agent, state)
+    result = await run_agent(agent, state)
     assert seen(model, "call_oa_bare_1")["status"] == "pending_approval"
     assert writes_of(world, before) == []
-    await run_.close()  # withdraws what it left waiting
+    await run.close()  # withdraws what it left waiting
     assert writes_of(world, before) == []
 
 
 async def test_resumed_twice_from_the_same_state_is_one_effect(
     system: System, gw: Gateway, world: World,
 ) -> None:
-    run_ = await governed(gw, "case-sensitive")
+    run = await governed(gw, "case-sensitive")
     model = scripted("call_oa_twice_1", note("Twice is once."))
-    result = await run(notes_agent(GovernedTools(run_), model), "Note it.")
+    result = await run_agent(notes_agent(GovernedTools(run), model), "Note it.")
     saved = result.to_state().to_string()
     before = len(world.ledger())
-    await review(system, "approve", intent_id_for(TENANT, run_.run_id, "call_oa_twice_1"))
+    await review(system, "approve", intent_id_for(TENANT, run.run_id, "call_oa_twice_1"))
 
     for _ in range(2):  # two resumes of the same saved state, each with its own tools
-        again = GovernedTools(await GovernedRun.attach(tenant=TENANT, run_id=run_.run_id, gateway=gw))
+        again = GovernedTools(await GovernedRun.attach(tenant=TENANT, run_id=run.run_id, gateway=gw))
         resumed = ScriptedModel([[assistant_message("Done.")]])
         agent = notes_agent(again, resumed)
         state = await RunState.from_string(agent, saved)
         [decided] = await again.prepare_resume(state, wait_s=20)
         assert decided.executed
-        result = await run(agent, state)
+        result = await run_agent(agent, state)
         assert seen(resumed, "call_oa_twice_1")["status"] == "executed"
-    assert writes_of(world, before) == [intent_id_for(TENANT, run_.run_id, "call_oa_twice_1")]
-    await run_.close()
+    assert writes_of(world, before) == [intent_id_for(TENANT, run.run_id, "call_oa_twice_1")]
+    await run.close()
 
 
 async def test_a_reviewers_edit_is_what_the_model_reads(system: System, gw: Gateway, world: World) -> None:
-    run_ = await governed(gw, "case-sensitive")
-    lockgate = GovernedTools(run_)
+    run = await governed(gw, "case-sensitive")
+    lockgate = GovernedTools(run)
     model = scripted("call_oa_edit_1", note("Customer Jane Doe, DOB 1970-01-01, escalated."))
     agent = notes_agent(lockgate, model)
     before = len(world.ledger())
-    result = await run(agent, "Escalate.")
+    result = await run_agent(agent, "Escalate.")
     state = result.to_state()
     [waiting] = await lockgate.prepare_resume(state)
     await review(system, "edit", waiting.candidate_id, "--arguments", note("Escalated."),
@@ -325,11 +325,11 @@ async def test_a_reviewers_edit_is_what_the_model_reads(system: System, gw: Gate
     await review(system, "approve", replaced.replacement.candidate_id)
     [done] = await lockgate.prepare_resume(state, wait_s=20)
     assert done.executed
-    result = await run(agent, state)
+    result = await run_agent(agent, state)
     shown = seen(model, "call_oa_edit_1")
     assert shown["status"] == "replaced" and shown["replacement"]["status"] == "executed"
     assert writes_of(world, before) == [replaced.replacement.candidate_id]
-    await run_.close()
+    await run.close()
 
 
 # --- a crash between the pause and the resume -------------------------------------------

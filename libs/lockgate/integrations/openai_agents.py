@@ -31,13 +31,13 @@ What the SDK's approval flow could not express, and how it is handled:
   the call still waits for a reviewer (the SDK will not pause on that call again); a host's
   ``reject`` stops the agent waiting but not Lockgate's review: ``GovernedRun.withdraw`` or
   ``close`` does that.
-- The pause carries no data of Lockgate's: the candidate id is in the ``Outcome``\\ s that
+- The pause carries no data of Lockgate's: the candidate id is in the outcomes that
   ``prepare_resume`` returns (and derives from the run and the call id).
 - ``needs_approval`` is handed the parsed arguments, not their text, so every proposal of a
   call sends one deterministic serialization of them (``proposed_arguments``: compact JSON,
-  the model's key order, non-ASCII kept); text that is no JSON object is sent as it came,
-  after the SDK, which does not consult ``needs_approval`` for it, paused on it (Lockgate
-  refuses it on the resume).
+  the model's key order, non-ASCII kept; a key the model repeated is kept once, as the SDK
+  read it). Text that is no JSON object is sent as it came: the SDK pauses on it without
+  asking ``needs_approval``, and the resume gets Lockgate's refusal.
 """
 
 from __future__ import annotations
