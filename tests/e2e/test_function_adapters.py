@@ -28,6 +28,7 @@ import pytest_asyncio
 
 from lockgate.client.sdk import Gateway
 from lockgate.client.sdk import connect as connect_gateway
+from lockgate.contracts import subjects
 from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.registered import registered
 from lockgate.runtime.supervisor import READY_LINE
@@ -93,7 +94,7 @@ class Deployment:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 try:
-                    msg = await nc.request(f"lg.status.adapter.{name}", b"", timeout=0.5)
+                    msg = await nc.request(subjects.adapter_status(name), b"", timeout=0.5)
                     if json.loads(msg.data).get("ready"):
                         return
                 except (nats.errors.Error, TimeoutError):
@@ -122,7 +123,7 @@ class Deployment:
         """How often the adapter process ``name`` called ``capability``'s function (its metrics)."""
         nc = await self.connect("admin")
         try:
-            answer = json.loads((await nc.request(f"lg.status.adapter.{name}", b"", timeout=2)).data)
+            answer = json.loads((await nc.request(subjects.adapter_status(name), b"", timeout=2)).data)
         finally:
             await nc.close()
         text = await asyncio.to_thread(
@@ -242,7 +243,7 @@ async def test_the_adapter_user_cannot_publish_another_adapters_reports(deployme
 
     nc = await deployment.connect("adapter-tickets", error_cb=on_error)
     try:
-        await nc.publish("lg.report.git.commit.intent-1", b'{"stage": "completed"}')
+        await nc.publish(subjects.report("git.commit", "intent-1"), b'{"stage": "completed"}')
         await nc.flush(timeout=2)
         for _ in range(40):
             if violations:
