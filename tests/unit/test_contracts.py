@@ -65,7 +65,7 @@ def test_reason_codes_are_pinned() -> None:
         "tool.arguments.invalid", "tool.arguments.malformed", "tool.arguments.missing-required",
         "tool.arguments.too-large", "tool.arguments.unexpected", "tool.changed-since-turn",
         "tool.unknown", "turn.unknown", "proposal.withdrawn", "reconciled.not-executed",
-        "attempt.interrupted", "policy.pause-expired", "run.progress-stalled",
+        "attempt.interrupted", "policy.pause-expired", "run.ended", "run.progress-stalled",
         "run.read-only-stage", "gate.budget-missing", "budgets.unavailable",
         "argument.title.empty", "argument.title.too-long", "argument.title.invalid",
         "argument.body.empty", "argument.body.too-long", "argument.body.invalid",

@@ -70,6 +70,8 @@ PROCESSES: dict[str, tuple[type, Callable[[Settings], FastStream]]] = {
 #: One concrete subject of each channel, built as the code that sends on it builds it.
 SAMPLES: dict[Channel, Callable[[str], str]] = {
     channels.RUN_OPEN: lambda _cap: subjects.run_open_subject(TENANT),
+    channels.RUN_CLOSE: lambda _cap: subjects.run_close_subject(TENANT),
+    channels.LEASE: lambda _cap: subjects.lease_subject(TENANT, RUN),
     channels.TURN: lambda _cap: subjects.turn_subject(TENANT, RUN),
     channels.PROPOSE: lambda _cap: subjects.propose_subject(TENANT, RUN),
     channels.RESPONSE: lambda _cap: subjects.response_subject(TENANT, RUN, INTENT),
@@ -310,7 +312,12 @@ def test_a_service_role_grants_every_subject_its_spec_uses(spec: ServiceSpec) ->
             assert permitted(role.subscribe, wildcard), wildcard
     assert permitted(role.subscribe, subjects.status(spec.status_name))
     for channel in (*spec.asks, *spec.publishes):
-        assert permitted(role.publish, SAMPLES[channel](CAPABILITY)), channel.address
+        sample = (subjects.withdraw(TENANT, RUN, INTENT, spec.name) if channel is channels.WITHDRAW
+                  else SAMPLES[channel](CAPABILITY))
+        assert permitted(role.publish, sample), channel.address
+    if channels.WITHDRAW in spec.asks:  # as itself, never as an agent runtime or an operator
+        assert not permitted(role.publish, SAMPLES[channels.WITHDRAW](CAPABILITY))
+        assert not permitted(role.publish, subjects.withdraw(TENANT, RUN, INTENT, "operator-ops"))
     for bucket in spec.reads:
         assert permitted(role.publish, f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.k"), bucket
     for bucket in spec.writes:

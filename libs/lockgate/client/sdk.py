@@ -28,6 +28,7 @@ from lockgate.client.discovery import DEFAULT_URL, Local, find_local
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     Candidate,
+    CloseRun,
     DecideReview,
     Edited,
     EditReview,
@@ -38,6 +39,7 @@ from lockgate.contracts.messages import (
     Refusal,
     ResolveOutcome,
     ReviewView,
+    RunClosed,
     RunOpened,
     Tool,
     TurnOpened,
@@ -48,6 +50,7 @@ from lockgate.contracts.subjects import (
     propose_subject,
     response_subject,
     responses_of_run,
+    run_close_subject,
     run_open_subject,
     turn_subject,
 )
@@ -344,6 +347,19 @@ class Run:
         )
         return Turn(self, opened.turn_id, opened.catalogue_digest, opened.tools)
 
+    async def close(self, *, why: str = "") -> RunClosed:
+        """End the run (the trusted host's call): it takes no more turns or calls, and every
+        candidate it left waiting for a reviewer is withdrawn. The answer names them, with
+        what each became (``withdrawn``, or how far it had got).
+
+        Raises:
+            Refused: no such run.
+            PermissionDenied: this connection has no trusted host (``connect(host=...)``).
+        """
+        gateway = self.gateway
+        return await _request(gateway.host_nc or gateway.nc, run_close_subject(self.tenant),
+                              CloseRun(run_id=self.id, why=why), RunClosed, max(gateway.timeout_s, 30.0))
+
     async def response(self, candidate_id: str) -> ModelResponse | None:
         """The latest model-facing response to a candidate, if any."""
         return await self.gateway._latest(self.tenant, self.id, candidate_id)
@@ -515,7 +531,7 @@ class Gateway:
         self, *, tenant: str, actor: str, context: Mapping[str, str] | None = None,
         delegation: str | None = None, stage: str = "default", run_id: str | None = None,
         roles: tuple[str, ...] = (), data_classes: tuple[str, ...] | None = None,
-        capabilities: Sequence[str] | None = None,
+        capabilities: Sequence[str] | None = None, lease_s: float | None = None,
     ) -> Run:
         """Open a run (the trusted host's call: it sets who acts and on what).
 
@@ -523,6 +539,9 @@ class Gateway:
         ``None``: any) and ``capabilities`` (the ones its agent uses; ``None``: every one
         of the deployment) decide which capabilities its turns offer, with each
         capability's own rules (``lockgate.contracts.offer``).
+
+        ``lease_s``: the run ends when it has been idle that long (no turn opened, no call
+        proposed), as ``Run.close`` ends it (``None``: only when closed).
 
         The run's id is chosen here when not given, so an open that went unanswered (a
         cluster electing a leader, say) is asked again under it, until ``OPEN_RETRY_S``:
@@ -543,7 +562,8 @@ class Gateway:
                         delegation=delegation, stage=stage, run_id=run_id or random_id(),
                         roles=tuple(roles),
                         data_classes=tuple(data_classes) if data_classes is not None else None,
-                        capabilities=tuple(capabilities) if capabilities is not None else None),
+                        capabilities=tuple(capabilities) if capabilities is not None else None,
+                        lease_s=lease_s),
                 RunOpened, self.timeout_s,
             )
         except PermissionDenied as exc:

@@ -49,6 +49,16 @@ RUN_OPEN = Channel(
     "Open a run with authoritative context.",
     replies=(m.RunOpened, m.Refusal), sent_by=("trusted host",),
 )
+RUN_CLOSE = Channel(
+    "lg.run.{tenant}.close", (subjects.RUN_CLOSE_ALL,), m.CloseRun,
+    "End a run: what it left waiting is withdrawn, and it takes no more turns or calls.",
+    replies=(m.RunClosed, m.Refusal), sent_by=("trusted host",),
+)
+LEASE = Channel(
+    "lg.lease.{tenant}.{run}", (subjects.LEASE_ALL,), None,
+    "A run's lease (stream LG_LEASES, per-message TTL): renewed while the run is used; a close, "
+    "or the server's delete marker when it ran out, ends the run.",
+)
 TURN = Channel(
     "lg.turn.{tenant}.{run}", (subjects.TURN_ALL,), m.OpenTurn,
     "Open a turn; the reply is the catalogue snapshot offered in it.",

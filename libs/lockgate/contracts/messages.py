@@ -27,6 +27,23 @@ class OpenRun(msgspec.Struct, frozen=True, kw_only=True):
     #: The capabilities the run's agent uses (``None``: every one the deployment has); the
     #: others are not offered in its turns, whatever else allows them.
     capabilities: tuple[str, ...] | None = None
+    #: Seconds the run may stay idle (no turn opened, no call proposed) before it ends, as
+    #: a close would end it (``None``: it ends only when closed).
+    lease_s: float | None = None
+
+
+class CloseRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The trusted host ends a run: no turn or call after it, and what it left waiting is withdrawn."""
+
+    run_id: str
+    why: str = ""
+
+
+class RunClosed(msgspec.Struct, frozen=True, kw_only=True):
+    """Reply to ``CloseRun``: the candidates that were waiting, and what each became."""
+
+    run_id: str
+    withdrawn: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class RunOpened(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +67,7 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     roles: tuple[str, ...] = ()
     data_classes: tuple[str, ...] | None = None
     capabilities: tuple[str, ...] | None = None
+    lease_s: float | None = None
 
 
 class OpenTurn(msgspec.Struct, frozen=True, kw_only=True):

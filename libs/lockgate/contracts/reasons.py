@@ -14,6 +14,7 @@ REASONS: dict[str, str] = {
     "candidate.unprocessable": "a message about the intent kept failing and was given up (cause kept)",
     "proposal.call-id-reused": "the call id was already used in the run with other bytes",
     "run.unknown": "no run with this id was opened by the trusted host",
+    "run.ended": "the run was closed by its host, or went unused past its lease: it takes no more calls",
     "turn.unknown": "no turn with this id was opened in the run",
     "tool.name-invalid": "the tool name is not a capability name (lower-case dotted words)",
     "tool.unknown": "no capability has this name",

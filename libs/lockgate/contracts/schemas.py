@@ -9,6 +9,7 @@ the processes' specs (``lockgate.runtime.specs``): a channel no spec uses is not
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Iterator
@@ -118,15 +119,36 @@ def _event_flow() -> Iterator[tuple[str, dict[str, Any]]]:
         yield name, flow
 
 
+def _cleaned(value: Any) -> Any:
+    """``value`` with every ``description`` cleaned as ``inspect.cleandoc`` cleans a docstring,
+    and no ``default`` of an empty object or array.
+
+    msgspec releases differ in whether they dedent the docstrings they copy into a schema
+    and whether they state a default made by a factory (0.23 says ``{}``, 0.22 nothing);
+    cleaned here, the files are the same whichever one generated them.
+    """
+    if isinstance(value, dict):
+        return {k: inspect.cleandoc(v) if k == "description" and isinstance(v, str) else _cleaned(v)
+                for k, v in value.items() if not (k == "default" and v in ({}, []))}
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    return value
+
+
+def _schema(cls: type[Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = _cleaned(msgspec.json.schema(cls))
+    return schema
+
+
 def generate() -> dict[str, str]:
     """Every schema file, by path relative to ``schemas/``."""
     files: dict[str, str] = {}
     for name, cls in sorted(EVENT_TYPES.items()):
-        schema = msgspec.json.schema(cls)
+        schema = _schema(cls)
         schema["x-lockgate-class-version"] = cls.class_version
         files[f"events/{name}.json"] = _pretty(schema)
     for name, cls in sorted(WIRE.items()):
-        files[f"messages/{name}.json"] = _pretty(msgspec.json.schema(cls))
+        files[f"messages/{name}.json"] = _pretty(_schema(cls))
     asyncapi = {
         "asyncapi": "3.0.0",
         "info": {"title": "Lockgate", "version": "1",

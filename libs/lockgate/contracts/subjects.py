@@ -30,6 +30,10 @@ INVALID_RUN = "_invalid"
 PROPOSE_ALL = "lg.propose.>"
 RESPONSES_ALL = "lg.response.>"
 RUN_OPEN_ALL = "lg.run.*.open"
+RUN_CLOSE_ALL = "lg.run.*.close"
+#: A run's lease (stream LG_LEASES): renewed while the run is used, ended by its close or
+#: by the server when it is not renewed in time.
+LEASE_ALL = "lg.lease.*.*"
 TURN_ALL = "lg.turn.*.*"
 
 
@@ -47,6 +51,17 @@ def _token(value: str, what: str) -> str:
 def run_open_subject(tenant: str) -> str:
     """``lg.run.<tenant>.open``: the trusted host opens a run."""
     return f"lg.run.{_token(tenant, 'tenant')}.open"
+
+
+def run_close_subject(tenant: str) -> str:
+    """``lg.run.<tenant>.close``: the trusted host ends a run."""
+    return f"lg.run.{_token(tenant, 'tenant')}.close"
+
+
+def lease_subject(tenant: str, run_id: str) -> str:
+    """``lg.lease.<tenant>.<run>``: the run's lease, one message (renewed, closed, or the
+    server's marker when it ran out)."""
+    return f"lg.lease.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}"
 
 
 def turn_subject(tenant: str, run_id: str) -> str:
@@ -138,6 +153,22 @@ def parse_run_open(subject: str) -> str:
     return parts[2]
 
 
+def parse_run_close(subject: str) -> str:
+    """The tenant of a run-close subject."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[:2] != ["lg", "run"] or parts[3] != "close":
+        raise NotACommandSubject(f"{subject[:200]!r} is not a run-close subject")
+    return parts[2]
+
+
+def parse_lease(subject: str) -> tuple[str, str]:
+    """The tenant and run of a lease subject."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[:2] != ["lg", "lease"]:
+        raise NotACommandSubject(f"{subject[:200]!r} is not a lease subject")
+    return parts[2], parts[3]
+
+
 def parse_turn(subject: str) -> tuple[str, str]:
     """(tenant, run) of a turn subject."""
     parts = subject.split(".")
@@ -174,6 +205,11 @@ def withdraw(tenant: str, run_id: str, intent_id: str, principal: str) -> str:
 
 
 WITHDRAW_ALL = "lg.withdraw.*.*.*.*"
+
+
+def withdraw_as(user: str) -> str:
+    """Every withdrawal ``user`` may ask for (in any tenant and run: a service's grant)."""
+    return f"lg.withdraw.*.*.*.{_token(user, 'user')}"
 
 
 def parse_withdraw(subject: str) -> Command:

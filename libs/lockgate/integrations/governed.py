@@ -23,8 +23,9 @@ What holds, whatever the framework:
   that answer.
 - A reviewer's edit is said truthfully: the call was replaced, and what the replacement
   did (``Outcome.replacement``).
-- ``close`` withdraws what the run left waiting, so no reviewer approves an effect
-  nobody waits for.
+- ``close`` ends the run and withdraws what it left waiting, so no reviewer approves an
+  effect nobody waits for; a run nobody uses for its lease (``lease_s``, an hour by
+  default) ends the same way, on the server, should the agent's process die.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ WAITING = frozenset({"pending_approval", "paused"})
 SETTLING = frozenset({"withdrawal_requested", "interruption_requested"})
 #: How long ``propose`` waits for a call that is settling (not one that waits for a person).
 SETTLE_S = 30.0
+#: How long a run may go unused before it ends (no turn opened, no call proposed).
+DEFAULT_LEASE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,12 @@ class GovernedRun:
         roles: Sequence[str] = (), data_classes: Sequence[str] | None = None,
         gateway: Gateway | None = None, run_id: str | None = None,
         credentials: str | Path | None = None, var_dir: Path | None = None,
+        lease_s: float | None = DEFAULT_LEASE_S,
     ) -> GovernedRun:
         """Open a run for one agent and its first turn.
+
+        ``lease_s``: the run ends when nobody used it that long (``None``: only ``close``
+        ends it); what it left waiting for a reviewer is then withdrawn.
 
         Without ``gateway``, connects to the local system (``lockgate.client.connect``)
         as the tenant's agent runtime (``agent-<tenant>``, or ``credentials``) and as the
@@ -155,7 +162,7 @@ class GovernedRun:
             run = await gateway.open_run(
                 tenant=tenant, actor=actor, context=context or {}, stage=stage, roles=tuple(roles),
                 data_classes=tuple(data_classes) if data_classes is not None else None,
-                capabilities=capabilities, run_id=run_id)
+                capabilities=capabilities, run_id=run_id, lease_s=lease_s)
             governed = cls(run, owned=owned)
             await governed.new_turn()
         except BaseException:
@@ -237,8 +244,13 @@ class GovernedRun:
         return Outcome(response)
 
     async def close(self, *, why: str = "the agent's run ended") -> None:
-        """Withdraw every call this run left waiting, then close a connection ``open`` made."""
+        """End the run (with the trusted host's connection: the server withdraws everything
+        it left waiting), else withdraw the calls this object saw waiting; then close a
+        connection ``open`` made."""
         try:
+            if self.run.gateway.host_nc is not None:
+                await self.run.close(why=why)
+                self.waiting.clear()
             for candidate_id in list(self.waiting):
                 latest = await self.run.response(candidate_id)
                 if latest is not None and latest.status in WAITING:

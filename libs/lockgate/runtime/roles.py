@@ -78,6 +78,7 @@ from lockgate.runtime.streams import (
     CATALOGUES_BUCKET,
     EVENTS,
     EXEC,
+    LEASES,
     LOCKS_BUCKET,
     PROGRESS_BUCKET,
     RESPONSES,
@@ -265,11 +266,12 @@ def _edge(
 
 
 def host_role(tenants: Sequence[str] | None = None) -> Role:
-    """The trusted host: opens runs (for ``tenants``, or for every tenant)."""
+    """The trusted host: opens and closes runs (for ``tenants``, or for every tenant)."""
+    scopes = _scopes(tenants)
     return _edge(
-        "host", (subjects.run_open_subject(t) if t != "*" else subjects.RUN_OPEN_ALL
-                 for t in _scopes(tenants)),
-        [_service(subjects.RUN_OPEN_ALL)], tenants=tenants,
+        "host", (*(subjects.run_open_subject(t) if t != "*" else subjects.RUN_OPEN_ALL for t in scopes),
+                 *(subjects.run_close_subject(t) if t != "*" else subjects.RUN_CLOSE_ALL for t in scopes)),
+        [_service(subjects.RUN_OPEN_ALL), _service(subjects.RUN_CLOSE_ALL)], tenants=tenants,
     )
 
 
@@ -386,10 +388,16 @@ def service_role(name: str, partitions: Partitions = SINGLE) -> Role:
     for bucket in spec.writes:
         publish += kv_write(bucket)
     for channel in (*spec.asks, *spec.publishes):
-        publish += channel.subjects
+        # A withdrawal names who asks for it in its last token: a service asks as itself.
+        publish += ((subjects.withdraw_as(name),) if channel is channels.WITHDRAW
+                    else channel.subjects)
     if channels.RESPONSE in spec.publishes:
         # Who stores responses reads a candidate's last one, to store only what is newer.
         publish.append(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSES_ALL}")
+    if channels.LEASE in spec.publishes:
+        # Who keeps runs' leases reads a lease before renewing it, and lists an ended
+        # run's responses (batched direct gets: the request names the subjects).
+        publish += (f"{JS_API}.DIRECT.GET.{LEASES}", f"{JS_API}.DIRECT.GET.{RESPONSES}")
     answers = (s for answer in spec.answers for s in answer.channel.subjects)
     subscribe = [*answers, subjects.status(spec.status_name), _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)

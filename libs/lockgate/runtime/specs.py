@@ -21,6 +21,7 @@ from lockgate.runtime.streams import (
     CANDIDATES,
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
+    LEASES,
     LOCKS_BUCKET,
     PROGRESS_BUCKET,
     REPORTS,
@@ -127,15 +128,20 @@ INTAKE = ServiceSpec(
         # A decision to allow or to ask a reviewer is not news to the model: what follows is.
         Consumer("intake-responses", "respond", MODEL_VISIBLE,
                  routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY, DecisionOutcome.PAUSE)),)),
+        # Runs' leases: a close, or the server's marker on a lease that ran out, ends a run
+        # (lockgate.intake.leases); what it left waiting is withdrawn.
+        Consumer("intake-run-ends", "lease", channel=channels.LEASE, stream=LEASES),
     ),
     appends=(EffectIntent.CandidateReceived, EffectIntent.CandidateRejected),
-    answers=(Answer(channels.RUN_OPEN, "open_run"), Answer(channels.TURN, "open_turn")),
+    answers=(Answer(channels.RUN_OPEN, "open_run"), Answer(channels.RUN_CLOSE, "close_run"),
+             Answer(channels.TURN, "open_turn")),
     # LG_BUDGETS: the flood limits (rates, in-flight caps) intake admits by.
     reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
     lists=(CAPABILITIES_BUCKET,),
     writes=(RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
-    asks=(channels.ADAPTER_DESCRIBE,),
-    publishes=(channels.RESPONSE,),
+    # A run's end withdraws what it left waiting: intake asks the executor, as ``intake``.
+    asks=(channels.ADAPTER_DESCRIBE, channels.WITHDRAW),
+    publishes=(channels.RESPONSE, channels.LEASE),
 )
 
 NORMALIZATION = ServiceSpec(

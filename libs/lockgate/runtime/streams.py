@@ -10,6 +10,8 @@ CANDIDATES = "LG_CANDIDATES"
 EXEC = "LG_EXEC"
 REPORTS = "LG_REPORTS"
 RESPONSES = "LG_RESPONSES"
+#: Runs' leases: one message per run, its TTL the lease; the server marks a lease that ran out.
+LEASES = "LG_LEASES"
 EVENTS = "LG_EVENTS"
 RUNS_BUCKET = "LG_RUNS"
 CATALOGUES_BUCKET = "LG_CATALOGUES"

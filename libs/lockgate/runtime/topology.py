@@ -41,6 +41,7 @@ from lockgate.runtime.streams import CAPABILITIES_BUCKET as CAPABILITIES_BUCKET
 from lockgate.runtime.streams import CATALOGUES_BUCKET as CATALOGUES_BUCKET
 from lockgate.runtime.streams import EVENTS as EVENTS
 from lockgate.runtime.streams import EXEC as EXEC
+from lockgate.runtime.streams import LEASES as LEASES
 from lockgate.runtime.streams import LOCKS_BUCKET as LOCKS_BUCKET
 from lockgate.runtime.streams import MCP as MCP
 from lockgate.runtime.streams import PROGRESS_BUCKET as PROGRESS_BUCKET
@@ -50,6 +51,9 @@ from lockgate.runtime.streams import RUNS_BUCKET as RUNS_BUCKET
 
 #: How long an entry of ``LG_LOCKS`` lives: a lock left by a crashed executor frees itself.
 LOCK_TTL_S = 300.0
+#: How long the server's marker of a run's lease that ran out stays (the run-ends durable
+#: reads it; the run's end is then on record in the runs bucket).
+LEASE_MARKER_TTL_S = 24 * 3600.0
 #: How long policy's progress checkpoint remembers denials (``LG_PROGRESS``).
 PROGRESS_TTL_S = 7 * 24 * 3600.0
 #: How long a budget window's counter lives (``LG_BUDGETS``): old windows expire.
@@ -138,6 +142,19 @@ def stream_configs(replicas: int = 1, partitions: Partitions = SINGLE) -> list[S
             allow_direct=True,
             max_msgs_per_subject=16,
             max_age=7 * 24 * 3600.0,
+        ),
+        # One message per run: its lease, whose TTL the server enforces, leaving a delete
+        # marker when it runs out (lockgate.intake.leases).
+        StreamConfig(
+            name=LEASES,
+            subjects=[subjects.LEASE_ALL],
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            duplicate_window=two_minutes,
+            allow_direct=True,
+            allow_msg_ttl=True,
+            subject_delete_marker_ttl=LEASE_MARKER_TTL_S,
+            max_msgs_per_subject=1,
         ),
         # Append-only; the latest record per subject is read by direct get.
         StreamConfig(name=MCP, subjects=["lg.mcp.rec.>"], storage=StorageType.FILE,

@@ -57,11 +57,15 @@ def create_app(settings: Settings) -> FastStream:
         tenant = subjects.parse_run_open(msg.raw_message.subject)
         return await answer(service.handlers.open_run(tenant, msg.body), log, "open run")
 
+    async def close_run(msg: Delivery) -> bytes:
+        tenant = subjects.parse_run_close(msg.raw_message.subject)
+        return await answer(service.handlers.close_run(tenant, msg.body), log, "close run")
+
     async def open_turn(msg: Delivery) -> bytes:
         tenant, run_id = subjects.parse_turn(msg.raw_message.subject)
         return await answer(service.handlers.open_turn(tenant, run_id, msg.body), log, "open turn")
 
-    add_answers(broker, SPEC, {"open_run": open_run, "open_turn": open_turn}, log)
+    add_answers(broker, SPEC, {"open_run": open_run, "close_run": close_run, "open_turn": open_turn}, log)
 
     async def on_candidate(msg: Delivery) -> None:
         raw = msg.raw_message
@@ -74,11 +78,22 @@ def create_app(settings: Settings) -> FastStream:
     async def on_visible_event(msg: Delivery) -> None:
         await service.handlers.respond(recorded_event(msg))
 
+    async def on_lease(msg: Delivery) -> None:
+        raw = msg.raw_message
+        await service.handlers.lease(raw.subject, raw.headers)
+
+    async def lease_given_up(msg: Delivery, why: Abandonment) -> None:
+        # Nothing of an intent's to record: a run whose end could not be acted on keeps
+        # its waiting candidates until their reviews expire (each has its own deadline).
+        log.error("the run end on %s was given up (%s: %s); its waiting candidates are left to "
+                  "their reviews' expiry", msg.raw_message.subject, why.durable, why.cause)
+
     # A candidate given up is intake's own refusal on the record (no intent exists yet).
-    abandon = {"candidate": unprocessable}
+    abandon = {"candidate": unprocessable, "lease": lease_given_up}
     # Read only when tracing is on: a candidate's trace id is the intent it is recorded on.
     trace = {"candidate": candidate_intent}
-    for consumer, entry in SPEC.subscriptions({"candidate": on_candidate, "respond": on_visible_event}):
+    for consumer, entry in SPEC.subscriptions({"candidate": on_candidate, "respond": on_visible_event,
+                                                  "lease": on_lease}):
         sub = Subscription(consumer, entry, abandon=abandon.get(consumer.reaction),
                            trace=trace.get(consumer.reaction))
         add_durable(broker, sub, log, service)

@@ -73,6 +73,8 @@ class Inputs:
     follows_how: str = ""
     #: A declared predecessor that is not a candidate of the run.
     unknown_predecessor: bool = False
+    #: Why the run ended (closed, or idle past its lease), when it has.
+    run_ended: str | None = None
 
     @property
     def target(self) -> str:
@@ -124,6 +126,8 @@ def assess(inputs: Inputs) -> Verdict:
         return Verdict(inputs.problem, detail=inputs.detail)
     if inputs.run is None:
         return Verdict("run.unknown")
+    if inputs.run_ended is not None:
+        return Verdict("run.ended", detail=safe_text(inputs.run_ended, DETAIL_MAX_CHARS))
     if inputs.catalogue is None:
         return Verdict("turn.unknown")
     if c.assembly_failure is not None:

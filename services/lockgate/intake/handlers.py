@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import msgspec
+from nats.errors import Error as NatsError
 from nats.js.errors import (
     APIError,
     InvalidKeyError,
@@ -25,9 +26,11 @@ from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
     Catalogue,
+    CloseRun,
     OpenRun,
     OpenTurn,
     Refusal,
+    RunClosed,
     RunContext,
     RunOpened,
     Tool,
@@ -35,8 +38,10 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.offer import Circumstances, alive, withheld_because
 from lockgate.contracts.subjects import (
+    NotACommandSubject,
     done_key,
     is_client_token,
+    parse_lease,
     refused_key,
     response_subject,
     run_key,
@@ -67,6 +72,7 @@ from lockgate.intake.domain import (
     reused,
     same_call,
 )
+from lockgate.intake.leases import Leases
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime import metrics
@@ -80,6 +86,9 @@ log = logging.getLogger("lockgate.intake")
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).
 _CATALOGUES_CACHED = 1024
+#: The shortest and longest lease a run may have (a second; thirty days).
+MIN_LEASE_S = 1.0
+MAX_LEASE_S = 30 * 24 * 3600.0
 #: Most capabilities a run may name as the ones its agent uses.
 MAX_RUN_CAPABILITIES = 256
 #: Turns whose catalogue key intake keeps in memory.
@@ -130,6 +139,7 @@ class IntakeHandlers:
         self.bundles = bundles
         self.limits = LimitLedger(ports.budgets, js=ports.js)
         self.budgets = BudgetLedger(ports.budgets, ports.js)
+        self.leases = Leases(ports.nc, ports.js, ports.runs)
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
         #: Turn entry → its catalogue's key, for turns this process opened or read.
         self._turns: OrderedDict[str, str] = OrderedDict()
@@ -158,6 +168,9 @@ class IntakeHandlers:
                 or not all(is_capability_name(name) for name in req.capabilities)):
             return msgspec.json.encode(Refusal(
                 "run.malformed", f"capabilities must be at most {MAX_RUN_CAPABILITIES} capability names"))
+        if req.lease_s is not None and not MIN_LEASE_S <= req.lease_s <= MAX_LEASE_S:
+            return msgspec.json.encode(Refusal(
+                "run.malformed", f"a lease is {MIN_LEASE_S:g} to {MAX_LEASE_S:g} seconds"))
         run = RunContext(
             run_id=run_id,
             tenant=tenant,
@@ -169,15 +182,46 @@ class IntakeHandlers:
             roles=tuple(req.roles),
             data_classes=tuple(req.data_classes) if req.data_classes is not None else None,
             capabilities=tuple(req.capabilities) if req.capabilities is not None else None,
+            lease_s=req.lease_s,
         )
         await self.ports.runs.put(run_key(tenant, run_id), msgspec.json.encode(run))
+        try:
+            await self.leases.start(run)
+        except (NatsError, TimeoutError) as exc:
+            return msgspec.json.encode(Refusal("service.unavailable", f"the run's lease: {exc}"[:200]))
         return msgspec.json.encode(RunOpened(run_id=run_id, tenant=tenant, actor=req.actor))
+
+    async def close_run(self, tenant: str, body: bytes) -> bytes:
+        """End a run (the trusted host's request): no turn or call after it, and every
+        candidate it left waiting withdrawn; the reply says what each became."""
+        try:
+            req = msgspec.json.decode(body, type=CloseRun)
+        except msgspec.MsgspecError as exc:
+            return msgspec.json.encode(Refusal("run.malformed", str(exc)[:200]))
+        run = await self.ports.run(tenant, req.run_id)
+        if run is None:
+            return msgspec.json.encode(Refusal("run.unknown"))
+        why = safe_text(req.why, 200)
+        await self.leases.close(tenant, run.run_id, why)
+        withdrawn = await self.leases.withdraw_waiting(tenant, run.run_id, f"closed: {why}" if why else "closed")
+        return msgspec.json.encode(RunClosed(run_id=run.run_id, withdrawn=withdrawn))
+
+    async def lease(self, subject: str, headers: dict[str, str] | None) -> None:
+        """A message of a run's lease (the run-ends durable): an end is recorded and acted on."""
+        try:
+            tenant, run_id = parse_lease(subject)
+        except NotACommandSubject:
+            return
+        await self.leases.on_lease(tenant, run_id, headers)
 
     async def open_turn(self, tenant: str, run_id: str, body: bytes) -> bytes:
         """Snapshot the catalogue offered in a new turn and return it."""
         run = await self.ports.run(tenant, run_id)
         if run is None:
             return msgspec.json.encode(Refusal("run.unknown"))
+        ended = await self.leases.ended(run)
+        if ended is not None:
+            return msgspec.json.encode(Refusal("run.ended", ended[:200]))
         try:
             req = msgspec.json.decode(body or b"{}", type=OpenTurn)
         except msgspec.MsgspecError as exc:
@@ -443,6 +487,7 @@ class IntakeHandlers:
         run = await self.ports.run(read.tenant, c.run_id) if read.problem is None else None
         digest_, catalogue, contract = None, None, None
         known_tool, follows = False, Link()
+        ended = await self.leases.ended(run) if run is not None and lookup else None
         if run is not None and lookup:
             (digest_, catalogue), follows = await asyncio.gather(
                 self._turn_catalogue(read.tenant, c.run_id, c.turn_id), self._link(read, intent_id))
@@ -468,6 +513,7 @@ class IntakeHandlers:
             known_tool=known_tool,
             follows=follows.intent_id,
             follows_how=follows.how,
+            run_ended=ended,
             unknown_predecessor=follows.unknown,
         )
 
