@@ -122,7 +122,9 @@ async def test_a_reviewers_edit_is_said_truthfully(
     edited = await reviewer.edit_review(tenant=TENANT, candidate_id=waiting.candidate_id,
                                         review_id=review.review_id, digest=review.digest,
                                         arguments=note("Escalated."), reason="no personal data")
-    # The edit is judged again: it waits for its own approval.
+    # The edit is judged again: it waits for its own approval. (The original's answer
+    # follows the edit's record by a moment.)
+    await run.run.wait(waiting.candidate_id, past="pending_approval")
     replaced = await run.resume(NOTE, note("Customer Jane Doe, DOB 1970-01-01, escalated."),
                                 call_id="call_edit_1")
     assert replaced.status == "replaced" and replaced.replacement is not None
@@ -153,6 +155,23 @@ async def test_closing_the_run_withdraws_what_it_left_waiting(
                                      review_id=review.review_id, digest=review.digest, approve=True)
     assert late.value.code == "review.closed"
     assert len(world.ledger()) == before
+
+
+async def test_a_detached_run_keeps_its_waiting_calls_for_a_later_process(
+    system: System, gw: Gateway, reviewer: Gateway, world: World,
+) -> None:
+    before = len(world.ledger())
+    other = await system.gateway(TENANT)
+    run = await GovernedRun.open(tenant=TENANT, actor="user-42", context={"case_id": "case-sensitive"},
+                                 capabilities=[NOTE], gateway=other)
+    waiting = await run.propose(NOTE, note("Handed over."), call_id="call_detach_1")
+    run.owned = other  # as if open() had made the connection
+    await run.detach()
+    assert other.nc.is_closed
+    await approve(system, reviewer, waiting.candidate_id)
+    later = await GovernedRun.attach(tenant=TENANT, run_id=run.run_id, gateway=gw)
+    done = await later.resume(NOTE, note("Handed over."), call_id="call_detach_1", wait_s=20)
+    assert done.executed and [w["intent_id"] for w in world.ledger()[before:]] == [waiting.candidate_id]
 
 
 async def test_open_finds_the_running_system_and_its_users(system: System, world: World) -> None:

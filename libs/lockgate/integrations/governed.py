@@ -261,6 +261,17 @@ class GovernedRun:
                 await self.owned.close()
                 self.owned = None
 
+    async def detach(self) -> None:
+        """Close a connection ``open`` or ``attach`` made and leave the run as it is.
+
+        For a host that hands a paused run to another process (or to a later resume):
+        what waits for a reviewer keeps waiting, until the run is closed or its lease
+        runs out. ``close`` is the end of the run.
+        """
+        if self.owned is not None:
+            await self.owned.close()
+            self.owned = None
+
     async def __aenter__(self) -> GovernedRun:
         return self
 
