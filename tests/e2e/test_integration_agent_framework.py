@@ -23,7 +23,7 @@ from typing import Any
 from agent_framework import Agent, AgentResponse, AgentSession, Message, tool
 
 from lockgate.client.sdk import Gateway
-from lockgate.integrations import GovernedRun
+from lockgate.integrations import GovernedRun, Outcome
 from lockgate.integrations.agent_framework import (
     PAUSE_KEY,
     Lockgate,
@@ -51,10 +51,10 @@ def env_for(system: System) -> dict[str, str]:
     return environment
 
 
-async def review(system: System, verb: str, candidate_id: str) -> None:
-    """``lockgate review approve|deny <candidate> --tenant tenant-a --as alice``, as a process."""
+async def review(system: System, verb: str, candidate_id: str, *more: str) -> None:
+    """``lockgate review approve|deny|edit <candidate> --tenant tenant-a --as alice``, as a process."""
     command = [str(Path(sys.executable).parent / "lockgate"), "review", verb, candidate_id,
-               "--tenant", TENANT, "--as", "alice", "--why", f"{verb} in a test"]
+               "--tenant", TENANT, "--as", "alice", "--why", f"{verb} in a test", *more]
     for _ in range(40):  # the review is requested a moment after the call is answered
         done = await asyncio.to_thread(subprocess.run, command, env=env_for(system), capture_output=True,
                                        text=True, timeout=60)
@@ -69,6 +69,15 @@ class Governed:
 
     def __init__(self, governed: GovernedRun, calls: list[ScriptedCall], **lockgate: float) -> None:
         self.governed = governed
+        #: Every (tool, argument text, call id) the integration proposed, resumes included.
+        self.proposed: list[tuple[str, str, str]] = []
+        propose = governed.propose
+
+        async def recorded(tool: str, arguments: str, *, call_id: str, **options: float) -> Outcome:
+            self.proposed.append((tool, arguments, call_id))
+            return await propose(tool, arguments, call_id=call_id, **options)
+
+        governed.propose = recorded  # type: ignore[method-assign]
         self.lockgate = Lockgate(governed, **lockgate)
         self.model = ScriptedChatClient(calls)
         self.agent = Agent(client=self.model, instructions="You keep case notes.",
@@ -140,7 +149,7 @@ async def test_a_rejected_call_is_the_models_to_read(gw: Gateway, world: World) 
     g = await governed_agent(gw, "case-123", note(""), "call_af_bad_1")
     response = await g.run()
     (seen,) = g.seen()
-    assert seen["status"] == "rejected" and seen["code"] == "argument.note.empty"
+    assert seen["status"] == "rejected" and seen["code"] == "argument.note.empty" and seen["field"] == "note"
     assert not response.user_input_requests  # a refusal is a tool result, not a failed run
     assert len(world.ledger()) == before
 
@@ -177,6 +186,8 @@ async def test_a_review_pauses_the_agent_and_an_approval_resumes_it_once(
     (seen,) = g.seen()
     assert seen["status"] == "executed"
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate]
+    # Proposed, resumed early, resumed: one call, the same id and bytes each time.
+    assert g.proposed == [(NOTE, '{"note":"Refund agreed."}', "call_af_review_1")] * 3
 
 
 async def test_a_denied_review_is_what_the_resumed_model_reads(
@@ -191,6 +202,7 @@ async def test_a_denied_review_is_what_the_resumed_model_reads(
     await g.run(g.lockgate.resume(g.session))
     (seen,) = g.seen()
     assert seen["status"] == "unavailable"
+    assert g.proposed == [(NOTE, '{"note":"Close everything."}', "call_af_review_2")] * 2
     assert len(world.ledger()) == before
 
 
@@ -210,6 +222,24 @@ async def test_the_hosts_no_only_asks_lockgate(system: System, gw: Gateway, worl
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate]
 
 
+async def test_a_reviewers_edit_is_what_the_model_reads(system: System, gw: Gateway, world: World) -> None:
+    before = len(world.ledger())
+    g = await governed_agent(gw, "case-sensitive", note("Customer Jane Doe, DOB 1970-01-01."),
+                             "call_af_edit_1", resume_wait_s=0)
+    candidate = paused_on(await g.run())
+    await review(system, "edit", candidate, "--arguments", note("Customer escalated."))
+    # The edited call is judged again: the agent pauses on it, the original never runs.
+    edited = paused_on(await g.run(g.lockgate.resume(g.session)))
+    assert edited != candidate and g.model.seen == []
+    await review(system, "approve", edited)
+    g.lockgate.resume_wait_s = 20
+    await g.run(g.lockgate.resume(g.session))
+    (seen,) = g.seen()
+    assert seen["status"] == "replaced" and seen["replacement"]["status"] == "executed"
+    assert [w["intent_id"] for w in world.ledger()[before:]] == [edited]
+    assert world.notes("case-sensitive")[-1] == "Customer escalated."
+
+
 async def test_a_pause_resumed_twice_is_one_effect(system: System, gw: Gateway, world: World) -> None:
     before = len(world.ledger())
     g = await governed_agent(gw, "case-sensitive", note("Twice resumed."), "call_af_review_4")
@@ -223,13 +253,14 @@ async def test_a_pause_resumed_twice_is_one_effect(system: System, gw: Gateway, 
         await other.run(other.lockgate.resume(other.session))
         (seen,) = other.seen()
         assert seen["status"] == "executed"
+        assert other.proposed == [(NOTE, '{"note":"Twice resumed."}', "call_af_review_4")]
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate]
 
 
 AGENT = textwrap.dedent('''
     import asyncio, json, sys
     from agent_framework import Agent, AgentSession
-    from lockgate.integrations import GovernedRun
+    from lockgate.integrations import GovernedRun, Outcome
     from lockgate.integrations.agent_framework import Lockgate, ScriptedCall, ScriptedChatClient
 
     async def main(mode: str, path: str) -> None:

@@ -118,7 +118,7 @@ class Lockgate:
         self.resume_wait_s = resume_wait_s
         self._names = tool_names(governed.tools)
         self._middleware: list[AgentMiddleware | FunctionMiddleware] = [
-            _AskLockgate(self), _ProposeToLockgate(self)]
+            _AskLockgate(), _ProposeToLockgate(self)]
 
     @classmethod
     async def attach(cls, session: AgentSession, *, gateway: Gateway | None = None,
@@ -243,9 +243,6 @@ class Lockgate:
         return Content.from_function_approval_request(id=request_id, function_call=call,
                                                       additional_properties={PAUSE_KEY: named})
 
-    def _waiting_ids(self, session: AgentSession | None) -> set[str]:
-        return set(_pauses(session)) if session is not None else set()
-
 
 class _ProposeToLockgate(FunctionMiddleware):
     """Answers every tool call with Lockgate's answer; the function itself never runs."""
@@ -265,11 +262,8 @@ class _AskLockgate(AgentMiddleware):
     into running the function; either way only Lockgate knows what became of the call.
     """
 
-    def __init__(self, lockgate: Lockgate) -> None:
-        self.lockgate = lockgate
-
     async def process(self, context: AgentContext, call_next: Callable[[], Awaitable[None]]) -> None:
-        ours = self.lockgate._waiting_ids(context.session)
+        ours = set(_pauses(context.session))
         context.messages = [_asking(message, ours) for message in context.messages]
         await call_next()
 
@@ -281,8 +275,8 @@ def _asking(message: Message, ours: set[str]) -> Message:
     if all(new is old for new, old in zip(contents, message.contents, strict=True)):
         return message
     return Message(role=message.role, contents=contents, author_name=message.author_name,
-                   message_id=message.message_id,
-                   additional_properties=dict(message.additional_properties))
+                   message_id=message.message_id, additional_properties=dict(message.additional_properties),
+                   raw_representation=message.raw_representation)
 
 
 def _answers_a_pause(content: Content, ours: set[str]) -> bool:
