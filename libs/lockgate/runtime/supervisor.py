@@ -555,9 +555,10 @@ class _AdapterIntake:
     users, permissions, imports and exports in place, keeping every connection; but an
     account added by a reload may not yet see the export another account gained in the
     same reload (measured on 2.15: a JetStream API import of the new account had no
-    responders until a second reload). So it checks the new users the way their adapter
-    will use them (connect, then ask JetStream through the account's import) and reloads
-    again until they can, then lists them in ``run.json``, which is what ``lockgate adapter
+    responders until a second reload, while the services reached the new account's
+    requests after the first). So it checks the new users the way their adapter will use
+    them (connect, then ask JetStream through the account's import) and reloads again until
+    they can, then lists them in ``run.json``, which is what ``lockgate adapter
     serve`` waits for. No service keeps a list of adapters: they find capabilities in the
     capabilities bucket, and reach adapters through imports the reload made.
     """
