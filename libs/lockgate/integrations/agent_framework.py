@@ -183,12 +183,11 @@ class Lockgate:
         return Message(role="user", contents=answers) if answers else None
 
     async def detach(self) -> None:
-        """Close this process's connection, leaving paused calls for the reviewer.
+        """Close this process's connection, leaving paused calls for the reviewer and a resume.
 
-        ``GovernedRun.close`` withdraws them instead: use it when the agent's run is over.
+        ``GovernedRun.close`` ends the run and withdraws them: use it when the agent is done.
         """
-        self.governed.waiting.clear()
-        await self.governed.close()
+        await self.governed.detach()
 
     async def answer(self, context: FunctionInvocationContext) -> None:
         """Answer one tool call with Lockgate's answer: what the function middleware does.
