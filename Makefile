@@ -10,7 +10,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster test test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
+.PHONY: install run cluster test test-adk test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
 
 install: $(STAMP)
 
@@ -36,6 +36,24 @@ cluster: $(STAMP)
 # take about 10 minutes where one after the other took 17.
 test: $(STAMP) prerequisites
 	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS)
+	$(MAKE) --no-print-directory test-adk
+
+# Google's Agent Development Kit pins google-genai below 3 and OpenTelemetry below the dev
+# tools' versions, so its integration is checked and tested in an environment of its own:
+# Lockgate, the kit and the test runner, nothing else (`make test` runs it).
+ADK_VENV = .venv-adk
+ADK_STAMP = $(ADK_VENV)/.installed
+ADK_FILES = libs/lockgate/integrations/google_adk.py tests/e2e/test_integration_google_adk.py
+
+$(ADK_STAMP): pyproject.toml
+	$(PY) -m venv $(ADK_VENV)
+	$(ADK_VENV)/bin/python -m pip install --upgrade pip
+	$(ADK_VENV)/bin/python -m pip install -e ".[google-adk]" "pytest>=8" "pytest-asyncio>=0.24" "mypy>=1.10"
+	touch $@
+
+test-adk: $(ADK_STAMP) prerequisites
+	cd libs && ../$(ADK_VENV)/bin/mypy --strict --config-file ../pyproject.toml lockgate/integrations/google_adk.py
+	$(ADK_VENV)/bin/pytest -q tests/e2e/test_integration_google_adk.py
 
 # Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
 # pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.runtime.postgres
