@@ -386,3 +386,24 @@ async def test_a_function_that_raises_after_the_boundary_leaves_the_outcome_to_t
     with pytest.raises(ConnectionResetError):
         await comment.adapter().execute(order({"ticket_id": "T-1", "text": "hi"}), boundary)
     assert boundary.crossed and crossings.crossed == 1
+
+
+async def test_a_context_argument_becomes_the_type_the_function_takes() -> None:
+    seen: list[object] = []
+
+    @capability("board.post", resource=("Board", "board"), description="Post on the board.")
+    def post(board: Annotated[int, Context("board_id")], text: str) -> None:
+        seen.append(board)
+
+    normalized = normalize(post, {"text": "hi"}, board_id="7")
+    assert normalized.arguments == {"text": "hi", "board": "7"}  # the record keeps the text
+    await post.adapter().execute(order(normalized.arguments), Crossings().boundary())
+    assert seen == [7]
+
+    class Client:
+        pass
+
+    with pytest.raises(DeclarationError, match="'client'"):
+        @capability("board.post", description="x")
+        def opaque(client: Annotated[Client, Context()]) -> None:
+            return None

@@ -216,8 +216,17 @@ def _params(
                 raise DeclarationError(
                     qualname, "a context argument takes its value from the run; a default would "
                               "hide a run that lacks it", name)
+            convert = ctx.convert
+            if convert is None:
+                try:
+                    # The context is text; the function's type says what it becomes ("7"
+                    # for an int), as pydantic's lax mode reads it.
+                    convert = TypeAdapter(hint).validate_python
+                except PydanticUserError as exc:
+                    raise DeclarationError(qualname, "its type cannot be read from the context's "
+                                                     "text: give Context(convert=...)", name) from exc
             params.append(Param(name, "context", hint, positional_only=positional,
-                                key=ctx.key or name, convert=ctx.convert))
+                                key=ctx.key or name, convert=convert))
         elif _INTENT_KEY in meta:
             params.append(Param(name, "intent_key", hint, positional_only=positional))
         elif inspect.isclass(hint) and issubclass(hint, SendBoundary):
