@@ -240,6 +240,19 @@ async def test_a_reviewers_edit_is_what_the_model_reads(system: System, gw: Gate
     assert world.notes("case-sensitive")[-1] == "Customer escalated."
 
 
+async def test_a_resume_after_the_run_ended_tells_the_model_it_was_withdrawn(
+    system: System, gw: Gateway, world: World,
+) -> None:
+    before = len(world.ledger())
+    g = await governed_agent(gw, "case-sensitive", note("Nobody waits for this."), "call_af_ended_1")
+    paused_on(await g.run())
+    await g.governed.close(why="the user left")  # the host ends the run: Lockgate withdraws the call
+    await g.run(g.lockgate.resume(g.session))
+    (seen,) = g.seen()
+    assert seen["status"] == "withdrawn"
+    assert len(world.ledger()) == before
+
+
 async def test_a_pause_resumed_twice_is_one_effect(system: System, gw: Gateway, world: World) -> None:
     before = len(world.ledger())
     g = await governed_agent(gw, "case-sensitive", note("Twice resumed."), "call_af_review_4")
