@@ -24,6 +24,7 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
+from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import Field
@@ -84,10 +85,12 @@ async def governed(gw: Gateway, case: str) -> GovernedRun:
 class Agent:
     """One agent on one LangGraph thread, with a checkpointer so it can pause."""
 
-    def __init__(self, run: GovernedRun, model: ScriptedModel, **options: Any) -> None:
+    def __init__(self, run: GovernedRun, model: ScriptedModel, tools: Sequence[BaseTool] = (),
+                 **options: Any) -> None:
         self.model = model
         self.middleware = LockgateMiddleware(run, **options)
-        self.graph = create_agent(model, middleware=[self.middleware], checkpointer=InMemorySaver())
+        self.graph = create_agent(model, tools=list(tools), middleware=[self.middleware],
+                                  checkpointer=InMemorySaver())
         self.config: Any = {"configurable": {"thread_id": run.run_id}}
 
     async def ask(self, text: str = "Note the call on the case.") -> dict[str, Any]:
@@ -147,6 +150,66 @@ async def test_a_call_is_proposed_and_its_result_is_what_the_model_reads(gw: Gat
     assert [w["intent_id"] for w in world.ledger()[before:]] == [again.candidate_id]
 
 
+async def test_the_models_raw_argument_text_is_what_is_proposed(gw: Gateway, world: World) -> None:
+    raw = '{ "note" : "Raw text." }'
+    call = AIMessage(content="", tool_calls=[
+        {"name": OFFERED, "args": {"note": "Raw text."}, "id": "call_lc_raw", "type": "tool_call"}],
+        additional_kwargs={"tool_calls": [{"id": "call_lc_raw", "type": "function",
+                                           "function": {"name": OFFERED, "arguments": raw}}]})
+    run = await governed(gw, "case-123")
+    before = len(world.ledger())
+    await Agent(run, scripted(call)).ask()
+    again = await run.propose(NOTE, raw, call_id="call_lc_raw")  # the provider's bytes: same intent
+    assert again.executed
+    other = await run.propose(NOTE, json.dumps({"note": "Raw text."}), call_id="call_lc_raw")
+    assert other.refused  # other bytes under the same call id are not that call
+    assert [w["intent_id"] for w in world.ledger()[before:]] == [again.candidate_id]
+
+
+async def test_an_agents_own_tools_are_governed_by_name_and_the_rest_is_closed(
+    gw: Gateway, world: World,
+) -> None:
+    ran: list[str] = []
+
+    @tool
+    def add_note(note: str) -> str:
+        """Add a note to the case."""
+        ran.append("add_note")
+        return "noted without Lockgate"
+
+    @tool
+    def lookup(case_id: str) -> str:
+        """Look a case up (reads only)."""
+        ran.append("lookup")
+        return "open"
+
+    @tool
+    def delete_case(case_id: str) -> str:
+        """Delete a case."""
+        ran.append("delete_case")
+        return "deleted without Lockgate"
+
+    calls = AIMessage(content="", tool_calls=[
+        {"name": "lookup", "args": {"case_id": "case-123"}, "id": "call_lc_look", "type": "tool_call"},
+        {"name": "add_note", "args": {"note": "Own tool."}, "id": "call_lc_own", "type": "tool_call"},
+        {"name": "delete_case", "args": {"case_id": "case-123"}, "id": "call_lc_del", "type": "tool_call"},
+    ])
+    run = await governed(gw, "case-123")
+    agent = Agent(run, scripted(calls), tools=[add_note, lookup, delete_case],
+                  names={"add_note": NOTE}, ungoverned=["lookup"])
+    before = len(world.ledger())
+    await agent.ask()
+    # Offered: the ungoverned tool, and the catalogue's entry under the agent's own name.
+    assert sorted(agent.model.offered[0]) == ["add_note", "lookup"]
+    assert ran == ["lookup"]  # neither governed function ran in LangChain
+    shown = {m.tool_call_id: m for m in agent.model.tool_results()}
+    assert shown["call_lc_look"].content == "open"
+    assert content(shown["call_lc_own"])["status"] == "executed"
+    assert shown["call_lc_del"].status == "error"  # not offered: Lockgate refuses it
+    assert content(shown["call_lc_del"])["status"] == "rejected"
+    assert len(world.ledger()[before:]) == 1
+
+
 async def test_a_rejected_call_is_the_models_to_read_and_the_run_goes_on(gw: Gateway, world: World) -> None:
     run = await governed(gw, "case-123")
     agent = Agent(run, scripted(add_note("", "call_lc_empty")))
@@ -196,6 +259,30 @@ async def test_a_review_pauses_the_agent_and_only_lockgates_approval_runs_it(
     # Resumed twice: the run is over, and nothing runs again.
     await agent.resume({"type": "approve"})
     assert [w["intent_id"] for w in world.ledger()[before:]] == [waiting["candidate_id"]]
+
+
+async def test_two_calls_waiting_at_once_are_two_pauses_answered_each_by_lockgate(
+    system: System, gw: Gateway, world: World,
+) -> None:
+    calls = AIMessage(content="", tool_calls=[
+        {"name": OFFERED, "args": {"note": "First."}, "id": "call_lc_two_a", "type": "tool_call"},
+        {"name": OFFERED, "args": {"note": "Second."}, "id": "call_lc_two_b", "type": "tool_call"},
+    ])
+    run = await governed(gw, "case-sensitive")
+    agent = Agent(run, scripted(calls))
+    before = len(world.ledger())
+    state = await agent.ask()
+    paused = {i.value["tool_call_id"]: i for i in state["__interrupt__"]}
+    assert sorted(paused) == ["call_lc_two_a", "call_lc_two_b"]
+    cli_review(system, "approve", paused["call_lc_two_a"].value["candidate_id"])
+    cli_review(system, "deny", paused["call_lc_two_b"].value["candidate_id"])
+    await written(world, before)
+    state = await agent.resume({i.id: {"type": "approve"} for i in paused.values()})
+    assert not interrupts(state)
+    shown = {m.tool_call_id: content(m)["status"] for m in agent.model.tool_results()}
+    assert shown == {"call_lc_two_a": "executed", "call_lc_two_b": "unavailable"}
+    assert [w["intent_id"] for w in world.ledger()[before:]] == [
+        paused["call_lc_two_a"].value["candidate_id"]]
 
 
 async def test_a_denied_review_is_what_the_resume_tells_the_model(

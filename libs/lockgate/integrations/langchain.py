@@ -127,6 +127,8 @@ class RawArguments(TypedDict):
 class LockgateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Every tool call of a ``create_agent`` agent proposed to Lockgate, never run by LangChain.
 
+    One middleware (and one agent) per run: each model step opens the run's next turn.
+
     Args:
         governed: the run, opened by the trusted host (``GovernedRun.open``), or taken up
             in a new process (``GovernedRun.attach``).
