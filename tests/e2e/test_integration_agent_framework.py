@@ -353,3 +353,4 @@ async def test_the_quickstart_runs_as_written(system: System, world: World, tmp_
     assert done.returncode == 0, done.stderr
     assert '"status": "executed"' in done.stdout
     assert len(world.ledger()) == before + 1 and world.ledger()[-1]["case_id"] == "case-123"
+    assert world.notes("case-123")[-1] == "Customer called back."
