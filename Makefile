@@ -10,7 +10,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster test test-adk test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
+.PHONY: install run cluster docs test test-adk test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
 
 install: $(STAMP)
 
@@ -120,6 +120,10 @@ bench-cluster: $(STAMP)
 # Every profile in one run: the single server's whole benchmark, then both cluster profiles.
 bench-all: $(STAMP)
 	$(BIN)/python -m bench --profile all
+
+# The documentation site, from docs/ (mkdocs.yml): every page, link and anchor must resolve.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check libs services tests bench

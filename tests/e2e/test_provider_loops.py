@@ -262,7 +262,7 @@ async def test_an_unknown_item_is_recorded_with_its_cause(system: System, gw: Ga
     assert rejected.reason == "provider.unknown-item"
 
 
-# --- the loops the README shows, run as written --------------------------------------
+# --- the loops the documentation shows (docs/agent-runtimes.md), run as written --------------------------------------
 
 
 def finished(provider: str) -> bytes:
@@ -335,7 +335,7 @@ def test_the_docs_quote_the_examples_verbatim() -> None:
 
     import lockgate.client.providers.examples as module
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "agent-runtimes.md").read_text()
     doc = readme.split("## Where agents plug in", 1)[1].split("\n## ", 1)[0]
     source = Path(module.__file__).read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)

@@ -4,8 +4,8 @@ an adapter set that would leave a demo adapter without its user, a port that is 
 Two runs, each with its own var directory and neither given a port, both become ready:
 every port either follows the run's settings or is a free one it prints, each console
 answers for its own system only, and an MCP front door given nothing but a var directory
-reaches that run's broker. One of the two runs with the README's ``LOCKGATE_ADAPTERS``
-example, taken from the README itself so that the two cannot drift apart.
+reaches that run's broker. One of the two runs with the documentation's ``LOCKGATE_ADAPTERS``
+example, taken from docs/capabilities.md itself so that the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ READY_WITHIN_S = 240.0
 
 
 def readme_adapters() -> dict[str, list[str]]:
-    """The ``LOCKGATE_ADAPTERS`` example of the README's "Writing a capability" section."""
-    text = (REPO / "README.md").read_text()
+    """The ``LOCKGATE_ADAPTERS`` example of the documentation's "Writing a capability" page."""
+    text = (REPO / "docs" / "capabilities.md").read_text()
     found = re.search(r"`LOCKGATE_ADAPTERS` \(JSON, e\.g\.\s*`(\{[^`]+\})`", text)
-    assert found is not None, "the README lost its LOCKGATE_ADAPTERS example"
+    assert found is not None, "docs/capabilities.md lost its LOCKGATE_ADAPTERS example"
     adapters = json.loads(found.group(1))
     assert isinstance(adapters, dict)
     return adapters
@@ -144,7 +144,7 @@ async def test_a_front_door_port_taken_is_a_configuration_error(tmp_path: Path) 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def runs(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Run, Run]]:
-    """Two runs, neither given a port, started together; the second with the README's adapters."""
+    """Two runs, neither given a port, started together; the second with the documentation's adapters."""
     first, second = (tmp_path_factory.mktemp(name) / "var" for name in ("first", "second"))
     pair = (
         await start_run(first, env=environment(first)),

@@ -1,4 +1,4 @@
-"""The README's adapter is complete: its code block, as printed, serves a capability, and
+"""The documentation's adapter (docs/capabilities.md) is complete: its code block, as printed, serves a capability, and
 the command under it is the one that serves a module's capability functions."""
 
 from __future__ import annotations
@@ -16,27 +16,26 @@ from lockgate.client.cli import parser
 from lockgate.contracts.messages import ExecutionOrder, NormalizeRequest, QueryRequest
 from lockgate.runtime.topology import ensure_topology
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "capabilities.md"
 
 
 def section() -> str:
-    text = README.read_text()
-    return text[text.index("## Writing a capability and its adapter"):text.index("## The read side")]
+    return PAGE.read_text()
 
 
-def readme_adapter() -> dict[str, Any]:
+def page_adapter() -> dict[str, Any]:
     section_text = section()
     code = re.search(r"```python\n(.*?)```", section_text, re.DOTALL)
-    assert code is not None, "the README lost its adapter example"
+    assert code is not None, "docs/capabilities.md lost its adapter example"
     assert len(code.group(1).splitlines()) <= 40
-    namespace: dict[str, Any] = {"__name__": "readme_adapter"}
-    exec(compile(code.group(1), str(README), "exec"), namespace)  # noqa: S102 - our own README
+    namespace: dict[str, Any] = {"__name__": "page_adapter"}
+    exec(compile(code.group(1), str(PAGE), "exec"), namespace)  # noqa: S102 - our own docs
     return namespace
 
 
-async def test_the_readme_adapter_serves_its_capability(nc: Client) -> None:
+async def test_the_page_adapter_serves_its_capability(nc: Client) -> None:
     await ensure_topology(nc.jetstream())
-    example = readme_adapter()
+    example = page_adapter()
     comment = example["comment"]
     assert isinstance(comment, CapabilityFunction) and comment.has_query
     stop, ready = asyncio.Event(), asyncio.Event()
@@ -76,9 +75,9 @@ async def test_the_readme_adapter_serves_its_capability(nc: Client) -> None:
     assert done.result == {"comment_id": "c1"} and example["COMMENTS"] == {"k": {"comment_id": "c1"}}
 
 
-def test_the_readme_command_serves_the_module() -> None:
+def test_the_pages_command_serves_the_module() -> None:
     command = re.search(r"```bash\n(lockgate adapter serve [^\n#]+?)\s*(#[^\n]*)?\n```", section())
-    assert command is not None, "the README lost its serve command"
+    assert command is not None, "docs/capabilities.md lost its serve command"
     words = command.group(1).split()
     args = parser().parse_args(words[1:])
     assert (args.command, args.adapter_command, args.target) == ("adapter", "serve", "tickets")
