@@ -29,7 +29,6 @@ from lockgate.integrations.agent_framework import (
     Lockgate,
     ScriptedCall,
     ScriptedChatClient,
-    arguments_text,
 )
 from lockgate.runtime.deployment import RunInfo, write_run_info
 from lockgate.testing.system import System
@@ -117,7 +116,8 @@ async def test_an_executed_call_is_one_write_and_the_model_reads_the_result(
     assert seen["status"] == "executed" and "untrusted_data" in seen["result"]
     assert not response.user_input_requests and "executed" in response.text
     # The same call asked again is the same intent: its candidate is the one that wrote.
-    again = await g.governed.resume(NOTE, arguments_text({"note": "Called back."}), call_id="call_af_exec_1")
+    assert g.proposed == [(NOTE, note("Called back."), "call_af_exec_1")]  # the model's own text
+    again = await g.governed.resume(NOTE, note("Called back."), call_id="call_af_exec_1")
     assert [w["intent_id"] for w in world.ledger()[before:]] == [again.candidate_id]
 
 
@@ -154,6 +154,31 @@ async def test_a_rejected_call_is_the_models_to_read(gw: Gateway, world: World) 
     assert len(world.ledger()) == before
 
 
+async def test_the_model_s_own_argument_text_is_what_lockgate_judges(gw: Gateway, world: World) -> None:
+    """The framework parses a duplicate key away; Lockgate sees the text the model sent."""
+    before = len(world.ledger())
+    sent = '{"note": "harmless", "note": "what runs"}'
+    g = await governed_agent(gw, "case-123", sent, "call_af_dup_1")
+    await g.run()
+    (seen,) = g.seen()
+    assert seen["status"] == "rejected"  # parsed, it would have been a valid note that runs
+    assert g.proposed == [(NOTE, sent, "call_af_dup_1")]
+    assert len(world.ledger()) == before
+
+
+async def test_a_streamed_run_proposes_the_models_text_too(gw: Gateway, world: World) -> None:
+    before = len(world.ledger())
+    g = await governed_agent(gw, "case-123", note("Streamed."), "call_af_stream_1")
+    stream = g.agent.run("Add the note.", session=g.session, stream=True)
+    async for _ in stream:
+        pass
+    await stream.get_final_response()
+    (seen,) = g.seen()
+    assert seen["status"] == "executed"
+    assert g.proposed == [(NOTE, note("Streamed."), "call_af_stream_1")]
+    assert len(world.ledger()) == before + 1
+
+
 async def test_a_denied_call_never_shows_the_internal_reason(gw: Gateway, world: World) -> None:
     before = len(world.ledger())
     g = await governed_agent(gw, "case-closed", note("Reopen it."), "call_af_denied_1")
@@ -187,7 +212,7 @@ async def test_a_review_pauses_the_agent_and_an_approval_resumes_it_once(
     assert seen["status"] == "executed"
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate]
     # Proposed, resumed early, resumed: one call, the same id and bytes each time.
-    assert g.proposed == [(NOTE, '{"note":"Refund agreed."}', "call_af_review_1")] * 3
+    assert g.proposed == [(NOTE, note("Refund agreed."), "call_af_review_1")] * 3
 
 
 async def test_a_denied_review_is_what_the_resumed_model_reads(
@@ -202,7 +227,7 @@ async def test_a_denied_review_is_what_the_resumed_model_reads(
     await g.run(g.lockgate.resume(g.session))
     (seen,) = g.seen()
     assert seen["status"] == "unavailable"
-    assert g.proposed == [(NOTE, '{"note":"Close everything."}', "call_af_review_2")] * 2
+    assert g.proposed == [(NOTE, note("Close everything."), "call_af_review_2")] * 2
     assert len(world.ledger()) == before
 
 
@@ -266,7 +291,7 @@ async def test_a_pause_resumed_twice_is_one_effect(system: System, gw: Gateway, 
         await other.run(other.lockgate.resume(other.session))
         (seen,) = other.seen()
         assert seen["status"] == "executed"
-        assert other.proposed == [(NOTE, '{"note":"Twice resumed."}', "call_af_review_4")]
+        assert other.proposed == [(NOTE, note("Twice resumed."), "call_af_review_4")]
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate]
 
 

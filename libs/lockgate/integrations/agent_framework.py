@@ -22,10 +22,11 @@ name) from the catalogue instead; their bodies never run.
 
 How it plugs in (agent-framework-core 1.26): a ``FunctionMiddleware`` that never calls
 ``call_next`` and sets ``context.result``; the call id is ``context.metadata["call_id"]``
-(the model's tool-call id). The middleware sees the arguments parsed and validated, not
-the model's text: they are proposed as compact JSON with sorted keys, the same bytes for
-the first call and every resume (an argument text that is no JSON at all reaches the
-framework as ``{"raw": text}``, and is proposed so). A pending review is the framework's
+(the model's tool-call id). The function middleware is handed the arguments parsed, not
+the model's text, so a ``ChatMiddleware`` keeps each call's argument text off the model's
+answer (streamed or not) and that text is proposed; where a client hands the framework
+parsed arguments only, they are proposed as compact JSON with sorted keys. A replay
+proposes the text its pause recorded: the same bytes. A pending review is the framework's
 own approval pause: the middleware answers with a ``function_approval_request`` (its
 ``additional_properties["lockgate"]`` names the candidate), the run returns it in
 ``response.user_input_requests`` and the session records it. The host resumes with a
@@ -53,6 +54,8 @@ from agent_framework import (
     AgentMiddleware,
     AgentSession,
     BaseChatClient,
+    ChatContext,
+    ChatMiddleware,
     ChatMiddlewareLayer,
     ChatResponse,
     ChatResponseUpdate,
@@ -68,7 +71,7 @@ from agent_framework import (
 )
 from pydantic import BaseModel
 
-from lockgate.client.providers.calls import provider_tool_name, tool_names
+from lockgate.client.providers.calls import NO_ARGUMENTS, provider_tool_name, tool_names
 from lockgate.client.sdk import ClientError, Gateway
 from lockgate.contracts.messages import Tool
 from lockgate.integrations.governed import GovernedRun, Outcome, call_id_for
@@ -80,10 +83,11 @@ PAUSE_KEY = "lockgate"
 
 
 def arguments_text(arguments: BaseModel | Mapping[str, Any]) -> str:
-    """The argument text proposed for parsed arguments: compact JSON, keys sorted.
+    """The argument text proposed when the model's own text is not known: compact JSON, keys sorted.
 
-    The function middleware sees arguments only once the framework parsed them; this text
-    is the same for the first call and for every replay of it, so it is the same intent.
+    The function middleware sees arguments only once the framework parsed them; the model's
+    text is kept by a chat middleware where the client hands it over as text. Either way the
+    text proposed first is the one a replay proposes again, so it is the same intent.
     """
     data = arguments.model_dump(mode="json") if isinstance(arguments, BaseModel) else dict(arguments)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -117,8 +121,10 @@ class Lockgate:
         self.wait_s = wait_s
         self.resume_wait_s = resume_wait_s
         self._names = tool_names(governed.tools)
-        self._middleware: list[AgentMiddleware | FunctionMiddleware] = [
-            _AskLockgate(), _ProposeToLockgate(self)]
+        #: The argument text of each tool call the model sent, by its call id, until proposed.
+        self._sent: dict[str, str] = {}
+        self._middleware: list[AgentMiddleware | ChatMiddleware | FunctionMiddleware] = [
+            _AskLockgate(), _KeepArgumentText(self._sent), _ProposeToLockgate(self)]
 
     @classmethod
     async def attach(cls, session: AgentSession, *, gateway: Gateway | None = None,
@@ -164,8 +170,8 @@ class Lockgate:
         return declared
 
     @property
-    def middleware(self) -> list[AgentMiddleware | FunctionMiddleware]:
-        """Both middleware, for ``Agent(middleware=...)``: neither works without the other."""
+    def middleware(self) -> list[AgentMiddleware | ChatMiddleware | FunctionMiddleware]:
+        """The three middleware, for ``Agent(middleware=...)``: they work together."""
         return list(self._middleware)
 
     def waiting(self, session: AgentSession) -> list[Waiting]:
@@ -199,9 +205,10 @@ class Lockgate:
         if not isinstance(framework_id, str) or not framework_id:
             raise MiddlewareFailure("a tool call without a call id cannot be proposed to Lockgate")
         tool = self._names.get(context.function.name, context.function.name)
-        arguments = arguments_text(context.arguments)
+        approval = context.metadata.get("approval_response")
+        replay = approval is not None
+        arguments = self._text(framework_id, context.arguments, approval)
         call_id = call_id_for(framework_id)
-        replay = context.metadata.get("approval_response") is not None
         try:
             if replay:
                 outcome = await self.governed.resume(tool, arguments, call_id=call_id,
@@ -220,6 +227,18 @@ class Lockgate:
         else:
             pauses.pop(request_id, None)
             context.result = outcome.text()
+
+    def _text(self, framework_id: str, parsed: BaseModel | Mapping[str, Any], approval: object) -> str:
+        """The argument text of a call: the one its pause recorded, for a replay; else the
+        model's own text as the client handed it over; else the parsed arguments as JSON."""
+        sent = self._sent.pop(framework_id, None)
+        if isinstance(approval, Content) and approval.function_call is not None:
+            recorded = approval.function_call.arguments
+            if isinstance(recorded, str):
+                return recorded
+        if sent is not None:
+            return sent if sent.strip() else NO_ARGUMENTS  # how providers spell "no arguments"
+        return arguments_text(parsed)
 
     def _state(self, session: AgentSession | None) -> dict[str, Any]:
         """The session's record of this run and its pauses (a throwaway one without a session)."""
@@ -252,6 +271,30 @@ class _ProposeToLockgate(FunctionMiddleware):
     async def process(self, context: FunctionInvocationContext,
                       call_next: Callable[[], Awaitable[None]]) -> None:
         await self.lockgate.answer(context)
+
+
+class _KeepArgumentText(ChatMiddleware):
+    """Keeps the argument text of each tool call as the model sent it, for its proposal.
+
+    The function middleware is handed parsed arguments only; Lockgate judges the model's
+    own text (a duplicate key, text that is no JSON), so it is read off the model's answer.
+    """
+
+    def __init__(self, sent: dict[str, str]) -> None:
+        self.sent = sent
+
+    async def process(self, context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        if context.stream:
+            context.stream_result_hooks.append(self._keep)
+        await call_next()
+        if not context.stream and isinstance(context.result, ChatResponse):
+            self._keep(context.result)
+
+    def _keep(self, response: ChatResponse[Any]) -> None:
+        for message in response.messages:
+            for content in message.contents:
+                if content.type == "function_call" and content.call_id and isinstance(content.arguments, str):
+                    self.sent[content.call_id] = content.arguments
 
 
 class _AskLockgate(AgentMiddleware):
