@@ -278,6 +278,25 @@ async def test_a_resume_after_the_run_ended_tells_the_model_it_was_withdrawn(
     assert len(world.ledger()) == before
 
 
+async def test_two_calls_paused_at_once_beside_a_refused_one(
+    system: System, gw: Gateway, world: World,
+) -> None:
+    before = len(world.ledger())
+    governed = await GovernedRun.open(tenant=TENANT, actor="user-42", context={"case_id": "case-sensitive"},
+                                      capabilities=[NOTE], gateway=gw)
+    g = Governed(governed, [ScriptedCall(NOTE, note("First."), "call_af_two_1"),
+                            ScriptedCall(NOTE, note(""), "call_af_two_2"),
+                            ScriptedCall(NOTE, note("Second."), "call_af_two_3")], resume_wait_s=20)
+    response = await g.run()
+    candidates = [str(r.additional_properties[PAUSE_KEY]["candidate_id"]) for r in response.user_input_requests]
+    assert len(candidates) == 2 and g.model.seen == []
+    for candidate in candidates:
+        await review(system, "approve", candidate)
+    await g.run(g.lockgate.resume(g.session))
+    assert sorted(seen["status"] for seen in g.seen()) == ["executed", "executed", "rejected"]
+    assert sorted(w["intent_id"] for w in world.ledger()[before:]) == sorted(candidates)
+
+
 async def test_a_pause_resumed_twice_is_one_effect(system: System, gw: Gateway, world: World) -> None:
     before = len(world.ledger())
     g = await governed_agent(gw, "case-sensitive", note("Twice resumed."), "call_af_review_4")
