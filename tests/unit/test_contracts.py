@@ -173,6 +173,23 @@ def test_model_view_discloses_only_model_controlled_fields() -> None:
     assert view is not None and (view.status, view.code, view.field) == ("rejected", "proposal.invalid", None)
 
 
+@pytest.mark.parametrize(("field", "seen"), [
+    ("note", ("rejected", "argument.note.invalid", "note")),  # the model's own: it can fix it
+    ("case_id", ("rejected", "proposal.invalid", None)),       # not the model's to see
+])
+def test_a_value_the_offered_schema_refuses_is_told_by_its_field(field: str, seen: tuple[object, ...]) -> None:
+    h = History()
+    first = h.events[0]
+    h.events[0] = EffectIntent.CandidateRejected(
+        originator_id=first.originator_id, originator_version=1, timestamp=first.timestamp,
+        originator_topic=first.originator_topic,  # type: ignore[attr-defined]
+        event_id="e", correlation_id="r", causation_id="c", tenant="tenant-a", run_id="run-1",
+        turn_id="t", call_id="call-1", actor="user-42", tool="case.add_note", raw_digest="d",
+        raw_size_bytes=1, catalogue_digest="c", reason="tool.arguments.invalid", field=field, detail="")
+    view = model_view(h.intent, CONTRACT)
+    assert view is not None and (view.status, view.code, view.field) == seen
+
+
 def test_denials_collapse_to_unavailable() -> None:
     h = History(contract_revision=CONTRACT.revision).normalized().decided("deny", ["case.closed"])
     view = model_view(h.intent, CONTRACT)

@@ -2,7 +2,8 @@
 
 Internal reason codes stay in the event store. A code crosses only when the
 capability's disclosure map lists it, or when it concerns an argument the model
-controls (``argument.<field>.*`` and missing required arguments); everything else
+controls (``argument.<field>.*``, missing required arguments and values the offered
+schema refuses); everything else
 collapses to ``proposal.invalid`` or ``operation.unavailable``.
 """
 
@@ -58,6 +59,8 @@ def disclose(reason: str | None, field: str | None, contract: CapabilityContract
     if field is not None and field in controlled:
         if reason == "tool.arguments.missing-required":
             return Disclosure("rejected", f"argument.{field}.missing", field)
+        if reason == "tool.arguments.invalid":  # breaks the offered schema: the model can fix it
+            return Disclosure("rejected", f"argument.{field}.invalid", field)
         if reason.startswith(f"argument.{field}."):
             return Disclosure("rejected", reason, field)
     return fallback

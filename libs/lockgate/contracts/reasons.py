@@ -169,7 +169,7 @@ REASONS: dict[str, str] = {
 REPO_FIELDS: tuple[str, ...] = ("path", "revision", "content", "command", "artifact")
 
 #: Everything a model can be told: (status, code). Field-scoped argument codes add
-#: ``argument.<field>.missing`` for any model-controlled field.
+#: ``argument.<field>.missing`` and ``argument.<field>.invalid`` for any model-controlled field.
 MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
     {
         ("executed", "operation.executed"),
@@ -177,6 +177,7 @@ MODEL_CODES: frozenset[tuple[str, str]] = frozenset(
         ("rejected", "argument.note.missing"),
         ("rejected", "argument.note.empty"),
         ("rejected", "argument.note.too-long"),
+        ("rejected", "argument.note.invalid"),
         *(
             ("rejected", f"argument.{field}.{problem}")
             for field in ("title", "body")
