@@ -174,6 +174,23 @@ async def test_a_detached_run_keeps_its_waiting_calls_for_a_later_process(
     assert done.executed and [w["intent_id"] for w in world.ledger()[before:]] == [waiting.candidate_id]
 
 
+async def test_a_run_that_ended_while_nobody_was_there_says_what_became_of_its_calls(
+    system: System, gw: Gateway, world: World,
+) -> None:
+    before = len(world.ledger())
+    run = await governed(gw, "case-sensitive")
+    waiting = await run.propose(NOTE, note("Left behind."), call_id="call_ended_1")
+    assert waiting.pending
+    await run.run.close(why="the host gave up")
+    later = await GovernedRun.attach(tenant=TENANT, run_id=run.run_id, gateway=gw)
+    assert later.tools == ()
+    resumed = await later.resume(NOTE, note("Left behind."), call_id="call_ended_1")
+    assert (resumed.candidate_id, resumed.status) == (waiting.candidate_id, "withdrawn")
+    fresh = await later.propose(NOTE, note("Something new."), call_id="call_ended_2")
+    assert fresh.refused and fresh.status == "rejected"
+    assert len(world.ledger()) == before
+
+
 async def test_open_finds_the_running_system_and_its_users(system: System, world: World) -> None:
     """Without a URL or a credentials file: what `lockgate run` wrote says where and who."""
     write_run_info(system.root, RunInfo(url=system.url, pid=os.getpid(),

@@ -41,7 +41,7 @@ from types import TracebackType
 from typing import Any
 
 from lockgate.client.providers.formats import model_content
-from lockgate.client.sdk import Gateway, ResponseTimeout, Run, Turn, connect
+from lockgate.client.sdk import Gateway, Refused, ResponseTimeout, Run, Turn, connect
 from lockgate.contracts.messages import Tool
 from lockgate.contracts.responses import ModelResponse
 
@@ -53,6 +53,9 @@ SETTLING = frozenset({"withdrawal_requested", "interruption_requested"})
 SETTLE_S = 30.0
 #: How long a run may go unused before it ends (no turn opened, no call proposed).
 DEFAULT_LEASE_S = 3600.0
+#: The turn a run taken up after its end proposes in: its calls are answered from the
+#: record, and nothing new is offered.
+ENDED_TURN = "run-ended"
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,12 @@ class GovernedRun:
         cls, *, tenant: str, run_id: str, gateway: Gateway | None = None,
         credentials: str | Path | None = None, var_dir: Path | None = None,
     ) -> GovernedRun:
-        """Take up a run opened before (by this agent in another process, say)."""
+        """Take up a run opened before (by this agent in another process, say).
+
+        A run that has ended since (closed, or unused past its lease) is taken up all the
+        same, with no tools: resuming one of its calls tells what became of it (withdrawn,
+        say), and a new call is refused (``run.ended``).
+        """
         owned = None
         if gateway is None:
             gateway = owned = await connect(credentials=credentials or f"agent-{tenant}",
@@ -184,6 +192,13 @@ class GovernedRun:
         governed = cls(gateway.run(tenant=tenant, run_id=run_id), owned=owned)
         try:
             await governed.new_turn()
+        except Refused as refused:
+            if refused.code != "run.ended":
+                if owned is not None:
+                    await owned.close()
+                raise
+            # Proposals name a turn; one of an ended run's calls is answered from its record.
+            governed.turn = Turn(governed.run, ENDED_TURN, "", ())
         except BaseException:
             if owned is not None:
                 await owned.close()
