@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 
 from lockgate.mcp.config import ConfigError, McpSettings, load_servers
@@ -18,6 +19,14 @@ from lockgate.runtime.entry import (
 from lockgate.runtime.settings import Settings
 
 
+def sdk_installed() -> bool:
+    """True when the MCP SDK (the ``mcp`` extra) can be imported."""
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 async def serve(settings: Settings, mcp: McpSettings, stop: asyncio.Event) -> None:
     """Connect as the MCP adapter's user and serve until ``stop`` is set.
 
@@ -25,6 +34,8 @@ async def serve(settings: Settings, mcp: McpSettings, stop: asyncio.Event) -> No
         ConfigurationError: the broker refused the credentials, there are none to read, or
             the servers file is malformed.
     """
+    if not sdk_installed():  # the ``mcp`` extra: needed to speak to any MCP server
+        raise ConfigurationError("the MCP SDK is not installed: pip install 'lockgate[mcp]'")
     try:
         servers = load_servers(mcp.servers_file)
     except ConfigError as exc:

@@ -17,7 +17,19 @@ from lockgate.mcpcheck.report import (
     render_json,
     render_table,
 )
-from lockgate.mcpcheck.suite import HttpTarget, StdioTarget, Target, describe, run_suite
+
+# The suite speaks MCP through the official SDK (the ``mcp`` extra): loaded when first
+# used, so that the CLI, which registers this suite's command, runs without it.
+_SUITE = ("HttpTarget", "StdioTarget", "Target", "describe", "run_suite")
+
+
+def __getattr__(name: str) -> object:
+    if name in _SUITE:
+        from lockgate.mcpcheck import suite
+
+        return getattr(suite, name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "CLAIMS",

@@ -9,14 +9,16 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
 from lockgate.mcpcheck.probe import PROBES, load_probe
 from lockgate.mcpcheck.report import Verdict, render_json, render_table
-from lockgate.mcpcheck.suite import HttpTarget, StdioTarget, Target, run_suite
+
+if TYPE_CHECKING:
+    from lockgate.mcpcheck.suite import Target
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,6 +47,8 @@ def add_command(subparsers: Any) -> argparse.ArgumentParser:
 
 def target_of(args: argparse.Namespace) -> Target:
     """The target the arguments name."""
+    from lockgate.mcpcheck.suite import HttpTarget, StdioTarget
+
     if args.url:
         return HttpTarget(url=args.url)
     return StdioTarget(command=tuple(shlex.split(args.stdio)))
@@ -56,6 +60,12 @@ def command(args: argparse.Namespace) -> int:
         probe = load_probe(args.probe)
     except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
         print(f"mcpcheck: cannot read the probe {args.probe!r}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from lockgate.mcpcheck.suite import StdioTarget, run_suite
+    except ImportError as exc:
+        print(f"mcpcheck: the MCP SDK is not installed ({exc}): pip install 'lockgate[mcp]'",
+              file=sys.stderr)
         return 2
     target = target_of(args)
     if isinstance(target, StdioTarget) and not target.command:
