@@ -10,7 +10,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster docs test test-adk test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
+.PHONY: install run cluster docs test test-adk test-crewai test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
 
 install: $(STAMP)
 
@@ -37,6 +37,7 @@ cluster: $(STAMP)
 test: $(STAMP) prerequisites
 	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS)
 	$(MAKE) --no-print-directory test-adk
+	$(MAKE) --no-print-directory test-crewai
 
 # Google's Agent Development Kit pins google-genai below 3 and OpenTelemetry below the dev
 # tools' versions, so its integration is checked and tested in an environment of its own:
@@ -54,6 +55,21 @@ $(ADK_STAMP): pyproject.toml
 test-adk: $(ADK_STAMP) prerequisites
 	cd libs && ../$(ADK_VENV)/bin/mypy --strict --config-file ../pyproject.toml lockgate/integrations/google_adk.py
 	$(ADK_VENV)/bin/pytest -q tests/e2e/test_integration_google_adk.py
+
+# CrewAI requires mcp < 2, openai < 3 and pydantic < 2.13, which Lockgate's MCP extra and the
+# dev tools are past: the same arrangement, an environment of its own without the MCP extra.
+CREWAI_VENV = .venv-crewai
+CREWAI_STAMP = $(CREWAI_VENV)/.installed
+
+$(CREWAI_STAMP): pyproject.toml
+	$(PY) -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/python -m pip install --upgrade pip
+	$(CREWAI_VENV)/bin/python -m pip install -e ".[crewai]" "pytest>=8" "pytest-asyncio>=0.24" "mypy>=1.10"
+	touch $@
+
+test-crewai: $(CREWAI_STAMP) prerequisites
+	cd libs && ../$(CREWAI_VENV)/bin/mypy --strict --config-file ../pyproject.toml lockgate/integrations/crewai.py
+	$(CREWAI_VENV)/bin/pytest -q tests/e2e/test_integration_crewai.py
 
 # Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
 # pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.runtime.postgres
