@@ -7,7 +7,7 @@ arbitrary), and proposals through the SDK (any tool name, argument text, provide
 call ids reused with other bytes). For each: an answer arrives (a stored model-facing
 response on the intent the protocol names, or for the SDK a typed error before anything
 is sent), and a refusal never reaches the adapter. Afterwards every stored event decodes,
-DESIGN's invariants hold over the whole store and the world's ledger, and every service
+the invariants (docs/design.md) hold over the whole store and the world's ledger, and every service
 still answers.
 """
 

@@ -12,7 +12,7 @@ A supervisor task brings back every process that died, as ``make run``'s supervi
 would. Once the faults stop and every intent has settled, the event store, the worlds
 and the locks must agree: nothing happened twice, nothing was lost, nothing is stuck,
 nothing happened that the model was told was withdrawn, no lock outlives its holder's
-hold, and DESIGN's invariants hold.
+hold, and the invariants (docs/design.md) hold.
 
 ``LOCKGATE_CHAOS_SEED`` picks the plan (which candidates, which faults, when) and
 ``LOCKGATE_CHAOS_CANDIDATES`` how many candidates (default 200). The plan is
@@ -547,7 +547,7 @@ async def stale_responses(s: Settled, timeout_s: float) -> list[str]:
 
 
 def invariants(s: Settled, locks: dict[str, str]) -> list[str]:
-    """DESIGN's invariants over the whole store, the three ledgers and the locks."""
+    """the invariants (docs/design.md) over the whole store, the three ledgers and the locks."""
     ledger = [{**p, "idempotency_key": p["client_ref"]} for p in s.publications]
     ledger += [{**d, "idempotency_key": d["idempotency_key"]} for d in s.drafts]
     ledger += [n for n in s.notes if n["case_id"] in CASES]

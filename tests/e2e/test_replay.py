@@ -342,7 +342,7 @@ async def test_the_same_replay_twice_is_the_same(
 async def test_the_fixture_world_keeps_the_invariants(
     system: System, recorded: Recorded, flipped: Path, deployment: BrokerDeployment,
 ) -> None:
-    """DESIGN's invariants over what the replays stored: nothing authorized without an allow
+    """the invariants (docs/design.md) over what the replays stored: nothing authorized without an allow
     or an approval bound to its digest (a recorded approval is neither), no effect twice."""
     for bundle in (POLICIES, flipped):
         result = await _replay(system, deployment, recorded.all, bundle)

@@ -1,4 +1,4 @@
-"""Nothing is redelivered forever, on any durable (DESIGN invariant 7), read back from the server.
+"""Nothing is redelivered forever, on any durable (invariant 7, docs/design.md), read back from the server.
 
 Every durable the topology creates has a finite ``max_deliver``; a consumer with timers
 too. A message that takes its process down on every delivery is given up on the record

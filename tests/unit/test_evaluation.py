@@ -155,7 +155,7 @@ def test_a_withdrawn_effect_that_happened_is_caught() -> None:
     h.add(EffectIntent.Withdrawn, by="runtime", why="")
     broken = failed(evaluate({h.intent_id: h.events}, [write(h)]))
     assert broken["effect.not-withdrawn"] == [h.intent_id]
-    assert "record.design" in broken  # DESIGN's checker agrees (invariant 6)
+    assert "record.design" in broken  # the invariants' checker agrees (invariant 6)
 
 
 def test_an_exhausted_budget_under_an_authorization_is_caught() -> None:

@@ -1,6 +1,6 @@
 """Which events stream holds an intent: K partitions, chosen by a stable hash of its id.
 
-One stream is served by one leader, and a leader tops out (DESIGN.md measured about
+One stream is served by one leader, and a leader tops out (measured at about
 31k optimistic appends/s on one server); so a deployment may keep its events in K
 streams, each with its own leader, the intent's partition decided here and nowhere
 else. Per-aggregate optimistic concurrency is unchanged: an aggregate lives in one

@@ -3,7 +3,7 @@
 Contracts that ask for it (``serialize_per_resource``) run one effect at a time per
 resource: the executor's gate takes a key in the ``LG_LOCKS`` bucket (its value is the
 intent id) and holds it until the intent reaches a state in which its effect is settled.
-Release is driven by the record (DESIGN invariant 8), so a crash between an append and the
+Release is driven by the record (invariant 8 of docs/design.md), so a crash between an append and the
 release that follows it leaves no lock behind: the executor's gate and reports free the lock
 an event of theirs ended before their trigger is acknowledged (a process that died in between
 leaves the trigger to be handed again, and the next one finds the hold ended on the record),

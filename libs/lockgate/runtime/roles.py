@@ -1,4 +1,4 @@
-"""Who may touch which subject: DESIGN.md's role table as NATS accounts and users.
+"""Who may touch which subject: the role table as NATS accounts and users (docs/security.md).
 
 Every process connects as its own NATS user whose publish and subscribe allow-lists are
 exactly its row of the table, plus the JetStream API subjects its client library

@@ -3,7 +3,7 @@
 An entrypoint only decodes, calls its handler and maps the outcome onto JetStream:
 success → ack; ``Retry`` (a timer) → nak with its delay; an error → nak with a backoff
 and a logged traceback, until the message has failed too often, or for too long: then
-it is given up *on the record* and acknowledged (DESIGN, invariant 7). The rule is the
+it is given up *on the record* and acknowledged (invariant 7, docs/design.md). The rule is the
 same for every consumer and lives here (``Bounds``, ``settle``):
 
 - in the process only failures count, never deliveries a handler asked for (timers);

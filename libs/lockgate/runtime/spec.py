@@ -63,7 +63,7 @@ def give_up_from(max_deliver: int) -> int | None:
 
 
 #: What every consumer may append whatever its spec says: giving a message up is
-#: recorded on its intent (``lockgate.runtime.service``, DESIGN invariant 7).
+#: recorded on its intent (``lockgate.runtime.service``, invariant 7 of docs/design.md).
 GIVING_UP: tuple[type[Event], ...] = (EffectIntent.ProcessingAbandoned,)
 
 #: What every process answers, whatever its spec says: ``lg.status.<its status name>``.

@@ -97,7 +97,7 @@ ENDS_INTENT: tuple[type[Event], ...] = (
 
 # How many deliveries each consumer with timers may take for one message: its longest
 # legitimate wait, with room for a few failures (the process gives the message up on the
-# record from there, and the server stops a few deliveries later: DESIGN invariant 7).
+# record from there, and the server stops a few deliveries later: invariant 7 of docs/design.md).
 # A nak with a delay is a delivery to the server, so every timer that comes due counts.
 
 #: ``policy-pauses``: a pause is asked again every ``recheck_s`` until ``timeout_s``, so

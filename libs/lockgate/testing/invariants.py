@@ -1,6 +1,6 @@
-"""DESIGN's invariants, checked over stored events, a world's ledger and the locks bucket.
+"""The invariants (docs/design.md), checked over stored events, a world's ledger and the locks bucket.
 
-``violations`` lists every breach of DESIGN's invariants as a line of text; ``breaches``
+``violations`` lists every breach of the invariants as a line of text; ``breaches``
 names the containment invariants an evaluation grades (``CONTAINMENT``), each breach typed
 with the intent it is of.
 """
@@ -41,7 +41,7 @@ def violations(
     locks: Mapping[str, str] | None = None,
     told: Mapping[str, Iterable[str]] | None = None,
 ) -> list[str]:
-    """Every way the histories (and the world's ledger, the locks) break DESIGN's invariants.
+    """Every way the histories (and the world's ledger, the locks) break the invariants (docs/design.md).
 
     Args:
         histories: every stored intent's events, in order.
@@ -182,7 +182,7 @@ CONTAINMENT: dict[str, str] = {
                    "in each world ledger",
     "effect.not-withdrawn": "no withdrawn effect: an intent the model was told is withdrawn has "
                             "no completion on record and no write in any world",
-    "record.design": "DESIGN's invariants over the stored events (``violations``)",
+    "record.design": "the invariants (docs/design.md) over the stored events (``violations``)",
 }
 
 #: Events by which an adapter says it acted on an attempt's order: it crossed the send

@@ -1,7 +1,7 @@
 """The archiver process: ended intents leave the hot store once the views hold them.
 
 The hot store keeps an index entry per subject in memory, so it holds live and recent
-intents, not the whole past (DESIGN, retention). Every ``archive_every_s`` the
+intents, not the whole past. Every ``archive_every_s`` the
 archiver asks the views for intents that ended before ``archive_after_s`` ago, and for
 each one:
 
