@@ -635,6 +635,10 @@ async def run_adapter(
 ) -> None:
     """Connect with ``settings`` and serve ``adapters`` until SIGINT or SIGTERM.
 
+    Settings left unset are found the way the CLI finds them (``Settings.located``): the
+    broker of the system ``lockgate run`` runs, and, for an adapter ``name``d, its
+    credentials file under the deployment's ``credentials/``.
+
     The process serves its metrics (``lockgate.runtime.metrics``) and, when an endpoint
     is configured, traces its executions (``lockgate.runtime.tracing``). It stops within
     seconds of a signal whatever it is doing (``lockgate.runtime.entry.until_signalled``),
@@ -645,6 +649,8 @@ async def run_adapter(
         ConfigurationError: the broker refused the credentials, or there are none to read.
     """
     process = name or f"{socket.gethostname()}-{os.getpid()}"
+    # Outside ``lockgate run``: the broker it runs and this adapter's user, found as the CLI finds them.
+    settings = settings.located(name)
     await until_signalled(lambda stop: _serve_process(adapters, settings, process, stop),
                           name=f"adapter.{process}")
 

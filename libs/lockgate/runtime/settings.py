@@ -10,7 +10,12 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.eventstore.partitions import MAX_PARTITIONS, Partitions
-from lockgate.runtime.deployment import Credentials, load_credentials
+from lockgate.runtime.deployment import (
+    Credentials,
+    credentials_path,
+    load_credentials,
+    read_run_info,
+)
 from lockgate.runtime.roles import (
     DEMO_ADAPTERS,
     DEMO_OPERATORS,
@@ -114,6 +119,25 @@ class Settings(BaseSettings):
     archive_after_s: float = Field(default=7 * 24 * 3600.0, ge=0)
     #: How often the archiver looks for intents that may leave.
     archive_every_s: float = Field(default=60.0, gt=0)
+
+    def located(self, adapter: str | None = None) -> Settings:
+        """These settings with what ``lockgate run`` wrote filling in what was not set.
+
+        Without ``LOCKGATE_NATS_URL``, the broker the running system's ``run.json`` names
+        (it takes a free port when 4222 is taken); for ``adapter`` without a credentials
+        file of its own, ``<var_dir>/credentials/adapter-<adapter>.json`` when it exists.
+        A process ``lockgate run`` starts has both set and is handed these back unchanged.
+        """
+        changes: dict[str, object] = {}
+        if "nats_url" not in self.model_fields_set:
+            info = read_run_info(self.var_dir)
+            if info is not None:
+                changes["nats_url"] = info.url
+        if adapter and self.credentials_file is None and self.nats_user is None:
+            own = credentials_path(self.var_dir, f"adapter-{adapter}")
+            if own.is_file():
+                changes["credentials_file"] = own
+        return self.model_copy(update=changes) if changes else self
 
     @property
     def partitions(self) -> Partitions:
