@@ -35,9 +35,12 @@ cluster: $(STAMP)
 # spend most of their time waiting on processes and timers, so two at once on two cores
 # take about 10 minutes where one after the other took 17.
 test: $(STAMP) prerequisites
-	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS)
+	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS) $(OWN_ENVIRONMENTS:%=--ignore=%)
 	$(MAKE) --no-print-directory test-adk
 	$(MAKE) --no-print-directory test-crewai
+
+# Tests that run in an environment of their own (below), not in the dev one.
+OWN_ENVIRONMENTS = tests/e2e/test_integration_google_adk.py tests/e2e/test_integration_crewai.py
 
 # Google's Agent Development Kit pins google-genai below 3 and OpenTelemetry below the dev
 # tools' versions, so its integration is checked and tested in an environment of its own:
