@@ -261,6 +261,44 @@ async def test_a_review_pauses_the_agent_and_only_lockgates_approval_runs_it(
     assert [w["intent_id"] for w in world.ledger()[before:]] == [waiting["candidate_id"]]
 
 
+def test_a_synchronous_agent_runs_on_a_run_with_a_loop_of_its_own(system: System, world: World) -> None:
+    """``invoke`` (LangChain's synchronous path): executed, paused, resumed once, as with ``ainvoke``."""
+    async def opening() -> GovernedRun:
+        gateway = await system.gateway(TENANT)  # on the run's own loop, as open() connects
+        opened = await GovernedRun.open(tenant=TENANT, actor="user-42", gateway=gateway,
+                                        context={"case_id": "case-sensitive"}, capabilities=[NOTE])
+        opened.owned = gateway  # closed with the run
+        return opened
+
+    run = GovernedRun.in_thread(opening)
+    try:
+        agent = Agent(run, scripted(add_note("Called back, in sync.", "call_lc_sync")), wait_s=1.0)
+        before = len(world.ledger())
+        state = agent.graph.invoke({"messages": [{"role": "user", "content": "Note it."}]}, agent.config)
+        (waiting,) = interrupts(state)
+        assert waiting["tool_call_id"] == "call_lc_sync" and world.ledger()[before:] == []
+        cli_review(system, "approve", waiting["candidate_id"])
+        state = agent.graph.invoke(Command(resume={"type": "approve"}), agent.config)
+        assert not interrupts(state)
+        (shown,) = agent.model.tool_results()
+        assert content(shown)["status"] == "executed"
+        agent.graph.invoke(Command(resume={"type": "approve"}), agent.config)  # once more: nothing new
+        assert [w["intent_id"] for w in world.ledger()[before:]] == [waiting["candidate_id"]]
+    finally:
+        run.call(run.close())
+        run.stop()
+
+
+async def test_a_synchronous_call_from_the_runs_own_loop_is_refused(gw: Gateway) -> None:
+    run = await governed(gw, "case-123")
+    try:
+        run.call(run.new_turn())
+    except RuntimeError as exc:
+        assert "GovernedRun.in_thread" in str(exc)
+    else:
+        raise AssertionError("a blocking call on the run's own loop would wait forever")
+
+
 async def test_two_calls_waiting_at_once_are_two_pauses_answered_each_by_lockgate(
     system: System, gw: Gateway, world: World,
 ) -> None:

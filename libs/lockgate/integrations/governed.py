@@ -31,19 +31,23 @@ What holds, whatever the framework:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from lockgate.client.providers.formats import model_content
 from lockgate.client.sdk import Gateway, Refused, ResponseTimeout, Run, Turn, connect
 from lockgate.contracts.messages import Tool
 from lockgate.contracts.responses import ModelResponse
+
+T = TypeVar("T")
 
 #: Statuses of a call that waits for someone (a reviewer, or policy's evidence).
 WAITING = frozenset({"pending_approval", "paused"})
@@ -138,6 +142,64 @@ class GovernedRun:
     owned: Gateway | None = None
     #: Candidates this object saw waiting, withdrawn by ``close`` unless they ended.
     waiting: dict[str, str] = field(default_factory=dict)
+    #: The event loop ``in_thread`` started for this run, and the thread running it.
+    loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+    @classmethod
+    def in_thread(cls, opening: Callable[[], Coroutine[Any, Any, GovernedRun]]) -> GovernedRun:
+        """Open (or attach) a run on an event loop of its own, in a thread of its own.
+
+        For frameworks that call tools synchronously (LangChain's ``invoke``, say): their
+        integrations then ``call`` the run's coroutines from any thread but that one::
+
+            governed = GovernedRun.in_thread(lambda: GovernedRun.open(tenant=..., actor=...))
+            outcome = governed.call(governed.propose("case.add_note", text, call_id=...))
+            governed.call(governed.close()); governed.stop()
+        """
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="lockgate-run", daemon=True)
+        thread.start()
+        try:
+            governed: GovernedRun = asyncio.run_coroutine_threadsafe(opening(), loop).result()
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+            raise
+        governed.loop, governed.thread = loop, thread
+        return governed
+
+    def call(self, work: Coroutine[Any, Any, T], *, context: contextvars.Context | None = None) -> T:
+        """Run one of this run's coroutines from synchronous code, and return its result.
+
+        The run's event loop must be running in another thread (``in_thread``); from the
+        loop's own thread this would wait forever, so it refuses. ``context``: the context
+        variables the coroutine runs with (a framework's, to call its own functions there).
+
+        Raises:
+            RuntimeError: the run was not opened ``in_thread``, or this is its loop's thread.
+        """
+        loop = self.loop
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is None or here is loop or not loop.is_running():
+            work.close()
+            raise RuntimeError("the run's event loop is not running in another thread: open it "
+                               "with GovernedRun.in_thread, or use the framework's async API")
+        return asyncio.run_coroutine_threadsafe(_within(work, context), loop).result()
+
+    def stop(self) -> None:
+        """Stop the thread ``in_thread`` started (after ``close`` or ``detach``)."""
+        loop, thread = self.loop, self.thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self.loop = self.thread = None
 
     @classmethod
     async def open(
@@ -335,6 +397,11 @@ class GovernedRun:
             except ResponseTimeout:
                 return (await self.run.response(latest.candidate_id)) or latest
         return latest
+
+
+async def _within(work: Coroutine[Any, Any, T], context: contextvars.Context | None) -> T:
+    """``work`` run as a task of its own with ``context`` (the caller's, when given)."""
+    return await asyncio.get_running_loop().create_task(work, context=context)
 
 
 def call_id_for(framework_id: str) -> str:

@@ -39,8 +39,9 @@ What LangChain's approval flow cannot express, and what this middleware does ins
   the message still carries it (``tool_call_chunks`` or an OpenAI-style ``additional_kwargs``)
   and it parses to the same arguments, else the dict is serialized deterministically
   (``json.dumps(args, sort_keys=True, ensure_ascii=False)``).
-- Lockgate's run is asynchronous: run the agent with ``ainvoke``/``astream``. The sync
-  ``invoke`` raises ``NotImplementedError`` rather than run a tool.
+- ``invoke``/``stream`` (synchronous) work on a run opened on a loop of its own:
+  ``GovernedRun.in_thread(lambda: GovernedRun.open(...))``; from the loop's own thread they
+  are refused rather than wait forever.
 
 Put ``LockgateMiddleware`` first in ``middleware=[...]`` (outermost), so no other
 middleware runs, retries or edits a call before Lockgate sees it.
@@ -49,6 +50,7 @@ middleware runs, retries or edits a call before Lockgate sees it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Literal, NotRequired, TypedDict
@@ -165,14 +167,16 @@ class LockgateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self._turn_fresh:
             await self.governed.new_turn()
         self._turn_fresh = False
-        kept: list[BaseTool | dict[str, Any]] = [t for t in request.tools
-                                                 if _tool_name(t) in self.ungoverned]
-        offered = [self._offered_tool(name, tool) for name, tool in self._offer().items()]
-        return await handler(request.override(tools=[*kept, *offered]))
+        return await handler(self._offered(request))
 
-    def wrap_model_call(self, request: ModelRequest[Any], handler: Any) -> Any:
-        """Not available: Lockgate's run is asynchronous (use ``ainvoke``/``astream``)."""
-        raise NotImplementedError(_SYNC)
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """``awrap_model_call`` for ``invoke``: the run must be open ``GovernedRun.in_thread``."""
+        if not self._turn_fresh:
+            self.governed.call(self.governed.new_turn())
+        self._turn_fresh = False
+        return handler(self._offered(request))
 
     # --- what a tool call becomes -------------------------------------------------------
 
@@ -181,9 +185,25 @@ class LockgateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """Propose a governed call (``handler`` is never called for it); pause while it waits."""
-        call = request.tool_call
-        if call["name"] in self.ungoverned:
+        if request.tool_call["name"] in self.ungoverned:
             return await handler(request)
+        return await self._governed_call(request)
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """``awrap_tool_call`` for ``invoke``: the run must be open ``GovernedRun.in_thread``.
+
+        The proposal runs on the run's own loop with this node's context, so a pause is
+        LangGraph's ``interrupt`` as in the asynchronous path.
+        """
+        if request.tool_call["name"] in self.ungoverned:
+            return handler(request)
+        return self.governed.call(self._governed_call(request), context=contextvars.copy_context())
+
+    async def _governed_call(self, request: ToolCallRequest) -> ToolMessage:
+        call = request.tool_call
         tool_call_id = call.get("id")
         if not tool_call_id:
             raise LockgateIntegrationError(
@@ -210,9 +230,12 @@ class LockgateMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                                tool_call_id=tool_call_id, name=call["name"], status="error")
         return tool_message(outcome, call)
 
-    def wrap_tool_call(self, request: ToolCallRequest, handler: Any) -> Any:
-        """Not available: Lockgate's run is asynchronous (use ``ainvoke``/``astream``)."""
-        raise NotImplementedError(_SYNC)
+    def _offered(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request with the current turn's catalogue as its tools (and the ungoverned)."""
+        kept: list[BaseTool | dict[str, Any]] = [t for t in request.tools
+                                                 if _tool_name(t) in self.ungoverned]
+        offered = [self._offered_tool(name, tool) for name, tool in self._offer().items()]
+        return request.override(tools=[*kept, *offered])
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -342,7 +365,3 @@ def _withdraws(answer: object) -> bool:
         decisions = answer["decisions"]
         answer = decisions[0] if len(decisions) == 1 else None
     return isinstance(answer, Mapping) and answer.get("type") in WITHDRAWING
-
-
-_SYNC = ("LockgateMiddleware is asynchronous (Lockgate's run is): run the agent with "
-         "ainvoke() or astream(), not invoke() or stream().")
