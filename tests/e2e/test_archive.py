@@ -96,7 +96,7 @@ async def test_an_ended_intent_leaves_the_hot_store_and_its_identity_stays(
 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lockgate.client.cli", "events", first.candidate_id, "--tenant",
-        "tenant-a", "--url", system.url, stdout=asyncio.subprocess.PIPE,
+        "tenant-a", "--json", "--url", system.url, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOCKGATE_VAR_DIR": str(system.root)})
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()

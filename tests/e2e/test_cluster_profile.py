@@ -66,7 +66,7 @@ async def cluster() -> AsyncIterator[tuple[Path, list[str]]]:
 
 async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> None:
     var_dir, lines = cluster
-    code, out = await lockgate(var_dir, "status")
+    code, out = await lockgate(var_dir, "status", "--json")
     assert code == 0, out
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     nodes = {r["node"] for r in rows if "node" in r}
@@ -94,7 +94,7 @@ async def test_make_cluster_status_and_demo(cluster: tuple[Path, list[str]]) -> 
     deadline = time.monotonic() + 180
     while True:
         await asyncio.sleep(2)
-        code, out = await lockgate(var_dir, "status")
+        code, out = await lockgate(var_dir, "status", "--json")
         rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         led = {r["stream"]: r for r in rows if "stream" in r}
         spread = [led.get(f"LG_EVENTS_{k}", {}).get("leader") for k in range(3)]

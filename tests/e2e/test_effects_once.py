@@ -216,11 +216,11 @@ async def test_an_operator_settles_what_no_query_can(
         first = await pending
         assert first.status == "outcome_unknown"
         listed = [json.loads(line) for line in (await lockgate_cli(
-            system, "intents", "--state", "unknown", "--tenant", "tenant-a")).splitlines()]
+            system, "intents", "--state", "unknown", "--tenant", "tenant-a", "--json")).splitlines()]
         assert candidate_id in {row["intent"] for row in listed}
         recorded = await lockgate_cli(
             system, "reconcile", candidate_id, "--tenant", "tenant-a", "--confirmed",
-            "--why", "the item is visible in space-1", "--as", "ops")
+            "--why", "the item is visible in space-1", "--as", "ops", "--json")
         assert json.loads(recorded) == {"recorded": "Reconciled", "by": "ops"}
         final = await run.wait(candidate_id, past="outcome_unknown", timeout_s=30)
         assert final.status == "executed"

@@ -124,10 +124,10 @@ async def events(system: System, candidate_id: str) -> list[Any]:
     return [decode_event(e) for e in history.events]
 
 
-def cli(system: System, *argv: str) -> subprocess.CompletedProcess[str]:
+def cli(system: System, *argv: str, json_: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lockgate.client.cli", *argv, "--url", system.url,
-         "--var-dir", str(system.root)],
+         "--var-dir", str(system.root), *(["--json"] if json_ else [])],
         capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
 
 
@@ -301,3 +301,20 @@ async def test_the_token_is_never_on_the_record_nor_in_a_log(system: System) -> 
     assert TOKEN.encode() not in stored  # ... the secret never
     for log in (system.root / "log").iterdir():
         assert TOKEN not in log.read_text(errors="replace"), log.name
+
+
+async def test_the_operator_commands_answer_a_person_and_a_script(system: System) -> None:
+    """Last: ``map --disable`` takes the tools out of service."""
+    for argv, fields in ((["servers"], {"servers"}), (["quarantine"], {"quarantined"}),
+                         (["snapshot", "p"], {"server"}), (["diff", "p"], {"server"}),
+                         (["map", "p", "create_item", "--disable"], {"disabled", "by"})):
+        script = cli(system, "mcp", *argv)
+        assert script.returncode == 0, (argv, script.stderr)
+        assert fields <= set(json.loads(script.stdout)), (argv, script.stdout)
+        person = cli(system, "mcp", *argv, json_=False)
+        assert person.returncode == 0, (argv, person.stderr)
+        assert person.stdout.strip(), argv
+        for line in person.stdout.splitlines():
+            with pytest.raises(ValueError):
+                json.loads(line)
+        assert "\x1b" not in person.stdout

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lockgate.client.output import Output
 from lockgate.client.sdk import Gateway
 from lockgate.core.ids import random_id
 from lockgate.runtime.cli_ops import cmd_status
@@ -91,7 +92,8 @@ async def test_every_process_serves_its_metrics_on_loopback_and_status_lists_the
         text = await asyncio.to_thread(scrape, url)
         assert "# TYPE lockgate_handler_seconds histogram" in text, name
 
-    assert await cmd_status(system.url, system.credentials("operator-ops")) == 0
+    assert await cmd_status(system.url, system.credentials("operator-ops"),
+                            output=Output(json=True)) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {line["service"]: line["metrics"] for line in lines} == urls
 

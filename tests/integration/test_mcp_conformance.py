@@ -252,3 +252,20 @@ def test_the_cli_says_so_when_it_cannot_connect(capsys: pytest.CaptureFixture[st
     status = cli_main(["--stdio", "/nonexistent/mcp-server", "--probe", "p", "--timeout", "2"])
     assert status == 2
     assert "could not run the suite" in capsys.readouterr().err
+
+
+def test_lockgate_mcp_conformance_answers_a_person_and_a_script(
+    honest: dict[str, HttpServerProcess], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockgate.client.cli import main
+
+    # --json before the command stands although the command has an option of that name.
+    assert main(["--json", "mcp", "conformance", "--url", honest["q"].url, "--probe", "q"]) == 1
+    script = json.loads(capsys.readouterr().out)
+    assert {"findings", "probe", "target"} <= set(script)
+    assert main(["mcp", "conformance", "--url", honest["q"].url, "--probe", "q"]) == 1
+    person = capsys.readouterr().out
+    assert "duplicate_calls" in person and "violated" in person
+    for line in person.splitlines():
+        with pytest.raises(ValueError):
+            json.loads(line)

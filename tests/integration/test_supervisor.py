@@ -19,6 +19,7 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from lockgate.client.output import Output
 from lockgate.runtime.cli_ops import cmd_status
 from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.natsserver import NatsServer, free_port
@@ -438,11 +439,11 @@ async def test_cmd_status_prints_a_line_per_service_and_fails_when_one_is_missin
     names = list(status_names())
     await answer_status(nc, names[:-1])
 
-    assert await cmd_status(nats_server.url) == 1
+    assert await cmd_status(nats_server.url, output=Output(json=True)) == 1
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["service"] for line in lines] == names
     assert [line["ok"] for line in lines] == [True] * (len(names) - 1) + [False]
     assert lines[0]["pid"] == 4242 and lines[-1]["pid"] is None
 
     await answer_status(nc, names[-1:])
-    assert await cmd_status(nats_server.url) == 0
+    assert await cmd_status(nats_server.url, output=Output(json=True)) == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lockgate.client.output import Output
 from lockgate.core.canonical import digest_bytes
 from lockgate.worlds.casenotes.world import (
     DEMO_CREDENTIAL,
@@ -154,7 +155,7 @@ def test_ledger_entry_records_the_write(world: World) -> None:
         }
     ]
     out = io.StringIO()
-    print_ledger(world.directory, out)
+    print_ledger(world.directory, Output(json=True, stdout=out))
     assert [json.loads(line) for line in out.getvalue().splitlines()] == world.ledger()
 
 

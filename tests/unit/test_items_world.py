@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 
 from lockgate.adapters.sdk import Completed, NotSent, Rejected, SendBoundary
 from lockgate.authz.engine import AuthzRequest, PolicyBundle, evaluate
+from lockgate.client.output import Output
 from lockgate.contracts.capability import Disclosure, EffectClass
 from lockgate.contracts.messages import (
     ExecutionOrder,
@@ -284,7 +285,7 @@ def test_ledgers_record_each_effect(world: World) -> None:
         "title_digest": digest_bytes(b"T2"), "at": NOW.isoformat(),
     }
     out = io.StringIO()
-    print_ledger(world.directory, out)
+    print_ledger(world.directory, Output(json=True, stdout=out))
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [line.pop("ledger") for line in lines] == ["draft", "publication"] + ["notification"] * 3
     assert lines == world.drafts() + world.publications() + world.notifications()
@@ -305,7 +306,7 @@ def test_credential_never_on_disk_or_returned(world: World) -> None:
     with pytest.raises(ResponseLost) as lost:
         publish(world)
     out = io.StringIO()
-    print_ledger(world.directory, out)
+    print_ledger(world.directory, Output(json=True, stdout=out))
     assert CRED not in json.dumps(returned) + out.getvalue()
     assert CRED not in str(caught.value) + str(lost.value)
     for path in world.directory.iterdir():

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lockgate.adapters.sdk import Completed, Rejected, SendBoundary
+from lockgate.client.output import Output
 from lockgate.contracts.capability import EffectClass
 from lockgate.contracts.messages import (
     ExecutionOrder,
@@ -522,6 +523,6 @@ def test_the_ledger_prints_as_json_lines(world: World) -> None:
 
     world.read_file(CRED, "tenant-a", "user-42", "r3", "README.md", "k", "i")
     out = io.StringIO()
-    print_ledger(world.directory, out)
+    print_ledger(world.directory, Output(json=True, stdout=out))
     [line] = out.getvalue().splitlines()
     assert json.loads(line)["ledger"] == "read"

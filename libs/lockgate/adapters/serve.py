@@ -33,6 +33,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lockgate.adapters.functions import CapabilityFunction, collect
 from lockgate.adapters.scaffold import scaffold
@@ -43,6 +44,9 @@ from lockgate.runtime.deployment import RunInfo, credentials_path, read_run_info
 from lockgate.runtime.entry import exit_if_misconfigured
 from lockgate.runtime.registered import TAKE_IN, Registration, register, registered
 from lockgate.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from lockgate.client.output import Output
 
 #: How long ``serve`` waits for the supervisor to take its adapter in.
 TAKE_IN_TIMEOUT_S = 30.0
@@ -131,8 +135,12 @@ async def take_in(var_dir: Path, registration: Registration,
         await asyncio.sleep(0.1)
 
 
-def serve_command(args: argparse.Namespace) -> int:
-    """``lockgate adapter serve``: register (unless given a user), then serve until signalled."""
+def serve_command(args: argparse.Namespace, out: Output) -> int:
+    """``lockgate adapter serve``: register (unless given a user), then serve until signalled.
+
+    Says once what it serves (with ``--json``: ``{"adapter", "capabilities", "url"}``);
+    its log goes to stderr.
+    """
     functions, default = load(args.target)
     name = args.name or default
     settings = Settings()
@@ -143,22 +151,23 @@ def serve_command(args: argparse.Namespace) -> int:
         settings = Settings(nats_url=info.url,
                             credentials_file=credentials_path(settings.var_dir, f"adapter-{name}"))
     logging.basicConfig(level=settings.log_level)
-    caps = ", ".join(f.name for f in functions)
-    print(f"lockgate: adapter {name} serving {caps} on {settings.nats_url}", flush=True)
+    caps = [f.name for f in functions]
+    out.record({"adapter": name, "capabilities": caps, "url": settings.nats_url},
+               text=f"lockgate: adapter {name} serving {', '.join(caps)} on {settings.nats_url}")
     with exit_if_misconfigured(f"adapter.{name}"):
         loop.run(run_adapter([f.adapter() for f in functions], settings, name=name))
     return 0
 
 
-def scaffold_command(args: argparse.Namespace) -> int:
-    """``lockgate adapter scaffold``: write the policy starting point; print what it wrote."""
+def scaffold_command(args: argparse.Namespace, out: Output) -> int:
+    """``lockgate adapter scaffold``: write the policy starting point; list what it wrote."""
     functions, default = load(args.target)
     try:
         written = scaffold(functions, args.out, args.name or default, args.target)
     except FileExistsError as exc:
         raise ServeError(str(exc)) from exc
-    for path in written:
-        print(path)
+    out.rows({"WROTE": "path"}, [{"path": str(path)} for path in written], empty="wrote nothing",
+             widest=4096)
     return 0
 
 
@@ -183,11 +192,11 @@ def add_command(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
                       help="where to write <name>.cedarschema and <name>.cedar")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Dispatch ``lockgate adapter …``."""
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Dispatch ``lockgate adapter …``; what it says goes through ``out``."""
+    commands: dict[str, Callable[[argparse.Namespace, Output], int]] = {
         "serve": serve_command, "scaffold": scaffold_command}
-    return commands[args.adapter_command](args)
+    return commands[args.adapter_command](args, out)
 
 
 __all__: Sequence[str] = ["ServeError", "add_command", "load", "run", "take_in"]

@@ -5,6 +5,10 @@ policies; ``lockgate policy test DIR CASES.yaml …`` checks each case table (se
 ``lockgate.authz.cases``) and exits 1 when any case fails. Also runnable as
 ``python -m lockgate.authz.cli validate DIR``. A starting point for the capability functions
 of a module (schema fragment and commented policies): ``lockgate adapter scaffold``.
+
+For a person it prints the policies and the cases in words; with ``--json`` (before or
+after the subcommand) one JSON document for ``validate`` and a JSON line per case for
+``test``.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import cedarpy
 
 from lockgate.authz.cases import CaseError, CaseResult, load_cases, run_cases
 from lockgate.authz.engine import BundleError, PolicyBundle
+from lockgate.client.output import Output
 
 _POLICY_REF = re.compile(r"\bpolicy(\d+)\b")
 # The engine joins validation errors with "; "; each starts with Cedar's policy name.
@@ -30,13 +36,23 @@ def parser() -> argparse.ArgumentParser:
     """The ``policy`` command line."""
     p = argparse.ArgumentParser(prog="lockgate policy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    _json(p, top=True)
     sub = p.add_subparsers(dest="policy_command", required=True)
     v = sub.add_parser("validate", help="load a bundle; list its policies or its errors")
+    _json(v)
     v.add_argument("dir", type=Path, help="directory of *.cedar policies and *.cedarschema fragments")
     t = sub.add_parser("test", help="run case tables against a bundle")
+    _json(t)
     t.add_argument("dir", type=Path, help="directory of *.cedar policies and *.cedarschema fragments")
     t.add_argument("cases", type=Path, nargs="+", metavar="CASES.yaml", help="case tables")
     return p
+
+
+def _json(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    # The ``lockgate`` command's own --json (``lockgate.client.cli.json_flag``): the policy
+    # commands parse their arguments apart, without a broker.
+    p.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                   help="machine output: one JSON document (validate), a JSON line per case (test)")
 
 
 def policy_main(argv: Sequence[str] | None = None) -> int:
@@ -52,9 +68,10 @@ def policy_main(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help and on usage errors
         return exc.code if isinstance(exc.code, int) else 2
+    out = Output(json=args.json)
     if args.policy_command == "validate":
-        return _validate(args.dir)
-    return _test(args.dir, args.cases)
+        return _validate(args.dir, out)
+    return _test(args.dir, args.cases, out)
 
 
 def _load(directory: Path) -> PolicyBundle | None:
@@ -69,23 +86,25 @@ def _load(directory: Path) -> PolicyBundle | None:
         return None
 
 
-def _validate(directory: Path) -> int:
+def _validate(directory: Path, out: Output) -> int:
     bundle = _load(directory)
     if bundle is None:
         return 1
     sources = _sources_by_id(directory)
     ids = sorted(bundle.order, key=bundle.order.__getitem__)
     counts = {e: sum(1 for i in ids if bundle.effects[i] == e) for e in ("forbid", "permit")}
-    print(f"bundle   {directory}")
-    print(f"revision {bundle.revision}")
-    print(f"{len(ids)} policies ({counts['forbid']} forbid, {counts['permit']} permit)")
     width = max((len(i) for i in ids), default=0)
-    for pid in ids:
-        print(f"  {bundle.effects[pid]:<6}  {pid:<{width}}  {sources.get(pid, '')}".rstrip())
+    text = [f"bundle   {directory}", f"revision {bundle.revision}",
+            f"{len(ids)} policies ({counts['forbid']} forbid, {counts['permit']} permit)"]
+    text += [f"  {bundle.effects[pid]:<6}  {pid:<{width}}  {sources.get(pid, '')}".rstrip()
+             for pid in ids]
+    out.record({"bundle": str(directory), "revision": bundle.revision,
+                "policies": [{"id": pid, "effect": bundle.effects[pid], "file": sources.get(pid)}
+                             for pid in ids]}, text="\n".join(text))
     return 0
 
 
-def _test(directory: Path, tables: Sequence[Path]) -> int:
+def _test(directory: Path, tables: Sequence[Path], out: Output) -> int:
     bundle = _load(directory)
     if bundle is None:
         return 1
@@ -96,19 +115,27 @@ def _test(directory: Path, tables: Sequence[Path]) -> int:
         except CaseError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(f"{table}:")
-        for result in run_cases(bundle, cases):
-            if result.passed:
-                passed += 1
-                print(f"PASS {result.case.name}")
-            else:
-                failed += 1
-                print(f"FAIL {result.case.name}")
-                for line in _explain(result):
-                    print(f"     {line}")
-    print("-" * 40)
-    print(f"{passed} passed, {failed} failed (bundle {bundle.revision})")
+        results = run_cases(bundle, cases)
+        if out.json:
+            out.rows({}, [_case_json(table, r) for r in results])
+        else:
+            text = [f"{table}:"]
+            for result in results:
+                text.append(f"{'PASS' if result.passed else 'FAIL'} {result.case.name}")
+                text += [] if result.passed else [f"     {line}" for line in _explain(result)]
+            out.note("\n".join(text))
+        passed += sum(r.passed for r in results)
+        failed += sum(not r.passed for r in results)
+    out.note(f"{passed} passed, {failed} failed (bundle {bundle.revision})")
     return 1 if failed else 0
+
+
+def _case_json(table: Path, result: CaseResult) -> dict[str, Any]:
+    """A case's result as a JSON line of ``policy test --json``."""
+    return {"table": str(table), "case": result.case.name, "where": result.case.where,
+            "passed": result.passed, "expected": result.expected, "actual": result.actual,
+            "reasons": list(result.reasons), "determining": list(result.determining),
+            "problems": list(result.problems), "errors": list(result.errors)}
 
 
 def _explain(result: CaseResult) -> list[str]:

@@ -5,7 +5,11 @@ Every command finds the running system by itself: the URL and the credentials
 and each command connects as the role it needs: ``propose`` as the tenant's agent
 runtime (and the trusted host to open the run), ``review …`` as a reviewer,
 ``reconcile``, ``withdraw``, ``events``, ``intents`` and ``status`` as an operator.
-Global options (``--url``, ``--var-dir``) go before or after the command.
+Global options (``--url``, ``--var-dir``, ``--json``) go before or after the command.
+
+Every command answers a person by default (tables, a short record, a sentence) and a
+script with ``--json`` (one JSON document for a record, JSON Lines for rows, nothing
+else on stdout); an error is one line on stderr and a non-zero exit either way.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from pydantic import ValidationError
 from lockgate.adapters import serve as adapter_cli
 from lockgate.client import tokens
 from lockgate.client.demo import SCENARIOS, Scenario
+from lockgate.client.output import Output
 from lockgate.client.sdk import ClientError, Gateway, connect
+from lockgate.contracts.consequence import clean
 from lockgate.contracts.vocabulary import Finding
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token, random_id
@@ -140,24 +146,20 @@ def _context(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _print(value: object) -> None:
-    print(value if isinstance(value, str) else json.dumps(value, default=str), flush=True)
-
-
 def _token(value: str, what: str) -> str:
     if not is_subject_token(value):
         raise UsageError(f"{what} {value!r} is not an id ([A-Za-z0-9_-], at most 64)")
     return value
 
 
-async def _propose(args: argparse.Namespace, where: Where) -> int:
+async def _propose(args: argparse.Namespace, where: Where, out: Output) -> int:
     gw = await where.gateway(f"agent-{_token(args.tenant, 'tenant')}", host=True)
     try:
         run = await gw.open_run(tenant=args.tenant, actor=args.actor, context=_context(args.context))
         turn = await run.open_turn()
         resp = await turn.propose(tool=args.tool, arguments=args.arguments,
                                   call_id=args.call_id, timeout_s=args.timeout)
-        _print(msgspec.json.encode(resp).decode())
+        out.record(msgspec.to_builtins(resp))
         return 0
     finally:
         await gw.close()
@@ -175,13 +177,14 @@ async def _play(gw: Gateway, s: Scenario) -> tuple[str, str, str | None]:
     return resp.status, resp.code, resp.field
 
 
-async def _demo(args: argparse.Namespace, where: Where) -> int:
+async def _demo(args: argparse.Namespace, where: Where, out: Output) -> int:
     from lockgate.worlds.casenotes.adapter import CaseWorldSettings
     from lockgate.worlds.casenotes.world import World
 
     world = World(_world_dir(CaseWorldSettings().dir, "case"))
     gateways: dict[str, Gateway] = {}
     failures = 0
+    played: list[dict[str, object]] = []
     try:
         for s in SCENARIOS:
             if s.tenant not in gateways:
@@ -192,7 +195,7 @@ async def _demo(args: argparse.Namespace, where: Where) -> int:
             ok = (status, code, field) == (s.status, s.code, s.field) and (
                 after[0] - before[0], after[1] - before[1]) == (s.invocations, s.ledger)
             failures += not ok
-            _print({
+            played.append({
                 "scenario": s.name, "status": status, "code": code, "field": field,
                 "adapter_invocations": after[0] - before[0], "ledger_writes": after[1] - before[1],
                 "ledger_total": after[1], "as_expected": ok,
@@ -200,7 +203,10 @@ async def _demo(args: argparse.Namespace, where: Where) -> int:
     finally:
         for gw in gateways.values():
             await gw.close()
-    _print(f"{len(SCENARIOS) - failures} as expected, {failures} not")
+    out.rows({"SCENARIO": "scenario", "STATUS": "status", "CODE": "code", "FIELD": "field",
+              "ADAPTER CALLS": "adapter_invocations", "LEDGER WRITES": "ledger_writes",
+              "AS EXPECTED": "as_expected"}, played)
+    out.note(f"{len(SCENARIOS) - failures} scenarios as expected, {failures} not")
     return 1 if failures else 0
 
 
@@ -212,31 +218,31 @@ def _world_dir(directory: Path, name: str) -> Path:
     return directory
 
 
-def _world(args: argparse.Namespace) -> int:
+def _world(args: argparse.Namespace, out: Output) -> int:
     if args.world not in ("case", "items", "repo"):
         raise UsageError(f"unknown world {args.world!r}; known: case, items, repo")
     if args.world_command == "fault":
-        return _arm(args)
+        return _arm(args, out)
     if args.world == "case":
         from lockgate.worlds.casenotes.adapter import CaseWorldSettings
         from lockgate.worlds.casenotes.world import print_ledger
 
-        print_ledger(_world_dir(CaseWorldSettings().dir, "case"))
+        print_ledger(_world_dir(CaseWorldSettings().dir, "case"), out)
         return 0
     if args.world == "repo":
         from lockgate.worlds.repo.adapter import RepoWorldSettings
         from lockgate.worlds.repo.world import print_ledger as print_repo
 
-        print_repo(_world_dir(RepoWorldSettings().dir, "repo"))
+        print_repo(_world_dir(RepoWorldSettings().dir, "repo"), out)
         return 0
     from lockgate.worlds.items.adapter import ItemsWorldSettings
     from lockgate.worlds.items.world import print_ledger as print_items
 
-    print_items(_world_dir(ItemsWorldSettings().dir, "items"))
+    print_items(_world_dir(ItemsWorldSettings().dir, "items"), out)
     return 0
 
 
-def _arm(args: argparse.Namespace) -> int:
+def _arm(args: argparse.Namespace, out: Output) -> int:
     if args.world != "items":
         raise UsageError("faults can be armed in the items world: lockgate world fault items …")
     from lockgate.worlds.items.adapter import ItemsWorldSettings
@@ -247,8 +253,11 @@ def _arm(args: argparse.Namespace) -> int:
         world.inject(args.server, args.fault, args.times)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _print({"armed": args.fault, "server": args.server, "times": args.times,
-            "faults": world.faults()})
+    faults = world.faults()
+    armed = ", ".join(f"{f['fault']} on {f['server']} ({f['remaining']} left)" for f in faults)
+    out.record({"armed": args.fault, "server": args.server, "times": args.times, "faults": faults},
+               text=f"armed {args.fault} on server {args.server} for the next {args.times} "
+                    f"call(s); armed now: {armed or 'none'}")
     return 0
 
 
@@ -257,7 +266,8 @@ async def _operator(where: Where, args: argparse.Namespace) -> Gateway:
     return await where.gateway(f"operator-{person}", principal=person)
 
 
-async def _views(where: Where, args: argparse.Namespace, *, user: str | None = None) -> Views:
+async def _views(where: Where, args: argparse.Namespace, out: Output, *,
+                 user: str | None = None) -> Views:
     """The views, once the projector says they hold every event stored before now.
 
     Asked as an operator on ``lg.status.projector``: the projector answering as the
@@ -274,7 +284,7 @@ async def _views(where: Where, args: argparse.Namespace, *, user: str | None = N
         await gw.close()
     if lag != 0:
         why = "the projector did not answer" if lag is None else f"{lag} events behind"
-        print(f"lockgate: the views may not show the latest events ({why})", file=sys.stderr)
+        out.warn(f"the views may not show the latest events ({why})")
     return open_views(where.settings.views_url, var_dir=where.var_dir)
 
 
@@ -306,12 +316,12 @@ async def _views_lag(gw: Gateway, wait_s: float) -> int | None:
         await asyncio.sleep(0.1)
 
 
-async def _events(args: argparse.Namespace, where: Where) -> int:
+async def _events(args: argparse.Namespace, where: Where, out: Output) -> int:
     from lockgate.intent.codec import decode_event
     from lockgate.views.rows import recorded
 
     tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
-    views = await _views(where, args)
+    views = await _views(where, args, out)
     try:
         rows = [r for r in views.events_of(intent) if r.tenant == tenant]
         chain = [r for r in views.lineage(intent) if r.tenant == tenant]
@@ -319,37 +329,51 @@ async def _events(args: argparse.Namespace, where: Where) -> int:
         views.close()
     if not rows:
         raise UsageError(f"no events for intent {intent} in tenant {tenant}")
-    for row in rows:
-        body = msgspec.to_builtins(decode_event(recorded(row)))
-        _print({"version": row.version, "type": row.event_type, "sequence": row.sequence,
-                "event": body})
+    timeline = [{"version": row.version, "type": row.event_type, "sequence": row.sequence,
+                 "event": msgspec.to_builtins(decode_event(recorded(row)))} for row in rows]
+    out.rows({"VERSION": "version", "SEQUENCE": "sequence", "TYPE": "type",
+              "AT": lambda e: _minute(e["event"].get("timestamp")),
+              "REASON": lambda e: e["event"].get("reason") or e["event"].get("code")}, timeline)
     if len(chain) > 1:  # the candidates it corrects or follows, and those that follow it
-        _print({"lineage": [{"intent": r.intent_id, "call": r.call_id, "tool": r.tool,
-                             "follows": r.follows or None, "how": r.follows_how or None,
-                             "kind": r.lineage or None, "state": r.state, "reason": r.reason,
-                             "this": r.intent_id == intent} for r in chain]})
+        lineage = [{"intent": r.intent_id, "call": r.call_id, "tool": r.tool,
+                    "follows": r.follows or None, "how": r.follows_how or None,
+                    "kind": r.lineage or None, "state": r.state, "reason": r.reason,
+                    "this": r.intent_id == intent} for r in chain]
+        if out.json:
+            out.record({"lineage": lineage})
+        else:
+            out.note("its lineage (the candidates it follows or corrects, and those after it):")
+            out.rows({"": lambda r: "->" if r["this"] else "", "INTENT": "intent", "TOOL": "tool",
+                      "KIND": "kind", "HOW": "how", "STATE": "state", "REASON": "reason"}, lineage)
     return 0
 
 
-async def _intents(args: argparse.Namespace, where: Where) -> int:
-    views = await _views(where, args)
+def _minute(value: object) -> str:
+    return str(value or "")[:19].replace("T", " ")
+
+
+async def _intents(args: argparse.Namespace, where: Where, out: Output) -> int:
+    views = await _views(where, args, out)
     try:
         rows = views.intents(tenant=args.tenant, state=args.state, limit=args.limit,
                              before=args.before)
     finally:
         views.close()
-    for row in rows:
-        _print({
-            "intent": row.intent_id, "tenant": row.tenant, "run": row.run_id, "tool": row.tool,
-            "state": row.state, "reason": row.reason, "model_status": row.model_status,
-            "attempts": row.attempts, "attempt_stage": row.attempt_stage,
-            "follows": row.follows or None, "lineage": row.lineage or None,
-            "updated_at": row.updated_at, "position": row.last_sequence,
-        })
+    out.rows({"INTENT": "intent", "TENANT": "tenant", "TOOL": "tool", "STATE": "state",
+              "REASON": "reason", "ATTEMPTS": "attempts", "UPDATED": lambda r: _minute(r["updated_at"]),
+              "POSITION": "position"},
+             [{"intent": row.intent_id, "tenant": row.tenant, "run": row.run_id, "tool": row.tool,
+               "state": row.state, "reason": row.reason, "model_status": row.model_status,
+               "attempts": row.attempts, "attempt_stage": row.attempt_stage,
+               "follows": row.follows or None, "lineage": row.lineage or None,
+               "updated_at": row.updated_at, "position": row.last_sequence} for row in rows],
+             empty="no intents match")
+    if rows and len(rows) == args.limit and not out.json:
+        out.note(f"the next page: --before {rows[-1].last_sequence}")
     return 0
 
 
-async def _reconcile(args: argparse.Namespace, where: Where) -> int:
+async def _reconcile(args: argparse.Namespace, where: Where, out: Output) -> int:
     gw = await _operator(where, args)
     try:
         event = await gw.resolve_outcome(
@@ -358,39 +382,38 @@ async def _reconcile(args: argparse.Namespace, where: Where) -> int:
         )
     finally:
         await gw.close()
-    _print({"recorded": event, "by": gw.principal})
+    found = "happened" if args.confirmed else "did not happen"
+    out.record({"recorded": event, "by": gw.principal},
+               text=f"recorded {event} for intent {args.intent} by {gw.principal}: the effect {found}")
     return 0
 
 
-async def _withdraw(args: argparse.Namespace, where: Where) -> int:
+async def _withdraw(args: argparse.Namespace, where: Where, out: Output) -> int:
     gw = await _operator(where, args)
     try:
         resp = await gw.withdraw(_token(args.tenant, "tenant"), _token(args.intent, "intent"),
                                  why=args.why)
     finally:
         await gw.close()
-    _print(msgspec.json.encode(resp).decode())
+    out.record(msgspec.to_builtins(resp))
     return 0
 
 
-async def _review(args: argparse.Namespace, where: Where) -> int:
+async def _review(args: argparse.Namespace, where: Where, out: Output) -> int:
     from lockgate.client import tables
 
     person = where.person("reviewer", args.as_)
     user = f"reviewer-{person}"
     if args.review_command == "list":
-        views = await _views(where, args, user=user)
+        views = await _views(where, args, out, user=user)
         try:
             scope = where.settings.reviewers.get(person) or ()
             rows = [r for r in views.reviews(tenant=args.tenant, status="waiting", limit=args.limit)
                     if not scope or r.tenant in scope]
         finally:
             views.close()
-        if args.json:
-            for row in rows:
-                _print(msgspec.to_builtins(row))
-        else:
-            _print(tables.review_queue(rows))
+        out.rows(tables.REVIEW_QUEUE, [msgspec.to_builtins(row) for row in rows],
+                 empty="no review waits")
         return 0
     tenant, intent = _token(args.tenant, "tenant"), _token(args.intent, "intent")
     gw = await where.gateway(user, principal=person)
@@ -398,7 +421,7 @@ async def _review(args: argparse.Namespace, where: Where) -> int:
         review = await gw.show_review(tenant=tenant, candidate_id=intent)
         shown = msgspec.to_builtins(review)
         if args.review_command == "show":
-            _print(shown if args.json else tables.review_page(review))
+            out.record(shown, text=tables.review_page(review))
             return 0
         if args.digest and args.digest != review.digest:
             raise UsageError(f"the review is of {review.digest}, not {args.digest}")
@@ -406,12 +429,10 @@ async def _review(args: argparse.Namespace, where: Where) -> int:
             edited = await gw.edit_review(
                 tenant=tenant, candidate_id=intent, review_id=review.review_id,
                 digest=review.digest, arguments=args.arguments, reason=args.why)
-            if args.json:
-                _print({"edited_into": edited.candidate_id, "call_id": edited.call_id,
-                        "reviewer": person, "review": shown})
-            else:
-                _print(f"edited by {person}: {review.candidate_id} will not run; the new candidate "
-                       f"{edited.candidate_id} crosses every gate again")
+            out.record({"edited_into": edited.candidate_id, "call_id": edited.call_id,
+                        "reviewer": person, "review": shown},
+                       text=f"edited by {person}: {review.candidate_id} will not run; the new "
+                            f"candidate {edited.candidate_id} crosses every gate again")
             return 0
         event = await gw.decide_review(
             tenant=tenant, candidate_id=intent, review_id=review.review_id,
@@ -419,12 +440,10 @@ async def _review(args: argparse.Namespace, where: Where) -> int:
         )
     finally:
         await gw.close()
-    if args.json:
-        _print({"recorded": event, "reviewer": person, "review": shown})
-    else:
-        verb = "approved" if args.review_command == "approve" else "denied"
-        _print(f"{verb} by {person}: {review.action or review.summary}\n"
-               f"recorded {event} for candidate {review.candidate_id} ({review.digest})")
+    verb = "approved" if args.review_command == "approve" else "denied"
+    out.record({"recorded": event, "reviewer": person, "review": shown},
+               text=f"{verb} by {person}: {clean(review.action or review.summary, 400)}\n"
+                    f"recorded {event} for candidate {review.candidate_id} ({review.digest})")
     return 0
 
 
@@ -437,7 +456,7 @@ def _world_dirs() -> dict[str, Path]:
             "repo": RepoWorldSettings().dir}
 
 
-async def _eval(args: argparse.Namespace, where: Where) -> int:
+async def _eval(args: argparse.Namespace, where: Where, out: Output) -> int:
     """Grade runs' proposals and check containment; with ``--suite``, run the scripted agents first.
 
     Exits 1 when a hard invariant failed (the boundary did not hold), else 0.
@@ -464,7 +483,7 @@ async def _eval(args: argparse.Namespace, where: Where) -> int:
         result = await scripted.run_suite(tasks, agent, worlds, timeout_s=args.timeout,
                                           policy_dir=str(bundle))
         runs += [t.run_id for t in result.tasks]
-    views = await _views(where, args)
+    views = await _views(where, args, out)
     try:
         histories = run_histories(views, runs, tenant=args.tenant)
         writes = relevant_writes(views, histories, world_writes(worlds))
@@ -475,43 +494,56 @@ async def _eval(args: argparse.Namespace, where: Where) -> int:
     report = evaluate(histories, writes)
     if result is not None:
         result = scripted.with_record(result, histories)
-    if args.json:
-        _print({"suite": msgspec.to_builtins(result) if result is not None else None,
-                "report": as_json(report)})
-    else:
-        if result is not None:
-            _print(scripted.render(result) + "\n")
-        _print(render(report))
+    text = render(report) if result is None else f"{scripted.render(result)}\n\n{render(report)}"
+    out.record({"suite": msgspec.to_builtins(result) if result is not None else None,
+                "report": as_json(report)}, text=text)
     return 0 if report.containment.passed else 1
 
 
-def _status(args: argparse.Namespace, where: Where) -> int:
+def _status(args: argparse.Namespace, where: Where, out: Output) -> int:
     from lockgate.runtime.cli_ops import cmd_status
 
     person = where.person("operator", getattr(args, "as_", None))
     return asyncio.run(cmd_status(where.url, where.credentials(f"operator-{person}"),
-                                  read_run_info(where.var_dir)))
+                                  read_run_info(where.var_dir), output=out))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, out: Output) -> int:
     from lockgate.runtime.cli_ops import cmd_run
 
     settings = Settings() if args.url is None else Settings(nats_url=args.url)
     embedded = args.url is None and "LOCKGATE_NATS_URL" not in os.environ
-    return cmd_run(argparse.Namespace(settings=settings, port=args.port, embedded=embedded,
-                                      cluster=args.cluster, partitions=args.partitions))
+    run_args = argparse.Namespace(settings=settings, port=args.port, embedded=embedded,
+                                  cluster=args.cluster, partitions=args.partitions)
+    if not out.json:
+        return cmd_run(run_args)
+    # It serves until stopped and answers nothing: with --json its log is kept off stdout.
+    with contextlib.redirect_stdout(sys.stderr):
+        return cmd_run(run_args)
 
 
 # -- the parser -----------------------------------------------------------------------------
 
 
 def _globals(p: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """``--url`` and ``--var-dir``, accepted before the command and after it."""
+    """``--url``, ``--var-dir`` and ``--json``, accepted before the command and after it."""
     default = None if top else argparse.SUPPRESS
     p.add_argument("--url", default=default,
                    help="NATS URL (default: LOCKGATE_NATS_URL, else the one `lockgate run` chose)")
     p.add_argument("--var-dir", type=Path, default=default,
                    help="the deployment's var directory (default: LOCKGATE_VAR_DIR, else the checkout's var/)")
+    json_flag(p, top=top)
+
+
+def json_flag(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--json``: machine output only (one JSON document, or JSON Lines for rows).
+
+    Given on a subcommand's parser with ``top`` false, it does not reset what was given
+    before the subcommand (argparse would write a subparser's default over it).
+    """
+    p.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                   help="machine output: one JSON document, or JSON Lines for rows; "
+                        "nothing else on stdout")
 
 
 def _as(p: argparse.ArgumentParser, kind: str) -> None:
@@ -555,7 +587,7 @@ def parser() -> argparse.ArgumentParser:
     command("demo", "walk the foundation's behaviour table against a running system")
     world = command("world", "read a simulated world, or arm a fault in it")
     world_sub = world.add_subparsers(dest="world_command", required=True)
-    ledger = world_sub.add_parser("ledger", help="print every write as JSON lines")
+    ledger = world_sub.add_parser("ledger", help="list every write the world recorded")
     _globals(ledger)
     ledger.add_argument("world", help="which world (case, items, repo)")
     fault = world_sub.add_parser("fault", help="arm a fault for the next calls (items world)")
@@ -566,12 +598,12 @@ def parser() -> argparse.ArgumentParser:
     fault.add_argument("--server", required=True, choices=("P", "Q"),
                        help="P (draft.prepare_private) or Q (item.publish)")
     fault.add_argument("--times", type=int, default=1)
-    it = command("intents", "list intents from the views (JSON lines, newest change first)")
+    it = command("intents", "list intents from the views, newest change first")
     it.add_argument("--state", default=None, help="only intents in this state (unknown, needs_operator, …)")
     it.add_argument("--tenant", default=None)
     it.add_argument("--limit", type=int, default=100, help="at most this many (up to 1000)")
     it.add_argument("--before", type=int, default=None, metavar="POSITION",
-                    help="the page after the last line's position")
+                    help="the page after the last row's position")
     it.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(it, "operator")
     rc = command("reconcile", "settle an unknown outcome as an operator")
@@ -595,7 +627,6 @@ def parser() -> argparse.ArgumentParser:
     listed.add_argument("--limit", type=int, default=100)
     listed.add_argument("--wait", type=float, default=5.0,
                         help="seconds to wait for the views to catch up")
-    listed.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     _as(listed, "reviewer")
     for verb, text in (("show", "print the open review of a candidate: what will happen first"),
                        ("approve", "approve the consequence under review"),
@@ -606,7 +637,6 @@ def parser() -> argparse.ArgumentParser:
         r.add_argument("--tenant", required=True)
         r.add_argument("--why", default="", help="recorded with the decision")
         r.add_argument("--digest", default=None, help="approve only if the review is of this digest")
-        r.add_argument("--json", action="store_true", help="JSON instead of text")
         _as(r, "reviewer")
     edit = rv_sub.add_parser("edit", help="propose narrower arguments instead: a new candidate, "
                                           "every gate again; the original does not run")
@@ -616,7 +646,6 @@ def parser() -> argparse.ArgumentParser:
     edit.add_argument("--arguments", required=True, help="the raw argument text, as a model would write it")
     edit.add_argument("--why", default="", help="recorded with the edit")
     edit.add_argument("--digest", default=None, help="edit only if the review is of this digest")
-    edit.add_argument("--json", action="store_true", help="JSON instead of text")
     _as(edit, "reviewer")
     tokens.add_arguments(command("token", "print a console token for a reviewer (or --operator)"))
     sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
@@ -631,40 +660,53 @@ def parser() -> argparse.ArgumentParser:
     evl.add_argument("--tenant", default=None, help="only intents of this tenant")
     evl.add_argument("--suite", type=Path, default=None, metavar="DIR",
                      help="run the scripted tasks (*.yaml) in DIR first, and evaluate their runs too")
-    evl.add_argument("--json", action="store_true", help="one JSON document instead of tables")
     evl.add_argument("--timeout", type=float, default=30.0, help="seconds a scripted call may take")
     evl.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     _as(evl, "operator")
-    mcp_cli.add_commands(sub)
+    mcp_cli.add_commands(sub, _globals)
     replay_cli.add_command(sub, _globals)
     adapter_cli.add_command(sub, _globals)
     return p
 
 
-_ASYNC: dict[str, Callable[[argparse.Namespace, Where], object]] = {
+_ASYNC: dict[str, Callable[[argparse.Namespace, Where, Output], object]] = {
     "propose": _propose, "demo": _demo, "events": _events, "intents": _intents,
     "reconcile": _reconcile, "withdraw": _withdraw, "review": _review, "eval": _eval,
 }
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, out: Output) -> int:
     if args.command == "run":
-        return _run(args)
+        return _run(args, out)
     if args.command == "world":
-        return _world(args)
+        return _world(args, out)
     if args.command == "adapter":
-        return adapter_cli.run(args)
+        return adapter_cli.run(args, out)
     where = locate(args)
     if args.command == "status":
-        return _status(args, where)
+        return _status(args, where, out)
     if args.command == "token":
-        return tokens.command(args, where)
+        return tokens.command(args, where, out)
     if args.command == "mcp":
-        return mcp_cli.run(args, where)
+        return mcp_cli.run(args, where, out)
     if args.command == "replay":
-        return replay_cli.run(args, where, lambda: _views(where, args, user=REPLAY))
+        return replay_cli.run(args, where, out, lambda: _views(where, args, out, user=REPLAY))
     handler = _ASYNC[args.command]
-    return int(asyncio.run(handler(args, where)))  # type: ignore[arg-type]
+    return int(asyncio.run(handler(args, where, out)))  # type: ignore[arg-type]
+
+
+def _command_at(argv: Sequence[str]) -> int | None:
+    """Where the command's name is: the first word that is not a global option or its value."""
+    at = 0
+    while at < len(argv):
+        word = argv[at]
+        if word in ("--url", "--var-dir"):
+            at += 2
+        elif word.startswith("-"):
+            at += 1
+        else:
+            return at
+    return None
 
 
 def _fail(message: str) -> int:
@@ -675,19 +717,22 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lockgate`` command: every error ends in one line and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "policy" in argv[:3]:
-        # Policy authoring works on files only: no broker, its own arguments.
+    at = _command_at(argv)
+    if at is not None and argv[at] == "policy":
+        # Policy authoring works on files only: no broker, its own arguments (--json
+        # given before the command is passed on to them).
         from lockgate.authz.cli import policy_main
 
-        return policy_main(argv[argv.index("policy") + 1:])
+        return policy_main(argv[at + 1:] + (["--json"] if "--json" in argv[:at] else []))
     args = parser().parse_args(argv)
+    out = Output(json=bool(args.json))
     # The SDK's connection warnings would add lines to the one an error gets here.
     logging.getLogger("lockgate.client").setLevel(logging.ERROR)
     if args.var_dir is not None:
         # Every default under var/ (credentials, worlds, run.json) follows it.
         os.environ["LOCKGATE_VAR_DIR"] = str(args.var_dir.resolve())
     try:
-        return _dispatch(args)
+        return _dispatch(args, out)
     except BrokenPipeError:
         # `lockgate intents | head`: the reader left; so do we, quietly.
         devnull = os.open(os.devnull, os.O_WRONLY)

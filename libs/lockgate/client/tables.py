@@ -1,4 +1,4 @@
-"""What the CLI prints for people: tables and a review's page, plain text.
+"""What the CLI prints for people: tables, the review queue's columns and a review's page.
 
 Text a model or an adapter wrote (a note, a title) is untrusted: it is printed with
 control and direction-override characters replaced, so it cannot move the cursor,
@@ -7,11 +7,11 @@ clear the screen or reorder what surrounds it, and it is labelled as the model's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from lockgate.contracts.consequence import clean
 from lockgate.contracts.messages import ReviewView
-from lockgate.views.rows import ReviewRow
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, widest: int = 60) -> str:
@@ -24,14 +24,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, widest: int 
     return "\n".join(lines)
 
 
-def review_queue(rows: Sequence[ReviewRow]) -> str:
-    """The review queue, oldest first."""
-    if not rows:
-        return "no review waits"
-    return table(
-        ("CANDIDATE", "TENANT", "TOOL", "WHAT WILL HAPPEN", "REQUESTED", "EXPIRES"),
-        [(r.intent_id, r.tenant, r.tool, r.action or r.summary, _minute(r.requested_at),
-          _minute(r.expires_at)) for r in rows])
+#: The review queue's columns, over a review row's fields (``lockgate.views.rows.ReviewRow``).
+REVIEW_QUEUE: Mapping[str, str | Callable[[Mapping[str, Any]], object]] = {
+    "CANDIDATE": "intent_id", "TENANT": "tenant", "TOOL": "tool",
+    "WHAT WILL HAPPEN": lambda r: r.get("action") or r.get("summary"),
+    "REQUESTED": lambda r: _minute(str(r.get("requested_at") or "")),
+    "EXPIRES": lambda r: _minute(str(r.get("expires_at") or "")),
+}
 
 
 def review_page(view: ReviewView) -> str:

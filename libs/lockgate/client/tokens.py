@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
-import json
 import os
 import secrets
 import sys
@@ -41,6 +40,7 @@ from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:
     from lockgate.client.cli import Where
+    from lockgate.client.output import Output
 
 #: Every token starts so: the format's version, so a later one can be told apart.
 PREFIX = "lgc1."
@@ -196,8 +196,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"how long it is valid (default {DEFAULT_TTL_S:g}, at most {MAX_TTL_S:g})")
 
 
-def command(args: argparse.Namespace, where: Where) -> int:
+def command(args: argparse.Namespace, where: Where, out: Output) -> int:
     """``lockgate token``: print a console token for a reviewer or operator, and where to use it.
+
+    A person reads the token on its own line, then whose it is and where to paste it; with
+    ``--json``: ``{"token", "person", "role", "expires_at", "console"}``.
 
     Raises:
         LockgateError: no such person, or a broker without per-person users.
@@ -212,13 +215,14 @@ def command(args: argparse.Namespace, where: Where) -> int:
         token, expires = issue(creds, ttl_s=args.ttl, settings=where.settings)
     except ValueError as exc:
         raise LockgateError(str(exc), code="cli.usage") from None
-    print(token, flush=True)
     running = read_console_info(where.var_dir)
     port = ConsoleSettings().port
     url = running.url if running else (
         f"http://127.0.0.1:{port}/" if port else "the console's URL (`lockgate run` prints it)")
-    print(json.dumps({"person": person, "role": kind, "expires_at": expires.isoformat()}),
-          file=sys.stderr)
-    print(f"open {url} and paste the token (or open {url}#token=<the token>); "
+    out.record({"token": token, "person": person, "role": kind, "expires_at": expires.isoformat(),
+                "console": url if running or port else None}, text=token)
+    # Beside the token, not with it: `TOKEN=$(lockgate token)` keeps the token alone.
+    print(f"a console token for {kind} {person}, valid until {expires.isoformat()}: "
+          f"open {url} and paste it (or open {url}#token=<the token>); "
           "keep it as you keep a password", file=sys.stderr, flush=True)
     return 0

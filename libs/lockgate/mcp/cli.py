@@ -4,7 +4,9 @@ Every command is a request to the MCP adapter on ``lg.mcp.op.<verb>.<operator>``
 as the operator's own NATS user: the broker lets only that user publish a subject ending
 in its name, so the adapter records the authenticated operator as the reviewer, and only
 the adapter's user can write the records on ``LG_MCP`` (``lockgate.runtime.roles``).
-Answers are JSON; remote text in them (descriptions) is the servers' and untrusted.
+Answers are JSON (printed as one document with ``--json``, as ``key  value`` blocks and
+tables for a person); remote text in them (descriptions) is the servers' and untrusted, and
+is cleaned before a person reads it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ from lockgate.mcpcheck import cli as mcpcheck_cli
 
 if TYPE_CHECKING:
     from lockgate.client.cli import Where
+    from lockgate.client.output import Output
 
 #: How long a command waits for the adapter's answer.
 TIMEOUT_S = 10.0
@@ -38,16 +41,17 @@ class McpCommandError(LockgateError):
         super().__init__(f"{code}: {detail}" if detail else code, code=code)
 
 
-def add_commands(subparsers: Any) -> None:
-    """Add ``mcp`` and its commands to the ``lockgate`` parser's subcommands."""
+def add_commands(subparsers: Any, globals_: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``mcp`` and its commands to the ``lockgate`` parser's subcommands.
+
+    ``globals_`` adds the options every command takes (``--url``, ``--var-dir``, ``--json``).
+    """
     mcp = subparsers.add_parser("mcp", help="MCP servers: identities, snapshots, quarantine, mappings")
     verbs = mcp.add_subparsers(dest="mcp_command", required=True)
 
     def verb(name: str, help_: str) -> argparse.ArgumentParser:
         c: argparse.ArgumentParser = verbs.add_parser(name, help=help_)
-        c.add_argument("--url", default=argparse.SUPPRESS, help="NATS URL")
-        c.add_argument("--var-dir", type=Path, default=argparse.SUPPRESS,
-                       help="the deployment's var directory")
+        globals_(c)
         c.add_argument("--as", dest="as_", metavar="NAME", default=None,
                        help="the operator to act as (default: the first one configured)")
         return c
@@ -118,10 +122,10 @@ async def ask(where: Where, args: argparse.Namespace) -> dict[str, Any]:
     return answer
 
 
-def run(args: argparse.Namespace, where: Where) -> int:
-    """Run one ``lockgate mcp`` command; print its answer as JSON."""
+def run(args: argparse.Namespace, where: Where, out: Output) -> int:
+    """Run one ``lockgate mcp`` command; print its answer (one JSON document with ``--json``)."""
     if args.mcp_command == "conformance":
-        return int(args.handler(args))
+        return int(args.handler(args, out))
     answer = asyncio.run(ask(where, args))
-    sys.stdout.write(json.dumps(answer, indent=2, sort_keys=True) + "\n")
+    out.record(dict(sorted(answer.items())))
     return 0

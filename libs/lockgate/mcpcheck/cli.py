@@ -15,14 +15,19 @@ import anyio
 import msgspec
 
 from lockgate.mcpcheck.probe import PROBES, load_probe
-from lockgate.mcpcheck.report import Verdict, render_json, render_table
+from lockgate.mcpcheck.report import Verdict, render_table
 
 if TYPE_CHECKING:
+    from lockgate.client.output import Output
     from lockgate.mcpcheck.suite import Target
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The command's arguments, on a parser the caller made."""
+def add_arguments(p: argparse.ArgumentParser, *, json_default: object = False) -> None:
+    """The command's arguments, on a parser the caller made.
+
+    Under ``lockgate`` the ``--json`` given before the command stands: ``json_default``
+    is then ``argparse.SUPPRESS``, so this parser's default does not overwrite it.
+    """
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--stdio", metavar="COMMAND",
                         help='a command that serves MCP on stdin/stdout (one string, shell-quoted)')
@@ -30,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", required=True, metavar="p|q|FILE",
                    help=f"a ready-made probe ({', '.join(PROBES)}) or a JSON probe file")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
-    p.add_argument("--json", action="store_true", help="the report as JSON instead of a table")
+    p.add_argument("--json", action="store_true", default=json_default,
+                   help="the report as one JSON document instead of a table")
 
 
 def add_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,7 +46,7 @@ def add_command(subparsers: Any) -> argparse.ArgumentParser:
     """
     p: argparse.ArgumentParser = subparsers.add_parser(
         "conformance", help="probe an MCP server for what matters when an effect must happen once")
-    add_arguments(p)
+    add_arguments(p, json_default=argparse.SUPPRESS)
     p.set_defaults(handler=command)
     return p
 
@@ -54,8 +60,11 @@ def target_of(args: argparse.Namespace) -> Target:
     return StdioTarget(command=tuple(shlex.split(args.stdio)))
 
 
-def command(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace, out: Output | None = None) -> int:
     """Run the suite as the arguments say, print the report; the exit status says its verdict."""
+    from lockgate.client.output import Output
+
+    out = out or Output(json=bool(getattr(args, "json", False)))
     try:
         probe = load_probe(args.probe)
     except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -76,7 +85,7 @@ def command(args: argparse.Namespace) -> int:
     except Exception as exc:  # connection failures of every transport: one line, not a traceback
         print(f"mcpcheck: could not run the suite: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(render_json(report) + "\n" if args.json else render_table(report))
+    out.record(msgspec.to_builtins(report), text=render_table(report))
     return 1 if any(f.verdict == Verdict.VIOLATED for f in report.findings) else 0
 
 

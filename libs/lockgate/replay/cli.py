@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -43,6 +41,7 @@ from lockgate.runtime.roles import REPLAY
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:
+    from lockgate.client.output import Output
     from lockgate.replay.sources import BrokerDeployment
     from lockgate.views.store import Views
 
@@ -91,16 +90,20 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser],
                     help="where no other source has a contract, use the demo worlds' compiled into "
                          "lockgate (every line it affects says so)")
     rp.add_argument("--all", action="store_true", help="with --bundle: every decision, changed or not")
-    rp.add_argument("--json", action="store_true", help="JSON instead of a table")
     rp.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
 
 
-def run(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
-    """Run ``lockgate replay``; ``fresh_views`` opens the views once the projector caught up."""
-    return asyncio.run(_replay(args, where, fresh_views))
+def run(args: argparse.Namespace, where: Where, out: Output,
+        fresh_views: Callable[[], Awaitable[Views]]) -> int:
+    """Run ``lockgate replay``; ``fresh_views`` opens the views once the projector caught up.
+
+    A person reads tables; ``--json`` prints one JSON document (``counterfactual``, ``replay``).
+    """
+    return asyncio.run(_replay(args, where, out, fresh_views))
 
 
-async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]], *, offline: bool) -> Views:
+async def _views(where: Where, out: Output, fresh_views: Callable[[], Awaitable[Views]], *,
+                 offline: bool) -> Views:
     """The views, up to date when the running system says so; as they are without one."""
     from lockgate.views.store import open_views
 
@@ -109,7 +112,7 @@ async def _views(where: Where, fresh_views: Callable[[], Awaitable[Views]], *, o
     try:
         return await fresh_views()
     except (LockgateError, NatsError, OSError, TimeoutError) as exc:
-        print(f"lockgate: the views are read as they are ({exc})", file=sys.stderr)
+        out.warn(f"the views are read as they are ({exc})")
         return open_views(where.settings.views_url, var_dir=where.var_dir)
 
 
@@ -139,7 +142,8 @@ def _whole_runs(views: Views, chosen: list[Candidate]) -> list[Candidate]:
     return list(found.values())
 
 
-async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[[], Awaitable[Views]]) -> int:
+async def _replay(args: argparse.Namespace, where: Where, out: Output,
+                  fresh_views: Callable[[], Awaitable[Views]]) -> int:
     # Imported here: the fixture world builds every service's handlers, which no other
     # command needs to load.
     from lockgate.authz import PolicyBundle
@@ -154,7 +158,7 @@ async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[
     sources, broker = await _sources(where, args)
     try:
         bundle = PolicyBundle.load(args.bundle) if args.bundle is not None else None
-        views = await _views(where, fresh_views, offline=args.offline)
+        views = await _views(where, out, fresh_views, offline=args.offline)
         try:
             chosen: list[Candidate] = candidates(views, selection)
             # What a run did before a decision is on the record of the whole run, not
@@ -162,11 +166,11 @@ async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[
             runs = _whole_runs(views, chosen) if bundle is not None and bundle.uses_prior_effects else None
         finally:
             views.close()
-        out: dict[str, object] = {}
+        answer: dict[str, object] = {}
         text: list[str] = []
         if bundle is not None:
             rows = await counterfactual(chosen, bundle, sources, runs=runs)
-            out["counterfactual"] = {
+            answer["counterfactual"] = {
                 "bundle": str(args.bundle), "revision": bundle.revision,
                 "decisions": sum(not r.undecidable for r in rows),
                 "changed": sum(r.changed for r in rows),
@@ -179,10 +183,10 @@ async def _replay(args: argparse.Namespace, where: Where, fresh_views: Callable[
             bundle_dir = args.bundle if args.bundle is not None else where.settings.policy_dir
             result = await replay(chosen, sources, bundle_dir, declared=args.fixtures,
                                   recorded_evidence=not args.no_recorded_evidence)
-            out["replay"] = result.as_json()
+            answer["replay"] = result.as_json()
             text.append(replay_table(result))
     finally:
         if broker is not None:
             await broker.close()
-    print(json.dumps(out, indent=2) if args.json else "\n\n".join(text))
+    out.record(answer, text="\n\n".join(text))
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -18,6 +19,9 @@ from lockgate.runtime.settings import Settings
 from lockgate.runtime.status import Status, gather_status, problem, status_names
 from lockgate.runtime.supervisor import run_supervisor
 from lockgate.runtime.topology import topology_streams
+
+if TYPE_CHECKING:
+    from lockgate.client.output import Output
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -60,14 +64,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def cmd_status(
-    url: str, credentials: Credentials | None = None, info: RunInfo | None = None
+    url: str, credentials: Credentials | None = None, info: RunInfo | None = None, *,
+    output: Output,
 ) -> int:
-    """Print one JSON line per service and adapter: ``{"service", "ok", "pid", "metrics", "problem"}``.
+    """Say whether every service and adapter answers and makes progress, through ``output``.
 
-    ``ok`` means it answered and makes progress (see ``status.problem``); ``metrics`` is
-    where the process serves its Prometheus metrics (absent when it serves none).
+    For a person: a table of the processes (and, on a local cluster, of its nodes and
+    streams first) and a sentence. With ``--json``: one JSON line per service and adapter,
+    ``{"service", "ok", "pid", "metrics", "problem"}``; ``ok`` means it answered and makes
+    progress (see ``status.problem``); ``metrics`` is where the process serves its
+    Prometheus metrics (absent when it serves none).
 
-    On a local cluster (``info`` names its nodes) it first prints one line per node
+    On a local cluster (``info`` names its nodes) the JSON lines begin with one per node
     (``{"node", "url", "up", "healthy", "meta_leader"}``) and per stream
     (``{"stream", "leader", "replicas": [{"name", "current", "lag"}]}``), then one line
     per replica of each process (``"replica"``: 1, 2, ... in the order they answered;
@@ -82,22 +90,27 @@ async def cmd_status(
     healthy = True
     if info is not None and info.nodes:
         report = await cluster_report(info.nodes)
+        nodes: list[dict[str, object]] = []
         for node in report.nodes:
             healthy = healthy and node.up and node.healthy
-            print(json.dumps({"node": node.name, "url": node.url, "up": node.up,
-                              "healthy": node.healthy, "meta_leader": node.meta_leader or None}),
-                  flush=True)
+            nodes.append({"node": node.name, "url": node.url, "up": node.up,
+                          "healthy": node.healthy, "meta_leader": node.meta_leader or None})
+        output.rows({"NODE": "node", "URL": "url", "UP": "up", "HEALTHY": "healthy",
+                     "META LEADER": "meta_leader"}, nodes, empty="no cluster node answered")
         led = {s.stream for s in report.streams}
+        streams: list[dict[str, object]] = []
         for stream in report.streams:
             healthy = healthy and all(r.current for r in stream.replicas)
-            print(json.dumps({"stream": stream.stream, "leader": stream.leader,
-                              "messages": stream.messages,
-                              "replicas": [{"name": r.name, "current": r.current, "lag": r.lag}
-                                           for r in stream.replicas]}), flush=True)
+            streams.append({"stream": stream.stream, "leader": stream.leader,
+                            "messages": stream.messages,
+                            "replicas": [{"name": r.name, "current": r.current, "lag": r.lag}
+                                         for r in stream.replicas]})
         for leaderless in sorted(set(topology_streams(Partitions(info.event_partitions))) - led):
             healthy = False
-            print(json.dumps({"stream": leaderless, "leader": None, "problem": "no leader"}),
-                  flush=True)
+            streams.append({"stream": leaderless, "leader": None, "problem": "no leader"})
+        output.rows({"STREAM": "stream", "LEADER": "leader", "MESSAGES": "messages",
+                     "REPLICAS": _replicas, "PROBLEM": "problem"}, streams,
+                    empty="no stream answered")
     try:
         nc = await _connect_once(url, credentials)
     except ConnectionError as exc:
@@ -108,6 +121,7 @@ async def cmd_status(
     finally:
         with contextlib.suppress(NatsError, OSError):
             await nc.close()
+    lines: list[dict[str, object]] = []
     for name in names:
         got = sorted(answers[name], key=lambda a: str(a.get("instance") or a.get("pid")))
         shown: list[Status | None] = [*got, *([None] * max(0, expected[name] - len(got)))]
@@ -122,8 +136,24 @@ async def cmd_status(
                 line["metrics"] = answer["metrics"]
             if why is not None:
                 line["problem"] = why
-            print(json.dumps(line), flush=True)
+            lines.append(line)
+    columns: dict[str, str] = {"SERVICE": "service", "OK": "ok", "PID": "pid"}
+    if any("replica" in line for line in lines):
+        columns = {"SERVICE": "service", "REPLICA": "replica", "OK": "ok", "PID": "pid"}
+    output.rows({**columns, "METRICS": "metrics", "PROBLEM": "problem"}, lines)
+    unwell = [line for line in lines if not line["ok"]]
+    output.note("every service and adapter answers and makes progress" if healthy else
+                f"not healthy: {len(unwell)} of {len(lines)} processes not well"
+                if unwell else "not healthy: the cluster's nodes or streams are not well")
     return 0 if healthy else 1
+
+
+def _replicas(stream: Mapping[str, Any]) -> str:
+    replicas = stream.get("replicas")
+    if not isinstance(replicas, list):
+        return "-"
+    shown = [str(r["name"]) if r["current"] else f"{r['name']} (lag {r['lag']})" for r in replicas]
+    return ", ".join(shown) or "-"
 
 
 async def _connect_once(url: str, credentials: Credentials | None) -> Client:

@@ -32,17 +32,19 @@ appears in the ledger or in anything returned.
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from lockgate.core.canonical import digest_bytes
 from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
+
+if TYPE_CHECKING:
+    # Only its type: the CLI hands the output in (a world does not depend on the CLI).
+    from lockgate.client.output import Output
 
 DEMO_CREDENTIAL = "case-world-demo-secret-7f3a"
 #: Open cases ``case-load-00`` .. for load tests, one per concurrent writer.
@@ -366,8 +368,12 @@ def _receipt(note: sqlite3.Row) -> dict[str, str]:
     return {"note_id": note["note_id"], "case_id": note["case_id"], "version": str(note["version"])}
 
 
-def print_ledger(directory: Path | str, out: TextIO | None = None) -> None:
-    """Print each ledger entry of the world in ``directory`` as one JSON line."""
-    stream = out if out is not None else sys.stdout
-    for entry in World(directory).ledger():
-        stream.write(json.dumps(entry, sort_keys=True) + "\n")
+def print_ledger(directory: Path | str, output: Output) -> None:
+    """Print the ledger of the world in ``directory``: a table, or a JSON line per entry."""
+    output.rows({"AT": _second, "CASE": "case_id", "TENANT": "tenant", "ACTOR": "actor",
+                 "NOTE": "note_id", "INTENT": "intent_id"}, World(directory).ledger(),
+                empty="no note written yet")
+
+
+def _second(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("at") or "")[:19].replace("T", " ")

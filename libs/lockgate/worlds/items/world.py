@@ -62,18 +62,20 @@ ledger or in anything returned.
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
 from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
+
+if TYPE_CHECKING:
+    # Only its type: the CLI hands the output in (a world does not depend on the CLI).
+    from lockgate.client.output import Output
 
 DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
 
@@ -601,19 +603,23 @@ def _draft_receipt(draft: sqlite3.Row) -> dict[str, str]:
             "idempotency_key": draft["idempotency_key"]}
 
 
-def print_ledger(directory: Path | str, out: TextIO | None = None) -> None:
-    """Print every draft, publication and notification of the world as JSON lines.
+def print_ledger(directory: Path | str, output: Output) -> None:
+    """Print every draft, publication and notification of the world: a table, or JSON lines.
 
-    Each line carries ``ledger``: ``draft``, ``publication`` or ``notification``.
+    Each entry carries ``ledger``: ``draft``, ``publication`` or ``notification``.
     """
-    stream = out if out is not None else sys.stdout
     world = World(directory)
     ledgers: list[tuple[str, list[dict[str, str]]]] = [
         ("draft", world.drafts()),
         ("publication", world.publications()),
         ("notification", world.notifications()),
     ]
-    for name, rows in ledgers:
-        for row in rows:
-            entry: dict[str, Any] = {"ledger": name, **row}
-            stream.write(json.dumps(entry, sort_keys=True) + "\n")
+    entries: list[dict[str, Any]] = [{"ledger": name, **row} for name, rows in ledgers for row in rows]
+    output.rows({"LEDGER": "ledger", "AT": _second,
+                 "ID": lambda e: e.get("draft_id") or e.get("notification_id") or e.get("publication_id"),
+                 "SPACE": "space_id", "TENANT": "tenant", "ACTOR": "actor", "INTENT": "intent_id"},
+                entries, empty="nothing written yet")
+
+
+def _second(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("at") or "")[:19].replace("T", " ")

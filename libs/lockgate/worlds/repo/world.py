@@ -43,16 +43,19 @@ import json
 import os
 import shutil
 import sqlite3
-import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockgate.core.canonical import digest, digest_bytes
 from lockgate.worlds.repo.paths import Entry, escapes
 from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
+
+if TYPE_CHECKING:
+    # Only its type: the CLI hands the output in (a world does not depend on the CLI).
+    from lockgate.client.output import Output
 
 DEMO_CREDENTIAL = "repo-world-demo-secret-5e1b"
 REPO_ID = "repo-1"
@@ -769,17 +772,23 @@ def is_confidential(path: str) -> bool:
     return path.startswith(CONFIDENTIAL_PREFIX)
 
 
-def print_ledger(directory: Path | str, out: TextIO | None = None) -> None:
-    """Print every read, artifact, test run and board post of the world as JSON lines.
+def print_ledger(directory: Path | str, output: Output) -> None:
+    """Print every read, artifact, test run and board post of the world: a table, or JSON lines.
 
-    Each line carries ``ledger``: ``read``, ``summary``, ``patch``, ``test_run`` or ``board_post``.
+    Each entry carries ``ledger``: ``read``, ``summary``, ``patch``, ``test_run`` or ``board_post``.
     """
-    stream = out if out is not None else sys.stdout
     world = World(directory)
     ledgers: list[tuple[str, list[dict[str, str]]]] = [
         ("read", world.reads()), ("summary", world.summaries()), ("patch", world.patches()),
         ("test_run", world.test_runs()), ("board_post", world.board_posts()),
     ]
-    for name, rows in ledgers:
-        for row in rows:
-            stream.write(json.dumps({"ledger": name, **row}, sort_keys=True) + "\n")
+    entries = [{"ledger": name, **row} for name, rows in ledgers for row in rows]
+    output.rows({"LEDGER": "ledger", "AT": _second,
+                 "ID": lambda e: e.get("read_id") or e.get("run_id") or e.get("post_id") or e.get("digest"),
+                 "TENANT": "tenant", "ACTOR": "actor",
+                 "WHAT": lambda e: e.get("title") or e.get("command") or e.get("path"),
+                 "INTENT": "intent_id"}, entries, empty="nothing written yet")
+
+
+def _second(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("at") or "")[:19].replace("T", " ")
