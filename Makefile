@@ -63,6 +63,8 @@ test-adk: $(ADK_STAMP) prerequisites
 # dev tools are past: the same arrangement, an environment of its own without the MCP extra.
 CREWAI_VENV = .venv-crewai
 CREWAI_STAMP = $(CREWAI_VENV)/.installed
+# CrewAI reports telemetry and traces by default: its tests send nothing anywhere.
+CREWAI_OFFLINE = CREWAI_DISABLE_TELEMETRY=true OTEL_SDK_DISABLED=true CREWAI_TRACING_ENABLED=false
 
 $(CREWAI_STAMP): pyproject.toml
 	$(PY) -m venv $(CREWAI_VENV)
@@ -72,7 +74,7 @@ $(CREWAI_STAMP): pyproject.toml
 
 test-crewai: $(CREWAI_STAMP) prerequisites
 	cd libs && ../$(CREWAI_VENV)/bin/mypy --strict --config-file ../pyproject.toml lockgate/integrations/crewai.py
-	$(CREWAI_VENV)/bin/pytest -q tests/e2e/test_integration_crewai.py
+	$(CREWAI_OFFLINE) $(CREWAI_VENV)/bin/pytest -q tests/e2e/test_integration_crewai.py
 
 # Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
 # pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.runtime.postgres
