@@ -5,24 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lockgate.client.sdk import Gateway, Refused
-from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
-from lockgate.intent.codec import decode_event
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
-
-
-async def review_of(system: System, tenant: str, candidate_id: str) -> EffectIntent.ReviewRequested:
-    nc = await system.connect()
-    try:
-        history = await JetStreamEventStore(nc).load(tenant, candidate_id)
-    finally:
-        await nc.close()
-    for recorded in history.events:
-        event = decode_event(recorded)
-        if isinstance(event, EffectIntent.ReviewRequested):
-            return event
-    raise AssertionError("no review was requested")
 
 
 async def test_sensitive_note_waits_then_executes_once_approved(
@@ -35,7 +19,7 @@ async def test_sensitive_note_waits_then_executes_once_approved(
     assert (pending.status, pending.code) == ("pending_approval", "approval.pending")
     assert (world.invocations, len(world.ledger())) == before  # nothing reached the world
 
-    review = await review_of(system, "tenant-a", pending.candidate_id)
+    review = await system.review_requested("tenant-a", pending.candidate_id)
     # The review object: what will happen and to what, the model's text apart, as data.
     assert review.summary.startswith("Add a note to case case-sensitive")
     assert review.shown == {"note": "Escalated to legal."}
@@ -66,7 +50,7 @@ async def test_denied_review_never_reaches_the_world(
     turn = await run.open_turn()
     before = (world.invocations, len(world.ledger()))
     pending = await turn.propose(tool="case.add_note", arguments='{"note": "Close it all."}')
-    review = await review_of(system, "tenant-a", pending.candidate_id)
+    review = await system.review_requested("tenant-a", pending.candidate_id)
     await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                            review_id=review.review_id, digest=review.digest, approve=False, reason="not this one")
     done = await run.wait(pending.candidate_id)
@@ -86,7 +70,7 @@ async def test_a_call_resumed_in_a_later_turn_is_the_same_intent_and_runs_once(
     pending = await first_turn.propose(tool="case.add_note", arguments=note, call_id="tool-call-7",
                                        provider_item={"id": "tool-call-7", "attempt": 1})
     assert pending.status == "pending_approval"
-    review = await review_of(system, "tenant-a", pending.candidate_id)
+    review = await system.review_requested("tenant-a", pending.candidate_id)
     await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                                  review_id=review.review_id, digest=review.digest, approve=True)
     later_turn = await run.open_turn()
@@ -116,7 +100,7 @@ async def test_withdrawn_while_awaiting_approval_never_executes(
     turn = await run.open_turn()
     before = (world.invocations, len(world.ledger()))
     pending = await turn.propose(tool="case.add_note", arguments='{"note": "Never mind."}')
-    review = await review_of(system, "tenant-a", pending.candidate_id)
+    review = await system.review_requested("tenant-a", pending.candidate_id)
 
     stopped = await run.withdraw(pending.candidate_id, why="the user cancelled the task")
     assert (stopped.status, stopped.code) == ("withdrawn", "proposal.withdrawn")
@@ -148,7 +132,7 @@ async def test_a_reviewers_edit_is_a_new_candidate_that_crosses_every_gate_again
     pending = await turn.propose(tool="case.add_note",
                                  arguments='{"note": "Escalated to legal; the customer is Jane Doe, DOB 1970-01-01."}')
     assert pending.status == "pending_approval"
-    original = await review_of(system, "tenant-a", pending.candidate_id)
+    original = await system.review_requested("tenant-a", pending.candidate_id)
     writes = [row["intent_id"] for row in world.ledger()]
 
     with pytest.raises(Refused) as unchanged:  # the same bytes are not an edit
@@ -180,7 +164,7 @@ async def test_a_reviewers_edit_is_a_new_candidate_that_crosses_every_gate_again
     # The edit is a candidate of its own: its own digest, its own review (policy asks again).
     second = await run.wait(edited.candidate_id, past="")  # its first answer
     assert second.status == "pending_approval"
-    fresh = await review_of(system, "tenant-a", edited.candidate_id)
+    fresh = await system.review_requested("tenant-a", edited.candidate_id)
     assert fresh.digest != original.digest and fresh.shown == {"note": "Escalated to legal."}
     await reviewer.decide_review(tenant="tenant-a", candidate_id=edited.candidate_id,
                                  review_id=fresh.review_id, digest=fresh.digest, approve=True)

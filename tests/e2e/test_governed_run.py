@@ -7,7 +7,6 @@ retried step never make a second effect.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 
@@ -15,8 +14,6 @@ import pytest
 
 from lockgate.client.sdk import Gateway, Refused
 from lockgate.integrations import GovernedRun, call_id_for
-from lockgate.intent.aggregate import EffectIntent
-from lockgate.intent.codec import decode_event
 from lockgate.runtime.deployment import RunInfo, write_run_info
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
@@ -25,22 +22,8 @@ NOTE = "case.add_note"
 TENANT = "tenant-a"
 
 
-async def review_of(system: System, candidate_id: str) -> EffectIntent.ReviewRequested:
-    nc = await system.connect()
-    try:
-        for _ in range(200):
-            history = await system.store(nc).load(TENANT, candidate_id)
-            for event in map(decode_event, history.events):
-                if isinstance(event, EffectIntent.ReviewRequested):
-                    return event
-            await asyncio.sleep(0.05)
-    finally:
-        await nc.close()
-    raise AssertionError(f"no review requested for {candidate_id}")
-
-
 async def approve(system: System, reviewer: Gateway, candidate_id: str, *, yes: bool = True) -> None:
-    review = await review_of(system, candidate_id)
+    review = await system.review_requested(TENANT, candidate_id)
     await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_id, review_id=review.review_id,
                                  digest=review.digest, approve=yes, reason="" if yes else "not now")
 
@@ -118,7 +101,7 @@ async def test_a_reviewers_edit_is_said_truthfully(
     run = await governed(gw, "case-sensitive")
     waiting = await run.propose(NOTE, note("Customer Jane Doe, DOB 1970-01-01, escalated."),
                                 call_id="call_edit_1")
-    review = await review_of(system, waiting.candidate_id)
+    review = await system.review_requested(TENANT, waiting.candidate_id)
     edited = await reviewer.edit_review(tenant=TENANT, candidate_id=waiting.candidate_id,
                                         review_id=review.review_id, digest=review.digest,
                                         arguments=note("Escalated."), reason="no personal data")
@@ -149,7 +132,7 @@ async def test_closing_the_run_withdraws_what_it_left_waiting(
     await run.close()
     after = await gw.run(tenant=TENANT, run_id=run.run_id).wait(waiting.candidate_id, past="", timeout_s=5)
     assert after.status == "withdrawn"
-    review = await review_of(system, waiting.candidate_id)
+    review = await system.review_requested(TENANT, waiting.candidate_id)
     with pytest.raises(Refused) as late:
         await reviewer.decide_review(tenant=TENANT, candidate_id=waiting.candidate_id,
                                      review_id=review.review_id, digest=review.digest, approve=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from lockgate.integrations.agent_framework import (
     ScriptedCall,
     ScriptedChatClient,
 )
-from lockgate.runtime.deployment import RunInfo, write_run_info
+from lockgate.testing.frameworks import child_env, review, run_quickstart
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 
@@ -42,25 +41,6 @@ DOC = ROOT / "docs" / "frameworks" / "agent_framework.md"
 
 def note(text: str) -> str:
     return json.dumps({"note": text})
-
-
-def env_for(system: System) -> dict[str, str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-    environment.update(LOCKGATE_VAR_DIR=str(system.root), LOCKGATE_NATS_URL=system.url)
-    return environment
-
-
-async def review(system: System, verb: str, candidate_id: str, *more: str) -> None:
-    """``lockgate review approve|deny|edit <candidate> --tenant tenant-a --as alice``, as a process."""
-    command = [str(Path(sys.executable).parent / "lockgate"), "review", verb, candidate_id,
-               "--tenant", TENANT, "--as", "alice", "--why", f"{verb} in a test", *more]
-    for _ in range(40):  # the review is requested a moment after the call is answered
-        done = await asyncio.to_thread(subprocess.run, command, env=env_for(system), capture_output=True,
-                                       text=True, timeout=60)
-        if done.returncode == 0:
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"lockgate review {verb} failed: {done.stderr}")
 
 
 class Governed:
@@ -354,7 +334,7 @@ async def test_an_agent_killed_while_paused_is_resumed_by_a_new_process_once(
 ) -> None:
     before = len(world.ledger())
     saved = tmp_path / "session.json"
-    first = subprocess.Popen([sys.executable, "-c", AGENT, "propose", str(saved)], env=env_for(system),
+    first = subprocess.Popen([sys.executable, "-c", AGENT, "propose", str(saved)], env=child_env(system),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert first.stdout is not None
@@ -368,32 +348,16 @@ async def test_an_agent_killed_while_paused_is_resumed_by_a_new_process_once(
 
     await review(system, "approve", candidate)
     second = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", AGENT, "resume", str(saved)],
-                                     env=env_for(system), capture_output=True, text=True, timeout=120)
+                                     env=child_env(system), capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr
     answer = json.loads(second.stdout.strip().splitlines()[-1])
     assert answer["paused"] == 0 and json.loads(answer["seen"][0])["status"] == "executed"
     assert [w["intent_id"] for w in world.ledger()[before:]] == [candidate]
 
 
-def first_python_block(page: Path) -> str:
-    found = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
-    assert found is not None, f"no python block in {page}"
-    return found.group(1)
-
-
 async def test_the_quickstart_runs_as_written(system: System, world: World, tmp_path: Path) -> None:
     before = len(world.ledger())
-    write_run_info(system.root, RunInfo(url=system.url, pid=os.getpid(),
-                                        credentials_dir=str(system.root / "credentials")))
-    try:
-        script = tmp_path / "quickstart.py"
-        script.write_text(first_python_block(DOC), encoding="utf-8")
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-        environment["LOCKGATE_VAR_DIR"] = str(system.root)
-        done = await asyncio.to_thread(subprocess.run, [sys.executable, str(script)], env=environment,
-                                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    finally:
-        (system.root / "run.json").unlink()
+    done = await asyncio.to_thread(run_quickstart, system, DOC, tmp_path)
     assert done.returncode == 0, done.stderr
     assert '"status": "executed"' in done.stdout
     assert len(world.ledger()) == before + 1 and world.ledger()[-1]["case_id"] == "case-123"

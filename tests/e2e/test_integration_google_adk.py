@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -48,10 +47,9 @@ from lockgate.integrations.google_adk import (
     proposed_arguments,
 )
 from lockgate.integrations.governed import GovernedRun, Outcome, call_id_for
-from lockgate.runtime.deployment import RunInfo, write_run_info
 from lockgate.runtime.specs import MCP
 from lockgate.runtime.status import CHILDREN
-from lockgate.testing.docs import blocks
+from lockgate.testing.frameworks import child_env, review, run_quickstart
 from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.world import World
 
@@ -146,37 +144,6 @@ def writes_of(world: World, before: int) -> list[str]:
     return [row["intent_id"] for row in world.ledger()[before:]]
 
 
-def child_env(system: System) -> dict[str, str]:
-    """A child process's environment: this system found, no model key."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("LOCKGATE_") and k not in ("GOOGLE_API_KEY", "GEMINI_API_KEY")}
-    env.update(LOCKGATE_VAR_DIR=str(system.root), LOCKGATE_NATS_URL=system.url)
-    return env
-
-
-def lockgate_command() -> list[str]:
-    """The ``lockgate`` script installed next to this interpreter."""
-    script = Path(sys.executable).parent / "lockgate"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "lockgate.client.cli"]
-
-
-async def review(system: System, verb: str, candidate_id: str, *extra: str) -> str:
-    """``lockgate review <verb> <candidate> --tenant tenant-a --as alice``; its output."""
-    command = [*lockgate_command(), "review", verb, candidate_id, "--tenant", TENANT, "--as", "alice",
-               *extra]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:  # the review is requested just after the answer that says it waits
-        proc = await asyncio.to_thread(subprocess.run, command, env=child_env(system),
-                                       capture_output=True, text=True, timeout=60)
-        if proc.returncode == 0:
-            return proc.stdout
-        if loop.time() > deadline:
-            raise AssertionError(f"{' '.join(command[1:])} failed: {proc.stderr}")
-        await asyncio.sleep(0.2)
-
-
-#: Every proposal the integration made, by run id: (capability, argument text, call id).
 PROPOSED: dict[str, list[tuple[str, str, str]]] = {}
 
 
@@ -597,27 +564,9 @@ async def test_an_agent_killed_while_paused_is_resumed_by_a_new_process_once(
 # --- the quickstart page ----------------------------------------------------------------
 
 
-@pytest.fixture
-def run_json(system: System) -> Iterator[Path]:
-    """``run.json`` as ``make run`` writes it: where the system is, where its users are."""
-    write_run_info(system.root, RunInfo(url=system.url, pid=os.getpid(),
-                                        credentials_dir=str(system.root / "credentials")))
-    try:
-        yield system.root / "run.json"
-    finally:
-        (system.root / "run.json").unlink()
-
-
-async def test_the_quickstart_runs_as_written(system: System, world: World, run_json: Path,
-                                              tmp_path: Path) -> None:
-    [first, *_] = blocks(DOC)
-    fence = DOC.read_text().splitlines().index("```python") + 1
-    assert first.kind == "system" and first.line == fence, f"the first python block of {DOC} must run"
-    (tmp_path / "quickstart.py").write_text(first.code)
-    env = {k: v for k, v in child_env(system).items() if k != "LOCKGATE_NATS_URL"}  # run.json says
+async def test_the_quickstart_runs_as_written(system: System, world: World, tmp_path: Path) -> None:
     before = len(world.ledger())
-    proc = await asyncio.to_thread(subprocess.run, [sys.executable, str(tmp_path / "quickstart.py")],
-                                   env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = await asyncio.to_thread(run_quickstart, system, DOC, tmp_path)
     assert proc.returncode == 0, proc.stderr
     written = world.ledger()[before:]
     assert [(w["case_id"], w["actor"]) for w in written] == [("case-123", "user-42")]

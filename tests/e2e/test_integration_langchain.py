@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pydantic import Field
 from lockgate.client.sdk import Gateway
 from lockgate.integrations import GovernedRun
 from lockgate.integrations.langchain import LockgateMiddleware
-from lockgate.runtime.deployment import RunInfo, write_run_info
+from lockgate.testing.frameworks import child_env, lockgate_command, run_quickstart
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 
@@ -114,12 +113,10 @@ def content(message: ToolMessage) -> dict[str, Any]:
 
 def cli_review(system: System, verb: str, candidate_id: str) -> None:
     """``lockgate review <verb>`` as alice, the way a reviewer does it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-    env.update(LOCKGATE_VAR_DIR=str(system.root), LOCKGATE_NATS_URL=system.url)
-    args = [str(LOCKGATE), "review", verb, candidate_id, "--tenant", TENANT, "--as", "alice"]
+    args = [*lockgate_command(), "review", verb, candidate_id, "--tenant", TENANT, "--as", "alice"]
     if verb == "deny":
         args += ["--why", "not on this case"]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(args, env=child_env(system), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
 
@@ -482,25 +479,10 @@ async def test_a_killed_agent_is_resumed_from_its_checkpoint_in_a_new_process(
     assert [w["intent_id"] for w in await written(world, before)] == [paused["candidate_id"]]
 
 
-def first_python_block(page: Path) -> str:
-    match = re.search(r"```python\n(.*?)```", page.read_text(), re.S)
-    assert match, f"no python block in {page}"
-    return match.group(1)
-
-
 async def test_the_quickstart_runs_as_written(system: System, world: World, tmp_path: Path) -> None:
-    script = tmp_path / "quickstart.py"
-    script.write_text(first_python_block(ROOT / "docs" / "frameworks" / "langchain.md"))
-    write_run_info(system.root, RunInfo(url=system.url, pid=os.getpid(),
-                                        credentials_dir=str(system.root / "credentials")))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-    env["LOCKGATE_VAR_DIR"] = str(system.root)
     before = len(world.ledger())
-    try:
-        done = await asyncio.to_thread(subprocess.run, [sys.executable, str(script)], env=env,
-                                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    finally:
-        (system.root / "run.json").unlink()
+    done = await asyncio.to_thread(run_quickstart, system, ROOT / "docs" / "frameworks" / "langchain.md",
+                                   tmp_path)
     assert done.returncode == 0, done.stderr
     assert '"status": "executed"' in done.stdout
     writes = await written(world, before)

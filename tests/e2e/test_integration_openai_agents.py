@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,7 +26,8 @@ from lockgate.client.sdk import Gateway
 from lockgate.core.ids import intent_id_for
 from lockgate.integrations.governed import GovernedRun, call_id_for
 from lockgate.integrations.openai_agents import GovernedTools, proposed_arguments
-from lockgate.runtime.deployment import RunInfo, write_run_info
+from lockgate.testing import frameworks
+from lockgate.testing.frameworks import review
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 
@@ -51,33 +50,7 @@ def no_trace_export() -> Iterator[None]:
 
 def child_env(system: System) -> dict[str, str]:
     """A child process's environment: this system found, no model key, no trace export."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("LOCKGATE_") and k != "OPENAI_API_KEY"}
-    env.update(LOCKGATE_VAR_DIR=str(system.root), LOCKGATE_NATS_URL=system.url,
-               OPENAI_AGENTS_DISABLE_TRACING="1")
-    return env
-
-
-def lockgate_command() -> list[str]:
-    """The ``lockgate`` script installed next to this interpreter."""
-    script = Path(sys.executable).parent / "lockgate"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "lockgate.client.cli"]
-
-
-async def review(system: System, verb: str, candidate_id: str, *extra: str) -> str:
-    """``lockgate review <verb> <candidate> --tenant tenant-a --as alice``; its output."""
-    command = [*lockgate_command(), "review", verb, candidate_id, "--tenant", TENANT, "--as", "alice",
-               *extra]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:  # the review is requested just after the answer that says it waits
-        proc = await asyncio.to_thread(subprocess.run, command, env=child_env(system),
-                                       capture_output=True, text=True, timeout=60)
-        if proc.returncode == 0:
-            return proc.stdout
-        if loop.time() > deadline:
-            raise AssertionError(f"{' '.join(command[1:])} failed: {proc.stderr}")
-        await asyncio.sleep(0.2)
+    return frameworks.child_env(system, OPENAI_AGENTS_DISABLE_TRACING="1")
 
 
 async def governed(gw: Gateway, case: str) -> GovernedRun:
@@ -422,26 +395,10 @@ async def test_an_agent_killed_while_paused_is_resumed_by_a_new_process_once(
 # --- the quickstart page ----------------------------------------------------------------
 
 
-@pytest.fixture
-def run_json(system: System) -> Iterator[Path]:
-    """``run.json`` as ``make run`` writes it: where the system is, where its users are."""
-    write_run_info(system.root, RunInfo(url=system.url, pid=os.getpid(),
-                                        credentials_dir=str(system.root / "credentials")))
-    try:
-        yield system.root / "run.json"
-    finally:
-        (system.root / "run.json").unlink()
-
-
-async def test_the_quickstart_runs_as_written(system: System, world: World, run_json: Path,
-                                              tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert blocks, f"no python block in {DOC}"
-    (tmp_path / "quickstart.py").write_text(blocks[0])
-    env = {k: v for k, v in child_env(system).items() if k != "LOCKGATE_NATS_URL"}  # run.json says
+async def test_the_quickstart_runs_as_written(system: System, world: World, tmp_path: Path) -> None:
     before = len(world.ledger())
-    proc = await asyncio.to_thread(subprocess.run, [sys.executable, str(tmp_path / "quickstart.py")],
-                                   env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    env = frameworks.child_env(system, found_by_run_json=True, OPENAI_AGENTS_DISABLE_TRACING="1")
+    proc = await asyncio.to_thread(frameworks.run_quickstart, system, DOC, tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     written = world.ledger()[before:]
     assert [(w["case_id"], w["actor"]) for w in written] == [("case-123", "user-42")]

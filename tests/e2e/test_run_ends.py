@@ -22,19 +22,6 @@ TENANT = "tenant-a"
 NOTE = "case.add_note"
 
 
-async def review_of(system: System, candidate_id: str) -> EffectIntent.ReviewRequested:
-    nc = await system.connect()
-    try:
-        for _ in range(200):
-            for event in map(decode_event, (await system.store(nc).load(TENANT, candidate_id)).events):
-                if isinstance(event, EffectIntent.ReviewRequested):
-                    return event
-            await asyncio.sleep(0.05)
-    finally:
-        await nc.close()
-    raise AssertionError(f"no review of {candidate_id}")
-
-
 async def withdrawal_of(system: System, candidate_id: str) -> EffectIntent.Withdrawn:
     nc = await system.connect()
     try:
@@ -60,7 +47,7 @@ async def test_a_closed_run_withdraws_what_it_left_waiting_and_takes_nothing_mor
     run = await gw.open_run(tenant=TENANT, actor="user-42", context={"case_id": "case-sensitive"})
     first, second = await waiting_note(run, "one"), await waiting_note(run, "two")
     turn = await run.open_turn()
-    review = await review_of(system, first)
+    review = await system.review_requested(TENANT, first)
 
     closed = await run.close(why="the user left")
     assert closed.withdrawn == {first: "withdrawn", second: "withdrawn"}

@@ -26,6 +26,8 @@ from lockgate.client.sdk import Gateway
 from lockgate.client.sdk import connect as connect_gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.partitions import SINGLE, Partitions
+from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.codec import decode_event
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
@@ -160,6 +162,22 @@ class System:
         if self.deployment is None:
             raise RuntimeError("system not started")
         return self.deployment.of(user)
+
+    async def review_requested(self, tenant: str, intent_id: str,
+                               timeout_s: float = 10.0) -> EffectIntent.ReviewRequested:
+        """The review an intent waits on, once it is on the record (polled with a deadline)."""
+        nc = await self.connect()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                for event in map(decode_event, (await self.store(nc).load(tenant, intent_id)).events):
+                    if isinstance(event, EffectIntent.ReviewRequested):
+                        return event
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no review was requested for {intent_id}")
+                await asyncio.sleep(0.05)
+        finally:
+            await nc.close()
 
     async def connect(self, user: str = "admin", **options: object) -> Client:
         """A client connection to the broker as ``user`` (the topology owner by default)."""
