@@ -333,7 +333,9 @@ async def _events(args: argparse.Namespace, where: Where, out: Output) -> int:
                  "event": msgspec.to_builtins(decode_event(recorded(row)))} for row in rows]
     out.rows({"VERSION": "version", "SEQUENCE": "sequence", "TYPE": "type",
               "AT": lambda e: _minute(e["event"].get("timestamp")),
-              "REASON": lambda e: e["event"].get("reason") or e["event"].get("code")}, timeline)
+              "DETAIL": lambda e: _detail(e["event"])}, timeline)
+    if not out.json:
+        out.note("(--json prints every event whole)")
     if len(chain) > 1:  # the candidates it corrects or follows, and those that follow it
         lineage = [{"intent": r.intent_id, "call": r.call_id, "tool": r.tool,
                     "follows": r.follows or None, "how": r.follows_how or None,
@@ -346,6 +348,15 @@ async def _events(args: argparse.Namespace, where: Where, out: Output) -> int:
             out.rows({"": lambda r: "->" if r["this"] else "", "INTENT": "intent", "TOOL": "tool",
                       "KIND": "kind", "HOW": "how", "STATE": "state", "REASON": "reason"}, lineage)
     return 0
+
+
+#: What a person reads of an event in ``lockgate events`` (``--json`` prints each whole).
+_EVENT_DETAIL = ("reason", "outcome", "stage", "field", "reviewer", "by", "why", "detail")
+
+
+def _detail(event: dict[str, object]) -> str:
+    shown = [f"{k} {event[k]}" for k in _EVENT_DETAIL if event.get(k) not in (None, "", [], {})]
+    return "; ".join(shown[:3])
 
 
 def _minute(value: object) -> str:
