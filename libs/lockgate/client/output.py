@@ -35,7 +35,9 @@ class Output:
 
     def __init__(self, *, json: bool = False, stdout: TextIO | None = None,
                  stderr: TextIO | None = None) -> None:
-        """Args:
+        """An output for one command.
+
+        Args:
             json: machine output (``--json``) instead of a person's.
             stdout: where answers go (default: ``sys.stdout`` when written).
             stderr: where notes go in machine mode (default: ``sys.stderr`` when written).
