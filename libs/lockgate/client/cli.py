@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from lockgate.adapters import serve as adapter_cli
 from lockgate.client import tokens
 from lockgate.client.demo import SCENARIOS, Scenario
+from lockgate.client.discovery import Local, find_local
 from lockgate.client.output import Output
 from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.contracts.consequence import clean
@@ -44,7 +45,6 @@ from lockgate.replay import cli as replay_cli
 from lockgate.runtime.deployment import (
     Credentials,
     Deployment,
-    read_deployment,
     read_run_info,
 )
 from lockgate.runtime.roles import REPLAY
@@ -53,7 +53,6 @@ from lockgate.runtime.settings import Settings
 if TYPE_CHECKING:
     from lockgate.views.store import Views
 
-DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
 class UsageError(LockgateError):
@@ -68,12 +67,22 @@ class UsageError(LockgateError):
 
 @dataclass(frozen=True)
 class Where:
-    """The running system as this command sees it."""
+    """The running system as this command sees it (``lockgate.client.discovery``)."""
 
-    url: str
-    var_dir: Path
-    deployment: Deployment | None
+    local: Local
     settings: Settings
+
+    @property
+    def url(self) -> str:
+        return self.local.url
+
+    @property
+    def var_dir(self) -> Path:
+        return self.local.var_dir
+
+    @property
+    def deployment(self) -> Deployment | None:
+        return self.local.deployment
 
     def credentials(self, user: str) -> Credentials | None:
         """``user``'s credentials, or ``None`` on a broker without users.
@@ -81,13 +90,10 @@ class Where:
         Raises:
             UsageError: the deployment has users but not this one.
         """
-        if self.deployment is None:
-            return None
-        found = self.deployment.credentials.get(user)
-        if found is None:
-            known = ", ".join(sorted(self.deployment.credentials)) or "none"
-            raise UsageError(f"no credentials for {user!r} under {self.var_dir} (known: {known})")
-        return found
+        try:
+            return self.local.credentials(user)
+        except LookupError as exc:
+            raise UsageError(str(exc)) from None
 
     def person(self, kind: str, chosen: str | None) -> str:
         """The reviewer or operator to act as: ``--as``, else the only or first one configured."""
@@ -123,14 +129,7 @@ class Where:
 def locate(args: argparse.Namespace) -> Where:
     """Find the system: ``--url`` or ``LOCKGATE_NATS_URL``, else what ``lockgate run`` wrote."""
     settings = Settings()
-    var_dir = settings.var_dir
-    info = read_run_info(var_dir)
-    url = getattr(args, "url", None) or os.environ.get("LOCKGATE_NATS_URL") or (
-        info.url if info else DEFAULT_URL)
-    deployment = read_deployment(var_dir)
-    if info is not None and not info.credentials_dir:
-        deployment = None  # it runs against a broker without Lockgate's users
-    return Where(url, var_dir, deployment, settings)
+    return Where(find_local(getattr(args, "url", None), settings.var_dir), settings)
 
 
 # -- commands -------------------------------------------------------------------------------
