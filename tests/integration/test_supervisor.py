@@ -21,7 +21,7 @@ from nats.aio.msg import Msg
 
 from lockgate.client.output import Output
 from lockgate.runtime.cli_ops import cmd_status
-from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
+from lockgate.runtime.deployment import RunInfo, credentials_path, load_credentials, read_run_info
 from lockgate.runtime.natsserver import NatsServer, free_port
 from lockgate.runtime.status import check_status, status_names
 from lockgate.runtime.supervisor import READY_LINE
@@ -447,3 +447,14 @@ async def test_cmd_status_prints_a_line_per_service_and_fails_when_one_is_missin
 
     await answer_status(nc, names[-1:])
     assert await cmd_status(nats_server.url, output=Output(json=True)) == 0
+    capsys.readouterr()
+
+    # An adapter the run took in (lockgate adapter serve) is asked too: not answering, it fails.
+    info = RunInfo(url=nats_server.url, pid=os.getpid(),
+                   adapters={"casenotes": ["case.add_note"], "tickets": ["ticket.comment"]})
+    assert await cmd_status(nats_server.url, info=info, output=Output(json=True)) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["service"] for line in lines] == [*names, "adapter.tickets"]
+    assert lines[-1]["ok"] is False
+    await answer_status(nc, ["adapter.tickets"])
+    assert await cmd_status(nats_server.url, info=info, output=Output(json=True)) == 0

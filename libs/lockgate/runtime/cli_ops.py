@@ -69,6 +69,9 @@ async def cmd_status(
 ) -> int:
     """Say whether every service and adapter answers and makes progress, through ``output``.
 
+    Every process ``lockgate run`` supervises, and every adapter the running deployment
+    has a user for (``info.adapters``: those ``lockgate adapter serve`` registered too).
+
     For a person: a table of the processes (and, on a local cluster, of its nodes and
     streams first) and a sentence. With ``--json``: one JSON line per service and adapter,
     ``{"service", "ok", "pid", "metrics", "problem"}``; ``ok`` means it answered and makes
@@ -86,6 +89,10 @@ async def cmd_status(
         replica of every service and adapter is OK; 1 otherwise.
     """
     names = status_names()
+    # Adapters the deployment has users for but does not supervise (``lockgate adapter
+    # serve``, or a hand-written one started beside the run) answer for themselves too.
+    names += tuple(served for served in (f"adapter.{a}" for a in sorted(info.adapters if info else {}))
+                   if served not in names)
     expected = {name: (info.replicas.get(name, 1) if info else 1) for name in names}
     healthy = True
     if info is not None and info.nodes:
