@@ -169,8 +169,14 @@ async def test_both_runs_are_ready_each_on_a_broker_of_its_own(runs: tuple[Run, 
         urls.append(info.url)
         # The port it chose is printed, and every process of the run answers on that broker.
         assert any(f"embedded nats-server on {info.url}" in line for line in run.lines), run.lines
-        code, out = await lockgate(run.var_dir, "status")
-        assert code == 0, out
+        code, out = await lockgate(run.var_dir, "--json", "status")
+        answers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert {a["service"] for a in answers} >= {"intake", "executor", "adapter.casenotes"}, out
+        # The second run's documented adapter (tickets) is configured but nobody started it:
+        # status says so, and only that.
+        missing = {a["service"] for a in answers if not a["ok"]}
+        assert missing == (set() if run is runs[0] else {"adapter.tickets"}), out
+        assert code == (1 if missing else 0), out
     assert urls[0] != urls[1]
 
 
