@@ -458,3 +458,31 @@ async def test_cmd_status_prints_a_line_per_service_and_fails_when_one_is_missin
     assert lines[-1]["ok"] is False
     await answer_status(nc, ["adapter.tickets"])
     assert await cmd_status(nats_server.url, info=info, output=Output(json=True)) == 0
+
+
+async def test_a_run_whose_broker_lost_the_default_port_to_another_takes_a_free_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two runs start together and both find the default port free: the one whose server
+    loses the bind must not take the other's server (its users are not this run's) for its own."""
+    from lockgate.runtime import supervisor
+
+    other = NatsServer(store_dir=tmp_path / "other", port=free_port(), config_text="server_name: other-run")
+    other.start()
+    try:
+        async def free(host: str, port: int, timeout_s: float = 1.0) -> str:
+            return "free"  # what both runs saw a moment before
+
+        monkeypatch.setattr(supervisor, "DEFAULT_PORT", other.port)
+        monkeypatch.setattr(supervisor, "probe_port", free)
+        (tmp_path / "var" / "nats").mkdir(parents=True)
+        (tmp_path / "var" / "log").mkdir()
+        (tmp_path / "var" / "nats" / "accounts.conf").write_text("")
+        url, own = await supervisor._embedded_server(tmp_path / "var", None)
+        try:
+            assert url != other.url and own.port != other.port
+            assert await supervisor.server_name_at("127.0.0.1", own.port) != "other-run"
+        finally:
+            own.stop()
+    finally:
+        other.stop()

@@ -52,6 +52,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import ServiceUnavailableError
 
 from lockgate.core.errors import LockgateError
+from lockgate.core.ids import derived_id
 from lockgate.eventstore.partitions import Partitions
 from lockgate.runtime.cluster import (
     DEFAULT_CLIENT_PORT,
@@ -147,6 +148,31 @@ class SupervisorError(LockgateError):
 
 def _say(line: str, *, error: bool = False) -> None:
     print(line, file=sys.stderr if error else sys.stdout, flush=True)
+
+
+async def server_name_at(host: str, port: int, timeout_s: float = 2.0) -> str | None:
+    """The ``server_name`` of the NATS server answering on ``host:port`` (its greeting's
+    ``INFO``), or ``None`` when none answers there."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+    except (TimeoutError, OSError):
+        return None
+    try:
+        line = await asyncio.wait_for(reader.readline(), timeout_s)
+    except (TimeoutError, OSError):
+        return None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    if not line.startswith(b"INFO "):
+        return None
+    try:
+        info = json.loads(line[5:])
+    except ValueError:
+        return None
+    name = info.get("server_name") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else None
 
 
 async def probe_port(host: str, port: int, timeout_s: float = 1.0) -> PortState:
@@ -777,14 +803,21 @@ async def _embedded_server(var_dir: Path, chosen: int | None) -> tuple[str, Nats
             f"choose another port (--port N), or set LOCKGATE_NATS_URL=nats://{host}:{port} "
             "to use that server"
         )
+    # A name of its own, stable for this store: the server that answers on the port must
+    # be this one (two runs starting together both find the default port free; the one
+    # whose server loses the bind must not take the other's for its own).
+    name = "lockgate-" + derived_id("embedded", str(var_dir.resolve()))[:16]
     server = NatsServer(
         store_dir=var_dir / "nats", port=port, log_file=var_dir / "log" / "nats-server.log",
         # The accounts block holds passwords: it stays in its own 0600 file.
-        config_text="include ./accounts.conf",
+        config_text=f"server_name: {name}\ninclude ./accounts.conf",
     )
     try:
         try:
             await asyncio.to_thread(server.start)
+            if await server_name_at(host, server.port) != name:
+                server.stop()
+                raise NatsServerError(f"another server answers on {server.port}")
         except NatsServerError:
             if chosen is not None or port == 0:
                 raise
