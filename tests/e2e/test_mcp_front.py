@@ -107,7 +107,7 @@ async def review_of(system: System, candidate_id: str) -> EffectIntent.ReviewReq
 
 
 async def test_stdio_lists_the_turns_catalogue(system: System, gw: Gateway) -> None:
-    """The SDK's default client (it probes the 2026 era first, then falls back to a session)."""
+    """The SDK's default client: it probes for the 2026 era first, and the front door serves it."""
     async with Client(stdio_params(system, "case-123"), read_timeout_seconds=60) as client:
         listed = await client.list_tools()
     run = await gw.open_run(tenant=TENANT, actor=ACTOR, context={"case_id": "case-123"})

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lockgate.client.mcp.http import serve_http
-from lockgate.client.mcp.server import create_server, serve_stdio
+from lockgate.client.mcp.server import serve_stdio
 from lockgate.client.mcp.session import Lockgate
 from lockgate.client.mcp.settings import FrontSettings
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT, configuration_problem
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m lockgate.client.mcp",
         description="Lockgate as an MCP server. Settings: LOCKGATE_FRONT_* and/or --config.")
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--stdio", action="store_true", help="serve one session on stdin/stdout")
+    mode.add_argument("--stdio", action="store_true", help="serve the host on stdin/stdout (either era)")
     mode.add_argument("--http", action="store_true", help="serve streamable HTTP on loopback")
     parser.add_argument("--config", type=Path, help="a JSON or YAML file of settings")
     parser.add_argument("--host", help="loopback address to bind (default 127.0.0.1)")
@@ -66,7 +66,7 @@ async def _main(args: argparse.Namespace, settings: FrontSettings) -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        return await serve_http(create_server(), lockgate, settings, stop)
+        return await serve_http(lockgate, settings, stop)
     finally:
         await lockgate.close()
 

@@ -1,10 +1,14 @@
-"""Streamable HTTP on loopback, behind a bearer token: one Lockgate run per MCP session.
+"""Streamable HTTP on loopback, behind a bearer token: both protocol eras on one path.
 
 Every request must carry ``Authorization: Bearer <token>`` (the configured one, or the
 one generated into ``<var>/secrets/mcp-front.token``, mode 0600); anything else is 401
-before a session is looked at. Sessions are the SDK's streamable HTTP transport, one
-serving loop each, whose lifespan state is the session's own ``FrontSession``: the SDK's
-session manager shares one lifespan state between all sessions, so it is not used here.
+before a session is looked at. A request whose ``MCP-Protocol-Version`` header names no
+handshake-era version goes to the SDK's single-exchange entry of the stateless era (an
+unknown version is answered there with its typed error), served by the process's one
+stateless binding. Anything else is the handshake era: sessions are the SDK's streamable
+HTTP transport, one serving loop each, whose lifespan state holds the session's own
+``FrontSession``: the SDK's session manager shares one lifespan state between all
+sessions, so it is not used here.
 """
 
 from __future__ import annotations
@@ -24,17 +28,30 @@ from uuid import uuid4
 import anyio
 import anyio.abc
 import uvicorn
+from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.lowlevel.server import Server
 from mcp.server.runner import serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    RequestBodyLimitMiddleware,
+    TransportSecuritySettings,
+)
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from lockgate.client.mcp.server import (
+    Binding,
+    create_server,
+    initialization_options,
+    stateless_front,
+)
 from lockgate.client.mcp.session import FrontSession, Lockgate
 from lockgate.client.mcp.settings import FrontSettings
+from lockgate.client.mcp.tasks import TaskIds
 from lockgate.core.errors import LockgateError
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 
@@ -136,11 +153,16 @@ _UNAUTHORIZED = Response("a bearer token is required\n", status_code=401,
 class Sessions:
     """The ASGI app: the bearer check, then MCP sessions, each with its own ``FrontSession``."""
 
-    def __init__(self, server: Server[FrontSession], lockgate: Lockgate, token: str, *,
+    def __init__(self, server: Server[Binding], lockgate: Lockgate, token: str, *, bus: SubscriptionBus,
                  idle_s: float, max_sessions: int = MAX_SESSIONS) -> None:
         self.server = server
         self.lockgate = lockgate
         self.token = token
+        self.bus = bus
+        self.task_ids = TaskIds.for_binding(lockgate.settings, token)
+        self._stateless = Binding(None, stateless_front(lockgate, self.task_ids), bus)
+        # A stateless request is one POST, read whole before it is parsed: bounded first.
+        self._modern = RequestBodyLimitMiddleware(self._serve_modern, DEFAULT_MAX_REQUEST_BODY_SIZE)
         self.idle_s = idle_s
         self.max_sessions = max_sessions
         # DNS rebinding: a page in a browser must not reach a loopback server by another name.
@@ -175,11 +197,7 @@ class Sessions:
             return
         version = headers.get(_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            # The stateless era has no session to hold a run; the SDK's clients fall back
-            # to the handshake on "method not found".
-            await _rpc_error(404, -32601, "Method not found: this server speaks the session "
-                             f"(handshake) protocol versions {list(HANDSHAKE_PROTOCOL_VERSIONS)}"
-                             )(scope, receive, send)
+            await self._modern(scope, receive, send)
             return
         session_id = headers.get(MCP_SESSION_ID_HEADER)
         if session_id is None:
@@ -192,6 +210,9 @@ class Sessions:
         await transport.handle_request(scope, receive, send)
         if transport.is_terminated:  # the client ended it (DELETE)
             await self._discard(session_id, transport)
+
+    async def _serve_modern(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await handle_modern_request(self.server, self.security, False, self._stateless, scope, receive, send)
 
     async def _open(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._tg is None:
@@ -214,14 +235,15 @@ class Sessions:
 
     async def _serve(self, session_id: str, transport: StreamableHTTPServerTransport, *,
                      task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        session = FrontSession(self.lockgate)
+        session = FrontSession(self.lockgate, self.task_ids)
+        binding = Binding(session, self._stateless.stateless, self.bus)
         async with transport.connect() as (read_stream, write_stream):
             task_status.started()
             try:
                 idle = transport.idle_scope if transport.idle_scope is not None else anyio.CancelScope()
                 with idle:
-                    await serve_loop(self.server, read_stream, write_stream, lifespan_state=session,
-                                     session_id=session_id)
+                    await serve_loop(self.server, read_stream, write_stream, lifespan_state=binding,
+                                     session_id=session_id, init_options=initialization_options(self.server))
                 if idle.cancelled_caught:
                     log.info("session %s (run %s) idle: closed", session_id[:8], session.run_id)
             except Exception:
@@ -284,8 +306,7 @@ def write_port_file(path: Path, port: int) -> None:
     staged.replace(path)
 
 
-async def serve_http(server: Server[FrontSession], lockgate: Lockgate, settings: FrontSettings,
-                     stop: asyncio.Event) -> int:
+async def serve_http(lockgate: Lockgate, settings: FrontSettings, stop: asyncio.Event) -> int:
     """Serve streamable HTTP until ``stop`` is set (0), or fail to start (1; ``CONFIG_ERROR_EXIT``
     when the port it was told to take is not free: starting it again changes nothing)."""
     try:
@@ -299,7 +320,8 @@ async def serve_http(server: Server[FrontSession], lockgate: Lockgate, settings:
         log.error("cannot listen on %s:%s: %s", settings.http_host, settings.http_port, exc)
         return CONFIG_ERROR_EXIT
     port = int(sock.getsockname()[1])
-    sessions = Sessions(server, lockgate, token, idle_s=settings.session_idle_s)
+    bus = InMemorySubscriptionBus()
+    sessions = Sessions(create_server(bus), lockgate, token, bus=bus, idle_s=settings.session_idle_s)
     uv = _Server(uvicorn.Config(
         sessions, log_level=settings.log_level.lower(), access_log=False, lifespan="off",
         timeout_graceful_shutdown=2, server_header=False, proxy_headers=False))

@@ -68,6 +68,23 @@ def call_id_for(request_id: str | int) -> str:
     return "mcp-" + hashlib.sha256(f"{kind}:{request_id}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def stateless_call_id_for(request_id: str | int, name: str, arguments: str) -> str:
+    """The Lockgate call id of a stateless (2026-07-28) request: its JSON-RPC id, tool and argument text.
+
+    Without a session, JSON-RPC ids are unique only within one client's connection: two
+    clients both start at 0 or 1. The era gives a first request nothing else that stays
+    the same when it is sent again (``requestState`` and task ids are the server's, handed
+    out in an answer; ``clientInfo`` is self-reported), so the id is derived from what a
+    retry repeats byte for byte: its id, its tool and its arguments (``arguments_text``).
+    A retry is the same call, so the same intent; two clients' calls under one id are two
+    calls unless they are the very same call of the same tool, which is one intent
+    (at most once: never a second effect).
+    """
+    kind = "n" if isinstance(request_id, int) else "s"
+    body = f"{kind}:{request_id}\x1f{name}\x1f{arguments}"
+    return "mcp2-" + hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def _text(value: object) -> types.TextContent:
     return types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False, sort_keys=True))
 
