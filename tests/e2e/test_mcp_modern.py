@@ -17,12 +17,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import ToolsListChanged
 
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
@@ -370,3 +372,79 @@ async def test_hostile_requests_get_typed_errors_and_nothing_is_lost(plain: Fron
     assert first["result"]["structuredContent"]["status"] == "executed"
     assert again["result"]["structuredContent"] == first["result"]["structuredContent"]
     assert len(notes_on(world, "case-load-11")) == before + 1
+
+
+# --- a catalogue that changes -------------------------------------------------------
+
+READ_FILE = "repo.read_file"
+PATCH = "repo.prepare_patch"  # offered once the run has read a file
+
+
+def repo_env(system: System) -> dict[str, str]:
+    return {**front_env(system, "unused"), "LOCKGATE_FRONT_CONTEXT": json.dumps({"repo_id": "repo-1"})}
+
+
+@contextlib.contextmanager
+def repo_front(system: System, name: str) -> Iterator[Front]:
+    """A front door on the repository world, whose patch tool is offered only after a read."""
+    port_file = system.root / f"{name}.port"
+    port_file.unlink(missing_ok=True)
+    with open(system.log(name), "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lockgate.client.mcp", "--http", "--port", "0", "--port-file", str(port_file)],
+            env={**os.environ, **repo_env(system)}, cwd=REPO, stdout=log, stderr=log,
+            preexec_fn=parent_death_signal())
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the front door did not start: see {system.log(name)}")
+            time.sleep(0.05)
+        token = (system.root / "secrets" / "mcp-front.token").read_text().strip()
+        yield Front(f"http://127.0.0.1:{int(port_file.read_text())}/mcp", token)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_a_session_is_told_when_the_next_turn_offers_other_tools(system: System) -> None:
+    heard: list[object] = []
+
+    async def handler(message: object) -> None:
+        heard.append(message)
+
+    with repo_front(system, "mcp-modern-repo-legacy") as front:
+        async with front.client() as http, Client(streamable_http_client(front.url, http_client=http),
+                                                  mode="legacy", message_handler=handler,
+                                                  read_timeout_seconds=60) as client:
+            capabilities = client.session.initialize_result
+            assert capabilities is not None and capabilities.capabilities.tools is not None
+            assert capabilities.capabilities.tools.list_changed is True
+            before = {tool.name for tool in (await client.list_tools()).tools}
+            assert READ_FILE in before and PATCH not in before
+            read = await client.call_tool(READ_FILE, {"path": "docs/report.md"})
+            assert read.structured_content is not None and read.structured_content["status"] == "executed"
+            for _ in range(200):  # the notification rides the call's own response stream
+                if any(isinstance(m, types.ToolListChangedNotification) for m in heard):
+                    break
+                await anyio.sleep(0.05)
+            assert any(isinstance(m, types.ToolListChangedNotification) for m in heard), heard
+            after = {tool.name for tool in (await client.list_tools()).tools}
+    assert PATCH in after
+
+
+async def test_a_stateless_listener_is_told_when_the_next_turn_offers_other_tools(system: System) -> None:
+    with repo_front(system, "mcp-modern-repo-stateless") as front:
+        async with front.client() as http, Client(streamable_http_client(front.url, http_client=http),
+                                                  mode=MODERN, read_timeout_seconds=60) as client:
+            before = {tool.name for tool in (await client.list_tools()).tools}
+            assert PATCH not in before
+            async with client.listen(tools_list_changed=True) as subscription:
+                read = await client.call_tool(READ_FILE, {"path": "docs/report.md"})
+                assert read.structured_content is not None
+                assert read.structured_content["status"] == "executed"
+                with anyio.fail_after(30):  # a guard against hanging, not a measure
+                    event = await anext(aiter(subscription))
+            assert isinstance(event, ToolsListChanged)
+            after = {tool.name for tool in (await client.list_tools()).tools}
+    assert PATCH in after

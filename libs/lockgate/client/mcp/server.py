@@ -216,9 +216,14 @@ def initialization_options(server: Server[Binding]) -> InitializationOptions:
     return server.create_initialization_options(NotificationOptions(tools_changed=True))
 
 
+#: The leases Lockgate grants a run, in seconds: the stateless run's is ``session_idle_s`` within them.
+LEASE_BOUNDS_S = (1.0, 30 * 24 * 3600.0)
+
+
 def stateless_front(lockgate: Lockgate, task_ids: TaskIds) -> FrontSession:
     """The stateless era's binding: one run, under a lease of ``session_idle_s``, opened again when it ends."""
-    return FrontSession(lockgate, task_ids, lease_s=lockgate.settings.session_idle_s)
+    low, high = LEASE_BOUNDS_S
+    return FrontSession(lockgate, task_ids, lease_s=min(max(lockgate.settings.session_idle_s, low), high))
 
 
 async def serve_stdio(lockgate: Lockgate) -> None:
