@@ -11,7 +11,9 @@ can check the world from outside the client it tests:
 
 - ``{"op": "ledger"}``: ``{"ledger": [...]}``, the case-notes world's writes, oldest first.
 - ``{"op": "review", "verb": "approve"|"deny", "candidate": …, "tenant": …}``: decided
-  through ``lockgate review``, as a reviewer would; ``{"output": "…"}``.
+  through ``lockgate review``, as a reviewer would, asked again until it succeeds for up
+  to ``within_s`` (30 by default); ``args``, a list of strings, are passed to the command
+  (``["--why", "not now"]``). ``{"output": "…"}``.
 - ``{"op": "events", "tenant": …, "intent": …}``: ``{"events": [...]}``, the type names of
   the intent's stored events (none for an intent never recorded).
 
@@ -70,8 +72,14 @@ async def answer(system: System, command: dict[str, Any]) -> dict[str, Any]:
         verb = _field(command, "verb")
         if verb not in REVIEW_VERBS:
             raise CommandError(f"review verb {verb!r} is not one of {REVIEW_VERBS}")
-        output = await review(system, verb, _field(command, "candidate"),
-                              tenant=command.get("tenant") or "tenant-a")
+        extra = command.get("args", [])
+        within_s = command.get("within_s", 30.0)
+        if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+            raise CommandError("review 'args' is a list of strings")
+        if not isinstance(within_s, int | float):
+            raise CommandError("review 'within_s' is a number")
+        output = await review(system, verb, _field(command, "candidate"), *extra,
+                              tenant=command.get("tenant") or "tenant-a", within_s=float(within_s))
         return {"output": output}
     if op == "events":
         return {"events": await _events(system, _field(command, "tenant"), _field(command, "intent"))}
