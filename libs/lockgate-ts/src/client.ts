@@ -322,18 +322,18 @@ export interface ProposeOptions {
    * The call's id: the framework's tool-call id (`callIdFor`), so a retried step is the
    * same intent. Random when not given.
    */
-  callId?: string;
-  timeoutMs?: number;
+  callId?: string | undefined;
+  timeoutMs?: number | undefined;
   /** The provider's own item the call came in, kept on the record. */
-  providerItem?: Record<string, unknown> | null;
+  providerItem?: Record<string, unknown> | null | undefined;
   /** The format the call came in (`openai.chat`, `anthropic.messages`, ...). */
-  provider?: string;
+  provider?: string | undefined;
   /** The model the runtime says produced the call (evidence only). */
-  model?: string;
+  model?: string | undefined;
   /** The call id of an earlier candidate of this run this one corrects or follows. */
-  follows?: string | null;
+  follows?: string | null | undefined;
   /** A `stream.*` code: the call could not be assembled from a stream (it is never run). */
-  assemblyFailure?: string | null;
+  assemblyFailure?: string | null | undefined;
 }
 
 /** One model step: the tools offered in it and the proposals made from it. */
@@ -488,18 +488,18 @@ export interface OpenRunOptions {
   tenant: string;
   actor: string;
   /** Authoritative context (`{case_id: "case-123"}`): the model never chooses it. */
-  context?: Record<string, string>;
-  delegation?: string | null;
-  stage?: string;
+  context?: Record<string, string> | undefined;
+  delegation?: string | null | undefined;
+  stage?: string | undefined;
   /** Chosen here when not given, so an unanswered open is asked again as the same run. */
-  runId?: string;
-  roles?: readonly string[];
+  runId?: string | undefined;
+  roles?: readonly string[] | undefined;
   /** The classes of data the run may touch (`null`: any). */
-  dataClasses?: readonly string[] | null;
+  dataClasses?: readonly string[] | null | undefined;
   /** The capabilities its agent uses (`null`: every one of the deployment). */
-  capabilities?: readonly string[] | null;
+  capabilities?: readonly string[] | null | undefined;
   /** The run ends when idle this long (`null`: only when closed). */
-  leaseS?: number | null;
+  leaseS?: number | null | undefined;
 }
 
 /**
@@ -884,18 +884,18 @@ export interface ConnectOptions {
    * The broker (comma-separated for a cluster's nodes); by default `LOCKGATE_NATS_URL`,
    * else the one `lockgate run` says it runs, else port 4222.
    */
-  url?: string;
+  url?: string | undefined;
   /**
    * The user to connect as: a credentials file's contents or path, or a user of the local
    * deployment by name (`"agent-tenant-a"`); none on a broker without users.
    */
-  credentials?: CredentialsLike;
+  credentials?: CredentialsLike | undefined;
   /** The trusted host's credentials, to open runs (a second connection); `true`: the local `host` user. */
-  host?: CredentialsLike | true;
+  host?: CredentialsLike | true | undefined;
   /** How long each request waits for its answer. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** The local deployment's directory (default: `LOCKGATE_VAR_DIR`, else the checkout's `var/`). */
-  varDir?: string;
+  varDir?: string | undefined;
 }
 
 function resolveCredentials(value: CredentialsLike | undefined, local: Local | null): Credentials | null {
