@@ -405,7 +405,7 @@ function toolNames(tools: readonly Tool[]): Map<string, string> {
 /** The SDK's approval status for Lockgate's answer: its approval is asked only for a review. */
 function approvalStatus(outcome: Outcome): ToolApprovalStatus {
   return outcome.pending
-    ? { type: "user-approval", reason: `${waitingMessage(outcome.final.status)} (${outcome.final.candidate_id})` }
+    ? { type: "user-approval", reason: `${waitingMessage(outcome.final.status)} (candidate ${outcome.final.candidate_id})` }
     : "not-applicable";
 }
 
