@@ -14,16 +14,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
 import httpx2
 import mcp_types as types
 import pytest
-from mcp.client import Client
+from mcp.client import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.subscriptions import ToolsListChanged
 
 from lockgate.client.sdk import Gateway
@@ -448,3 +450,78 @@ async def test_a_stateless_listener_is_told_when_the_next_turn_offers_other_tool
             assert isinstance(event, ToolsListChanged)
             after = {tool.name for tool in (await client.list_tools()).tools}
     assert PATCH in after
+
+
+# --- the handshake era's tasks (2025-11-25) -------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def session_of(front: Front) -> AsyncIterator[tuple[ClientSession, JSONRPCDispatcher[Any]]]:
+    """A 2025-11-25 session whose requests the test writes whole (a task-augmented call, tasks/*)."""
+    async with front.client() as http, streamable_http_client(front.url, http_client=http) as (reader, writer):
+        dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(reader, writer)
+        async with ClientSession(dispatcher=dispatcher, read_timeout_seconds=60) as session:
+            initialized = await session.initialize()
+            assert initialized.protocol_version == "2025-11-25"
+            tasks = initialized.capabilities.tasks
+            assert tasks is not None and tasks.requests is not None and tasks.requests.tools is not None
+            assert tasks.requests.tools.call is not None and tasks.cancel is not None
+            yield session, dispatcher
+
+
+async def test_a_session_that_asks_for_a_task_gets_one_and_its_result(
+    system: System, sensitive: Front, reviewer: Gateway, world: World,
+) -> None:
+    before = len(notes_on(world, "case-sensitive"))
+    async with session_of(sensitive) as (session, raw):
+        listed = await session.list_tools()
+        [note_tool] = [tool for tool in listed.tools if tool.name == "case.add_note"]
+        assert note_tool.execution is not None and note_tool.execution.task_support == "optional"
+        created = await raw.send_raw_request(
+            "tools/call", {"name": "case.add_note", "arguments": {"note": "A session's task."}, "task": {}},
+            {"request_id": "session-task-1", "timeout": 60})
+        task = created["task"]
+        assert (task["status"], task["ttl"]) == ("working", None)
+        task_id = task["taskId"]
+        got = await raw.send_raw_request("tasks/get", {"taskId": task_id}, {"timeout": 60})
+        assert (got["taskId"], got["status"]) == (task_id, "working")
+        assert len(notes_on(world, "case-sensitive")) == before
+
+        review = await review_of(system, candidate_of(task_id))
+        await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id),
+                                     review_id=review.review_id, digest=review.digest, approve=True)
+        result = await raw.send_raw_request("tasks/result", {"taskId": task_id}, {"timeout": 60})
+        assert result["structuredContent"]["status"] == "executed"
+        assert result["isError"] is False
+        assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
+        assert (await raw.send_raw_request("tasks/get", {"taskId": task_id}, {"timeout": 60}))["status"] == "completed"
+        with pytest.raises(MCPError) as ended:  # 2025-11-25: an ended task cannot be cancelled
+            await raw.send_raw_request("tasks/cancel", {"taskId": task_id}, {"timeout": 60})
+        assert ended.value.error.code == INVALID_PARAMS
+    assert len(notes_on(world, "case-sensitive")) == before + 1
+
+
+async def test_a_session_cancelling_its_task_withdraws_the_call(sensitive: Front, world: World) -> None:
+    before = len(notes_on(world, "case-sensitive"))
+    async with session_of(sensitive) as (_, raw):
+        created = await raw.send_raw_request(
+            "tools/call", {"name": "case.add_note", "arguments": {"note": "A session's cancelled task."},
+                           "task": {"ttl": 60000}},
+            {"request_id": "session-task-2", "timeout": 60})
+        task_id = created["task"]["taskId"]
+        cancelled = await raw.send_raw_request("tasks/cancel", {"taskId": task_id}, {"timeout": 60})
+        assert (cancelled["taskId"], cancelled["status"]) == (task_id, "cancelled")
+        result = await raw.send_raw_request("tasks/result", {"taskId": task_id}, {"timeout": 60})
+        assert result["isError"] is True
+        assert result["structuredContent"]["status"] == "withdrawn"
+    assert len(notes_on(world, "case-sensitive")) == before
+
+
+async def test_a_session_that_asks_for_no_task_gets_todays_note(sensitive: Front) -> None:
+    async with session_of(sensitive) as (_, raw):
+        plain = await raw.send_raw_request(
+            "tools/call", {"name": "case.add_note", "arguments": {"note": "No task asked."}},
+            {"request_id": "session-note-1", "timeout": 60})
+    assert "task" not in plain
+    assert plain["structuredContent"]["status"] == "pending_approval"
+    assert "lockgate_status" in plain["content"][0]["text"]

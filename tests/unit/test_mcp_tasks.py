@@ -116,3 +116,14 @@ def test_a_stateless_call_id_is_its_request_id_tool_and_arguments() -> None:
     assert results.stateless_call_id_for(1, "case.add_note", results.arguments_text({"note": "y"})) != first
     assert results.stateless_call_id_for(1, "case.other", args) != first
     assert results.stateless_call_id_for(1, "case.add_note", args) != results.call_id_for(1)
+
+
+def test_a_handshake_task_is_that_eras_shape_without_a_result() -> None:
+    ids = TaskIds.for_binding(front(), "t" * 43)
+    task_id = ids.mint(RUN, CANDIDATE)
+    ref = ids.read(task_id)
+    assert ref is not None
+    task = tasks.handshake_task(task_id, ref, response("executed", "operation.executed"), updated_ms=0)
+    assert types.Task.model_validate(task, by_name=False).status == "completed"
+    assert set(task) == {"taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt", "ttl", "pollInterval"}
+    assert task["lastUpdatedAt"] == task["createdAt"]  # never before it was created

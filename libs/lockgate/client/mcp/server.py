@@ -8,9 +8,9 @@ configuration's, for the authenticated client (over HTTP, the bearer token's hol
 over stdio, the host that launched the process). The lifespan state every handler sees
 is a ``Binding`` holding both; the request's protocol version picks one.
 
-A stateless client that declares the tasks extension gets a task for a call that
-waits for a person (``tasks``); one that does not gets the waiting note, as the
-handshake era does. When the catalogue a new turn offers changes, a handshake session
+A stateless client that declares the tasks extension, or a handshake session that asks
+for a task on its call (2025-11-25), gets a task for a call that waits for a person
+(``tasks``); any other client gets the waiting note. When the catalogue a new turn offers changes, a handshake session
 is sent ``notifications/tools/list_changed`` and stateless listeners
 (``subscriptions/listen``) are sent the same.
 """
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.runner import serve_dual_era_loop
@@ -36,11 +37,12 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from lockgate.client.mcp import results, tasks
 from lockgate.client.mcp.session import FrontSession, Lockgate
 from lockgate.client.mcp.tasks import TaskIds
+from lockgate.contracts.responses import ModelResponse
 from lockgate.core.errors import LockgateError
 
 log = logging.getLogger("lockgate.client.mcp")
@@ -115,7 +117,7 @@ async def _call_tool(ctx: Context, params: types.CallToolRequestParams) -> dict[
     else:
         call_id = results.call_id_for(ctx.request_id)
     answer = await front.propose(params.name, params.arguments, call_id)
-    await _say_if_offer_changed(ctx, front, modern)
+    await _say_if_offer_changed(ctx, front, modern=modern)
     if isinstance(answer, types.CallToolResult):
         return answer
     if modern and answer.status in results.WAITING and tasks.client_supports_tasks(ctx.meta):
@@ -124,7 +126,7 @@ async def _call_tool(ctx: Context, params: types.CallToolRequestParams) -> dict[
     return results.tool_result(answer)
 
 
-async def _say_if_offer_changed(ctx: Context, front: FrontSession, modern: bool) -> None:
+async def _say_if_offer_changed(ctx: Context, front: FrontSession, *, modern: bool) -> None:
     if not await front.offer_changed():
         return
     if modern:
@@ -133,14 +135,45 @@ async def _say_if_offer_changed(ctx: Context, front: FrontSession, modern: bool)
         await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
 
 
+async def _tasks_of_a_session(ctx: Context, call_next: CallNext) -> HandlerResult:
+    """A handshake session's ``tools/call`` that asks for a task (``params.task``, 2025-11-25) gets one.
+
+    A middleware, because that era's ``tools/call`` result is checked on its way out as a
+    ``CallToolResult``, which a ``CreateTaskResult`` is not. Anything else (another method,
+    the stateless era, a session not yet initialized, the status tool, params the runner
+    must refuse) goes on as it came.
+    """
+    raw = ctx.params
+    if (ctx.method != "tools/call" or _modern(ctx) or ctx.request_id is None or not isinstance(raw, Mapping)
+            or raw.get("task") is None or ctx.session.client_params is None):
+        return await call_next(ctx)
+    try:
+        params = types.CallToolRequestParams.model_validate(raw, by_name=False)
+    except ValidationError:
+        return await call_next(ctx)
+    if params.name == results.STATUS_TOOL:
+        return await call_next(ctx)
+    front = ctx.lifespan_context.of(ctx)
+    answer = await front.propose(params.name, params.arguments, results.call_id_for(ctx.request_id))
+    await _say_if_offer_changed(ctx, front, modern=False)
+    if isinstance(answer, types.CallToolResult):  # no candidate to make a task of
+        return answer
+    task_id, ref = front.task_id(answer)
+    return {"task": tasks.handshake_task(task_id, ref, answer, updated_ms=ref.created_ms)}
+
+
 async def _task_of(ctx: Context, params: TaskParams) -> tuple[FrontSession, str, tasks.TaskRef]:
-    if not _modern(ctx):
-        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
     front = ctx.lifespan_context.of(ctx)
     ref = front.tasks.read(params.task_id)
     if ref is None:
         raise MCPError(code=types.INVALID_PARAMS, message="Unknown task")
     return front, params.task_id, ref
+
+
+def _task_answer(ctx: Context, task_id: str, ref: tasks.TaskRef, latest: ModelResponse) -> dict[str, Any]:
+    if _modern(ctx):
+        return {"resultType": "complete", **tasks.snapshot(task_id, ref, latest, updated_ms=_now_ms())}
+    return tasks.handshake_task(task_id, ref, latest, updated_ms=_now_ms())
 
 
 async def _get_task(ctx: Context, params: TaskParams) -> dict[str, Any]:
@@ -151,20 +184,40 @@ async def _get_task(ctx: Context, params: TaskParams) -> dict[str, Any]:
         raise _unanswered(exc) from None
     if latest is None:
         raise MCPError(code=types.INVALID_PARAMS, message="Unknown task")
-    return {"resultType": "complete", **tasks.snapshot(task_id, ref, latest, updated_ms=_now_ms())}
+    return _task_answer(ctx, task_id, ref, latest)
+
+
+async def _task_result(ctx: Context, params: TaskParams) -> dict[str, Any]:
+    """``tasks/result`` (2025-11-25 only): the call's result, once its task is no longer working."""
+    if _modern(ctx):  # the extension carries the result in tasks/get
+        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+    front, task_id, ref = await _task_of(ctx, params)
+    try:
+        ended = await front.outcome(ref)
+    except LockgateError as exc:
+        raise _unanswered(exc) from None
+    if ended is None:
+        raise MCPError(code=types.INVALID_PARAMS, message="Unknown task")
+    result = results.tool_result(ended).model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {**result, "_meta": {RELATED_TASK_META_KEY: {"taskId": task_id}}}
 
 
 async def _cancel_task(ctx: Context, params: TaskParams) -> dict[str, Any]:
     front, task_id, ref = await _task_of(ctx, params)
     try:
+        if not _modern(ctx):
+            # 2025-11-25: a task that already ended cannot be cancelled (-32602).
+            current = await front.task(ref, wait=False)
+            if current is not None and tasks.status_of(current) != "working":
+                raise MCPError(code=types.INVALID_PARAMS, message=f"Task already {tasks.status_of(current)}")
         reached = await front.cancel(ref)
     except LockgateError as exc:
         raise _unanswered(exc) from None
     if reached is None:
         raise MCPError(code=types.INVALID_PARAMS, message="Unknown task")
-    # The extension's answer is an acknowledgement; the task it reached comes with it
-    # (``completed`` when the call executed before the cancel landed).
-    return {"resultType": "complete", **tasks.snapshot(task_id, ref, reached, updated_ms=_now_ms())}
+    # The answer is the task the withdrawal reached: ``cancelled``, or ``completed`` when
+    # the call executed before the cancel landed (beside the extension's acknowledgement).
+    return _task_answer(ctx, task_id, ref, reached)
 
 
 def _unanswered(exc: LockgateError) -> MCPError:
@@ -206,14 +259,26 @@ def create_server(bus: SubscriptionBus) -> Server[Binding]:
     server.add_request_handler("tools/call", types.CallToolRequestParams, _call_tool)
     server.add_request_handler("tasks/get", TaskParams, _get_task)
     server.add_request_handler("tasks/cancel", TaskParams, _cancel_task)
+    server.add_request_handler("tasks/result", TaskParams, _task_result)
+    server.middleware.append(_tasks_of_a_session)
     server.add_notification_handler("notifications/initialized", types.NotificationParams, _initialized)
     server.extensions = {tasks.EXTENSION: {}}
     return server
 
 
+#: What a handshake session may ask for as a task: tools/call, and cancelling it (2025-11-25).
+SESSION_TASKS = types.ServerTasksCapability(
+    cancel=types.TasksCancelCapability(),
+    requests=types.ServerTasksRequestsCapability(tools=types.TasksToolsCapability(call=types.TasksCallCapability())))
+#: Where a 2025-11-25 result names the task it belongs to.
+RELATED_TASK_META_KEY = "io.modelcontextprotocol/related-task"
+
+
 def initialization_options(server: Server[Binding]) -> InitializationOptions:
-    """What a handshake session is told: tools whose list changes are announced."""
-    return server.create_initialization_options(NotificationOptions(tools_changed=True))
+    """What a handshake session is told: tools whose list changes are announced, and calls that may be tasks."""
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    capabilities = options.capabilities.model_copy(update={"tasks": SESSION_TASKS})
+    return options.model_copy(update={"capabilities": capabilities})
 
 
 #: The leases Lockgate grants a run, in seconds: the stateless run's is ``session_idle_s`` within them.

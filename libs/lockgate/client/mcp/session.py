@@ -167,8 +167,10 @@ class FrontSession:
             turn = await self._new_turn()
             names = self._names
             self._offered = turn.catalogue_digest
+        # Any call may wait for a person: a client that can take a task may ask for one.
         tools = [types.Tool(name=names.to_mcp[tool.name], description=tool.description,
-                            input_schema=dict(tool.parameters))
+                            input_schema=dict(tool.parameters),
+                            execution=types.ToolExecution(task_support="optional"))
                  for tool in turn.tools]
         tools.append(types.Tool(name=results.STATUS_TOOL, description=results.STATUS_TOOL_DESCRIPTION,
                                 input_schema=results.STATUS_TOOL_SCHEMA))
@@ -283,6 +285,20 @@ class FrontSession:
             with contextlib.suppress(ResponseTimeout):
                 latest = await run.wait(candidate_id, past=latest.status, timeout_s=self.settings.status_wait_s)
         return latest
+
+    async def outcome(self, ref: TaskRef) -> ModelResponse | None:
+        """A task's answer once it is no longer working (``tasks/result`` of the handshake era waits for it).
+
+        Raises:
+            ClientError: Lockgate did not answer.
+        """
+        while True:
+            latest = await self.task(ref, wait=False)
+            if latest is None or latest.status not in tasks.MOVING:
+                return latest
+            run = (await self.lockgate.gateway()).run(tenant=self.settings.tenant, run_id=ref.run_id)
+            with contextlib.suppress(ResponseTimeout):  # still working: ask again
+                await run.wait(latest.candidate_id, past=latest.status, timeout_s=self.settings.propose_timeout_s)
 
     async def cancel(self, ref: TaskRef) -> ModelResponse | None:
         """Withdraw a task's candidate by its state; the answer it reached (None: no such candidate).

@@ -17,6 +17,10 @@ SEP-2663 keeps ``failed`` for a request that ended in a JSON-RPC error and ``com
 for every tool result, ``isError`` included: a denied call is ``completed`` with the same
 model-facing projection a client without tasks reads, so both see the same answer.
 
+A handshake-era session (2025-11-25) that asks for a task (``params.task`` on
+``tools/call``, as that era's experimental tasks have it) gets the same task in that
+era's shape: ``{"task": ...}``, state by ``tasks/get``, the result by ``tasks/result``.
+
 A task id names the run and the candidate, and carries a keyed digest of both: the key
 is the bearer token's holder under the trusted configuration (tenant, actor, context),
 so any front door process of that binding answers for it, and an id of another run,
@@ -159,6 +163,19 @@ def snapshot(task_id: str, ref: TaskRef, response: ModelResponse, *, updated_ms:
         result = results.tool_result(response).model_dump(by_alias=True, mode="json", exclude_none=True)
         task["result"] = {"resultType": "complete", **result}
     return task
+
+
+def handshake_task(task_id: str, ref: TaskRef, response: ModelResponse, *, updated_ms: int) -> dict[str, Any]:
+    """The task in the 2025-11-25 era's shape (its experimental tasks): state only, the result by ``tasks/result``."""
+    return {
+        "taskId": task_id,
+        "status": status_of(response),
+        "statusMessage": _message(response),
+        "createdAt": ref.created_at,
+        "lastUpdatedAt": _iso(max(updated_ms, ref.created_ms)),
+        "ttl": None,
+        "pollInterval": POLL_INTERVAL_MS,
+    }
 
 
 def created(task_id: str, ref: TaskRef, response: ModelResponse) -> dict[str, Any]:
