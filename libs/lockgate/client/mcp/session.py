@@ -335,7 +335,7 @@ class FrontSession:
             latest = await run.response(candidate_id)
             if latest is None:
                 return results.error_result(results.STATUS_UNKNOWN_CANDIDATE,
-                                            "No call of this session has that candidate_id.")
+                                            "No call of this run has that candidate_id.")
             if latest.status in results.WAITING and self.settings.status_wait_s > 0:
                 with contextlib.suppress(ResponseTimeout):  # still waiting: say so
                     latest = await run.wait(candidate_id, past=latest.status,
