@@ -40,6 +40,8 @@
  *   the same bytes before the pause, on the resume and in another process. Text that is no
  *   JSON at all never reaches a tool: the SDK answers the model with its own parse error, and
  *   nothing is proposed.
+ * - Without `toolApproval` the SDK never pauses: a call Lockgate holds is answered at once,
+ *   and the model reads that it waits for a reviewer.
  */
 
 import {
@@ -57,7 +59,7 @@ import {
 
 import { ClientError, ResponseTimeout } from "./errors.js";
 import { callIdFor, intentIdFor } from "./ids.js";
-import type { Run, Turn } from "./index.js";
+import type { Run, Turn } from "./client.js";
 import type { ModelResponse, Tool } from "./wire/messages.js";
 
 /** Statuses of a call that waits for someone (a reviewer, or policy's evidence). */
@@ -92,6 +94,8 @@ export interface HeldCall {
   toolCallId: string;
   /** The capability called (`case.add_note`), not the name the model was offered. */
   capability: string;
+  /** The arguments as the SDK parsed them: what is proposed again (`proposedArguments`). */
+  input: unknown;
   /** What a reviewer decides: `lockgate review approve <candidateId> ...`. */
   candidateId: string;
 }
@@ -229,7 +233,7 @@ export class GovernedTools {
    * `waitMs`: keep `messages` and resume later, in this process or another.
    */
   async resume(messages: readonly ModelMessage[], options: ResumeOptions = {}): Promise<ModelMessage[]> {
-    const { requests, answered, denied, calls } = this.history(messages);
+    const { requests, answered, denied } = this.history(messages);
     for (const held of requests.filter((request) => denied.has(request.approvalId))) {
       const latest = await this.run.response(held.candidateId);
       if (latest !== null && WAITING.has(latest.status)) {
@@ -240,12 +244,8 @@ export class GovernedTools {
     const answers: ToolApprovalResponse[] = [];
     const still: HeldCall[] = [];
     for (const held of requests.filter((request) => !denied.has(request.approvalId))) {
-      const call = calls.get(held.toolCallId);
-      if (call === undefined) {
-        continue;
-      }
       const left = Math.max(0, deadline - Date.now());
-      const outcome = await this.ask(held.capability, call.input, held.toolCallId, left);
+      const outcome = await this.ask(held.capability, held.input, held.toolCallId, left);
       if (outcome.pending) {
         still.push(held);
       } else if (!answered.has(held.approvalId)) {
@@ -330,12 +330,14 @@ export class GovernedTools {
     });
   }
 
-  /** What `messages` says of this run's tools' approvals: asked, answered, denied; and the calls. */
+  /**
+   * What `messages` says of this run's tools' approvals: the requests not yet continued, and
+   * the ids of those answered and of those denied.
+   */
   private history(messages: readonly ModelMessage[]): {
     requests: HeldCall[];
     answered: Set<string>;
     denied: Set<string>;
-    calls: Map<string, ToolCallPart>;
   } {
     const calls = new Map<string, ToolCallPart>();
     const results = new Set<string>();
@@ -352,9 +354,10 @@ export class GovernedTools {
         } else if (part.type === "tool-result") {
           results.add(part.toolCallId);
         } else if (part.type === "tool-approval-request") {
-          const capability = this.names.get(calls.get(part.toolCallId)?.toolName ?? "");
-          if (capability !== undefined) {
-            requests.push({ approvalId: part.approvalId, toolCallId: part.toolCallId, capability,
+          const call = calls.get(part.toolCallId);
+          const capability = this.names.get(call?.toolName ?? "");
+          if (call !== undefined && capability !== undefined) {
+            requests.push({ approvalId: part.approvalId, toolCallId: part.toolCallId, capability, input: call.input,
               candidateId: intentIdFor(this.run.tenant, this.run.id, callIdFor(part.toolCallId)) });
           }
         } else if (part.type === "tool-approval-response") {
@@ -366,13 +369,14 @@ export class GovernedTools {
       }
     }
     // A call with a result was continued already: nothing of it is left to answer.
-    return { requests: requests.filter((held) => !results.has(held.toolCallId)), answered, denied, calls };
+    return { requests: requests.filter((held) => !results.has(held.toolCallId)), answered, denied };
   }
 }
 
 /**
- * The argument text proposed for a call the SDK handed over parsed as `input`: compact JSON,
- * the model's key order, non-ASCII kept. Every proposal of one call is the same bytes.
+ * The argument text proposed for a call the SDK handed over parsed as `input`: compact JSON
+ * of it, keys in the order the parse kept, non-ASCII as it is. Every proposal of one call
+ * (before a pause, on its resume, in another process) is the same bytes.
  */
 export function proposedArguments(input: unknown): string {
   return JSON.stringify(input ?? {});

@@ -248,6 +248,29 @@ describe("the Vercel AI SDK's tools behind Lockgate", () => {
     assert.deepEqual(await writesSince(before), []);
   });
 
+  test("an approval by the application's user still waits for Lockgate's reviewer", async () => {
+    const run = await governed("case-sensitive");
+    const lockgate = await governedTools(run);
+    const model = scripted("call_ai_user_ok_1", note("The user said yes."));
+    const agent = notesAgent(lockgate, model);
+    const before = (await system.ledger()).length;
+    let messages = await step(agent, ask("Note it."));
+    const [held] = lockgate.waiting(messages);
+    assert.ok(held !== undefined);
+
+    messages = [...messages,
+      { role: "tool", content: [{ type: "tool-approval-response", approvalId: held.approvalId, approved: true }] }];
+    await assert.rejects(lockgate.resume(messages), StillWaiting); // the user's yes is not the reviewer's
+    assert.deepEqual(await writesSince(before), []);
+    await system.review("approve", held.candidateId);
+    const resumed = await lockgate.resume(messages, { waitMs: 20_000 });
+    assert.deepEqual(resumed, messages); // answered already: the application's answer stands
+    await step(agent, resumed);
+    assert.equal(seen(model, "call_ai_user_ok_1")["status"], "executed");
+    assert.deepEqual(await writesSince(before), [held.candidateId]);
+    await run.close();
+  });
+
   test("a denial by the application's user in the SDK withdraws Lockgate's candidate", async () => {
     const run = await governed("case-sensitive");
     const lockgate = await governedTools(run);
