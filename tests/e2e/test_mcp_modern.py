@@ -501,6 +501,32 @@ async def test_a_session_that_asks_for_a_task_gets_one_and_its_result(
     assert len(notes_on(world, "case-sensitive")) == before + 1
 
 
+async def test_a_sessions_denied_task_is_failed_with_the_refusal_as_its_result(
+    system: System, sensitive: Front, reviewer: Gateway, world: World,
+) -> None:
+    """2025-11-25's schema: "failed ... includes a tool call result with isError" (the extension changed it)."""
+    before = len(notes_on(world, "case-sensitive"))
+    async with session_of(sensitive) as (_, raw):
+        created = await raw.send_raw_request(
+            "tools/call", {"name": "case.add_note", "arguments": {"note": "A session's denied task."}, "task": {}},
+            {"request_id": "session-task-deny", "timeout": 60})
+        task_id = created["task"]["taskId"]
+        review = await review_of(system, candidate_of(task_id))
+        await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id),
+                                     review_id=review.review_id, digest=review.digest, approve=False,
+                                     reason="not in a session either")
+        result = await raw.send_raw_request("tasks/result", {"taskId": task_id}, {"timeout": 60})
+        assert result["isError"] is True
+        assert result["structuredContent"]["status"] not in ("executed", "pending_approval")
+        assert "not in a session either" not in json.dumps(result)
+        got = await raw.send_raw_request("tasks/get", {"taskId": task_id}, {"timeout": 60})
+        assert got["status"] == "failed"
+        with pytest.raises(MCPError) as ended:  # an ended task cannot be cancelled
+            await raw.send_raw_request("tasks/cancel", {"taskId": task_id}, {"timeout": 60})
+        assert ended.value.error.code == INVALID_PARAMS
+    assert len(notes_on(world, "case-sensitive")) == before
+
+
 async def test_a_session_cancelling_its_task_withdraws_the_call(sensitive: Front, world: World) -> None:
     before = len(notes_on(world, "case-sensitive"))
     async with session_of(sensitive) as (_, raw):

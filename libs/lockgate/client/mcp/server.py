@@ -208,8 +208,9 @@ async def _cancel_task(ctx: Context, params: TaskParams) -> dict[str, Any]:
         if not _modern(ctx):
             # 2025-11-25: a task that already ended cannot be cancelled (-32602).
             current = await front.task(ref, wait=False)
-            if current is not None and tasks.status_of(current) != "working":
-                raise MCPError(code=types.INVALID_PARAMS, message=f"Task already {tasks.status_of(current)}")
+            ended = None if current is None else tasks.handshake_status_of(current)
+            if ended is not None and ended != "working":
+                raise MCPError(code=types.INVALID_PARAMS, message=f"Task already {ended}")
         reached = await front.cancel(ref)
     except LockgateError as exc:
         raise _unanswered(exc) from None

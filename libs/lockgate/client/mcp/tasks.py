@@ -20,6 +20,9 @@ model-facing projection a client without tasks reads, so both see the same answe
 A handshake-era session (2025-11-25) that asks for a task (``params.task`` on
 ``tools/call``, as that era's experimental tasks have it) gets the same task in that
 era's shape: ``{"task": ...}``, state by ``tasks/get``, the result by ``tasks/result``.
+That era's schema counts a tool result with ``isError`` as ``failed`` (the extension
+changed the rule), so there a denied, expired or refused call is ``failed``, and
+``tasks/result`` gives the same model-facing result.
 
 A task id names the run and the candidate, and carries a keyed digest of both: the key
 is the bearer token's holder under the trusted configuration (tenant, actor, context),
@@ -165,11 +168,20 @@ def snapshot(task_id: str, ref: TaskRef, response: ModelResponse, *, updated_ms:
     return task
 
 
+def handshake_status_of(response: ModelResponse) -> str:
+    """The task status of an intent's latest answer in the 2025-11-25 era: ``failed`` for every
+    ended call that did not execute ("for tool calls, a result with ``isError``")."""
+    status = status_of(response)
+    if status == "completed" and response.status != results.EXECUTED:
+        return "failed"
+    return status
+
+
 def handshake_task(task_id: str, ref: TaskRef, response: ModelResponse, *, updated_ms: int) -> dict[str, Any]:
     """The task in the 2025-11-25 era's shape (its experimental tasks): state only, the result by ``tasks/result``."""
     return {
         "taskId": task_id,
-        "status": status_of(response),
+        "status": handshake_status_of(response),
         "statusMessage": _message(response),
         "createdAt": ref.created_at,
         "lastUpdatedAt": _iso(max(updated_ms, ref.created_ms)),
