@@ -10,7 +10,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster docs test test-adk test-crewai test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap
+.PHONY: install run cluster docs test test-adk test-crewai test-ts test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap node
 
 install: $(STAMP)
 
@@ -31,13 +31,43 @@ run: $(STAMP) bubblewrap
 cluster: $(STAMP)
 	$(BIN)/lockgate run --cluster 3
 
+# TypeScript: Node >= 20 and npm, which the machines have (`node` checks). Each Node project
+# installs from its committed lockfile with `npm ci`, into its own node_modules, no global tools.
+NPM_CI = npm ci --no-audit --no-fund --loglevel=error
+TS_DIR = libs/lockgate-ts
+TS_STAMP = $(TS_DIR)/node_modules/.installed
+# The MCP clients nobody here wrote (the Inspector CLI, the TypeScript SDK's client), which
+# tests/e2e/test_mcp_interop.py drives against the front door.
+INTEROP_DIR = tests/mcp-interop
+INTEROP_STAMP = $(INTEROP_DIR)/node_modules/.installed
+
 # Two workers, each taking whole test modules (a module's system starts once): the suites
 # spend most of their time waiting on processes and timers, so two at once on two cores
 # take about 10 minutes where one after the other took 17.
-test: $(STAMP) prerequisites
+test: $(STAMP) prerequisites $(INTEROP_STAMP)
 	$(BIN)/pytest -q -n 2 --dist loadfile $(TEST_DIRS) $(OWN_ENVIRONMENTS:%=--ignore=%)
+	$(MAKE) --no-print-directory test-ts
 	$(MAKE) --no-print-directory test-adk
 	$(MAKE) --no-print-directory test-crewai
+
+node:
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	|| { echo "the TypeScript client and the MCP interop tests need Node >= 20 and npm" >&2; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \
+	|| { echo "Node >= 20 is needed; this is $$(node --version)" >&2; exit 1; }
+
+$(TS_STAMP): $(TS_DIR)/package-lock.json | node
+	cd $(TS_DIR) && $(NPM_CI)
+	touch $@
+
+$(INTEROP_STAMP): $(INTEROP_DIR)/package-lock.json | node
+	cd $(INTEROP_DIR) && $(NPM_CI)
+	touch $@
+
+# The TypeScript client and its Vercel AI SDK integration, built from schemas/ and tested with
+# Node's own test runner against a real system (which each test file starts through .venv).
+test-ts: $(STAMP) $(TS_STAMP)
+	cd $(TS_DIR) && LOCKGATE_PYTHON=$(abspath $(BIN)/python) npm test
 
 # Tests that run in an environment of their own (below), not in the dev one.
 OWN_ENVIRONMENTS = tests/e2e/test_integration_google_adk.py tests/e2e/test_integration_crewai.py
