@@ -165,11 +165,12 @@ export class Outcome {
 /**
  * Open a turn of `run` and offer its catalogue to the AI SDK.
  *
- * Args: `run`, opened by the trusted host (tenant, actor, context and capabilities are never
- * the model's); `options.waitMs`, how long a first proposal waits for a quick review.
- *
- * Raises: `ClientError` (`provider.tool-names-collide`) when two capabilities would be
- * offered under one name; the turn's own errors (`Refused` `run.ended`, ...).
+ * @param run opened by the trusted host: tenant, actor, context and capabilities are never
+ *   the model's. A run opened elsewhere is taken up with `gateway.run({ tenant, runId })`.
+ * @param options `waitMs`: how long a first proposal waits for a quick review.
+ * @throws ClientError `provider.tool-names-collide`: two capabilities would be offered under
+ *   one name.
+ * @throws Refused the turn was refused (`run.ended`, ...).
  */
 export async function governedTools(run: Run, options: GovernedToolsOptions = {}): Promise<GovernedTools> {
   return new GovernedTools(run, await run.openTurn(), options);
@@ -226,11 +227,10 @@ export class GovernedTools {
    * executed once, or refused (the reviewer said no, the review expired or was withdrawn). A
    * paused call the application's user denied in the SDK is withdrawn from Lockgate.
    *
-   * Returns: `messages` with the answers added to its last tool message (a new one when the
-   * last is not one); `messages` itself is not changed.
-   *
-   * Raises: `StillWaiting` (a `ResponseTimeout`) when a reviewer has not decided within
-   * `waitMs`: keep `messages` and resume later, in this process or another.
+   * @returns `messages` with the answers added to its last tool message (a new one when the
+   *   last is not one); `messages` itself is not changed.
+   * @throws StillWaiting (a `ResponseTimeout`) a reviewer has not decided within `waitMs`:
+   *   keep `messages` and resume later, in this process or another.
    */
   async resume(messages: readonly ModelMessage[], options: ResumeOptions = {}): Promise<ModelMessage[]> {
     const { requests, answered, denied } = this.history(messages);
@@ -408,8 +408,9 @@ function toolNames(tools: readonly Tool[]): Map<string, string> {
 
 /** The SDK's approval status for Lockgate's answer: its approval is asked only for a review. */
 function approvalStatus(outcome: Outcome): ToolApprovalStatus {
+  const { status, candidate_id: candidateId } = outcome.final;
   return outcome.pending
-    ? { type: "user-approval", reason: `${waitingMessage(outcome.final.status)} (candidate ${outcome.final.candidate_id})` }
+    ? { type: "user-approval", reason: `${waitingMessage(status)} (candidate ${candidateId})` }
     : "not-applicable";
 }
 

@@ -10,7 +10,15 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { ToolLoopAgent, generateText, isStepCount, streamText, type ModelMessage } from "ai";
+import {
+  ToolLoopAgent,
+  generateText,
+  isStepCount,
+  simulateReadableStream,
+  streamText,
+  type ModelMessage,
+  type ToolSet,
+} from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 
 import { GovernedTools, StillWaiting, governedTools, proposedArguments } from "../src/ai-sdk.js";
@@ -42,7 +50,12 @@ function call(toolCallId: string, input: string): Step {
 }
 
 function answer(text: string): Step {
-  return { content: [{ type: "text", text }], finishReason: { unified: "stop", raw: "stop" }, usage: USAGE, warnings: [] };
+  return {
+    content: [{ type: "text", text }],
+    finishReason: { unified: "stop", raw: "stop" },
+    usage: USAGE,
+    warnings: [],
+  };
 }
 
 /** A model that calls `case.add_note` once, then ends its turn. */
@@ -93,14 +106,13 @@ describe("the Vercel AI SDK's tools behind Lockgate", () => {
     return (await system.ledger()).slice(before).map((row) => row.intent_id);
   }
 
-  function notesAgent(lockgate: GovernedTools, model: MockLanguageModelV4): ToolLoopAgent<never, typeof lockgate.tools> {
+  function notesAgent(lockgate: GovernedTools, model: MockLanguageModelV4): ToolLoopAgent<never, ToolSet> {
     return new ToolLoopAgent({ model, instructions: "Keep the case notes.", tools: lockgate.tools,
       toolApproval: lockgate.toolApproval });
   }
 
   /** Run the agent on `messages` and return the history it leaves. */
-  async function step(agent: ToolLoopAgent<never, GovernedTools["tools"]>, messages: ModelMessage[]):
-    Promise<ModelMessage[]> {
+  async function step(agent: ToolLoopAgent<never, ToolSet>, messages: ModelMessage[]): Promise<ModelMessage[]> {
     const result = await agent.generate({ messages });
     return [...messages, ...result.responseMessages];
   }
@@ -327,8 +339,10 @@ describe("the Vercel AI SDK's tools behind Lockgate", () => {
       { type: "text-end" as const, id: "t" },
       { type: "finish" as const, finishReason: { unified: "stop" as const, raw: "stop" }, usage: USAGE },
     ];
-    const stream = <T>(parts: T[]) => ({ stream: new ReadableStream<T>({ start(c) { parts.forEach((p) => c.enqueue(p)); c.close(); } }) });
-    const model = new MockLanguageModelV4({ doStream: [stream(chunks("call_ai_stream_1", note("Streamed."))), stream(text)] });
+    const stream = <T>(parts: T[]) => ({ stream: simulateReadableStream({ chunks: parts, chunkDelayInMs: null }) });
+    const model = new MockLanguageModelV4({
+      doStream: [stream(chunks("call_ai_stream_1", note("Streamed."))), stream(text)],
+    });
     const before = (await system.ledger()).length;
     let messages = ask("Note it.");
     const { tools, toolApproval } = lockgate;
