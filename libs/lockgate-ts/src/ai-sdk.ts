@@ -113,15 +113,11 @@ export class StillWaiting extends ResponseTimeout {
  * `response` is the call's own answer; `replacement` the answer to the call a reviewer's
  * edit made of it (status `replaced`), when there is one.
  */
-export class Outcome {
+class Outcome {
   constructor(
     readonly response: ModelResponse,
     readonly replacement: ModelResponse | null = null,
   ) {}
-
-  get candidateId(): string {
-    return this.response.candidate_id;
-  }
 
   /** The answer that says how it ended: the replacement's, for an edited call. */
   get final(): ModelResponse {
