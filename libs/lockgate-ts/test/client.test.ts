@@ -80,6 +80,18 @@ describe("the client against the real system", () => {
     assert.ok(events.includes("EffectCompleted"), String(events));
   });
 
+  test("a run's whole course asks the broker only what the agent's and host's users are granted", async () => {
+    const before = (await system.violations("EDGE")).length;
+    const run = await open("case-sensitive");
+    const turn = await run.openTurn();
+    const waiting = await turn.propose({ tool: NOTE, arguments: note("Within the grants."), callId: "call_grants_1" });
+    assert.equal(waiting.status, "pending_approval");
+    assert.equal((await run.withdraw(waiting.candidate_id)).status, "withdrawn");
+    await run.wait(waiting.candidate_id, { past: "pending_approval", timeoutMs: 5_000 });
+    await run.close();
+    assert.deepEqual((await system.violations("EDGE")).slice(before), []);
+  });
+
   test("a bad argument is refused with the code Python sees, and nothing is written", async () => {
     const run = await open();
     const before = (await system.ledger()).length;

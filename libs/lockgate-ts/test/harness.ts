@@ -51,6 +51,8 @@ export interface System {
   review(verb: "approve" | "deny", candidateId: string, ...extra: string[]): Promise<string>;
   /** The type names of an intent's stored events (none for an intent never recorded). */
   events(tenant: string, intentId: string): Promise<string[]>;
+  /** The broker's permission-violation lines for users of `account` so far (`EDGE`: agents, hosts). */
+  violations(account: string): Promise<string[]>;
   /** Stop the system and every process of it. */
   stop(): Promise<void>;
 }
@@ -111,6 +113,10 @@ class Harness implements System {
 
   async events(tenant: string, intentId: string): Promise<string[]> {
     return (await this.#ask({ op: "events", tenant, intent: intentId }))["events"] as string[];
+  }
+
+  async violations(account: string): Promise<string[]> {
+    return (await this.#ask({ op: "violations", account }))["violations"] as string[];
   }
 
   async stop(): Promise<void> {

@@ -16,6 +16,9 @@ can check the world from outside the client it tests:
   (``["--why", "not now"]``). ``{"output": "…"}``.
 - ``{"op": "events", "tenant": …, "intent": …}``: ``{"events": [...]}``, the type names of
   the intent's stored events (none for an intent never recorded).
+- ``{"op": "violations", "account": …}``: ``{"violations": [...]}``, the broker's
+  permission-violation lines for users of that account so far (``EDGE``: hosts, agent
+  runtimes, reviewers).
 
 A command that fails answers ``{"error": "…"}``. The system stops, every process with it,
 when stdin ends or on SIGTERM or SIGINT.
@@ -83,6 +86,8 @@ async def answer(system: System, command: dict[str, Any]) -> dict[str, Any]:
         return {"output": output}
     if op == "events":
         return {"events": await _events(system, _field(command, "tenant"), _field(command, "intent"))}
+    if op == "violations":
+        return {"violations": system.violations(_field(command, "account"))}
     raise CommandError(f"unknown op {op!r}")
 
 
