@@ -367,17 +367,18 @@ async def test_sdk_client_call_executes_and_its_request_sent_again_is_the_same_i
 async def test_sdk_clients_whose_request_ids_coincide_make_two_calls(
     front: Front, world: World, node: str, tmp_path: Path, era: str,
 ) -> None:
-    """Two client processes send the same requests with the same JSON-RPC ids: two notes, not one."""
-    note = unique_note("SDK twice")
+    """Two client processes number their requests alike: each one's note is its own call."""
+    notes = [unique_note("SDK first"), unique_note("SDK second")]
     before = len(notes_on(world, CASE))
     answers = []
-    for n in range(2):
+    for n, note in enumerate(notes):
         async with sdk_client(node, front, era, tmp_path / f"client-{n}.log") as client:
             await client.ask("list")
             answers.append(structured(await client.call("case.add_note", {"note": note})))
     assert [a["status"] for a in answers] == ["executed", "executed"]
     written = notes_on(world, CASE)[before:]
     assert len({row["intent_id"] for row in written}) == len(written) == 2
+    assert [row["note_id"] for row in written] == [a["result"]["untrusted_data"]["note_id"] for a in answers]
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -411,65 +412,51 @@ async def test_sdk_client_without_tasks_gets_the_waiting_note(
     assert [row["intent_id"] for row in notes_on(world, SENSITIVE)[before:]] == [answer["candidate_id"]]
 
 
-async def test_sdk_tasks_client_in_the_handshake_era_gets_the_waiting_note(
-    sensitive: Front, system: System, world: World, node: str, tmp_path: Path,
-) -> None:
-    """The Tasks extension is the 2026-07-28 era's: a handshake session answers its client as any other."""
-    note = unique_note("SDK tasks, handshake")
-    before = len(notes_on(world, SENSITIVE))
-    async with sdk_client(node, sensitive, HANDSHAKE, tmp_path / "client.log", tasks=True) as client:
-        await client.ask("list")
-        answered = await client.ask("task-call", name="case.add_note", arguments={"note": note})
-    assert answered["kind"] == "immediate"
-    assert answered["result"]["status"] == "completed"  # the call answered, no task made
-    waiting = answered["result"]["result"]
-    assert waiting.get("isError") is not True
-    assert structured(waiting)["status"] == "pending_approval"
-    assert structured(waiting)["candidate_id"] == await waiting_candidate(system, note)
-    assert len(notes_on(world, SENSITIVE)) == before
-
-
-async def task_until(client: SdkClient, task_id: str, status: str, within_s: float = 60.0) -> dict[str, Any]:
+async def task_until(client: SdkClient, task_id: str, within_s: float = 60.0) -> dict[str, Any]:
     """``tasks/get`` until the task is no longer working (each poll waits briefly server-side)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while True:
         task = dict((await client.ask("task-get", taskId=task_id))["task"])
-        if task["status"] != "working" or status == "working":
+        if task["status"] != "working":
             return task
         if loop.time() > deadline:
-            raise AssertionError(f"the task is still working, not {status}")
+            raise AssertionError(f"the task is still working after {within_s} s")
 
 
 @contextlib.asynccontextmanager
-async def waiting_task(node: str, front: Front, system: System, label: str,
+async def waiting_task(node: str, front: Front, system: System, era: str, label: str,
                        log: Path) -> AsyncIterator[tuple[SdkClient, str, str]]:
-    """A stateless tasks client whose call of a note waits for a reviewer: the client, its task, the candidate."""
+    """A tasks client whose call of a note waits for a reviewer, as a task: the client, the task, the candidate.
+
+    The handshake era's client asks for the task (2025-11-25 tasks, ``params.task``); the
+    stateless era's declares the Tasks extension and the server makes the task.
+    """
     note = unique_note(label)
-    async with sdk_client(node, front, STATELESS, log, tasks=True) as client:
+    async with sdk_client(node, front, era, log, tasks=True) as client:
         assert client.connected["tasks"]["execution"] is True, client.connected
         await client.ask("list")
         created = await client.ask("task-call", name="case.add_note", arguments={"note": note})
         assert created["kind"] == "task", created
         assert created["task"]["status"] == "working"
         candidate_id = await waiting_candidate(system, note)
-        task = await task_until(client, created["task"]["taskId"], "working")
+        task = dict((await client.ask("task-get", taskId=created["task"]["taskId"]))["task"])
         assert task["status"] == "working"
         yield client, created["task"]["taskId"], candidate_id
 
 
+@pytest.mark.parametrize("era", ERAS)
 async def test_sdk_task_completes_with_the_executed_projection_once_a_reviewer_approves(
-    sensitive: Front, system: System, world: World, node: str, tmp_path: Path,
+    sensitive: Front, system: System, world: World, node: str, tmp_path: Path, era: str,
 ) -> None:
     before = len(notes_on(world, SENSITIVE))
-    async with waiting_task(node, sensitive, system, "SDK task approved", tmp_path / "client.log") as (
+    async with waiting_task(node, sensitive, system, era, "SDK task approved", tmp_path / "client.log") as (
             client, task_id, candidate_id):
         assert len(notes_on(world, SENSITIVE)) == before
         await review(system, "approve", candidate_id)
-        task = await task_until(client, task_id, "completed")
-        assert task["status"] == "completed"
+        task = await task_until(client, task_id)
         outcome = (await client.ask("task-result", taskId=task_id))["outcome"]
-    assert outcome["status"] == "completed"
+    assert task["status"] == outcome["status"] == "completed"
     result = outcome["result"]
     assert result.get("isError") is not True, result
     assert structured(result)["status"] == "executed"
@@ -477,46 +464,72 @@ async def test_sdk_task_completes_with_the_executed_projection_once_a_reviewer_a
     assert [row["intent_id"] for row in notes_on(world, SENSITIVE)[before:]] == [candidate_id]
 
 
-async def test_sdk_task_denied_ends_with_the_denial_and_writes_nothing(
+async def test_sdk_task_denied_in_the_handshake_era_fails_with_the_denial(
     sensitive: Front, system: System, world: World, node: str, tmp_path: Path,
 ) -> None:
-    """A denial is the tool's answer (an ``isError`` result), so the task completes with it.
+    """2025-11-25 tasks: a tool call whose result is ``isError`` is a ``failed`` task.
 
-    The Tasks extension keeps ``failed`` for a request that ended in a protocol error; a
-    client without tasks reads the same denial from ``lockgate_status``.
+    ``tasks/result`` still answers what the call would have: the denial a client without
+    tasks reads from ``lockgate_status``.
     """
     before = len(notes_on(world, SENSITIVE))
-    async with waiting_task(node, sensitive, system, "SDK task denied", tmp_path / "client.log") as (
+    async with waiting_task(node, sensitive, system, HANDSHAKE, "SDK task denied", tmp_path / "client.log") as (
             client, task_id, candidate_id):
         await review(system, "deny", candidate_id)
-        task = await task_until(client, task_id, "completed")
-        outcome = (await client.ask("task-result", taskId=task_id))["outcome"]
-    assert task["status"] == outcome["status"] == "completed"
-    assert outcome["result"]["isError"] is True
-    assert structured(outcome["result"])["status"] == "denied"
+        task = await task_until(client, task_id)
+        payload = (await client.ask("raw", method="tasks/result", params={"taskId": task_id}))["result"]
+        status = await client.call("lockgate_status", {"candidate_id": candidate_id})
+    assert task["status"] == "failed"
+    assert payload["isError"] is True
+    assert structured(payload) == structured(status)
+    assert structured(status)["status"] not in ("executed", "pending_approval")
     assert any(isinstance(e, EffectIntent.ReviewDenied) for e in await recorded(system, candidate_id))
     assert len(notes_on(world, SENSITIVE)) == before
 
 
-async def test_sdk_task_cancelled_withdraws_the_candidate_and_writes_nothing(
+async def test_sdk_task_denied_in_the_stateless_era_completes_with_the_denial(
     sensitive: Front, system: System, world: World, node: str, tmp_path: Path,
 ) -> None:
+    """The Tasks extension (SEP-2663) keeps ``failed`` for a protocol error: a denial completes the task.
+
+    Its result is the denial a client without tasks reads from ``lockgate_status``.
+    """
     before = len(notes_on(world, SENSITIVE))
-    async with waiting_task(node, sensitive, system, "SDK task cancelled", tmp_path / "client.log") as (
+    async with waiting_task(node, sensitive, system, STATELESS, "SDK task denied", tmp_path / "client.log") as (
+            client, task_id, candidate_id):
+        await review(system, "deny", candidate_id)
+        task = await task_until(client, task_id)
+        outcome = (await client.ask("task-result", taskId=task_id))["outcome"]
+        status = await client.call("lockgate_status", {"candidate_id": candidate_id})
+    assert task["status"] == outcome["status"] == "completed"
+    assert outcome["result"]["isError"] is True
+    assert structured(outcome["result"]) == structured(status)
+    assert structured(status)["status"] not in ("executed", "pending_approval")
+    assert any(isinstance(e, EffectIntent.ReviewDenied) for e in await recorded(system, candidate_id))
+    assert len(notes_on(world, SENSITIVE)) == before
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_sdk_task_cancelled_withdraws_the_candidate_and_writes_nothing(
+    sensitive: Front, system: System, world: World, node: str, tmp_path: Path, era: str,
+) -> None:
+    before = len(notes_on(world, SENSITIVE))
+    async with waiting_task(node, sensitive, system, era, "SDK task cancelled", tmp_path / "client.log") as (
             client, task_id, candidate_id):
         assert (await client.ask("task-cancel", taskId=task_id))["cancelled"] is True
-        task = await task_until(client, task_id, "cancelled")
+        task = await task_until(client, task_id)
         outcome = (await client.ask("task-result", taskId=task_id))["outcome"]
     assert task["status"] == outcome["status"] == "cancelled"
     assert any(isinstance(e, EffectIntent.Withdrawn) for e in await recorded(system, candidate_id))
     assert len(notes_on(world, SENSITIVE)) == before
 
 
+@pytest.mark.parametrize("era", ERAS)
 async def test_sdk_task_id_altered_is_an_unknown_task(
-    sensitive: Front, system: System, node: str, tmp_path: Path,
+    sensitive: Front, system: System, node: str, tmp_path: Path, era: str,
 ) -> None:
     """A task id is the front door's to mint: one changed by a hair names no task (a protocol error)."""
-    async with waiting_task(node, sensitive, system, "SDK task forged", tmp_path / "client.log") as (
+    async with waiting_task(node, sensitive, system, era, "SDK task forged", tmp_path / "client.log") as (
             client, task_id, candidate_id):
         forged = task_id[:-1] + ("0" if task_id[-1] != "0" else "1")
         answer = await client.answer("task-get", taskId=forged)

@@ -21,6 +21,8 @@
 //   {"op": "task-get", "taskId": T}                  -> {"task": TaskView}         (tasks/get)
 //   {"op": "task-result", "taskId": T}               -> {"outcome": {...}}         (the task's result)
 //   {"op": "task-cancel", "taskId": T}               -> {"cancelled": true}        (tasks/cancel)
+//   {"op": "raw", "method": M, "params": {...}}      -> {"result": ...} of a request sent as
+//                                                       written, below the SDK's codecs
 //
 // A protocol error (the server refuses the connection, a JSON-RPC error, a malformed
 // answer) prints {"error": {...}} and exits 1; a tool's own error result is a result.
@@ -232,6 +234,13 @@ const commands = {
   async "task-cancel"({ taskId }) {
     await needTasks().cancelTask(taskId);
     return { cancelled: true };
+  },
+  async raw({ method, params }) {
+    const response = await rawDispatch({ method, params });
+    if (response.kind === "error") {
+      throw Object.assign(new Error(response.error.message), response.error);
+    }
+    return { result: response.result };
   },
 };
 
