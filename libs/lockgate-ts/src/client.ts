@@ -369,7 +369,7 @@ export class Turn {
     const candidate: Candidate = {
       run_id: this.run.id,
       turn_id: this.id,
-      call_id: options.callId ?? randomId(),
+      call_id: options.callId || randomId(),
       tool: options.tool,
       arguments: options.arguments,
       // Defaults are left out, as the Python client leaves them out.

@@ -197,6 +197,25 @@ describe("the client against the real system", () => {
       (error: unknown) => error instanceof InvalidCandidate && error.code === "candidate.malformed");
   });
 
+  test("a provider item nested deeper than intake reads is refused before anything is sent", async () => {
+    const run = await open();
+    let providerItem: Record<string, unknown> = {};
+    for (let depth = 0; depth < 200; depth++) {
+      providerItem = { inner: [providerItem] };
+    }
+    const callId = "call_deep_1";
+    await assert.rejects((await run.openTurn()).propose({ tool: NOTE, arguments: note("Deep."), callId, providerItem }),
+      (error: unknown) => error instanceof InvalidCandidate && error.code === "candidate.malformed");
+    assert.deepEqual(await system.events(TENANT, intentIdFor(TENANT, run.id, callId)), []);
+    // The provider's own item, as a provider sends it, is evidence like any other.
+    const item = { id: "call_shallow_1", type: "function", function: { name: NOTE, arguments: note("Shallow.") } };
+    const shallow = await (await run.openTurn()).propose({
+      tool: NOTE, arguments: note("Shallow."), callId: "call_shallow_1", providerItem: item, provider: "openai.chat",
+      model: "a-model",
+    });
+    assert.equal(shallow.status, "executed");
+  });
+
   test("a pending call withdrawn is withdrawn, and never written", async () => {
     const run = await open("case-sensitive");
     const before = (await system.ledger()).length;
