@@ -131,6 +131,7 @@ function denied(error: unknown, user: string): PermissionDenied | null {
     : new PermissionDenied(`the broker refused user '${user}' permission to publish to ${subject}`, subject);
 }
 
+/** True when `error` (or a cause) is a request nobody answered, in time or at all. */
 function unanswered(error: unknown): boolean {
   for (let e = error; e instanceof Error; e = e.cause) {
     if (e instanceof errors.TimeoutError || e instanceof errors.NoRespondersError) {

@@ -17,6 +17,7 @@ import {
   InvalidCandidate,
   MAX_CANDIDATE_MESSAGE_BYTES,
   PermissionDenied,
+  Turn,
   Unauthorized,
   UnknownCandidate,
   type Gateway,
@@ -266,11 +267,15 @@ describe("the client against the real system", () => {
     }
   });
 
-  test("a tenant's agent may not read another tenant's responses", async () => {
+  test("a tenant's agent may not propose in another tenant's run, nor read its responses", async () => {
+    const run = await open();
     const other = await connect({ url: system.url, varDir: system.varDir, credentials: "agent-tenant-b" });
     try {
-      await assert.rejects(other.run({ tenant: TENANT, runId: "r1" }).response("c1"),
-        (error: unknown) => error instanceof PermissionDenied);
+      const theirs = other.run({ tenant: TENANT, runId: run.id });
+      const turn = new Turn(theirs, "turn-1", "", []);
+      await assert.rejects(turn.propose({ tool: NOTE, arguments: note("Not mine."), callId: "call_foreign_1" }),
+        (error: unknown) => error instanceof PermissionDenied && error.subject === `lg.propose.${TENANT}.${run.id}`);
+      await assert.rejects(theirs.response("c1"), (error: unknown) => error instanceof PermissionDenied);
     } finally {
       await other.close();
     }
