@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.subscriptions import ToolsListChanged
 
+from lockgate.client.mcp.results import IDEMPOTENCY_KEY_META
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
@@ -238,6 +239,56 @@ async def test_two_clients_whose_ids_collide_are_two_intents(plain: Front, world
     written = notes_on(world, "case-load-11")[before:]
     assert len(written) == 2
     assert len({row["intent_id"] for row in written}) == 2
+
+
+async def keyed_call(front: Front, note: str, request_id: object, key: object) -> dict[str, Any]:
+    """A stateless call that names its own idempotency key in ``_meta``."""
+    meta = {**envelope(tasks=False), IDEMPOTENCY_KEY_META: key}
+    async with front.client() as http:
+        return await rpc(http, front.url, "tools/call", {"name": "case.add_note", "arguments": {"note": note}},
+                         request_id, name="case.add_note", meta=meta)
+
+
+async def test_the_very_same_call_under_two_idempotency_keys_is_two_intents(plain: Front, world: World) -> None:
+    """Without a key, the same id, tool and arguments are one call; a key tells two such calls apart."""
+    before = len(notes_on(world, "case-load-11"))
+    one = await keyed_call(plain, "Said twice, meant twice.", 0, "order-7f3a-1")
+    two = await keyed_call(plain, "Said twice, meant twice.", 0, "order-7f3a-2")
+    assert one["result"]["structuredContent"]["status"] == "executed"
+    assert two["result"]["structuredContent"]["status"] == "executed"
+    written = notes_on(world, "case-load-11")[before:]
+    assert len(written) == 2 and len({row["intent_id"] for row in written}) == 2
+
+
+async def test_a_key_retried_under_another_request_id_is_the_same_intent(plain: Front, world: World) -> None:
+    before = len(notes_on(world, "case-load-11"))
+    first = await keyed_call(plain, "Retried by key.", 3, "retry-by-key-1")
+    again = await keyed_call(plain, "Retried by key.", "a-new-id", "retry-by-key-1")
+    assert first["result"]["structuredContent"]["status"] == "executed"
+    assert again["result"]["structuredContent"] == first["result"]["structuredContent"]
+    assert len(notes_on(world, "case-load-11")) == before + 1
+
+
+async def test_a_key_reused_with_other_arguments_is_refused_and_runs_nothing(plain: Front, world: World) -> None:
+    before = len(notes_on(world, "case-load-11"))
+    first = await keyed_call(plain, "The key's own call.", 1, "reused-key-1")
+    other = await keyed_call(plain, "Another call under that key.", 2, "reused-key-1")
+    assert first["result"]["structuredContent"]["status"] == "executed"
+    assert other["result"]["isError"] is True
+    assert other["result"]["structuredContent"] == {"status": "rejected", "code": "proposal.invalid"}
+    assert [row["intent_id"] for row in notes_on(world, "case-load-11")[before:]] == [
+        notes_on(world, "case-load-11")[before]["intent_id"]]
+
+
+@pytest.mark.parametrize("key", ["", "x" * 257, "tab\there", "caf\u00e9", 7, None, ["k"]])
+async def test_a_malformed_idempotency_key_is_invalid_params_and_runs_nothing(
+    plain: Front, world: World, key: object,
+) -> None:
+    before = len(notes_on(world, "case-load-11"))
+    answer = await keyed_call(plain, "A malformed key.", 9, key)
+    assert answer["error"]["code"] == INVALID_PARAMS
+    assert "idempotency-key" in answer["error"]["message"]
+    assert len(notes_on(world, "case-load-11")) == before
 
 
 # --- a waiting call as a task -------------------------------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
@@ -78,11 +80,48 @@ def stateless_call_id_for(request_id: str | int, name: str, arguments: str) -> s
     retry repeats byte for byte: its id, its tool and its arguments (``arguments_text``).
     A retry is the same call, so the same intent; two clients' calls under one id are two
     calls unless they are the very same call of the same tool, which is one intent
-    (at most once: never a second effect).
+    (at most once: never a second effect). A client that must make the very same call
+    twice names each with its own idempotency key (``keyed_call_id_for``).
     """
     kind = "n" if isinstance(request_id, int) else "s"
     body = f"{kind}:{request_id}\x1f{name}\x1f{arguments}"
     return "mcp2-" + hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+#: A stateless client's own name for one call, kept when it retries (``_meta``, Lockgate's prefix).
+IDEMPOTENCY_KEY_META = "io.lockgate/idempotency-key"
+#: An idempotency key is 1 to this many characters of printable ASCII.
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+_IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY_CHARS}}}")
+
+
+class BadIdempotencyKey(ValueError):
+    """A request's ``_meta`` names an idempotency key that is not 1-256 printable ASCII characters."""
+
+
+def idempotency_key(meta: Mapping[str, Any] | None) -> str | None:
+    """The client's idempotency key in a request's ``_meta`` (``io.lockgate/idempotency-key``), if it sent one.
+
+    Raises:
+        BadIdempotencyKey: it sent one that is not a string of 1-256 printable ASCII characters.
+    """
+    if not isinstance(meta, Mapping) or IDEMPOTENCY_KEY_META not in meta:
+        return None
+    key = meta[IDEMPOTENCY_KEY_META]
+    if not isinstance(key, str) or _IDEMPOTENCY_KEY.fullmatch(key) is None:
+        raise BadIdempotencyKey(f"{IDEMPOTENCY_KEY_META} must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} "
+                                "printable ASCII characters")
+    return key
+
+
+def keyed_call_id_for(key: str) -> str:
+    """The Lockgate call id of a stateless request that names its own idempotency key.
+
+    The key alone names the call: the same key again is the same intent, whatever its
+    JSON-RPC id, and the same key with another tool or other arguments is refused by
+    Lockgate as a call id reused with other bytes (``proposal.invalid``), never run.
+    """
+    return "mcpk-" + hashlib.sha256(key.encode("ascii")).hexdigest()[:32]
 
 
 def _text(value: object) -> types.TextContent:

@@ -112,8 +112,12 @@ async def _call_tool(ctx: Context, params: types.CallToolRequestParams) -> dict[
         return await front.status(params.arguments)
     modern = _modern(ctx)
     if modern:
-        call_id = results.stateless_call_id_for(ctx.request_id, params.name,
-                                                results.arguments_text(params.arguments))
+        try:
+            key = results.idempotency_key(ctx.meta)
+        except results.BadIdempotencyKey as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        call_id = (results.keyed_call_id_for(key) if key is not None else results.stateless_call_id_for(
+            ctx.request_id, params.name, results.arguments_text(params.arguments)))
     else:
         call_id = results.call_id_for(ctx.request_id)
     answer = await front.propose(params.name, params.arguments, call_id)
