@@ -1,10 +1,13 @@
-// Generates src/wire/messages.ts from the repository's wire contract (schemas/messages/*.json).
+// Generates src/wire/ from the repository's wire contract: messages.ts (the message types, from
+// schemas/messages/*.json) and channels.ts (a subject builder per channel the client's parties
+// use, from the channels' addresses in schemas/asyncapi.json).
 //
-// The schemas are generated from the Python messages and checked for drift there; this
-// package never keeps a copy of them. The generated file is not committed: every build
-// writes it again, so a changed contract breaks `tsc` at once instead of a running client.
+// The schemas are generated from the Python contracts and checked for drift there; this
+// package never keeps a copy of them. The generated files are not committed: every build
+// writes them again, so a changed contract (a renamed field, a channel re-shaped or renamed)
+// breaks `tsc` at once instead of a running client.
 //
-// Usage: node scripts/generate.mjs [schemas-dir] [out-file]
+// Usage: node scripts/generate.mjs [schemas-dir] [out-dir]
 
 import { readdir, readFile, mkdir, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
@@ -12,18 +15,24 @@ import { fileURLToPath } from "node:url";
 import { compile } from "json-schema-to-typescript";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const schemasDir = resolve(process.argv[2] ?? join(here, "..", "..", "..", "schemas", "messages"));
-const outFile = resolve(process.argv[3] ?? join(here, "..", "src", "wire", "messages.ts"));
+const schemasDir = resolve(process.argv[2] ?? join(here, "..", "..", "..", "schemas"));
+const messagesDir = join(schemasDir, "messages");
+const outDir = resolve(process.argv[3] ?? join(here, "..", "src", "wire"));
+/**
+ * Who this package speaks for: a channel one of them sends on (or an agent runtime reads)
+ * gets a builder. The adapters' and services' channels are not the client's to build.
+ */
+const PARTIES = new Set(["agent runtime", "trusted host", "reviewer", "operator"]);
 
 /** Every definition of every schema file, by name; one name must mean one schema everywhere. */
 async function definitions() {
   const found = {};
-  const files = (await readdir(schemasDir)).filter((f) => f.endsWith(".json")).sort();
+  const files = (await readdir(messagesDir)).filter((f) => f.endsWith(".json")).sort();
   if (files.length === 0) {
-    throw new Error(`no schemas in ${schemasDir}`);
+    throw new Error(`no schemas in ${messagesDir}`);
   }
   for (const file of files) {
-    const schema = JSON.parse(await readFile(join(schemasDir, file), "utf8"));
+    const schema = JSON.parse(await readFile(join(messagesDir, file), "utf8"));
     for (const [name, definition] of Object.entries(schema.$defs ?? {})) {
       const text = JSON.stringify(definition);
       if (name in found && JSON.stringify(found[name]) !== text) {
@@ -63,7 +72,7 @@ const ts = await compile(
     // A field the contract does not name is a type error when a message is built here.
     additionalProperties: false,
     strictIndexSignatures: true,
-    cwd: schemasDir,
+    cwd: messagesDir,
   },
 );
 // What a reader checks before it takes a decoded reply for a message of a type: its
@@ -84,6 +93,107 @@ export const REQUIRED: { readonly [K in keyof WireTypes]: readonly (keyof WireTy
 ${required}
 };
 `;
-await mkdir(dirname(outFile), { recursive: true });
-await writeFile(outFile, ts + tail);
-console.log(`${Object.keys(defs).length} wire types -> ${outFile}`);
+await mkdir(outDir, { recursive: true });
+await writeFile(join(outDir, "messages.ts"), ts + tail);
+const built = await channels();
+console.log(`${Object.keys(defs).length} wire types, ${built} channels -> ${outDir}`);
+
+/**
+ * The parties an AsyncAPI channel's description names as its senders and receivers
+ * (`... Sent by: agent runtime, operator. Received by: executor.`, as the Python contracts
+ * write it).
+ */
+function parties(address, description) {
+  const found = /Sent by: ([^.]*)\. Received by: ([^.]*)\.$/.exec(description ?? "");
+  if (found === null) {
+    throw new Error(`${address}: the description does not say who sends and who receives it`);
+  }
+  const split = (names) => names.split(",").map((name) => name.trim());
+  return { senders: split(found[1]), receivers: split(found[2]) };
+}
+
+/** `lg.review.{tenant}.{intent}.decide.{reviewer}` → `reviewDecide`: its fixed tokens, camel-cased. */
+function builderName(tokens) {
+  const words = tokens.filter((t) => !t.startsWith("{") && t !== "lg");
+  if (words.length === 0 || !words.every((w) => /^[a-z][a-z0-9]*$/.test(w))) {
+    throw new Error(`${tokens.join(".")}: no builder name can be made of its fixed tokens`);
+  }
+  return words.map((w, i) => (i === 0 ? w : w[0].toUpperCase() + w.slice(1))).join("");
+}
+
+/** Text safe inside a JSDoc comment. */
+function doc(text) {
+  return text.replaceAll("*/", "*\\/");
+}
+
+/** Write channels.ts: a builder and a wildcard for each channel the client's parties use. */
+async function channels() {
+  const asyncapi = JSON.parse(await readFile(join(schemasDir, "asyncapi.json"), "utf8"));
+  const chosen = Object.values(asyncapi.channels ?? {})
+    .filter(({ address, description }) => {
+      const { senders, receivers } = parties(address, description);
+      return senders.some((p) => PARTIES.has(p)) || receivers.includes("agent runtime");
+    })
+    .sort((a, b) => a.address.localeCompare(b.address));
+  if (chosen.length === 0) {
+    throw new Error(`no channel of ${join(schemasDir, "asyncapi.json")} is the client's`);
+  }
+  const names = new Set();
+  const parts = chosen.map(({ address, description }) => {
+    const tokens = address.split(".");
+    const name = builderName(tokens);
+    if (names.has(name)) {
+      throw new Error(`${address}: another channel's builder is also named ${name}`);
+    }
+    names.add(name);
+    const parameters = tokens.filter((t) => t.startsWith("{")).map((t) => t.slice(1, -1));
+    if (!parameters.every((p) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(p)) || new Set(parameters).size !== parameters.length) {
+      throw new Error(`${address}: its parameters are not distinct names`);
+    }
+    const type = `${name[0].toUpperCase()}${name.slice(1)}Parameters`;
+    const subject = (part) => "`" + tokens.map((t) => (t.startsWith("{") ? "${" + part(t.slice(1, -1)) + "}" : t))
+      .join(".") + "`";
+    return `
+/** The parameters of \`${address}\`. */
+export interface ${type} {
+${parameters.map((p) => `  ${p}: string;`).join("\n")}
+}
+
+/**
+ * \`${address}\`: ${doc(description)}
+ *
+ * @throws RangeError a parameter is not a subject token.
+ */
+export function ${name}(p: ${type}): string {
+  return ${subject((p) => `token(p.${p}, "${p}")`)};
+}
+
+/** \`${address}\` with \`*\` for every parameter not given. */
+export function ${name}Wildcard(p: Partial<${type}> = {}): string {
+  return ${subject((p) => `tokenOrAny(p.${p}, "${p}")`)};
+}
+`;
+  });
+  const head = `/* Generated by scripts/generate.mjs from schemas/asyncapi.json: do not edit. */
+
+import { isSubjectToken } from "../ids.js";
+
+/**
+ * \`value\` when it can stand as one subject token: the broker closes the connection of a
+ * client that sends a malformed control line, so nothing else becomes one.
+ */
+function token(value: string, name: string): string {
+  if (!isSubjectToken(value)) {
+    throw new RangeError(\`\${name} \${JSON.stringify(value.slice(0, 80))} is not a subject token\`);
+  }
+  return value;
+}
+
+/** \`token\`, or \`*\` (any one token) when no value is given. */
+function tokenOrAny(value: string | undefined, name: string): string {
+  return value === undefined ? "*" : token(value, name);
+}
+`;
+  await writeFile(join(outDir, "channels.ts"), head + parts.join(""));
+  return chosen.length;
+}
