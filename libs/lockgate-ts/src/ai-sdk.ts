@@ -96,7 +96,10 @@ export interface HeldCall {
   capability: string;
   /** The arguments as the SDK parsed them: what is proposed again (`proposedArguments`). */
   input: unknown;
-  /** What a reviewer decides: `lockgate review approve <candidateId> ...`. */
+  /**
+   * What a reviewer decides: `lockgate review approve <candidateId> ...`. The call's own
+   * candidate; in `StillWaiting`, once a reviewer's edit replaced it, the edited call's.
+   */
   candidateId: string;
 }
 
@@ -243,7 +246,8 @@ export class GovernedTools {
       const left = Math.max(0, deadline - Date.now());
       const outcome = await this.ask(held.capability, held.input, held.toolCallId, left);
       if (outcome.pending) {
-        still.push(held);
+        // After a reviewer's edit, what waits is the edited call: the one left to decide.
+        still.push({ ...held, candidateId: outcome.final.candidate_id });
       } else if (!answered.has(held.approvalId)) {
         answers.push({ type: "tool-approval-response", approvalId: held.approvalId, approved: true,
           reason: `Lockgate decided: ${outcome.final.status}` });

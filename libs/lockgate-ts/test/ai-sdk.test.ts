@@ -8,6 +8,7 @@
  */
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
 import {
@@ -65,6 +66,11 @@ function scripted(toolCallId: string, input: string): MockLanguageModelV4 {
 
 function note(text: string): string {
   return JSON.stringify({ note: text });
+}
+
+/** The digest the case-notes world records of a note's text. */
+function noteDigest(text: string): string {
+  return "sha256:" + createHash("sha256").update(text, "utf8").digest("hex");
 }
 
 /** What the model was given back for `toolCallId` in `prompt`: the tool result's output. */
@@ -236,6 +242,43 @@ describe("the Vercel AI SDK's tools behind Lockgate", () => {
     assert.equal(shown["status"], "unavailable");
     assert.ok(!JSON.stringify(shown).includes("not now"));
     assert.deepEqual(await writesSince(before), []);
+    await run.close();
+  });
+
+  test("a reviewer's edit is what the resumed model reads, and only the edited call writes", async () => {
+    const run = await governed("case-sensitive");
+    const lockgate = await governedTools(run);
+    const model = scripted("call_ai_edit_1", note("Customer Jane Doe, DOB 1970-01-01, escalated."));
+    const agent = notesAgent(lockgate, model);
+    const before = (await system.ledger()).length;
+    let messages = await step(agent, ask("Escalate."));
+    const [held] = lockgate.waiting(messages);
+    assert.ok(held !== undefined);
+
+    await system.review("edit", held.candidateId, "--arguments", note("Escalated."), "--why", "no personal data");
+    const replaced = await run.wait(held.candidateId, { past: "pending_approval", timeoutMs: 20_000 });
+    const successor = replaced.successor;
+    assert.ok(replaced.status === "replaced" && successor, JSON.stringify(replaced));
+    // The edited call waits for its own approval: that is the candidate a reviewer decides now.
+    await assert.rejects(lockgate.resume(messages), (error) => error instanceof StillWaiting
+      && error.held.length === 1 && error.held[0]?.candidateId === successor);
+    assert.deepEqual(await writesSince(before), []);
+
+    await system.review("approve", successor);
+    messages = await step(agent, await lockgate.resume(messages, { waitMs: 20_000 }));
+    assert.deepEqual(lockgate.waiting(messages), []);
+    const shown = seen(model, "call_ai_edit_1");
+    assert.equal(shown["status"], "replaced");
+    assert.match(String(shown["message"]), /A reviewer changed this call/);
+    const replacement = shown["replacement"] as Record<string, unknown>;
+    assert.equal(replacement["status"], "executed");
+    const done = await run.response(successor);
+    assert.ok(done !== null);
+    assert.deepEqual(replacement["result"], { untrusted_data: done.result });
+    assert.ok(!JSON.stringify(shown).includes("no personal data")); // the reviewer's reason stays inside
+    // One write, by the edited call, of the edited text.
+    const writes = (await system.ledger()).slice(before);
+    assert.deepEqual(writes.map((row) => [row.intent_id, row.note_digest]), [[successor, noteDigest("Escalated.")]]);
     await run.close();
   });
 

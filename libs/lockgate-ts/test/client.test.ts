@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -31,6 +32,11 @@ const NOTE = "case.add_note";
 
 function note(text: string): string {
   return JSON.stringify({ note: text });
+}
+
+/** The digest the case-notes world records of a note's text. */
+function noteDigest(text: string): string {
+  return "sha256:" + createHash("sha256").update(text, "utf8").digest("hex");
 }
 
 describe("the client against the real system", () => {
@@ -139,6 +145,30 @@ describe("the client against the real system", () => {
     assert.equal(denied.status, "unavailable");
     assert.ok((await system.events(TENANT, waiting.candidate_id)).includes("ReviewDenied"));
     assert.deepEqual(await writesSince(before), []);
+  });
+
+  test("a pending call a reviewer edits is replaced, and only the edited call is written", async () => {
+    const run = await open("case-sensitive");
+    const before = (await system.ledger()).length;
+    const waiting = await (await run.openTurn()).propose({
+      tool: NOTE, arguments: note("Customer Jane Doe, DOB 1970-01-01, escalated."), callId: "call_edit_1",
+    });
+    assert.equal(waiting.status, "pending_approval");
+    await system.review("edit", waiting.candidate_id, "--arguments", note("Escalated."), "--why", "no personal data");
+    const replaced = await run.wait(waiting.candidate_id, { past: "pending_approval", timeoutMs: 20_000 });
+    assert.equal(replaced.status, "replaced");
+    const successor = replaced.successor;
+    assert.ok(successor && successor !== waiting.candidate_id, JSON.stringify(replaced));
+    // The edited call is a candidate of its own, and waits for its own approval.
+    assert.equal((await run.wait(successor, { past: "", timeoutMs: 20_000 })).status, "pending_approval");
+    assert.deepEqual(await writesSince(before), []);
+
+    await system.review("approve", successor);
+    const done = await run.wait(successor, { past: "pending_approval", timeoutMs: 20_000 });
+    assert.equal(done.status, "executed");
+    assert.equal((await run.response(waiting.candidate_id))?.status, "replaced");
+    const writes = (await system.ledger()).slice(before);
+    assert.deepEqual(writes.map((row) => [row.intent_id, row.note_digest]), [[successor, noteDigest("Escalated.")]]);
   });
 
   test("a retried call, in the same turn or a later one, is the same intent and one write", async () => {

@@ -34,6 +34,9 @@ export interface LedgerRow {
   at: string;
 }
 
+/** What a reviewer does with a pending call: `lockgate review approve|deny|edit`. */
+export type ReviewVerb = "approve" | "deny" | "edit";
+
 /** A running system and what a test may ask of it. */
 export interface System {
   /** The broker's URL. */
@@ -44,11 +47,12 @@ export interface System {
   ledger(): Promise<LedgerRow[]>;
   /**
    * A reviewer's decision through `lockgate review <verb> <candidate>` (as alice), asked
-   * again until it succeeds for up to 30 s. `extra` are passed to the command, except
-   * `--tenant <tenant>` (default `tenant-a`) and `--within <seconds>` (how long to keep
-   * asking), which the harness takes. Resolves to the command's output.
+   * again until it succeeds for up to 30 s. `extra` are passed to the command (an edit's
+   * `--arguments <text>`, say), except `--tenant <tenant>` (default `tenant-a`) and
+   * `--within <seconds>` (how long to keep asking), which the harness takes. Resolves to
+   * the command's output.
    */
-  review(verb: "approve" | "deny", candidateId: string, ...extra: string[]): Promise<string>;
+  review(verb: ReviewVerb, candidateId: string, ...extra: string[]): Promise<string>;
   /** The type names of an intent's stored events (none for an intent never recorded). */
   events(tenant: string, intentId: string): Promise<string[]>;
   /** The broker's permission-violation lines for users of `account` so far (`EDGE`: agents, hosts). */
@@ -98,7 +102,7 @@ class Harness implements System {
     return (await this.#ask({ op: "ledger" }))["ledger"] as LedgerRow[];
   }
 
-  async review(verb: "approve" | "deny", candidateId: string, ...extra: string[]): Promise<string> {
+  async review(verb: ReviewVerb, candidateId: string, ...extra: string[]): Promise<string> {
     const command: Record<string, unknown> = { op: "review", verb, candidate: candidateId, args: [] as string[] };
     for (let i = 0; i < extra.length; i++) {
       const arg = extra[i] as string;

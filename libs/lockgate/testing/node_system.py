@@ -10,10 +10,11 @@ and then answers one JSON command a line on stdin with one JSON line on stdout, 
 can check the world from outside the client it tests:
 
 - ``{"op": "ledger"}``: ``{"ledger": [...]}``, the case-notes world's writes, oldest first.
-- ``{"op": "review", "verb": "approve"|"deny", "candidate": …, "tenant": …}``: decided
-  through ``lockgate review``, as a reviewer would, asked again until it succeeds for up
-  to ``within_s`` (30 by default); ``args``, a list of strings, are passed to the command
-  (``["--why", "not now"]``). ``{"output": "…"}``.
+- ``{"op": "review", "verb": "approve"|"deny"|"edit", "candidate": …, "tenant": …}``:
+  decided through ``lockgate review``, as a reviewer would, asked again until it succeeds
+  for up to ``within_s`` (30 by default); ``args``, a list of strings, are passed to the
+  command (``["--why", "not now"]``; an edit's new argument text as the command takes it,
+  ``["--arguments", '{"note": "…"}']``). ``{"output": "…"}``.
 - ``{"op": "events", "tenant": …, "intent": …}``: ``{"events": [...]}``, the type names of
   the intent's stored events (none for an intent never recorded).
 - ``{"op": "violations", "account": …}``: ``{"violations": [...]}``, the broker's
@@ -39,7 +40,7 @@ from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 
 #: The verbs ``{"op": "review"}`` takes (those of ``lockgate review``).
-REVIEW_VERBS = ("approve", "deny")
+REVIEW_VERBS = ("approve", "deny", "edit")
 
 
 class CommandError(Exception):
@@ -81,6 +82,9 @@ async def answer(system: System, command: dict[str, Any]) -> dict[str, Any]:
             raise CommandError("review 'args' is a list of strings")
         if not isinstance(within_s, int | float):
             raise CommandError("review 'within_s' is a number")
+        if verb == "edit" and "--arguments" not in extra:
+            # Refused now: the command would fail on its usage every time it is asked again.
+            raise CommandError("review 'edit' needs the new argument text in 'args' (--arguments <text>)")
         output = await review(system, verb, _field(command, "candidate"), *extra,
                               tenant=command.get("tenant") or "tenant-a", within_s=float(within_s))
         return {"output": output}
