@@ -342,7 +342,9 @@ describe("the Vercel AI SDK's tools behind Lockgate", () => {
     messages = await step(agent, await lockgate.resume(messages));
     const shown = resultIn(model.doGenerateCalls.at(-1)?.prompt ?? [], "call_ai_nope_1") as { type: string };
     assert.equal(shown.type, "execution-denied"); // the SDK's own answer to its own denial
-    assert.equal((await run.response(held.candidateId))?.status, "withdrawn");
+    // The stored response follows the withdrawal's answer by a moment.
+    const stored = await run.wait(held.candidateId, { past: "pending_approval", timeoutMs: 5_000 });
+    assert.equal(stored.status, "withdrawn");
     await assert.rejects(system.review("approve", held.candidateId, "--within", "0")); // nothing left to approve
     assert.deepEqual(await writesSince(before), []);
     await run.close();
