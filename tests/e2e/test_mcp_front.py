@@ -9,12 +9,8 @@ asked for, and the session never chooses the tenant or the case.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,25 +28,12 @@ from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
-from lockgate.runtime.supervisor import parent_death_signal
+from lockgate.testing.mcp_front import Front, front_env, http_front
 from lockgate.testing.system import REPO, System
 from lockgate.worlds.casenotes.world import World
 
 TENANT = "tenant-a"
 ACTOR = "user-42"
-
-
-def front_env(system: System, case_id: str, **extra: str) -> dict[str, str]:
-    """The front door's settings: this system's broker and users, and the run the host authorises."""
-    return {
-        "LOCKGATE_FRONT_NATS_URL": system.url,
-        "LOCKGATE_FRONT_VAR_DIR": str(system.root),
-        "LOCKGATE_FRONT_TENANT": TENANT,
-        "LOCKGATE_FRONT_ACTOR": ACTOR,
-        "LOCKGATE_FRONT_CONTEXT": json.dumps({"case_id": case_id}),
-        "LOCKGATE_FRONT_STATUS_WAIT_S": "5",
-        **extra,
-    }
 
 
 def stdio_params(system: System, case_id: str) -> StdioServerParameters:
@@ -244,48 +227,6 @@ async def test_an_unreachable_broker_is_an_mcp_error_never_a_traceback(
 
 
 # --- streamable HTTP ----------------------------------------------------------------
-
-
-class Front:
-    """A front door serving streamable HTTP, and where to reach it."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url
-        self.token = token
-
-    def client(self, token: str | None = None) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token or self.token}"},
-                                  timeout=httpx2.Timeout(60.0))
-
-
-@contextlib.contextmanager
-def http_front(system: System, case_id: str, name: str) -> Iterator[Front]:
-    port_file = system.root / f"{name}.port"
-    port_file.unlink(missing_ok=True)
-    env = {**os.environ, **front_env(system, case_id)}
-    with open(system.log(name), "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lockgate.client.mcp", "--http", "--host", "127.0.0.1", "--port", "0",
-             "--port-file", str(port_file)],
-            env=env, cwd=REPO, stdout=log, stderr=log, preexec_fn=parent_death_signal())
-    try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if proc.poll() is not None:
-                raise RuntimeError(f"the front door exited with {proc.returncode}: see {system.log(name)}")
-            if time.monotonic() > deadline:
-                raise TimeoutError("the front door did not say which port it bound")
-            time.sleep(0.05)
-        port = int(port_file.read_text())
-        token = (system.root / "secrets" / "mcp-front.token").read_text().strip()
-        yield Front(f"http://127.0.0.1:{port}/mcp", token)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.supervisor import parent_death_signal
+from lockgate.testing.mcp_front import Front, front_env, http_front
 from lockgate.testing.system import REPO, System
 from lockgate.worlds.casenotes.world import World
 
@@ -44,68 +45,17 @@ TASKS = "io.modelcontextprotocol/tasks"
 INVALID_PARAMS = -32602
 
 
-def front_env(system: System, case_id: str) -> dict[str, str]:
-    """The front door's settings: this system's broker and users, and the run the host authorises."""
-    return {
-        "LOCKGATE_FRONT_NATS_URL": system.url,
-        "LOCKGATE_FRONT_VAR_DIR": str(system.root),
-        "LOCKGATE_FRONT_TENANT": TENANT,
-        "LOCKGATE_FRONT_ACTOR": ACTOR,
-        "LOCKGATE_FRONT_CONTEXT": json.dumps({"case_id": case_id}),
-        "LOCKGATE_FRONT_STATUS_WAIT_S": "1",
-    }
-
-
-class Front:
-    """A front door serving streamable HTTP: where it is, and its token."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url
-        self.token = token
-
-    def client(self) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=httpx2.Timeout(60.0))
-
-
-@contextlib.contextmanager
-def http_front(system: System, case_id: str, name: str) -> Iterator[Front]:
-    port_file = system.root / f"{name}.port"
-    port_file.unlink(missing_ok=True)
-    env = {**os.environ, **front_env(system, case_id)}
-    with open(system.log(name), "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lockgate.client.mcp", "--http", "--port", "0", "--port-file", str(port_file)],
-            env=env, cwd=REPO, stdout=log, stderr=log, preexec_fn=parent_death_signal())
-    try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if proc.poll() is not None:
-                raise RuntimeError(f"the front door exited with {proc.returncode}: see {system.log(name)}")
-            if time.monotonic() > deadline:
-                raise TimeoutError("the front door did not say which port it bound")
-            time.sleep(0.05)
-        token = (system.root / "secrets" / "mcp-front.token").read_text().strip()
-        yield Front(f"http://127.0.0.1:{int(port_file.read_text())}/mcp", token)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def plain(system: System) -> Iterator[Front]:
     """A front door whose case takes notes at once."""
-    with http_front(system, "case-load-11", "mcp-modern-plain") as f:
+    with http_front(system, "case-load-11", "mcp-modern-plain", status_wait_s=1) as f:
         yield f
 
 
 @pytest.fixture(scope="module")
 def sensitive(system: System) -> Iterator[Front]:
     """A front door whose case's notes wait for a reviewer."""
-    with http_front(system, "case-sensitive", "mcp-modern-sensitive") as f:
+    with http_front(system, "case-sensitive", "mcp-modern-sensitive", status_wait_s=1) as f:
         yield f
 
 
@@ -196,7 +146,7 @@ async def test_http_each_era_lists_and_calls(plain: Front, world: World, mode: s
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
 async def test_stdio_each_era_lists_and_calls(system: System, world: World, mode: str) -> None:
     params = StdioServerParameters(command=sys.executable, args=["-m", "lockgate.client.mcp", "--stdio"],
-                                   env=front_env(system, "case-load-12"), cwd=str(REPO))
+                                   env=front_env(system, "case-load-12", status_wait_s=1), cwd=str(REPO))
     before = len(notes_on(world, "case-load-12"))
     async with Client(params, mode=mode, read_timeout_seconds=60) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else MODERN)

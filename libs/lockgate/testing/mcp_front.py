@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx2
+
 from lockgate.runtime.supervisor import parent_death_signal
 from lockgate.testing.system import REPO, System
 
@@ -27,12 +29,13 @@ ACTOR = "user-42"
 START_TIMEOUT_S = 30.0
 
 
-def front_env(system: System, case_id: str, **extra: str) -> dict[str, str]:
+def front_env(system: System, case_id: str, *, status_wait_s: float = 5, **extra: str) -> dict[str, str]:
     """The front door's settings: this system's broker and users, and the run the host authorises.
 
     Args:
         system: the running system whose broker and credentials the front door uses.
         case_id: the case the run is about (its context); the MCP client cannot choose another.
+        status_wait_s: how long ``lockgate_status`` and ``tasks/get`` wait for a waiting call.
         **extra: more ``LOCKGATE_FRONT_*`` settings.
 
     Returns:
@@ -44,7 +47,7 @@ def front_env(system: System, case_id: str, **extra: str) -> dict[str, str]:
         "LOCKGATE_FRONT_TENANT": TENANT,
         "LOCKGATE_FRONT_ACTOR": ACTOR,
         "LOCKGATE_FRONT_CONTEXT": json.dumps({"case_id": case_id}),
-        "LOCKGATE_FRONT_STATUS_WAIT_S": "5",
+        "LOCKGATE_FRONT_STATUS_WAIT_S": str(status_wait_s),
         **extra,
     }
 
@@ -56,9 +59,14 @@ class Front:
     url: str
     token: str
 
+    def client(self, token: str | None = None) -> httpx2.AsyncClient:
+        """An HTTP client that presents the front door's token (or ``token``) on every request."""
+        return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token or self.token}"},
+                                  timeout=httpx2.Timeout(60.0))
+
 
 @contextlib.contextmanager
-def http_front(system: System, case_id: str, name: str) -> Iterator[Front]:
+def http_front(system: System, case_id: str, name: str, *, status_wait_s: float = 5) -> Iterator[Front]:
     """Run the front door over HTTP for ``case_id`` while inside; it is stopped on the way out.
 
     Its output goes to the system's log ``name``.
@@ -67,6 +75,7 @@ def http_front(system: System, case_id: str, name: str) -> Iterator[Front]:
         system: the running system.
         case_id: the case of the run every client of this front door gets.
         name: the process's name, for its log and port file.
+        status_wait_s: how long ``lockgate_status`` and ``tasks/get`` wait for a waiting call.
 
     Yields:
         Where to reach it.
@@ -77,7 +86,7 @@ def http_front(system: System, case_id: str, name: str) -> Iterator[Front]:
     """
     port_file = system.root / f"{name}.port"
     port_file.unlink(missing_ok=True)
-    env = {**os.environ, **front_env(system, case_id)}
+    env = {**os.environ, **front_env(system, case_id, status_wait_s=status_wait_s)}
     with open(system.log(name), "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lockgate.client.mcp", "--http", "--host", "127.0.0.1", "--port", "0",
