@@ -45,104 +45,104 @@ class Channel:
 
 
 RUN_OPEN = Channel(
-    "lg.run.{tenant}.open", (subjects.RUN_OPEN_ALL,), m.OpenRun,
+    subjects.RUN_OPEN.address(), (subjects.RUN_OPEN_ALL,), m.OpenRun,
     "Open a run with authoritative context.",
     replies=(m.RunOpened, m.Refusal), sent_by=("trusted host",),
 )
 RUN_CLOSE = Channel(
-    "lg.run.{tenant}.close", (subjects.RUN_CLOSE_ALL,), m.CloseRun,
+    subjects.RUN_CLOSE.address(), (subjects.RUN_CLOSE_ALL,), m.CloseRun,
     "End a run: what it left waiting is withdrawn, and it takes no more turns or calls.",
     replies=(m.RunClosed, m.Refusal), sent_by=("trusted host",),
 )
 LEASE = Channel(
-    "lg.lease.{tenant}.{run}", (subjects.LEASE_ALL,), None,
+    subjects.LEASE.address(), (subjects.LEASE_ALL,), None,
     "A run's lease (stream LG_LEASES, per-message TTL): renewed while the run is used; a close, "
     "or the server's delete marker when it ran out, ends the run.",
 )
 TURN = Channel(
-    "lg.turn.{tenant}.{run}", (subjects.TURN_ALL,), m.OpenTurn,
+    subjects.TURN.address(), (subjects.TURN_ALL,), m.OpenTurn,
     "Open a turn; the reply is the catalogue snapshot offered in it.",
     replies=(m.TurnOpened, m.Refusal), sent_by=("agent runtime",),
 )
 PROPOSE = Channel(
-    "lg.propose.{tenant}.{run}", (subjects.PROPOSE_ALL,), m.Candidate,
+    subjects.PROPOSE.address(), (subjects.PROPOSE_ALL,), m.Candidate,
     "One tool call exactly as the model emitted it (stream LG_CANDIDATES).",
     sent_by=("agent runtime",),
 )
 RESPONSE = Channel(
-    "lg.response.{tenant}.{run}.{candidate}", (subjects.RESPONSES_ALL,), ModelResponse,
+    subjects.RESPONSE.address(), (subjects.RESPONSES_ALL,), ModelResponse,
     "What the model sees (stream LG_RESPONSES).",
     received_by=("agent runtime",),
 )
 REVIEW_SHOW = Channel(
-    "lg.review.{tenant}.{intent}.show.{reviewer}", (subjects.review_all("show"),), None,
+    subjects.REVIEW.address(verb="show"), (subjects.review_all("show"),), None,
     "Show the open review (the request body is empty).",
     replies=(m.ReviewView, m.Refusal), sent_by=("reviewer",),
 )
 REVIEW_DECIDE = Channel(
-    "lg.review.{tenant}.{intent}.decide.{reviewer}", (subjects.review_all("decide"),),
+    subjects.REVIEW.address(verb="decide"), (subjects.review_all("decide"),),
     m.DecideReview,
     "A reviewer's decision, recorded under the authenticated reviewer.",
     replies=(m.Recorded, m.Refusal), sent_by=("reviewer",),
 )
 REVIEW_EDIT = Channel(
-    "lg.review.{tenant}.{intent}.edit.{reviewer}", (subjects.review_all("edit"),),
+    subjects.REVIEW.address(verb="edit"), (subjects.review_all("edit"),),
     m.EditReview,
     "A reviewer's narrower arguments: a new candidate of the same run, every gate again.",
     replies=(m.Edited, m.Refusal), sent_by=("reviewer",),
 )
 WITHDRAW = Channel(
-    "lg.withdraw.{tenant}.{run}.{intent}.{user}", (subjects.WITHDRAW_ALL,), m.Withdraw,
+    subjects.WITHDRAW.address(), (subjects.WITHDRAW_ALL,), m.Withdraw,
     "Stop a candidate by its state; the reply says where it stands.",
     replies=(ModelResponse, m.Refusal), sent_by=("agent runtime", "operator"),
 )
 RESOLVE = Channel(
-    "lg.reconcile.{tenant}.{intent}.resolve.{operator}", (subjects.RESOLVE_ALL,),
+    subjects.RESOLVE.address(), (subjects.RESOLVE_ALL,),
     m.ResolveOutcome,
     "Settle an unknown outcome, recorded under the authenticated operator.",
     replies=(m.Recorded, m.NotResolved, m.Refusal), sent_by=("operator",),
 )
 EXEC = Channel(
-    "lg.exec.{capability}", (subjects.EXEC_ALL,), m.ExecutionOrder,
+    subjects.EXEC.address(), (subjects.EXEC_ALL,), m.ExecutionOrder,
     "An authorized attempt (stream LG_EXEC).",
 )
 INTERRUPT = Channel(
-    "lg.interrupt.{capability}", (subjects.INTERRUPT_ALL,), None,
+    subjects.INTERRUPT.address(), (subjects.INTERRUPT_ALL,), None,
     "Stop a running attempt of an interruptible capability ({intent_id, attempt_id}); "
     "best effort, the attempt's report says how it ended.",
 )
 CLAIM = Channel(
-    "lg.claim.{capability}", (subjects.CLAIM_ALL,), m.Claim,
+    subjects.CLAIM.address(), (subjects.CLAIM_ALL,), m.Claim,
     "Cross the send boundary of an order of this capability: decided on the intent's record, "
     "where the executor records what the answer means before it answers.",
     replies=(m.ClaimAnswer, m.Refusal),
 )
 REPORT = Channel(
-    "lg.report.{capability}.{intent}", (subjects.REPORT_ALL,), m.AttemptReport,
+    subjects.REPORT.address(), (subjects.REPORT_ALL,), m.AttemptReport,
     "An attempt transition (stream LG_REPORTS).",
 )
 ADAPTER_DESCRIBE = Channel(
-    "lg.adapter.{capability}.describe", subjects.adapter_all("describe"), None,
+    subjects.ADAPTER.address(verb="describe"), subjects.adapter_all("describe"), None,
     "The contract the adapter serves.",
     replies=(m.Describe, m.Refusal),
 )
 ADAPTER_NORMALIZE = Channel(
-    "lg.adapter.{capability}.normalize", subjects.adapter_all("normalize"), m.NormalizeRequest,
+    subjects.ADAPTER.address(verb="normalize"), subjects.adapter_all("normalize"), m.NormalizeRequest,
     "Canonicalise arguments with run context.",
     replies=(m.NormalizeResult, m.Refusal),
 )
 ADAPTER_FACTS = Channel(
-    "lg.adapter.{capability}.facts", subjects.adapter_all("facts"), m.FactsRequest,
+    subjects.ADAPTER.address(verb="facts"), subjects.adapter_all("facts"), m.FactsRequest,
     "Fresh facts about a resource, for an actor.",
     replies=(m.Facts, m.Refusal),
 )
 ADAPTER_QUERY = Channel(
-    "lg.adapter.{capability}.query", subjects.adapter_all("query"), m.QueryRequest,
+    subjects.ADAPTER.address(verb="query"), subjects.adapter_all("query"), m.QueryRequest,
     "Did the effect with this identity happen?",
     replies=(m.QueryResult, m.Refusal),
 )
 STATUS = Channel(
-    "lg.status.{name}", (subjects.STATUS_ALL,), None,
+    subjects.STATUS.address(), (subjects.STATUS_ALL,), None,
     "Is the process alive, and do its durables make progress (the request body is empty).",
     replies=(ProcessStatus,), sent_by=("operator", "supervisor"),
 )

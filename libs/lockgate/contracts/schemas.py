@@ -21,6 +21,7 @@ import msgspec
 
 from lockgate.contracts import messages
 from lockgate.contracts.channels import Channel
+from lockgate.eventstore.subjects import ADDRESS as EVENT_ADDRESS
 from lockgate.intent.codec import EVENT_TYPES
 from lockgate.runtime import specs
 from lockgate.runtime.spec import EVERY_PROCESS_ANSWERS
@@ -160,7 +161,7 @@ def generate() -> dict[str, str]:
         },
         "components": {
             "x-events": {
-                "address": "lg.evt.{tenant}.{intent}.{version}.{EventType}.{route}",
+                "address": EVENT_ADDRESS,
                 "messages": {n: {"$ref": f"./events/{n}.json"} for n in sorted(EVENT_TYPES)},
                 "x-flow": dict(_event_flow()),
             }

@@ -1,5 +1,10 @@
 """Subjects and keys of the agent-facing protocol and the edge's commands, built and parsed in one place.
 
+Each subject family is written once, as a ``Family``: its tokens in order, literal or a
+named ``Param``. Its subjects, its permission and subscription patterns, its parser and its
+AsyncAPI address are all read off that one definition, so a grant cannot drift from the
+subject it grants (``lockgate.runtime.roles`` builds every pattern here).
+
 Every part that comes from a client is checked against the grammar before it becomes a
 subject token or a key: nats-server closes the connection of a client that sends a
 control line longer than ``max_control_line`` (4 KiB by default), and nats-py then
@@ -15,9 +20,20 @@ subject and never from the payload.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from lockgate.core.ids import is_capability_name, is_subject_token
+
+#: The first token of every Lockgate subject.
+ROOT = "lg"
+#: A pattern's wildcard for one token.
+ANY = "*"
+#: A pattern's wildcard for every token from there on.
+REST = ">"
+#: The JetStream API as an account that imports it names it: its own ``$JS.API`` would
+#: answer instead (``lockgate.runtime.roles``).
+IMPORTED_JS_API = f"{ROOT}.jsapi"
 
 #: Tenants and runs whose names start with this are Lockgate's own: ``open_run`` refuses
 #: them, so a candidate recorded under one can never be mistaken for a client's.
@@ -26,15 +42,6 @@ RESERVED_PREFIX = "_"
 UNROUTABLE_TENANT = "_unroutable"
 #: The run a candidate is recorded under when its subject names no valid run.
 INVALID_RUN = "_invalid"
-
-PROPOSE_ALL = "lg.propose.>"
-RESPONSES_ALL = "lg.response.>"
-RUN_OPEN_ALL = "lg.run.*.open"
-RUN_CLOSE_ALL = "lg.run.*.close"
-#: A run's lease (stream LG_LEASES): renewed while the run is used, ended by its close or
-#: by the server when it is not renewed in time.
-LEASE_ALL = "lg.lease.*.*"
-TURN_ALL = "lg.turn.*.*"
 
 
 def is_client_token(value: str) -> bool:
@@ -48,30 +55,255 @@ def _token(value: str, what: str) -> str:
     return value
 
 
+def capability_key(name: str) -> str:
+    """Key of a capability's registration in ``LG_CAPABILITIES``: its name, checked."""
+    if not is_capability_name(name):
+        raise ValueError(f"{name[:80]!r} is not a capability name")
+    return name
+
+
+# -- the grammar ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """A named position of a subject family, and the values it takes.
+
+    ``name`` is the keyword the family's builders take and the name in its AsyncAPI
+    address (``{tenant}``); ``what`` names it in errors. A ``token`` is one subject
+    token; a ``capability`` is a capability name and a ``dotted`` one any dotted tokens
+    (a process's status name), so both may span several tokens; ``choices`` fixes the
+    vocabulary (a verb).
+    """
+
+    name: str
+    what: str
+    kind: Literal["token", "capability", "dotted"] = "token"
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: str) -> str:
+        """``value``, when it may stand in this position.
+
+        Raises:
+            ValueError: it may not (the message names the position).
+        """
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{self.what} {value!r} is not one of {self.choices}")
+            return value
+        if self.kind == "capability":
+            return capability_key(value)
+        if self.kind == "dotted":
+            if not all(is_subject_token(part) for part in value.split(".")):
+                raise ValueError(f"{self.what} {value[:80]!r} is not dotted subject tokens")
+            return value
+        return _token(value, self.what)
+
+    def is_wildcard(self, value: str) -> bool:
+        """True when ``value`` is a pattern's wildcard for this position: ``*``, or, where a
+        value spans tokens, one ``*`` per token (``*.*``)."""
+        if self.kind == "token":
+            return value == ANY
+        return all(part == ANY for part in value.split("."))
+
+
+@dataclass(frozen=True)
+class Family:
+    """One subject family: its tokens in order, each literal or a ``Param``.
+
+    At most one parameter spans several tokens, so a subject splits one way only.
+    """
+
+    tokens: tuple[str | Param, ...]
+
+    def __post_init__(self) -> None:
+        spanning = [p for p in self.params if p.kind != "token"]
+        if len(spanning) > 1:
+            raise ValueError(f"{self.address()}: more than one parameter spans tokens")
+        if len({p.name for p in self.params}) != len(self.params):
+            raise ValueError(f"{self.address()}: a parameter is named twice")
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """The named positions, in order."""
+        return tuple(t for t in self.tokens if isinstance(t, Param))
+
+    def _known(self, values: dict[str, str]) -> None:
+        unknown = set(values) - {p.name for p in self.params}
+        if unknown:
+            raise ValueError(f"{self.address()} has no parameter {sorted(unknown)}")
+
+    def subject(self, **values: str) -> str:
+        """The subject with every parameter given, each checked.
+
+        Raises:
+            ValueError: a parameter is missing, unknown or not valid in its position.
+        """
+        self._known(values)
+        out: list[str] = []
+        for token in self.tokens:
+            if isinstance(token, str):
+                out.append(token)
+            elif token.name in values:
+                out.append(token.check(values[token.name]))
+            else:
+                raise ValueError(f"{self.address()}: no {token.what} given")
+        return ".".join(out)
+
+    def pattern(self, **values: str) -> str:
+        """A permission or subscription pattern: each omitted parameter matches one token
+        (``*``); a given one is checked, or is itself a wildcard (``*``; ``*.*`` where a
+        value spans tokens).
+
+        Raises:
+            ValueError: a parameter is unknown or not valid in its position.
+        """
+        self._known(values)
+        out: list[str] = []
+        for token in self.tokens:
+            if isinstance(token, str):
+                out.append(token)
+            else:
+                out.append(self._given(token, values.get(token.name, ANY)))
+        return ".".join(out)
+
+    def tail(self, **values: str) -> str:
+        """Every subject of the family that begins with the given parameters: the tokens up
+        to the first parameter not given, then ``>``.
+
+        Raises:
+            ValueError: a parameter is unknown or not valid, given after one that is not, or
+                every one is given (nothing is left for ``>``: that is ``subject``).
+        """
+        self._known(values)
+        out: list[str] = []
+        for i, token in enumerate(self.tokens):
+            if isinstance(token, str):
+                out.append(token)
+            elif token.name in values:
+                out.append(self._given(token, values[token.name]))
+            else:
+                later = {t.name for t in self.tokens[i:] if isinstance(t, Param)} & set(values)
+                if later:
+                    raise ValueError(f"{self.address()}: {sorted(later)} after an open {token.what}")
+                return ".".join([*out, REST])
+        raise ValueError(f"{self.address()}: every parameter given, nothing left for {REST!r}")
+
+    def address(self, **values: str) -> str:
+        """The AsyncAPI form (``lg.run.{tenant}.open``); a given parameter stands as its value
+        (a verb).
+
+        Raises:
+            ValueError: a parameter is unknown or not valid in its position.
+        """
+        self._known(values)
+        return ".".join(
+            token if isinstance(token, str)
+            else token.check(values[token.name]) if token.name in values
+            else f"{{{token.name}}}"
+            for token in self.tokens
+        )
+
+    def match(self, subject: str) -> dict[str, str] | None:
+        """The parameters of ``subject`` by name, as sent (not checked), or ``None`` when it
+        is not of this family (a literal token differs, or the count of tokens)."""
+        parts = subject.split(".")
+        extra = len(parts) - len(self.tokens)
+        if extra < 0 or (extra > 0 and all(p.kind == "token" for p in self.params)):
+            return None
+        values: dict[str, str] = {}
+        at = 0
+        for token in self.tokens:
+            width = 1 + extra if isinstance(token, Param) and token.kind != "token" else 1
+            piece = parts[at:at + width]
+            at += width
+            if isinstance(token, str):
+                if piece != [token]:
+                    return None
+            else:
+                values[token.name] = ".".join(piece)
+        return values
+
+    @staticmethod
+    def _given(param: Param, value: str) -> str:
+        return value if param.is_wildcard(value) else param.check(value)
+
+
+_TENANT = Param("tenant", "tenant")
+_RUN = Param("run", "run id")
+_INTENT = Param("intent", "intent id")
+_CANDIDATE = Param("candidate", "candidate id")
+_CAPABILITY = Param("capability", "capability", "capability")
+
+REVIEW_VERBS = ("show", "decide", "edit")
+#: What services ask an adapter, ``lg.adapter.<capability>.<verb>``.
+ADAPTER_VERBS = ("describe", "normalize", "facts", "query")
+
+#: The trusted host opens a run.
+RUN_OPEN = Family((ROOT, "run", _TENANT, "open"))
+#: The trusted host ends a run.
+RUN_CLOSE = Family((ROOT, "run", _TENANT, "close"))
+#: A run's lease (stream LG_LEASES): renewed while the run is used, ended by its close or
+#: by the server when it is not renewed in time.
+LEASE = Family((ROOT, "lease", _TENANT, _RUN))
+#: An agent runtime opens a turn.
+TURN = Family((ROOT, "turn", _TENANT, _RUN))
+#: Where a candidate is published (stream ``LG_CANDIDATES``).
+PROPOSE = Family((ROOT, "propose", _TENANT, _RUN))
+#: What the model may learn of a candidate (stream ``LG_RESPONSES``).
+RESPONSE = Family((ROOT, "response", _TENANT, _RUN, _CANDIDATE))
+#: Stop a candidate by its state, asked by the user the last token names.
+WITHDRAW = Family((ROOT, "withdraw", _TENANT, _RUN, _INTENT, Param("user", "principal")))
+#: A reviewer shows, decides or edits a review.
+REVIEW = Family((ROOT, "review", _TENANT, _INTENT, Param("verb", "review verb", choices=REVIEW_VERBS),
+                 Param("reviewer", "principal")))
+#: An operator settles an unknown outcome.
+RESOLVE = Family((ROOT, "reconcile", _TENANT, _INTENT, "resolve", Param("operator", "principal")))
+#: An adapter asks to cross the send boundary of an order it holds.
+CLAIM = Family((ROOT, "claim", _CAPABILITY))
+#: Execution orders (stream ``LG_EXEC``).
+EXEC = Family((ROOT, "exec", _CAPABILITY))
+#: Interruptions of running attempts.
+INTERRUPT = Family((ROOT, "interrupt", _CAPABILITY))
+#: Adapters' reports (stream ``LG_REPORTS``).
+REPORT = Family((ROOT, "report", _CAPABILITY, _INTENT))
+#: What services ask a capability's adapter.
+ADAPTER = Family((ROOT, "adapter", _CAPABILITY, Param("verb", "adapter verb", choices=ADAPTER_VERBS)))
+#: Where a process answers how it is (``adapter.casenotes``: names may be dotted).
+STATUS = Family((ROOT, "status", Param("name", "status name", "dotted")))
+
+PROPOSE_ALL = PROPOSE.tail()
+RESPONSES_ALL = RESPONSE.tail()
+RUN_OPEN_ALL = RUN_OPEN.pattern()
+RUN_CLOSE_ALL = RUN_CLOSE.pattern()
+LEASE_ALL = LEASE.pattern()
+TURN_ALL = TURN.pattern()
+
+
 def run_open_subject(tenant: str) -> str:
     """``lg.run.<tenant>.open``: the trusted host opens a run."""
-    return f"lg.run.{_token(tenant, 'tenant')}.open"
+    return RUN_OPEN.subject(tenant=tenant)
 
 
 def run_close_subject(tenant: str) -> str:
     """``lg.run.<tenant>.close``: the trusted host ends a run."""
-    return f"lg.run.{_token(tenant, 'tenant')}.close"
+    return RUN_CLOSE.subject(tenant=tenant)
 
 
 def lease_subject(tenant: str, run_id: str) -> str:
     """``lg.lease.<tenant>.<run>``: the run's lease, one message (renewed, closed, or the
     server's marker when it ran out)."""
-    return f"lg.lease.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}"
+    return LEASE.subject(tenant=tenant, run=run_id)
 
 
 def turn_subject(tenant: str, run_id: str) -> str:
     """``lg.turn.<tenant>.<run>``: an agent runtime opens a turn."""
-    return f"lg.turn.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}"
+    return TURN.subject(tenant=tenant, run=run_id)
 
 
 def propose_subject(tenant: str, run_id: str) -> str:
     """``lg.propose.<tenant>.<run>``: where a candidate is published (stream ``LG_CANDIDATES``)."""
-    return f"lg.propose.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}"
+    return PROPOSE.subject(tenant=tenant, run=run_id)
 
 
 class ProposeAddress(NamedTuple):
@@ -99,8 +331,7 @@ def parse_propose_subject(subject: str) -> ProposeAddress:
 
 def response_subject(tenant: str, run_id: str, candidate_id: str) -> str:
     """``lg.response.<tenant>.<run>.<candidate>``: what the model may learn of a candidate."""
-    return (f"lg.response.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}."
-            f"{_token(candidate_id, 'candidate id')}")
+    return RESPONSE.subject(tenant=tenant, run=run_id, candidate=candidate_id)
 
 
 def run_key(tenant: str, run_id: str) -> str:
@@ -124,57 +355,47 @@ def done_key(tenant: str, run_id: str, capability: str) -> str:
     return f"{run_key(tenant, run_id)}.done.{capability_key(capability)}"
 
 
-def capability_key(name: str) -> str:
-    """Key of a capability's registration in ``LG_CAPABILITIES``: its name, checked."""
-    if not is_capability_name(name):
-        raise ValueError(f"{name[:80]!r} is not a capability name")
-    return name
-
-
 def responses_of(tenant: str) -> str:
     """Every model-facing response of one tenant."""
-    return f"lg.response.{_token(tenant, 'tenant')}.>"
+    return RESPONSE.tail(tenant=_token(tenant, "tenant"))
 
 
 def responses_of_run(tenant: str, run_id: str) -> str:
     """Every model-facing response of one run."""
-    return f"lg.response.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}.*"
+    return RESPONSE.pattern(tenant=_token(tenant, "tenant"), run=_token(run_id, "run id"))
 
 
 class NotACommandSubject(ValueError):
     """A subject that does not belong to the family it was parsed as."""
 
 
+def _parts(family: Family, subject: str) -> dict[str, str]:
+    values = family.match(subject)
+    if values is None:
+        raise NotACommandSubject(f"{subject[:200]!r} is not a {family.address()} subject")
+    return values
+
+
 def parse_run_open(subject: str) -> str:
     """The tenant of a run-open subject."""
-    parts = subject.split(".")
-    if len(parts) != 4 or parts[:2] != ["lg", "run"] or parts[3] != "open":
-        raise NotACommandSubject(f"{subject[:200]!r} is not a run-open subject")
-    return parts[2]
+    return _parts(RUN_OPEN, subject)["tenant"]
 
 
 def parse_run_close(subject: str) -> str:
     """The tenant of a run-close subject."""
-    parts = subject.split(".")
-    if len(parts) != 4 or parts[:2] != ["lg", "run"] or parts[3] != "close":
-        raise NotACommandSubject(f"{subject[:200]!r} is not a run-close subject")
-    return parts[2]
+    return _parts(RUN_CLOSE, subject)["tenant"]
 
 
 def parse_lease(subject: str) -> tuple[str, str]:
     """The tenant and run of a lease subject."""
-    parts = subject.split(".")
-    if len(parts) != 4 or parts[:2] != ["lg", "lease"]:
-        raise NotACommandSubject(f"{subject[:200]!r} is not a lease subject")
-    return parts[2], parts[3]
+    values = _parts(LEASE, subject)
+    return values["tenant"], values["run"]
 
 
 def parse_turn(subject: str) -> tuple[str, str]:
     """(tenant, run) of a turn subject."""
-    parts = subject.split(".")
-    if len(parts) != 4 or parts[:2] != ["lg", "turn"]:
-        raise NotACommandSubject(f"{subject[:200]!r} is not a turn subject")
-    return parts[2], parts[3]
+    values = _parts(TURN, subject)
+    return values["tenant"], values["run"]
 
 
 # -- commands on intents, ending in the principal -----------------------------------------
@@ -189,74 +410,62 @@ class Command(NamedTuple):
     run_id: str = ""
 
 
-def _split(subject: str, family: tuple[str, ...], count: int) -> list[str]:
-    parts = subject.split(".")
-    if len(parts) != count or tuple(parts[: len(family)]) != family:
-        raise NotACommandSubject(f"{subject[:200]!r} is not a {'.'.join(family)} subject")
-    if not all(is_subject_token(p) for p in parts[len(family):]):
+def _command_parts(family: Family, subject: str) -> dict[str, str]:
+    values = _parts(family, subject)
+    if not all(is_subject_token(v) for v in values.values()):
         raise NotACommandSubject(f"{subject[:200]!r} has a malformed token")
-    return parts
+    return values
 
 
 def withdraw(tenant: str, run_id: str, intent_id: str, principal: str) -> str:
     """``lg.withdraw.<tenant>.<run>.<intent>.<principal>``: stop a candidate by its state."""
-    return (f"lg.withdraw.{_token(tenant, 'tenant')}.{_token(run_id, 'run id')}."
-            f"{_token(intent_id, 'intent id')}.{_token(principal, 'principal')}")
+    return WITHDRAW.subject(tenant=tenant, run=run_id, intent=intent_id, user=principal)
 
 
-WITHDRAW_ALL = "lg.withdraw.*.*.*.*"
+WITHDRAW_ALL = WITHDRAW.pattern()
 
 
 def withdraw_as(user: str) -> str:
     """Every withdrawal ``user`` may ask for (in any tenant and run: a service's grant)."""
-    return f"lg.withdraw.*.*.*.{_token(user, 'user')}"
+    return WITHDRAW.pattern(user=_token(user, "user"))
 
 
 def parse_withdraw(subject: str) -> Command:
     """The parts of a withdraw subject."""
-    _, _, tenant, run_id, intent_id, principal = _split(subject, ("lg", "withdraw"), 6)
-    return Command(tenant, intent_id, principal, run_id)
-
-
-REVIEW_VERBS = ("show", "decide", "edit")
+    values = _command_parts(WITHDRAW, subject)
+    return Command(values["tenant"], values["intent"], values["user"], values["run"])
 
 
 def review(tenant: str, intent_id: str, verb: str, principal: str) -> str:
     """``lg.review.<tenant>.<intent>.<verb>.<principal>`` (verb: ``show``, ``decide``, ``edit``)."""
-    if verb not in REVIEW_VERBS:
-        raise ValueError(f"review verb {verb!r} is not one of {REVIEW_VERBS}")
-    return (f"lg.review.{_token(tenant, 'tenant')}.{_token(intent_id, 'intent id')}.{verb}."
-            f"{_token(principal, 'principal')}")
+    return REVIEW.subject(tenant=tenant, intent=intent_id, verb=verb, reviewer=principal)
 
 
 def review_all(verb: str) -> str:
     """Every review request with ``verb``."""
-    return f"lg.review.*.*.{verb}.*"
+    return REVIEW.pattern(verb=verb)
 
 
 def parse_review(subject: str) -> Command:
     """The parts of a review subject."""
-    _, _, tenant, intent_id, verb, principal = _split(subject, ("lg", "review"), 6)
-    if verb not in REVIEW_VERBS:
+    values = _command_parts(REVIEW, subject)
+    if values["verb"] not in REVIEW_VERBS:
         raise NotACommandSubject(f"{subject[:200]!r}: unknown review verb")
-    return Command(tenant, intent_id, principal)
+    return Command(values["tenant"], values["intent"], values["reviewer"])
 
 
 def resolve(tenant: str, intent_id: str, principal: str) -> str:
     """``lg.reconcile.<tenant>.<intent>.resolve.<principal>``: an operator settles an outcome."""
-    return (f"lg.reconcile.{_token(tenant, 'tenant')}.{_token(intent_id, 'intent id')}.resolve."
-            f"{_token(principal, 'principal')}")
+    return RESOLVE.subject(tenant=tenant, intent=intent_id, operator=principal)
 
 
-RESOLVE_ALL = "lg.reconcile.*.*.resolve.*"
+RESOLVE_ALL = RESOLVE.pattern()
 
 
 def parse_resolve(subject: str) -> Command:
     """The parts of a resolve subject."""
-    _, _, tenant, intent_id, verb, principal = _split(subject, ("lg", "reconcile"), 6)
-    if verb != "resolve":
-        raise NotACommandSubject(f"{subject[:200]!r} is not a resolve subject")
-    return Command(tenant, intent_id, principal)
+    values = _command_parts(RESOLVE, subject)
+    return Command(values["tenant"], values["intent"], values["operator"])
 
 
 # -- an adapter's claim of a send boundary -------------------------------------------------
@@ -264,16 +473,16 @@ def parse_resolve(subject: str) -> Command:
 
 def claim(capability: str) -> str:
     """``lg.claim.<capability>``: an adapter asks to cross the send boundary of an order it holds."""
-    return f"lg.claim.{capability_key(capability)}"
+    return CLAIM.subject(capability=capability)
 
 
-CLAIM_ALL = "lg.claim.>"
-_CLAIM = "lg.claim."
+CLAIM_ALL = CLAIM.tail()
 
 
 def parse_claim(subject: str) -> str:
     """The capability a claim names."""
-    capability = subject[len(_CLAIM):] if subject.startswith(_CLAIM) else ""
+    values = CLAIM.match(subject)
+    capability = values["capability"] if values is not None else ""
     if not is_capability_name(capability):
         raise NotACommandSubject(f"{subject[:200]!r} is not a claim subject")
     return capability
@@ -282,43 +491,35 @@ def parse_claim(subject: str) -> str:
 # -- between the executor and adapters ---------------------------------------------------
 
 #: Execution orders (stream ``LG_EXEC``), ``lg.exec.<capability>``.
-EXEC_ALL = "lg.exec.>"
+EXEC_ALL = EXEC.tail()
 #: Interruptions of running attempts, ``lg.interrupt.<capability>``.
-INTERRUPT_ALL = "lg.interrupt.>"
+INTERRUPT_ALL = INTERRUPT.tail()
 #: Adapters' reports (stream ``LG_REPORTS``), ``lg.report.<capability>.<intent>``.
-REPORT_ALL = "lg.report.>"
+REPORT_ALL = REPORT.tail()
 
-#: What services ask an adapter, ``lg.adapter.<capability>.<verb>``.
-ADAPTER_VERBS = ("describe", "normalize", "facts", "query")
 #: Capability names are dotted (``case.add_note``): a subject wildcard stands for one
 #: token, so asking any capability one verb is matched for names of up to this many parts.
 MAX_CAPABILITY_PARTS = 4
 
 
-def _verb(verb: str) -> str:
-    if verb not in ADAPTER_VERBS:
-        raise ValueError(f"adapter verb {verb!r} is not one of {ADAPTER_VERBS}")
-    return verb
-
-
 def adapter(capability: str, verb: str) -> str:
     """``lg.adapter.<capability>.<verb>``: ask a capability's adapter (a verb of ``ADAPTER_VERBS``)."""
-    return f"lg.adapter.{capability_key(capability)}.{_verb(verb)}"
+    return ADAPTER.subject(capability=capability, verb=verb)
 
 
 def order(capability: str) -> str:
     """``lg.exec.<capability>``: where the executor publishes the capability's execution orders."""
-    return f"lg.exec.{capability_key(capability)}"
+    return EXEC.subject(capability=capability)
 
 
 def interrupt(capability: str) -> str:
     """``lg.interrupt.<capability>``: where the executor asks the capability's workers to stop."""
-    return f"lg.interrupt.{capability_key(capability)}"
+    return INTERRUPT.subject(capability=capability)
 
 
 def report(capability: str, intent_id: str) -> str:
     """``lg.report.<capability>.<intent>``: where an adapter reports an intent's attempts."""
-    return f"lg.report.{capability_key(capability)}.{_token(intent_id, 'intent id')}"
+    return REPORT.subject(capability=capability, intent=intent_id)
 
 
 class ReportAddress(NamedTuple):
@@ -334,18 +535,16 @@ def parse_report_subject(subject: str) -> ReportAddress | None:
     Only the family is checked: whether the parts name the report's own capability and
     intent is the executor's question (it records a report that does not as refused).
     """
-    parts = subject.split(".")
-    if len(parts) < 4 or parts[:2] != ["lg", "report"]:
+    values = REPORT.match(subject)
+    if values is None:
         return None
-    return ReportAddress(".".join(parts[2:-1]), parts[-1])
+    return ReportAddress(values["capability"], values["intent"])
 
 
 def adapter_all(verb: str) -> tuple[str, ...]:
     """Every ``lg.adapter.<capability>.<verb>`` (one wildcard per capability name length)."""
-    return tuple(
-        "lg.adapter." + ".".join(["*"] * n) + f".{_verb(verb)}"
-        for n in range(1, MAX_CAPABILITY_PARTS + 1)
-    )
+    return tuple(ADAPTER.pattern(capability=".".join([ANY] * n), verb=verb)
+                 for n in range(1, MAX_CAPABILITY_PARTS + 1))
 
 
 # -- liveness -----------------------------------------------------------------------------
@@ -353,7 +552,7 @@ def adapter_all(verb: str) -> tuple[str, ...]:
 
 def status(name: str) -> str:
     """``lg.status.<name>``: where the process called ``name`` answers (``adapter.casenotes``)."""
-    return f"lg.status.{name}"
+    return STATUS.subject(name=name)
 
 
 def adapter_status(name: str) -> str:
@@ -365,4 +564,9 @@ def adapter_status(name: str) -> str:
     return status(f"adapter.{name}")
 
 
-STATUS_ALL = "lg.status.>"
+STATUS_ALL = STATUS.tail()
+
+
+def is_status(subject: str) -> bool:
+    """True when ``subject`` (a subject or a pattern) is a status request's."""
+    return STATUS.match(subject) is not None

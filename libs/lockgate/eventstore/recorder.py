@@ -91,6 +91,7 @@ from lockgate.eventstore.jetstream import (
 )
 from lockgate.eventstore.subjects import (
     PREFIX,
+    SNAPSHOTS_PREFIX,
     EventAddress,
     NotAnEventSubject,
     all_events_filter,
@@ -908,9 +909,9 @@ class Factory(InfrastructureFactory[TrackingRecorder]):
             if not self.env.get(self.SNAPSHOTS_STREAM):
                 raise NotSupportedError(
                     f"snapshots need a stream of their own: set {self.SNAPSHOTS_STREAM} "
-                    f"(and {self.SNAPSHOTS_SUBJECT_PREFIX}, default lg.snap)"
+                    f"(and {self.SNAPSHOTS_SUBJECT_PREFIX}, default {SNAPSHOTS_PREFIX})"
                 )
-            options = self._options(self.SNAPSHOTS_STREAM, "", self.SNAPSHOTS_SUBJECT_PREFIX, "lg.snap")
+            options = self._options(self.SNAPSHOTS_STREAM, "", self.SNAPSHOTS_SUBJECT_PREFIX, SNAPSHOTS_PREFIX)
         else:
             raise ProgrammingError(f"no recorder for {purpose!r}: only events and snapshots")
         recorder = JetStreamAggregateRecorder(**options)

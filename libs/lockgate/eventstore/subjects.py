@@ -27,6 +27,10 @@ from typing import NamedTuple
 from lockgate.core.ids import is_subject_token
 
 PREFIX = "lg.evt"
+#: The subject prefix of a snapshots stream laid out like the events stream.
+SNAPSHOTS_PREFIX = "lg.snap"
+#: An event's subject as the AsyncAPI document names it.
+ADDRESS = f"{PREFIX}.{{tenant}}.{{intent}}.{{version}}.{{EventType}}.{{route}}"
 #: The token a partitioned stream's subjects carry after the prefix: ``p<k>``.
 _PARTITION = re.compile(r"p[0-9]{1,2}")
 #: The route of an event whose type alone says who acts on it.

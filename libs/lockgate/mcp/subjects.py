@@ -17,40 +17,40 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from lockgate.core.ids import is_capability_name, is_subject_token
+from lockgate.contracts.subjects import ROOT, Family, Param
+from lockgate.core.ids import is_subject_token
 
-RECORDS_ALL = "lg.mcp.rec.>"
-OPS_ALL = "lg.mcp.op.*.*"
 RECORD_KINDS = ("identity", "snapshot", "mapping", "review")
 #: What an operator may ask; ``map`` writes (a mapping, or its disabling), the rest read.
 OP_VERBS = ("servers", "snapshot", "diff", "quarantine", "map")
 
+_SERVER = Param("server", "server")
+#: A server's record of one kind (``mapping`` has a family of its own: it names a capability).
+RECORD = Family((ROOT, "mcp", "rec", _SERVER,
+                 Param("kind", "record kind", choices=tuple(k for k in RECORD_KINDS if k != "mapping"))))
+#: The reviewed mapping of one product capability.
+MAPPING = Family((ROOT, "mcp", "rec", _SERVER, "mapping", Param("capability", "capability", "capability")))
+#: An operator asks the MCP adapter.
+OP = Family((ROOT, "mcp", "op", Param("verb", "mcp verb", choices=OP_VERBS), Param("principal", "principal")))
 
-def _token(value: str, what: str) -> str:
-    if not is_subject_token(value):
-        raise ValueError(f"{what} {value[:80]!r} is not a subject token")
-    return value
+RECORDS_ALL = RECORD.tail()
+OPS_ALL = OP.pattern()
 
 
 def record(server: str, kind: str, capability: str = "") -> str:
     """``lg.mcp.rec.<server>.<kind>[.<capability>]`` (a capability only for ``mapping``)."""
     if kind not in RECORD_KINDS:
         raise ValueError(f"record kind {kind!r} is not one of {RECORD_KINDS}")
-    subject = f"lg.mcp.rec.{_token(server, 'server')}.{kind}"
     if kind == "mapping":
-        if not is_capability_name(capability):
-            raise ValueError(f"{capability[:80]!r} is not a capability name")
-        return f"{subject}.{capability}"
+        return MAPPING.subject(server=server, capability=capability)
     if capability:
         raise ValueError(f"a {kind} record names no capability")
-    return subject
+    return RECORD.subject(server=server, kind=kind)
 
 
 def op(verb: str, principal: str) -> str:
     """``lg.mcp.op.<verb>.<principal>``: an operator asks the MCP adapter."""
-    if verb not in OP_VERBS:
-        raise ValueError(f"mcp verb {verb!r} is not one of {OP_VERBS}")
-    return f"lg.mcp.op.{verb}.{_token(principal, 'principal')}"
+    return OP.subject(verb=verb, principal=principal)
 
 
 class OpSubject(NamedTuple):
@@ -62,9 +62,7 @@ class OpSubject(NamedTuple):
 
 def parse_op(subject: str) -> OpSubject | None:
     """The verb and principal of an operator's request subject (``None``: not one)."""
-    parts = subject.split(".")
-    if len(parts) != 5 or parts[:3] != ["lg", "mcp", "op"]:
+    values = OP.match(subject)
+    if values is None or values["verb"] not in OP_VERBS or not is_subject_token(values["principal"]):
         return None
-    if parts[3] not in OP_VERBS or not is_subject_token(parts[4]):
-        return None
-    return OpSubject(parts[3], parts[4])
+    return OpSubject(values["verb"], values["principal"])

@@ -95,7 +95,7 @@ EDGE_ACCOUNT = "EDGE"
 #: The JetStream API as the services' account serves it.
 JS_API = "$JS.API"
 #: The same API in an account that imports it (its own ``$JS.API`` would answer instead).
-IMPORTED_JS_API = "lg.jsapi"
+IMPORTED_JS_API = subjects.IMPORTED_JS_API
 
 
 def adapter_account(name: str) -> str:
@@ -163,6 +163,12 @@ class Role:
 # -- JetStream API subjects -----------------------------------------------------------------
 
 
+def _direct_get(stream: str, subject: str = "") -> str:
+    """The JetStream API subject of a direct get on ``stream`` (of ``subject``'s last message,
+    or, without one, a batched get whose request names the subjects)."""
+    return f"{JS_API}.DIRECT.GET.{stream}" + (f".{subject}" if subject else "")
+
+
 def js_pull(stream: str, consumer: str) -> tuple[str, ...]:
     """Bind to (consumer info), fetch from and acknowledge one existing pull consumer."""
     return (
@@ -213,7 +219,7 @@ def event_load(partitions: Partitions = SINGLE) -> tuple[str, ...]:
     a load a lagging replica answered (message gets, which only a stream's leader
     answers: ``lockgate.eventstore.jetstream``)."""
     return tuple(s for p in partitions
-                 for s in (f"{JS_API}.DIRECT.GET.{p.stream}", f"{JS_API}.STREAM.MSG.GET.{p.stream}"))
+                 for s in (_direct_get(p.stream), f"{JS_API}.STREAM.MSG.GET.{p.stream}"))
 
 
 def event_append(*event_types: str, partitions: Partitions = SINGLE) -> tuple[str, ...]:
@@ -241,7 +247,7 @@ def _inbox(prefix: str) -> str:
 
 
 def _scopes(tenants: Sequence[str] | None) -> list[str]:
-    return [_token(t, "tenant") for t in tenants] if tenants else ["*"]
+    return [_token(t, "tenant") for t in tenants] if tenants else [subjects.ANY]
 
 
 def admin_role() -> Role:
@@ -269,13 +275,13 @@ def host_role(tenants: Sequence[str] | None = None) -> Role:
     """The trusted host: opens and closes runs (for ``tenants``, or for every tenant)."""
     scopes = _scopes(tenants)
     return _edge(
-        "host", (*(subjects.run_open_subject(t) if t != "*" else subjects.RUN_OPEN_ALL for t in scopes),
-                 *(subjects.run_close_subject(t) if t != "*" else subjects.RUN_CLOSE_ALL for t in scopes)),
+        "host", (*(subjects.RUN_OPEN.pattern(tenant=t) for t in scopes),
+                 *(subjects.RUN_CLOSE.pattern(tenant=t) for t in scopes)),
         [_service(subjects.RUN_OPEN_ALL), _service(subjects.RUN_CLOSE_ALL)], tenants=tenants,
     )
 
 
-_RESPONSES_GET = _js(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSES_ALL}")
+_RESPONSES_GET = _js(_direct_get(RESPONSES, subjects.RESPONSES_ALL))
 
 
 def agent_role(tenant: str) -> Role:
@@ -285,10 +291,10 @@ def agent_role(tenant: str) -> Role:
     return _edge(
         name,
         (
-            f"lg.turn.{t}.*",
-            f"lg.propose.{t}.*",
-            f"lg.withdraw.{t}.*.*.{name}",
-            _RESPONSES_GET.local.replace(subjects.RESPONSES_ALL, subjects.responses_of(t)),
+            subjects.TURN.pattern(tenant=t),
+            subjects.PROPOSE.pattern(tenant=t),
+            subjects.WITHDRAW.pattern(tenant=t, user=name),
+            _js(_direct_get(RESPONSES, subjects.responses_of(t))).local,
         ),
         [_service(subjects.TURN_ALL), _service(subjects.PROPOSE_ALL),
          _service(subjects.WITHDRAW_ALL), _RESPONSES_GET, _stream(subjects.RESPONSES_ALL)],
@@ -300,11 +306,12 @@ def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     """A reviewer (one person): shows and decides the reviews of ``tenants`` (or all)."""
     who = _token(person, "reviewer")
     name = f"reviewer-{who}"
-    reviews = (f"lg.review.{t}.*.{verb}.{who}" for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS)
+    reviews = (subjects.REVIEW.pattern(tenant=t, verb=verb, reviewer=who)
+               for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS)
     # The projector's status: whether the review queue it reads is up to date.
     return _edge(
         name, (*reviews, subjects.status(PROJECTOR)),
-        [_service("lg.review.>"), _service(subjects.STATUS_ALL, "stream")], principal=who,
+        [_service(subjects.REVIEW.tail()), _service(subjects.STATUS_ALL, "stream")], principal=who,
         tenants=tenants,
     )
 
@@ -319,17 +326,17 @@ def operator_role(person: str, tenants: Sequence[str] | None = None,
     """
     who = _token(person, "operator")
     name = f"operator-{who}"
-    loads = [_js(f"{JS_API}.DIRECT.GET.{p.stream}", "stream") for p in partitions]
+    loads = [_js(_direct_get(p.stream), "stream") for p in partitions]
     return _edge(
         name,
         (
-            *(f"lg.reconcile.{t}.*.resolve.{who}" for t in _scopes(tenants)),
-            *(f"lg.withdraw.{t}.*.*.{name}" for t in _scopes(tenants)),
+            *(subjects.RESOLVE.pattern(tenant=t, operator=who) for t in _scopes(tenants)),
+            *(subjects.WITHDRAW.pattern(tenant=t, user=name) for t in _scopes(tenants)),
             subjects.STATUS_ALL,
             *(load.local for load in loads),
-            f"lg.mcp.op.*.{who}",
+            mcp_subjects.OP.pattern(principal=who),
         ),
-        [_service("lg.reconcile.>"), _service(subjects.WITHDRAW_ALL),
+        [_service(subjects.RESOLVE.tail()), _service(subjects.WITHDRAW_ALL),
          _service(subjects.STATUS_ALL, "stream"), *loads, _service(mcp_subjects.OPS_ALL)],
         principal=who, tenants=tenants,
     )
@@ -393,11 +400,11 @@ def service_role(name: str, partitions: Partitions = SINGLE) -> Role:
                     else channel.subjects)
     if channels.RESPONSE in spec.publishes:
         # Who stores responses reads a candidate's last one, to store only what is newer.
-        publish.append(f"{JS_API}.DIRECT.GET.{RESPONSES}.{subjects.RESPONSES_ALL}")
+        publish.append(_direct_get(RESPONSES, subjects.RESPONSES_ALL))
     if channels.LEASE in spec.publishes:
         # Who keeps runs' leases reads a lease before renewing it, and lists an ended
         # run's responses (batched direct gets: the request names the subjects).
-        publish += (f"{JS_API}.DIRECT.GET.{LEASES}", f"{JS_API}.DIRECT.GET.{RESPONSES}")
+        publish += (_direct_get(LEASES), _direct_get(RESPONSES))
     answers = (s for answer in spec.answers for s in answer.channel.subjects)
     subscribe = [*answers, subjects.status(spec.status_name), _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
@@ -411,7 +418,7 @@ def projector_role(partitions: Partitions = SINGLE) -> Role:
     and it appends nothing.
     """
     publish = tuple(s for p in partitions
-                    for s in (f"{JS_API}.DIRECT.GET.{p.stream}", f"{JS_API}.STREAM.INFO.{p.stream}"))
+                    for s in (_direct_get(p.stream), f"{JS_API}.STREAM.INFO.{p.stream}"))
     subscribe = (subjects.status(PROJECTOR), _inbox(SERVICE_INBOX))
     return Role(PROJECTOR, publish, subscribe, allow_responses=True)
 
@@ -470,31 +477,32 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     prefix = f"_INBOX_adapter_{who.replace('-', '_')}"
     imports: list[Import] = [_js(f"{JS_API}.STREAM.INFO.KV_{CAPABILITIES_BUCKET}")]
     subscribe: list[str] = []
-    exports: list[str] = [subjects.status(f"adapter.{who}")]
+    exports: list[str] = [subjects.adapter_status(who)]
     for cap in map(_capability, capabilities):
         consumer = "adapter-" + cap.replace(".", "_")
         imports += [
             _service(kv_write(CAPABILITIES_BUCKET, cap)[0]),
-            _js(f"{JS_API}.CONSUMER.CREATE.{EXEC}.{consumer}.lg.exec.{cap}"),
+            _js(f"{JS_API}.CONSUMER.CREATE.{EXEC}.{consumer}.{subjects.order(cap)}"),
             _js(f"{JS_API}.CONSUMER.INFO.{EXEC}.{consumer}"),
             _js(f"{JS_API}.CONSUMER.MSG.NEXT.{EXEC}.{consumer}", "stream"),
             _service(f"$JS.ACK.{EXEC}.{consumer}.>"),
-            _service(f"lg.report.{cap}.*"),
+            _service(subjects.REPORT.pattern(capability=cap)),
             _service(subjects.claim(cap)),
-            _stream(f"lg.interrupt.{cap}"),
+            _stream(subjects.interrupt(cap)),
         ]
-        subscribe += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}"), f"lg.interrupt.{cap}"]
-        exports += [f"lg.adapter.{cap}.*", subjects.status(f"adapter.{cap}")]
+        asks = subjects.ADAPTER.pattern(capability=cap)
+        subscribe += [asks, subjects.adapter_status(cap), subjects.interrupt(cap)]
+        exports += [asks, subjects.adapter_status(cap)]
     if who == MCP_ADAPTER:
         # Its records on LG_MCP (append, and read back by direct get), and the operators'
         # requests it answers.
         imports += [_service(mcp_subjects.RECORDS_ALL),
-                    _js(f"{JS_API}.DIRECT.GET.{MCP_RECORDS}.{mcp_subjects.RECORDS_ALL}"),
-                    _js(f"{JS_API}.DIRECT.GET.{MCP_RECORDS}")]
+                    _js(_direct_get(MCP_RECORDS, mcp_subjects.RECORDS_ALL)),
+                    _js(_direct_get(MCP_RECORDS))]
         subscribe.append(mcp_subjects.OPS_ALL)
         exports.append(mcp_subjects.OPS_ALL)
     publish = [i.local for i in imports if i.kind == "service"]
-    subscribe += [subjects.status(f"adapter.{who}"), _inbox(prefix)]
+    subscribe += [subjects.adapter_status(who), _inbox(prefix)]
     return Role(
         user, tuple(publish), tuple(subscribe), allow_responses=True, inbox_prefix=prefix,
         account=adapter_account(who), imports=tuple(imports), exports=tuple(exports),
@@ -565,7 +573,7 @@ def _responses_of(subject: str) -> Literal["single", "stream"]:
     A status request is answered by every replica of the process (each says how it is),
     so status subjects pass a stream of responses; any other request gets one answer.
     """
-    return "stream" if subject.startswith(subjects.status("")) else "single"
+    return "stream" if subjects.is_status(subject) else "single"
 
 
 @dataclass

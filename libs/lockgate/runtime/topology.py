@@ -33,6 +33,7 @@ from lockgate.contracts import subjects
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.jetstream import partition_stream_configs
 from lockgate.eventstore.partitions import SINGLE, Partitions
+from lockgate.mcp import subjects as mcp_subjects
 from lockgate.runtime.spec import DELIVERIES, SHARED_PENDING, Consumer, max_deliver_for
 from lockgate.runtime.specs import SERVICES
 from lockgate.runtime.streams import BUDGETS_BUCKET as BUDGETS_BUCKET
@@ -157,7 +158,7 @@ def stream_configs(replicas: int = 1, partitions: Partitions = SINGLE) -> list[S
             max_msgs_per_subject=1,
         ),
         # Append-only; the latest record per subject is read by direct get.
-        StreamConfig(name=MCP, subjects=["lg.mcp.rec.>"], storage=StorageType.FILE,
+        StreamConfig(name=MCP, subjects=[mcp_subjects.RECORDS_ALL], storage=StorageType.FILE,
                      num_replicas=replicas, duplicate_window=two_minutes, allow_direct=True),
     ]
 
