@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from lockgate.client.cli import parser
+from lockgate.cli.app import parser
 from lockgate.testing.system import System
 from lockgate.worlds.items.world import World as ItemsWorld
 from tests.unit.cli_commands import commands
 
-LOCKGATE = [sys.executable, "-m", "lockgate.client.cli"]
+LOCKGATE = [sys.executable, "-m", "lockgate.cli"]
 
 
 def run(system: System, *args: str, cwd: Path, shell_tail: str = "",

@@ -25,7 +25,7 @@ import pytest
 from nats.errors import Error as NatsError
 
 from lockgate.authz import PolicyBundle
-from lockgate.client.cli import main
+from lockgate.cli.app import main
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import Describe
 from lockgate.eventstore.jetstream import JetStreamEventStore

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 
 from lockgate.adapters.client import AdapterClient
 from lockgate.adapters.sdk import CapabilityFunction, SendBoundary, serve
-from lockgate.client.cli import parser
+from lockgate.cli.app import parser
 from lockgate.contracts.messages import ExecutionOrder, NormalizeRequest, QueryRequest
 from lockgate.runtime.topology import ensure_topology
 

@@ -257,7 +257,7 @@ def test_the_cli_says_so_when_it_cannot_connect(capsys: pytest.CaptureFixture[st
 def test_lockgate_mcp_conformance_answers_a_person_and_a_script(
     honest: dict[str, HttpServerProcess], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lockgate.client.cli import main
+    from lockgate.cli.app import main
 
     # --json before the command stands although the command has an option of that name.
     assert main(["--json", "mcp", "conformance", "--url", honest["q"].url, "--probe", "q"]) == 1

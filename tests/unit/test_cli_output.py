@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.authz import cli as policy_cli
-from lockgate.client.cli import main, parser
+from lockgate.cli.app import main, parser
 from lockgate.client.output import Output, fields
 from lockgate.worlds.casenotes.world import World as CaseWorld
 from lockgate.worlds.items.world import World as ItemsWorld
@@ -219,12 +219,12 @@ def test_reconcile(form: str, capsys: pytest.CaptureFixture[str]) -> None:
     # itself meets a real one in tests/e2e/test_effects_once.py (with --json).
     import asyncio
 
-    from lockgate.client import cli
+    from lockgate.cli import operate
 
     args = parser().parse_args(["reconcile", "a" * 32, "--tenant", "tenant-a", "--absent",
                                 "--why", "checked", *(["--json"] if form == "json" else [])])
     out = Output(json=args.json)
-    assert asyncio.run(cli._reconcile(args, _Where(), out)) == 0  # type: ignore[arg-type]
+    assert asyncio.run(operate._reconcile(args, _Where(), out)) == 0  # type: ignore[arg-type]
     printed = capsys.readouterr().out
     if form == "json":
         assert json.loads(printed) == {"recorded": "Reconciled", "by": "ops"}

@@ -32,7 +32,7 @@ for name in ("lockgate.client", "lockgate.integrations", "lockgate.adapters.sdk"
              "lockgate.intake.app", "lockgate.executor.app", "lockgate.testing.system",
              "lockgate.worlds.casenotes.adapter", "lockgate.runtime.supervisor", "lockgate.mcp.service"):
     importlib.import_module(name)
-from lockgate.client.cli import parser
+from lockgate.cli.app import parser
 parser().parse_args(["status"])
 print("fine")
 """)
@@ -51,7 +51,7 @@ runpy.run_module("lockgate.mcp", run_name="__main__")
 
 def test_the_conformance_command_without_the_sdk_says_so() -> None:
     done = run("""
-from lockgate.client.cli import main
+from lockgate.cli.app import main
 sys.exit(main(["mcp", "conformance", "--stdio", "true", "--probe", "p"]))
 """)
     assert done.returncode == 2 and "lockgate[mcp]" in done.stderr, done.stderr[-2000:]

@@ -12,7 +12,7 @@ import pytest
 from lockgate.adapters.scaffold import scaffold
 from lockgate.adapters.sdk import CapabilityFunction, Context, IntentKey, capability
 from lockgate.authz.engine import AuthzRequest, PolicyBundle, evaluate, evaluate_approval
-from lockgate.client.cli import main
+from lockgate.cli.app import main
 from lockgate.contracts.vocabulary import DecisionOutcome
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,16 +16,13 @@ person's password revokes theirs.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import os
 import secrets
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import msgspec
 from cryptography.exceptions import InvalidTag
@@ -37,10 +34,6 @@ from lockgate.core.errors import LockgateError
 from lockgate.runtime.deployment import Credentials
 from lockgate.runtime.keys import key_at
 from lockgate.runtime.settings import Settings
-
-if TYPE_CHECKING:
-    from lockgate.client.cli import Where
-    from lockgate.client.output import Output
 
 #: Every token starts so: the format's version, so a later one can be told apart.
 PREFIX = "lgc1."
@@ -184,45 +177,3 @@ def issue(credentials: Credentials, *, ttl_s: float, settings: Settings | None =
     now = time.time()
     token = seal(token_key(settings, console), credentials, ttl_s=ttl_s, now=now)
     return token, datetime.fromtimestamp(int(now) + int(ttl_s), UTC)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``lockgate token`` command's options."""
-    p.add_argument("--as", dest="as_", metavar="NAME", default=None,
-                   help="the person (default: the first reviewer, or operator with --operator)")
-    p.add_argument("--operator", action="store_true",
-                   help="a token for an operator (reconcile, withdraw) instead of a reviewer")
-    p.add_argument("--ttl", type=float, default=DEFAULT_TTL_S, metavar="SECONDS",
-                   help=f"how long it is valid (default {DEFAULT_TTL_S:g}, at most {MAX_TTL_S:g})")
-
-
-def command(args: argparse.Namespace, where: Where, out: Output) -> int:
-    """``lockgate token``: print a console token for a reviewer or operator, and where to use it.
-
-    A person reads the token on its own line, then whose it is and where to paste it; with
-    ``--json``: ``{"token", "person", "role", "expires_at", "console"}``.
-
-    Raises:
-        LockgateError: no such person, or a broker without per-person users.
-    """
-    kind = "operator" if args.operator else "reviewer"
-    person = where.person(kind, args.as_)
-    creds = where.credentials(f"{kind}-{person}")
-    if creds is None:
-        raise LockgateError("the console acts as each person's own NATS user, and this broker "
-                            "has none", code="cli.usage")
-    try:
-        token, expires = issue(creds, ttl_s=args.ttl, settings=where.settings)
-    except ValueError as exc:
-        raise LockgateError(str(exc), code="cli.usage") from None
-    running = read_console_info(where.var_dir)
-    port = ConsoleSettings().port
-    url = running.url if running else (
-        f"http://127.0.0.1:{port}/" if port else "the console's URL (`lockgate run` prints it)")
-    out.record({"token": token, "person": person, "role": kind, "expires_at": expires.isoformat(),
-                "console": url if running or port else None}, text=token)
-    # Beside the token, not with it: `TOKEN=$(lockgate token)` keeps the token alone.
-    print(f"a console token for {kind} {person}, valid until {expires.isoformat()}: "
-          f"open {url} and paste it (or open {url}#token=<the token>); "
-          "keep it as you keep a password", file=sys.stderr, flush=True)
-    return 0
