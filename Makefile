@@ -176,9 +176,11 @@ bench-all: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# ruff, mypy --strict, and the layering contract (.importlinter; docs/design.md says how to read it).
 lint: $(STAMP)
 	$(BIN)/ruff check libs services tests bench
 	$(BIN)/mypy --strict libs services bench
+	$(BIN)/lint-imports --no-cache .importlinter
 
 clean:
 	rm -rf var
