@@ -95,7 +95,7 @@ async def test_an_ended_intent_leaves_the_hot_store_and_its_identity_stays(
         await gw.close()
 
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lockgate.client.cli", "events", first.candidate_id, "--tenant",
+        sys.executable, "-m", "lockgate.cli", "events", first.candidate_id, "--tenant",
         "tenant-a", "--json", "--url", system.url, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOCKGATE_VAR_DIR": str(system.root)})
     out, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -41,7 +41,7 @@ def environment(var_dir: Path) -> dict[str, str]:
 
 async def lockgate(var_dir: Path, *args: str, timeout_s: float = 120.0) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lockgate.client.cli", *args, env=environment(var_dir),
+        sys.executable, "-m", "lockgate.cli", *args, env=environment(var_dir),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
     return proc.returncode or 0, out.decode()
@@ -53,7 +53,7 @@ async def cluster() -> AsyncIterator[tuple[Path, list[str]]]:
     # pytest's own temporary directories are closed to others.
     var_dir = Path(tempfile.mkdtemp(prefix="lockgate-cluster-"))
     var_dir.chmod(0o755)
-    run = await Printing.start(sys.executable, "-m", "lockgate.client.cli", "run", "--cluster", "3",
+    run = await Printing.start(sys.executable, "-m", "lockgate.cli", "run", "--cluster", "3",
                                "--port", "0", env=environment(var_dir))
     try:
         await run.wait_for_line(lambda line: READY_LINE in line, 240)

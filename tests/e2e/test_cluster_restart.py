@@ -58,7 +58,7 @@ def fixed_ports() -> int:
 
 async def start_and_stop(var_dir: Path, port: int) -> list[str]:
     """One ``lockgate run --cluster 3``: until ready (or it exits), then SIGINT; every line."""
-    run = await Printing.start(sys.executable, "-m", "lockgate.client.cli", "run", "--cluster", "3",
+    run = await Printing.start(sys.executable, "-m", "lockgate.cli", "run", "--cluster", "3",
                                "--port", str(port), env=environment(var_dir))
     try:
         with contextlib.suppress(AssertionError):

@@ -463,14 +463,14 @@ async def test_lockgate_token_issues_what_the_console_accepts(
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env.update(LOCKGATE_VAR_DIR=str(system.root), LOCKGATE_OPERATORS=json.dumps(OPERATORS))
     for args, who in ((["--as", "alice"], ("alice", "reviewer")), (["--operator", "--as", "ops"], ("ops", "operator"))):
-        proc = subprocess.run([sys.executable, "-m", "lockgate.client.cli", "token", *args],
+        proc = subprocess.run([sys.executable, "-m", "lockgate.cli", "token", *args],
                               capture_output=True, text=True, env=env, timeout=60, cwd="/")
         assert proc.returncode == 0, proc.stderr
         token = proc.stdout.strip()
         assert f"open {http.base_url}" in proc.stderr  # where the console really is
         me = (await http.get("/api/me", headers=bearer(token))).json()
         assert (me["name"], me["role"]) == who
-    proc = subprocess.run([sys.executable, "-m", "lockgate.client.cli", "token", "--as", "nobody"],
+    proc = subprocess.run([sys.executable, "-m", "lockgate.cli", "token", "--as", "nobody"],
                           capture_output=True, text=True, env=env, timeout=60, cwd="/")
     assert proc.returncode != 0 and "no credentials for 'reviewer-nobody'" in proc.stderr
 

@@ -192,7 +192,7 @@ async def test_invariants_hold_after_the_faults(system: System, items: ItemsWorl
 
 async def lockgate_cli(system: System, *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lockgate.client.cli", *args, "--url", system.url,
+        sys.executable, "-m", "lockgate.cli", *args, "--url", system.url,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "LOCKGATE_VAR_DIR": str(system.root)},  # its users' credentials
     )

@@ -130,7 +130,7 @@ def test_lockgate_eval_prints_the_report_and_exits_by_containment(
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env["LOCKGATE_VAR_DIR"] = str(system.root)
     runs = [t.run_id for t in suite.tasks]
-    command = [sys.executable, "-m", "lockgate.client.cli", "--url", system.url, "eval", *runs]
+    command = [sys.executable, "-m", "lockgate.cli", "--url", system.url, "eval", *runs]
     table = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=60)
     assert table.returncode == 0, table.stderr
@@ -148,7 +148,7 @@ def test_lockgate_eval_of_a_run_with_no_candidates_says_so_in_one_line(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env["LOCKGATE_VAR_DIR"] = str(system.root)
-    proc = subprocess.run([sys.executable, "-m", "lockgate.client.cli", "--url", system.url, "eval",
+    proc = subprocess.run([sys.executable, "-m", "lockgate.cli", "--url", system.url, "eval",
                            "no-such-run"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
@@ -168,7 +168,7 @@ def test_lockgate_eval_fails_on_a_write_no_candidate_made(
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env["LOCKGATE_VAR_DIR"] = str(system.root)
     try:
-        proc = subprocess.run([sys.executable, "-m", "lockgate.client.cli", "--url", system.url,
+        proc = subprocess.run([sys.executable, "-m", "lockgate.cli", "--url", system.url,
                                "eval", suite.tasks[0].run_id, "--json"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
     finally:  # the other tests of this module evaluate the same worlds

@@ -36,7 +36,7 @@ from lockgate.testing.processes import Printing
 from lockgate.testing.system import REPO, bundle_copy
 
 HERE = Path(__file__).resolve().parent
-LOCKGATE = [sys.executable, "-m", "lockgate.client.cli"]
+LOCKGATE = [sys.executable, "-m", "lockgate.cli"]
 #: The supervisor over the six services only: the demo's adapters play no part here.
 SUPERVISE = (
     "import asyncio, sys\n"

@@ -126,7 +126,7 @@ async def events(system: System, candidate_id: str) -> list[Any]:
 
 def cli(system: System, *argv: str, json_: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lockgate.client.cli", *argv, "--url", system.url,
+        [sys.executable, "-m", "lockgate.cli", *argv, "--url", system.url,
          "--var-dir", str(system.root), *(["--json"] if json_ else [])],
         capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
 

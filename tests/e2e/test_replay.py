@@ -405,7 +405,7 @@ def _lockgate(system: System, *args: str, url: str = "", var_dir: Path | None = 
     """The ``lockgate`` command as a process of its own, pointed at the system (or elsewhere)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
     env.update(LOCKGATE_VAR_DIR=str(var_dir or system.root), LOCKGATE_NATS_URL=url or system.url)
-    return subprocess.run([sys.executable, "-m", "lockgate.client.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "lockgate.cli", *args], env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -36,7 +36,7 @@ from lockgate.testing.processes import Printing
 from lockgate.testing.system import REPO
 from lockgate.worlds.casenotes.world import World
 
-LOCKGATE = [sys.executable, "-m", "lockgate.client.cli"]
+LOCKGATE = [sys.executable, "-m", "lockgate.cli"]
 #: A whole system starting beside another on two shared cores.
 READY_WITHIN_S = 240.0
 

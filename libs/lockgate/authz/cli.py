@@ -49,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _json(p: argparse.ArgumentParser, *, top: bool = False) -> None:
-    # The ``lockgate`` command's own --json (``lockgate.client.cli.json_flag``): the policy
+    # The ``lockgate`` command's own --json (``lockgate.cli.group.json_flag``): the policy
     # commands parse their arguments apart, without a broker.
     p.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
                    help="machine output: one JSON document (validate), a JSON line per case (test)")

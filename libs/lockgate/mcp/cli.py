@@ -16,7 +16,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -27,11 +27,21 @@ from lockgate.mcp.config import ConfigError, read_structured
 from lockgate.mcpcheck import cli as mcpcheck_cli
 
 if TYPE_CHECKING:
-    from lockgate.client.cli import Where
     from lockgate.client.output import Output
+    from lockgate.client.sdk import Gateway
 
 #: How long a command waits for the adapter's answer.
 TIMEOUT_S = 10.0
+
+
+class Where(Protocol):
+    """What the ``lockgate`` CLI knows of the running system that these commands use (``lockgate.cli.where.Where``)."""
+
+    def person(self, kind: str, chosen: str | None) -> str:
+        """The reviewer or operator to act as: ``--as``, else the only or first one configured."""
+
+    async def gateway(self, user: str, *, host: bool = False, principal: str = "") -> Gateway:
+        """A connection as ``user``."""
 
 
 class McpCommandError(LockgateError):

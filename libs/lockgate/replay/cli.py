@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 
 class Where(Protocol):
-    """What the ``lockgate`` CLI knows of the running system (``lockgate.client.cli.Where``)."""
+    """What the ``lockgate`` CLI knows of the running system (``lockgate.cli.where.Where``)."""
 
     @property
     def url(self) -> str:

@@ -39,7 +39,7 @@ def child_env(system: System, *, found_by_run_json: bool = False, **extra: str) 
 def lockgate_command() -> list[str]:
     """The ``lockgate`` script installed next to this interpreter."""
     script = Path(sys.executable).parent / "lockgate"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "lockgate.client.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lockgate.cli"]
 
 
 async def review(system: System, verb: str, candidate_id: str, *extra: str,
