@@ -463,6 +463,27 @@ _LIMIT_NAMES = {"RLIMIT_CPU": "cpu_s", "RLIMIT_AS": "memory_bytes", "RLIMIT_NPRO
                 "RLIMIT_NOFILE": "open_files", "RLIMIT_FSIZE": "file_bytes", "RLIMIT_CORE": "core_bytes"}
 
 
+@dataclass(frozen=True)
+class _Tools:
+    """The programs a run needs, found before anything is made, and the namespaces to differ from."""
+
+    bwrap: str
+    #: Set exactly when the adapter is root: it makes the staging mount namespace.
+    unshare: str | None
+    as_root: bool
+    parent: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """How the command's process ended: the output kept, how much there was, its exit."""
+
+    output: bytes
+    output_bytes: int
+    returncode: int | None
+    timed_out: bool
+
+
 async def run_sandboxed(
     argv: Sequence[str], cwd: Path, settings: SandboxSettings,
     env: Mapping[str, str] | None = None,
@@ -486,106 +507,153 @@ async def run_sandboxed(
     """
     if not argv:
         raise ValueError("no command")
-    bwrap = shutil.which(settings.bwrap)
-    if bwrap is None:
-        raise SandboxUnavailable(UNAVAILABLE, f"no {settings.bwrap!r} (bubblewrap) to make the sandbox with")
-    parent = _namespaces()
-    as_root = os.geteuid() == 0
-    unshare = shutil.which(settings.unshare) if as_root else None
-    if as_root and unshare is None:  # (so ``unshare`` is a path wherever ``stage`` is set)
-        raise SandboxUnavailable(UNAVAILABLE, f"no {settings.unshare!r} to stage the sandbox with as root")
+    tools = _find_tools(settings)
     exe, _prefix = interpreter_of(settings)
     command = [exe if argv[0] == "python" else argv[0], *argv[1:]]
     environment = {**BASE_ENV, "PYTHONPATH": SITE, **(env or {})}
-    stage = Path(tempfile.mkdtemp(prefix="lockgate-stage-")) if as_root else None
+    stage = Path(tempfile.mkdtemp(prefix="lockgate-stage-")) if tools.as_root else None
     status_r, status_w = os.pipe()
     started = time.monotonic()
     try:
-        if stage is not None:
-            stage.chmod(0o755)
-            _readable(cwd)
-        try:
-            layout = _layout(settings, cwd, stage)
-        except OSError as exc:
-            raise SandboxUnavailable(UNAVAILABLE, f"cannot lay the sandbox out: {exc}") from exc
-        uid = SANDBOX_UID
-        spec = {
-            "parent": parent, "uid": uid, "source": SOURCE, "work": WORK, "cwd": WORK,
-            "hidden": sorted(set(settings.hidden)), "readonly": list(layout.readonly),
-            "sysctls": ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_memory"],
-            "env": sorted(environment), "limits": limits_of(settings),
-        }
-        wrap = [
-            bwrap, "--unshare-all", "--unshare-user", "--uid", str(uid), "--gid", str(uid),
-            "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
-            "--hostname", "sandbox", *layout.args, "--clearenv",
-            *[arg for name, value in sorted(environment.items()) for arg in ("--setenv", name, value)],
-            "--chdir", "/", "--", exe, "-I", "-S", "-c", _GUARD, str(status_w), json.dumps(spec), *command,
-        ]
-        if stage is not None:
-            stager = {"binds": layout.binds, "uid": settings.host_uid}
-            wrap = [unshare or settings.unshare, "--mount", "--propagation", "private", "--", sys.executable, "-I", "-S", "-c",
-                    _STAGER, json.dumps(stager), *wrap]
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *wrap, cwd="/", env={"PATH": BASE_ENV["PATH"]}, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, pass_fds=(status_w,),
-            )
-        except OSError as exc:
-            raise SandboxUnavailable(UNAVAILABLE, f"cannot start {bwrap}: {exc}") from exc
-        finally:
-            os.close(status_w)
-        if proc.stdout is None:  # pragma: no cover - PIPE was asked for
-            raise RuntimeError("no output pipe")
-        reading = asyncio.ensure_future(_read_bounded(proc.stdout, settings.output_max_bytes))
-        timed_out = False
-        try:
-            async with asyncio.timeout(settings.timeout_s):
-                await proc.wait()
-                kept, total = await reading
-        except TimeoutError:
-            timed_out = True
-            _kill_group(proc.pid)
-            await proc.wait()
-            try:
-                async with asyncio.timeout(2.0):
-                    kept, total = await reading
-            except TimeoutError:  # something outside the group holds the pipe open
-                reading.cancel()
-                kept, total = b"", 0
-        finally:
-            if proc.returncode is None:
-                # Cancelled mid-wait: nothing of the command outlives it (bubblewrap's
-                # PID namespace ends with its first process).
-                reading.cancel()
-                _kill_group(proc.pid)
+        layout = _lay_out(settings, cwd, stage)
+        guard = [exe, "-I", "-S", "-c", _GUARD, str(status_w),
+                 json.dumps(_guard_spec(tools, settings, layout, environment)), *command]
+        wrap = _command_line(tools, settings, layout, environment, guard)
+        proc = await _start(wrap, status_w, tools.bwrap)
+        finished = await _wait(proc, settings)
         duration_ms = int((time.monotonic() - started) * 1000)
         report = _status(status_r)
     finally:
         os.close(status_r)
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
-    if not report:
-        raise SandboxUnavailable(UNAVAILABLE, _why_not(kept, proc.returncode, timed_out))
-    facts = report.get("facts", {})
-    failed = list(report.get("failed", ()))
-    if report.get("verdict") != "ok":
-        if failed == ["workspace"]:
-            raise SandboxUnavailable(UNAVAILABLE, f"the checkout could not be copied into the workspace "
-                                                  f"({facts.get('copy_error', '')})")
-        reason = NETWORK_SHARED if "network" in failed or "net_namespace" in failed else NOT_CONTAINED
-        raise SandboxUnavailable(reason, "the sandbox is not what it must be: " + ", ".join(
-            f"{name}={facts.get(name)!r}" for name in failed))
+    facts = _facts_if_contained(report, finished)
     return SandboxOutcome(
         netns=str(facts.get("net_namespace", "")), interfaces=str(facts.get("network", "")),
-        exit_code=None if timed_out else proc.returncode, timed_out=timed_out,
-        duration_ms=duration_ms, output=kept.decode(errors="replace"), output_bytes=total,
-        output_truncated=total > len(kept), timeout_s=settings.timeout_s, checks=facts,
+        exit_code=None if finished.timed_out else finished.returncode, timed_out=finished.timed_out,
+        duration_ms=duration_ms, output=finished.output.decode(errors="replace"),
+        output_bytes=finished.output_bytes, output_truncated=finished.output_bytes > len(finished.output),
+        timeout_s=settings.timeout_s, checks=facts,
         limits={_LIMIT_NAMES[k]: v for k, v in limits_of(settings).items()}
         | {"workspace_bytes": settings.workspace_bytes},
-        visible=layout.visible, host_user=str(settings.host_uid if as_root else os.geteuid()),
+        visible=layout.visible, host_user=str(settings.host_uid if tools.as_root else os.geteuid()),
     )
+
+
+def _find_tools(settings: SandboxSettings) -> _Tools:
+    """Find bubblewrap (and, as root, ``unshare``) before anything is made; fail closed without."""
+    bwrap = shutil.which(settings.bwrap)
+    if bwrap is None:
+        raise SandboxUnavailable(UNAVAILABLE, f"no {settings.bwrap!r} (bubblewrap) to make the sandbox with")
+    parent = _namespaces()
+    as_root = os.geteuid() == 0
+    unshare = shutil.which(settings.unshare) if as_root else None
+    if as_root and unshare is None:
+        raise SandboxUnavailable(UNAVAILABLE, f"no {settings.unshare!r} to stage the sandbox with as root")
+    return _Tools(bwrap=bwrap, unshare=unshare, as_root=as_root, parent=parent)
+
+
+def _lay_out(settings: SandboxSettings, cwd: Path, stage: Path | None) -> _Layout:
+    """Lay the sandbox out; when staging, first let the unprivileged host user read it all."""
+    if stage is not None:
+        stage.chmod(0o755)
+        _readable(cwd)
+    try:
+        return _layout(settings, cwd, stage)
+    except OSError as exc:
+        raise SandboxUnavailable(UNAVAILABLE, f"cannot lay the sandbox out: {exc}") from exc
+
+
+def _guard_spec(
+    tools: _Tools, settings: SandboxSettings, layout: _Layout, environment: Mapping[str, str],
+) -> dict[str, Any]:
+    """What the guard checks inside before it hands over: namespaces, user, paths, environment, limits."""
+    return {
+        "parent": tools.parent, "uid": SANDBOX_UID, "source": SOURCE, "work": WORK, "cwd": WORK,
+        "hidden": sorted(set(settings.hidden)), "readonly": list(layout.readonly),
+        "sysctls": ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_memory"],
+        "env": sorted(environment), "limits": limits_of(settings),
+    }
+
+
+def _command_line(
+    tools: _Tools, settings: SandboxSettings, layout: _Layout, environment: Mapping[str, str],
+    guard: Sequence[str],
+) -> list[str]:
+    """Bubblewrap's whole command line, running ``guard``; as root, inside the staging namespace."""
+    uid = str(SANDBOX_UID)
+    wrap = [
+        tools.bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid,
+        "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+        "--hostname", "sandbox", *layout.args, "--clearenv",
+        *[arg for name, value in sorted(environment.items()) for arg in ("--setenv", name, value)],
+        "--chdir", "/", "--", *guard,
+    ]
+    if not tools.as_root:
+        return wrap
+    stager = {"binds": layout.binds, "uid": settings.host_uid}
+    return [tools.unshare or settings.unshare, "--mount", "--propagation", "private", "--", sys.executable,
+            "-I", "-S", "-c", _STAGER, json.dumps(stager), *wrap]
+
+
+async def _start(wrap: Sequence[str], status_w: int, bwrap: str) -> asyncio.subprocess.Process:
+    """Start ``wrap`` in a session of its own, handing it the status pipe's write end (closed here)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *wrap, cwd="/", env={"PATH": BASE_ENV["PATH"]}, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True, pass_fds=(status_w,),
+        )
+    except OSError as exc:
+        raise SandboxUnavailable(UNAVAILABLE, f"cannot start {bwrap}: {exc}") from exc
+    finally:
+        os.close(status_w)
+    return proc
+
+
+async def _wait(proc: asyncio.subprocess.Process, settings: SandboxSettings) -> _Finished:
+    """Wait for ``proc`` and read its output (bounded); past the timeout, kill its whole group."""
+    if proc.stdout is None:  # pragma: no cover - PIPE was asked for
+        raise RuntimeError("no output pipe")
+    reading = asyncio.ensure_future(_read_bounded(proc.stdout, settings.output_max_bytes))
+    timed_out = False
+    try:
+        async with asyncio.timeout(settings.timeout_s):
+            await proc.wait()
+            kept, total = await reading
+    except TimeoutError:
+        timed_out = True
+        _kill_group(proc.pid)
+        await proc.wait()
+        try:
+            async with asyncio.timeout(2.0):
+                kept, total = await reading
+        except TimeoutError:  # something outside the group holds the pipe open
+            reading.cancel()
+            kept, total = b"", 0
+    finally:
+        if proc.returncode is None:
+            # Cancelled mid-wait: nothing of the command outlives it (bubblewrap's
+            # PID namespace ends with its first process).
+            reading.cancel()
+            _kill_group(proc.pid)
+    return _Finished(output=kept, output_bytes=total, returncode=proc.returncode, timed_out=timed_out)
+
+
+def _facts_if_contained(report: dict[str, Any], finished: _Finished) -> dict[str, Any]:
+    """The guard's facts when it found the sandbox as it must be; otherwise why not, raised."""
+    if not report:
+        raise SandboxUnavailable(UNAVAILABLE, _why_not(finished.output, finished.returncode, finished.timed_out))
+    facts: dict[str, Any] = report.get("facts", {})
+    failed = list(report.get("failed", ()))
+    if report.get("verdict") == "ok":
+        return facts
+    if failed == ["workspace"]:
+        raise SandboxUnavailable(UNAVAILABLE, f"the checkout could not be copied into the workspace "
+                                              f"({facts.get('copy_error', '')})")
+    reason = NETWORK_SHARED if "network" in failed or "net_namespace" in failed else NOT_CONTAINED
+    raise SandboxUnavailable(reason, "the sandbox is not what it must be: " + ", ".join(
+        f"{name}={facts.get(name)!r}" for name in failed))
 
 
 def _status(fd: int) -> dict[str, Any]:
