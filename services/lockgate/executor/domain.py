@@ -254,23 +254,11 @@ def on_report(
     except KeyError:
         return []
     stamp = Stamp(now=now, event_id=derived_id("report", cause), causation_id=cause)
-    detail = report.detail[:DETAIL_MAX_CHARS]
     reported = ReportStage(report.stage)
-    stage = attempt.stage
     withdrawal = intent.withdrawal
     if withdrawal is not None and withdrawal.attempt_id != attempt.attempt_id:
         withdrawal = None  # pragma: no cover - a withdrawal is requested for the current attempt
-    # A ``sent`` report records nothing: a crossing is a claim the executor decides on the
-    # record (``lockgate.adapters.claims``), never an adapter's say-so after the fact.
-    crossing: Event | None = None
-    if reported is ReportStage.ACKNOWLEDGED and stage in (
-        AttemptStage.AUTHORIZED, AttemptStage.SENT
-    ):
-        crossing = EffectIntent.AttemptAcknowledged.next(
-            intent, stamp, attempt_id=attempt.attempt_id,
-            remote_ref=report.receipt.get("remote_ref", "")[:256])
-    elif reported is ReportStage.OBSERVED and stage in _OPEN:
-        crossing = EffectIntent.ResultObserved.next(intent, stamp, attempt_id=attempt.attempt_id)
+    crossing = _crossing(intent, attempt, report, reported, stamp)
     if crossing is not None:
         if withdrawal is None or attempt.crossed or intent.interruption_requested:
             return [crossing]
@@ -280,44 +268,78 @@ def on_report(
             intent, replace(stamp, event_id=derived_id("report", cause, "interrupt"), offset=2),
             attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why,
         )]
-    if reported in NOT_SENT and withdrawal is not None and not attempt.crossed and stage in (
+    if reported in NOT_SENT and withdrawal is not None and not attempt.crossed and attempt.stage in (
         AttemptStage.AUTHORIZED, AttemptStage.UNKNOWN
     ):
         # The boundary was claimed as not crossed after the withdrawal was on record:
         # no worker can send this attempt any more (from the deadline's OutcomeUnknown
         # too: the claim is the evidence the record was waiting for).
         return [EffectIntent.Withdrawn.next(intent, stamp, by=withdrawal.by, why=withdrawal.why)]
+    if reported is ReportStage.COMPLETED:
+        return _completed(intent, attempt, report, contract, stamp, counts_effects=counts_effects)
+    return _ended(intent, attempt, report, reported, stamp)
+
+
+def _crossing(
+    intent: EffectIntent, attempt: Attempt, report: AttemptReport, reported: ReportStage, stamp: Stamp,
+) -> Event | None:
+    """The progress an acknowledged or observed report records on an attempt still open, if any.
+
+    A ``sent`` report records nothing: a crossing is a claim the executor decides on the
+    record (``lockgate.adapters.claims``), never an adapter's say-so after the fact.
+    """
+    if reported is ReportStage.ACKNOWLEDGED and attempt.stage in (AttemptStage.AUTHORIZED, AttemptStage.SENT):
+        return EffectIntent.AttemptAcknowledged.next(
+            intent, stamp, attempt_id=attempt.attempt_id,
+            remote_ref=report.receipt.get("remote_ref", "")[:256])
+    if reported is ReportStage.OBSERVED and attempt.stage in _OPEN:
+        return EffectIntent.ResultObserved.next(intent, stamp, attempt_id=attempt.attempt_id)
+    return None
+
+
+def _completed(
+    intent: EffectIntent, attempt: Attempt, report: AttemptReport, contract: CapabilityContract | None,
+    stamp: Stamp, *, counts_effects: bool,
+) -> list[Event]:
+    """A completion: the effect, for an open attempt; the unknown outcome settled, for a late one."""
+    receipt = {k[:64]: v[:256] for k, v in list(report.receipt.items())[:16]}
+    if attempt.stage in _OPEN:
+        provenance = {
+            "adapter": report.adapter[:64],
+            "capability": intent.tool,
+            "attempt_id": attempt.attempt_id,
+            "reported_at": report.reported_at.isoformat() if report.reported_at else "",
+        }
+        settles = Settles.BUDGET if counts_effects or intent.reservations else Settles.NOTHING
+        return [
+            EffectIntent.EffectCompleted.next(
+                intent, stamp, attempt_id=attempt.attempt_id, receipt=receipt,
+                result=checked_result(report.result, contract), provenance=provenance,
+                settles=settles,
+            )
+        ]
+    if attempt.stage is AttemptStage.UNKNOWN:
+        # A late report is evidence: it settles the unknown outcome.
+        return [
+            EffectIntent.Reconciled.next(
+                intent, stamp, attempt_id=attempt.attempt_id, finding=Finding.CONFIRMED,
+                receipt=receipt, by="adapter-report",
+                why="the adapter reported completion after the deadline",
+                resolution=Resolution.COMPLETED,
+            )
+        ]
+    return []
+
+
+def _ended(
+    intent: EffectIntent, attempt: Attempt, report: AttemptReport, reported: ReportStage, stamp: Stamp,
+) -> list[Event]:
+    """An attempt that ended without its effect: interrupted on request, rejected, or failed before send."""
+    detail = report.detail[:DETAIL_MAX_CHARS]
+    stage = attempt.stage
     if reported is ReportStage.INTERRUPTED and stage in _IN_FLIGHT and intent.interruption_requested:
         return [EffectIntent.AttemptInterrupted.next(
             intent, stamp, attempt_id=attempt.attempt_id, detail=detail)]
-    if reported is ReportStage.COMPLETED:
-        receipt = {k[:64]: v[:256] for k, v in list(report.receipt.items())[:16]}
-        if stage in _OPEN:
-            provenance = {
-                "adapter": report.adapter[:64],
-                "capability": intent.tool,
-                "attempt_id": attempt.attempt_id,
-                "reported_at": report.reported_at.isoformat() if report.reported_at else "",
-            }
-            settles = Settles.BUDGET if counts_effects or intent.reservations else Settles.NOTHING
-            return [
-                EffectIntent.EffectCompleted.next(
-                    intent, stamp, attempt_id=attempt.attempt_id, receipt=receipt,
-                    result=checked_result(report.result, contract), provenance=provenance,
-                    settles=settles,
-                )
-            ]
-        if stage is AttemptStage.UNKNOWN:
-            # A late report is evidence: it settles the unknown outcome.
-            return [
-                EffectIntent.Reconciled.next(
-                    intent, stamp, attempt_id=attempt.attempt_id, finding=Finding.CONFIRMED,
-                    receipt=receipt, by="adapter-report",
-                    why="the adapter reported completion after the deadline",
-                    resolution=Resolution.COMPLETED,
-                )
-            ]
-        return []
     if reported is ReportStage.REJECTED and stage in _OPEN:
         return [
             EffectIntent.AttemptRejected.next(
