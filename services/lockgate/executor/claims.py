@@ -80,6 +80,45 @@ def _answer(verdict: ClaimVerdict, reason: str = "", detail: str = "",
     return ClaimAnswer(verdict=verdict, reason=reason, detail=bounded(detail), not_after=not_after)
 
 
+#: What a claim decides: the events to append, and the answer.
+_Decided = tuple[list[Event], ClaimAnswer]
+
+
+def _refused(reason: str, detail: str) -> _Decided:
+    return [], _answer(ClaimVerdict.REFUSED, reason, detail)
+
+
+@dataclass(frozen=True)
+class _OnRecord:
+    """A claim on an attempt the record holds: the intent and attempt it names, and when it came."""
+
+    intent: EffectIntent
+    attempt: Attempt
+    claim: Claim
+    now: datetime
+
+    @property
+    def is_current(self) -> bool:
+        """The attempt is the intent's latest."""
+        current = self.intent.current_attempt
+        return current is not None and current.attempt_id == self.attempt.attempt_id
+
+    @property
+    def open_now(self) -> bool:
+        """The attempt is the latest, authorized, and nothing has claimed its boundary yet."""
+        return (self.is_current and self.intent.state is State.AUTHORIZED
+                and self.attempt.stage is AttemptStage.AUTHORIZED)
+
+    def stamp(self, kind: str, *parts: str) -> Stamp:
+        """The stamp of an event this claim causes; its id derived from the attempt, so a retry repeats it."""
+        return Stamp(now=self.now, event_id=derived_id(kind, self.attempt.attempt_id, *parts),
+                     causation_id=self.claim.claimant)
+
+    def crossed(self, events: list[Event]) -> _Decided:
+        """*Crossed*, after ``events``: the adapter may write until the attempt's deadline."""
+        return events, _answer(ClaimVerdict.CROSSED, not_after=write_by(self.attempt.deadline_at))
+
+
 def decide_claim(
     intent: EffectIntent | None, claim: Claim, *, capability: str, key: bytes, idempotent: bool,
     now: datetime,
@@ -91,85 +130,96 @@ def decide_claim(
     crossed may be written again.
     """
     order = claim.order
-
-    def refused(reason: str, detail: str) -> tuple[list[Event], ClaimAnswer]:
-        return [], _answer(ClaimVerdict.REFUSED, reason, detail)
-
     if intent is None or intent.tool != capability or order.capability != capability:
-        return refused("order.mismatch", "no intent of this capability")
+        return _refused("order.mismatch", "no intent of this capability")
     expected = report_token(key, intent.tenant, intent.intent_id, order.attempt_id, intent.tool)
     if not hmac.compare_digest(order.report_token.encode(), expected.encode()):
-        return refused("order.mismatch", "the order does not carry the executor's token")
+        return _refused("order.mismatch", "the order does not carry the executor's token")
     try:
         attempt = intent.attempt(order.attempt_id)
     except KeyError:
         if intent.version < order.authorized_version:
             return [], _answer(ClaimVerdict.UNCHECKED, "order.unchecked",
                                f"the record ends at version {intent.version}")
-        return refused("order.mismatch", "no such attempt on the record")
-    cause = claim.claimant
-    current = intent.current_attempt
-    is_current = current is not None and current.attempt_id == attempt.attempt_id
-    open_now = is_current and intent.state is State.AUTHORIZED and attempt.stage is AttemptStage.AUTHORIZED
-
+        return _refused("order.mismatch", "no such attempt on the record")
+    asked = _OnRecord(intent, attempt, claim, now)
     if claim.written:
-        # The adapter wrote without crossing (or found its effect done, and returned it):
-        # whatever else is true, the effect may exist.
-        if is_current and attempt.crossed and intent.state is State.SENT:
-            return [], _answer(ClaimVerdict.CROSSED, not_after=write_by(attempt.deadline_at))
-        if not open_now:
-            return refused("order.stale", f"written, but the attempt is {attempt.stage}")
-        stamp = Stamp(now=now, event_id=derived_id("claim", attempt.attempt_id, cause), causation_id=cause)
-        events: list[Event] = [EffectIntent.AttemptSent.next(
-            intent, stamp, attempt_id=attempt.attempt_id, claimant=claim.claimant)]
-        withdrawal = intent.withdrawal
-        if withdrawal is not None and not intent.interruption_requested:
-            events.append(EffectIntent.InterruptionRequested.next(
-                intent, replace(stamp, event_id=derived_id("claim", attempt.attempt_id, cause, "interrupt"),
-                                offset=2),
-                attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why))
-        return events, _answer(ClaimVerdict.CROSSED, not_after=write_by(attempt.deadline_at))
-
+        return _written(asked)
     problem = mismatch(intent, attempt, order)
     if problem is not None:
-        if not open_now:
-            return refused("order.mismatch", problem)
-        return [EffectIntent.AttemptFailedBeforeSend.next(
-            intent, Stamp(now=now, event_id=derived_id("claim-refused", attempt.attempt_id, "mismatch"),
-                          causation_id=cause),
-            attempt_id=attempt.attempt_id, reason="order.mismatch", detail=bounded(problem),
-        )], _answer(ClaimVerdict.REFUSED, "order.mismatch", problem)
-    if not is_current:
-        return refused("order.stale", "a later attempt was authorized")
+        return _mismatched(asked, problem)
+    if not asked.is_current:
+        return _refused("order.stale", "a later attempt was authorized")
     if attempt.crossed and attempt.stage in _IN_FLIGHT and intent.state is State.SENT:
-        if attempt.claimant != claim.claimant and not idempotent:
-            return refused("order.boundary-claimed", "another delivery claimed the boundary")
-        if too_late(attempt.deadline_at, now):
-            return refused("order.expired", "the attempt's deadline passed before its send boundary")
-        # The same claim asked again (its answer was lost), or a remote that deduplicates.
-        return [], _answer(ClaimVerdict.CROSSED, not_after=write_by(attempt.deadline_at))
-    if not open_now:
-        return refused("order.stale", f"intent is {intent.state.value}")
+        return _claimed_again(asked, idempotent=idempotent)
+    if not asked.open_now:
+        return _refused("order.stale", f"intent is {intent.state.value}")
+    return _first_claim(asked)
+
+
+def _written(asked: _OnRecord) -> _Decided:
+    """The adapter wrote without crossing (or found its effect done, and returned it):
+    whatever else is true, the effect may exist, so record it sent if it still can be."""
+    intent, attempt = asked.intent, asked.attempt
+    if asked.is_current and attempt.crossed and intent.state is State.SENT:
+        return asked.crossed([])
+    if not asked.open_now:
+        return _refused("order.stale", f"written, but the attempt is {attempt.stage}")
+    cause = asked.claim.claimant
+    stamp = asked.stamp("claim", cause)
+    events: list[Event] = [EffectIntent.AttemptSent.next(
+        intent, stamp, attempt_id=attempt.attempt_id, claimant=asked.claim.claimant)]
+    withdrawal = intent.withdrawal
+    if withdrawal is not None and not intent.interruption_requested:
+        events.append(EffectIntent.InterruptionRequested.next(
+            intent, replace(stamp, event_id=derived_id("claim", attempt.attempt_id, cause, "interrupt"),
+                            offset=2),
+            attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why))
+    return asked.crossed(events)
+
+
+def _mismatched(asked: _OnRecord, problem: str) -> _Decided:
+    """An order that differs from its authorization: refused; an open attempt also fails before send."""
+    if not asked.open_now:
+        return _refused("order.mismatch", problem)
+    return [EffectIntent.AttemptFailedBeforeSend.next(
+        asked.intent, asked.stamp("claim-refused", "mismatch"),
+        attempt_id=asked.attempt.attempt_id, reason="order.mismatch", detail=bounded(problem),
+    )], _answer(ClaimVerdict.REFUSED, "order.mismatch", problem)
+
+
+def _claimed_again(asked: _OnRecord, *, idempotent: bool) -> _Decided:
+    """A boundary already crossed: *crossed* again for its claimant (or a deduplicating remote)
+    while its deadline allows; refused for anyone else."""
+    attempt = asked.attempt
+    if attempt.claimant != asked.claim.claimant and not idempotent:
+        return _refused("order.boundary-claimed", "another delivery claimed the boundary")
+    if too_late(attempt.deadline_at, asked.now):
+        return _refused("order.expired", "the attempt's deadline passed before its send boundary")
+    # The same claim asked again (its answer was lost), or a remote that deduplicates.
+    return asked.crossed([])
+
+
+def _first_claim(asked: _OnRecord) -> _Decided:
+    """The first claim of an open attempt: withdrawn if that was asked, failed if too late, else sent."""
+    intent, attempt = asked.intent, asked.attempt
     withdrawal = intent.withdrawal
     if withdrawal is not None:
         return [EffectIntent.Withdrawn.next(
-            intent, Stamp(now=now, event_id=derived_id("claim-withdrawn", attempt.attempt_id),
-                          causation_id=cause),
-            by=withdrawal.by, why=withdrawal.why,
+            intent, asked.stamp("claim-withdrawn"), by=withdrawal.by, why=withdrawal.why,
         )], _answer(ClaimVerdict.REFUSED, "order.withdrawn",
                     "a withdrawal was requested before the order was sent")
-    if too_late(attempt.deadline_at, now):
+    if too_late(attempt.deadline_at, asked.now):
         return [EffectIntent.AttemptFailedBeforeSend.next(
-            intent, Stamp(now=now, event_id=derived_id("claim-refused", attempt.attempt_id, "expired"),
-                          causation_id=cause),
+            intent, asked.stamp("claim-refused", "expired"),
             attempt_id=attempt.attempt_id, reason="order.expired",
             detail="the attempt's deadline passed before its send boundary",
         )], _answer(ClaimVerdict.REFUSED, "order.expired",
                     "the attempt's deadline passed before its send boundary")
-    return [EffectIntent.AttemptSent.next(
-        intent, Stamp(now=now, event_id=derived_id("claim", attempt.attempt_id, cause), causation_id=cause),
-        attempt_id=attempt.attempt_id, claimant=claim.claimant,
-    )], _answer(ClaimVerdict.CROSSED, not_after=write_by(attempt.deadline_at))
+    return asked.crossed([EffectIntent.AttemptSent.next(
+        intent, asked.stamp("claim", asked.claim.claimant),
+        attempt_id=attempt.attempt_id, claimant=asked.claim.claimant,
+    )])
 
 
 @dataclass(frozen=True)
