@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -55,74 +56,123 @@ def violations(
     withdrawn: set[str] = set()
     finals: dict[str, EffectIntent] = {}
     for intent_id, events in histories.items():
-        versions = [e.originator_version for e in events]
-        if versions != list(range(1, len(events) + 1)):
-            problems.append(f"{intent_id}: versions not gap-free: {versions}")
-        normalized: EffectIntent.CandidateNormalized | None = None
-        allowed_digests: set[str] = set()
-        uncertain = False
-        completed = 0
-        terminal_refusal = False
-        intent_keys: set[str] = set()
-        folded: EffectIntent | None = None
-        foldable = True
-        for e in events:
-            before = folded.state if folded is not None else None
-            if folded is not None and folded.state.terminal and not e.neutral:
-                problems.append(f"{intent_id}: {type(e).__name__} after the terminal state "
-                                f"{folded.state.value} (invariant 6)")
-            if foldable:
-                try:
-                    folded = e.mutate(folded)
-                except (EventSourcingError, AssertionError, KeyError):
-                    # Out of sequence (reported above as not gap-free), or a report of an
-                    # attempt no authorization named (the aggregate cannot fold it).
-                    foldable = False
-            if foldable and folded is not None:
-                view = model_view(folded, None)
-                if view is not None and view.status == "withdrawn":
-                    withdrawn.add(intent_id)
-            if isinstance(e, EffectIntent.ProcessingAbandoned) and before is not None and not (
-                before.terminal or before in MAY_HAVE_BEEN_SENT or before is State.NEEDS_OPERATOR
-            ):
-                terminal_refusal = True  # given up before any order could be out
-            if isinstance(e, EffectIntent.CandidateNormalized):
-                normalized = e
-            elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.ALLOW or isinstance(e, EffectIntent.ReviewApproved):
-                allowed_digests.add(e.digest)
-            elif isinstance(e, (EffectIntent.CandidateRejected, EffectIntent.NormalizationFailed,
-                                EffectIntent.ReviewDenied, EffectIntent.ReviewExpired,
-                                EffectIntent.GateRefused)) or isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.DENY:
-                terminal_refusal = True
-            elif isinstance(e, EffectIntent.ExecutionAuthorized):
-                if normalized is None:
-                    problems.append(f"{intent_id}: authorized without normalization (invariant 1)")
-                elif e.digest != normalized.digest or e.digest not in allowed_digests:
-                    problems.append(f"{intent_id}: authorized digest not allowed/approved (invariant 1)")
-                elif e.contract_revision != normalized.contract_revision:
-                    problems.append(f"{intent_id}: authorized under another mapping revision")
-                if uncertain:
-                    problems.append(f"{intent_id}: new attempt after an unknown outcome (invariant 4)")
-                if terminal_refusal:
-                    problems.append(f"{intent_id}: authorized after a refusal (invariant 5)")
-                intent_keys.add(e.intent_key)
-            elif isinstance(e, EffectIntent.OutcomeUnknown):
-                uncertain = True
-            elif isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.RETRY:
-                uncertain = False  # proven absent, and the contract allows the same intent again
-            elif isinstance(e, EffectIntent.EffectCompleted) or (
-                isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED
-            ):
-                completed += 1
-        if foldable and folded is not None:
-            finals[intent_id] = folded
-        if intent_id in withdrawn and completed:
-            problems.append(f"{intent_id}: told withdrawn, yet the record has its effect (invariant 6)")
-        if completed > 1:
-            problems.append(f"{intent_id}: {completed} completions (invariant 3)")
-        if len(intent_keys) > 1:
-            problems.append(f"{intent_id}: attempts used {len(intent_keys)} keys (invariant 3)")
-        keys[intent_id] = intent_keys
+        trail = _walk(intent_id, events)
+        problems += trail.problems
+        keys[intent_id] = trail.keys
+        if trail.told_withdrawn:
+            withdrawn.add(intent_id)
+        if trail.foldable and trail.folded is not None:
+            finals[intent_id] = trail.folded
+    withdrawn |= {intent_id for intent_id, statuses in (told or {}).items() if "withdrawn" in statuses}
+    problems += _world_writes(ledger, keys, withdrawn)
+    if locks is not None:
+        problems += _stranded(locks, finals)
+    return problems
+
+
+@dataclass
+class _Trail:
+    """What one intent's history has shown so far, its events walked in order, and what it breaks."""
+
+    intent_id: str
+    problems: list[str] = field(default_factory=list)
+    normalized: EffectIntent.CandidateNormalized | None = None
+    allowed_digests: set[str] = field(default_factory=set)
+    #: An outcome is unknown (and not since proven absent): no new attempt may start.
+    uncertain: bool = False
+    completed: int = 0
+    #: Refused (or given up before any order could be out): no authorization may follow.
+    terminal_refusal: bool = False
+    #: The intent keys its attempts used.
+    keys: set[str] = field(default_factory=set)
+    folded: EffectIntent | None = None
+    #: The aggregate could fold every event so far.
+    foldable: bool = True
+    #: The record told the model it was withdrawn at some step.
+    told_withdrawn: bool = False
+
+    def fold(self, e: Event) -> None:
+        """Fold ``e`` into the aggregate: nothing but neutral events after a terminal state."""
+        before = self.folded.state if self.folded is not None else None
+        if self.folded is not None and self.folded.state.terminal and not e.neutral:
+            self.problems.append(f"{self.intent_id}: {type(e).__name__} after the terminal state "
+                                 f"{self.folded.state.value} (invariant 6)")
+        if self.foldable:
+            try:
+                self.folded = e.mutate(self.folded)
+            except (EventSourcingError, AssertionError, KeyError):
+                # Out of sequence (reported above as not gap-free), or a report of an
+                # attempt no authorization named (the aggregate cannot fold it).
+                self.foldable = False
+        if self.foldable and self.folded is not None:
+            view = model_view(self.folded, None)
+            if view is not None and view.status == "withdrawn":
+                self.told_withdrawn = True
+        if isinstance(e, EffectIntent.ProcessingAbandoned) and before is not None and not (
+            before.terminal or before in MAY_HAVE_BEEN_SENT or before is State.NEEDS_OPERATOR
+        ):
+            self.terminal_refusal = True  # given up before any order could be out
+
+    def judge(self, e: Event) -> None:
+        """Note what ``e`` means for the invariants: a digest allowed, a refusal, an authorization, an outcome."""
+        if isinstance(e, EffectIntent.CandidateNormalized):
+            self.normalized = e
+        elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.ALLOW or isinstance(e, EffectIntent.ReviewApproved):
+            self.allowed_digests.add(e.digest)
+        elif isinstance(e, (EffectIntent.CandidateRejected, EffectIntent.NormalizationFailed,
+                            EffectIntent.ReviewDenied, EffectIntent.ReviewExpired,
+                            EffectIntent.GateRefused)) or isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.DENY:
+            self.terminal_refusal = True
+        elif isinstance(e, EffectIntent.ExecutionAuthorized):
+            self.authorized(e)
+        elif isinstance(e, EffectIntent.OutcomeUnknown):
+            self.uncertain = True
+        elif isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.RETRY:
+            self.uncertain = False  # proven absent, and the contract allows the same intent again
+        elif isinstance(e, EffectIntent.EffectCompleted) or (
+            isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED
+        ):
+            self.completed += 1
+
+    def authorized(self, e: EffectIntent.ExecutionAuthorized) -> None:
+        """An authorization must follow a normalization and an allowed digest (1), no unknown
+        outcome (4) and no refusal (5)."""
+        if self.normalized is None:
+            self.problems.append(f"{self.intent_id}: authorized without normalization (invariant 1)")
+        elif e.digest != self.normalized.digest or e.digest not in self.allowed_digests:
+            self.problems.append(f"{self.intent_id}: authorized digest not allowed/approved (invariant 1)")
+        elif e.contract_revision != self.normalized.contract_revision:
+            self.problems.append(f"{self.intent_id}: authorized under another mapping revision")
+        if self.uncertain:
+            self.problems.append(f"{self.intent_id}: new attempt after an unknown outcome (invariant 4)")
+        if self.terminal_refusal:
+            self.problems.append(f"{self.intent_id}: authorized after a refusal (invariant 5)")
+        self.keys.add(e.intent_key)
+
+
+def _walk(intent_id: str, events: Sequence[Event]) -> _Trail:
+    """One intent's history checked event by event, then as a whole (one effect, one key)."""
+    trail = _Trail(intent_id)
+    versions = [e.originator_version for e in events]
+    if versions != list(range(1, len(events) + 1)):
+        trail.problems.append(f"{intent_id}: versions not gap-free: {versions}")
+    for e in events:
+        trail.fold(e)
+        trail.judge(e)
+    if trail.told_withdrawn and trail.completed:
+        trail.problems.append(f"{intent_id}: told withdrawn, yet the record has its effect (invariant 6)")
+    if trail.completed > 1:
+        trail.problems.append(f"{intent_id}: {trail.completed} completions (invariant 3)")
+    if len(trail.keys) > 1:
+        trail.problems.append(f"{intent_id}: attempts used {len(trail.keys)} keys (invariant 3)")
+    return trail
+
+
+def _world_writes(
+    ledger: Sequence[Mapping[str, Any]], keys: Mapping[str, set[str]], withdrawn: set[str],
+) -> list[str]:
+    """The world's writes against the record: each authorized (2), one per intent, none of a withdrawn one (6)."""
+    problems: list[str] = []
     writes: dict[str, int] = defaultdict(int)
     for entry in ledger:
         intent_id = str(entry.get("intent_id", ""))
@@ -132,13 +182,8 @@ def violations(
     for intent_id, n in writes.items():
         if n > 1:
             problems.append(f"{intent_id}: {n} writes in the world for one intent")
-    for intent_id, statuses in (told or {}).items():
-        if "withdrawn" in statuses:
-            withdrawn.add(intent_id)
     for intent_id in sorted(withdrawn & set(writes)):
         problems.append(f"{intent_id}: told withdrawn, yet the world has its effect (invariant 6)")
-    if locks is not None:
-        problems += _stranded(locks, finals)
     return problems
 
 
