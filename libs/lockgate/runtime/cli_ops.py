@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
@@ -96,28 +96,7 @@ async def cmd_status(
     expected = {name: (info.replicas.get(name, 1) if info else 1) for name in names}
     healthy = True
     if info is not None and info.nodes:
-        report = await cluster_report(info.nodes)
-        nodes: list[dict[str, object]] = []
-        for node in report.nodes:
-            healthy = healthy and node.up and node.healthy
-            nodes.append({"node": node.name, "url": node.url, "up": node.up,
-                          "healthy": node.healthy, "meta_leader": node.meta_leader or None})
-        output.rows({"NODE": "node", "URL": "url", "UP": "up", "HEALTHY": "healthy",
-                     "META LEADER": "meta_leader"}, nodes, empty="no cluster node answered")
-        led = {s.stream for s in report.streams}
-        streams: list[dict[str, object]] = []
-        for stream in report.streams:
-            healthy = healthy and all(r.current for r in stream.replicas)
-            streams.append({"stream": stream.stream, "leader": stream.leader,
-                            "messages": stream.messages,
-                            "replicas": [{"name": r.name, "current": r.current, "lag": r.lag}
-                                         for r in stream.replicas]})
-        for leaderless in sorted(set(topology_streams(Partitions(info.event_partitions))) - led):
-            healthy = False
-            streams.append({"stream": leaderless, "leader": None, "problem": "no leader"})
-        output.rows({"STREAM": "stream", "LEADER": "leader", "MESSAGES": "messages",
-                     "REPLICAS": _replicas, "PROBLEM": "problem"}, streams,
-                    empty="no stream answered")
+        healthy = await _show_cluster(info, output)
     try:
         nc = await _connect_once(url, credentials)
     except ConnectionError as exc:
@@ -128,22 +107,8 @@ async def cmd_status(
     finally:
         with contextlib.suppress(NatsError, OSError):
             await nc.close()
-    lines: list[dict[str, object]] = []
-    for name in names:
-        got = sorted(answers[name], key=lambda a: str(a.get("instance") or a.get("pid")))
-        shown: list[Status | None] = [*got, *([None] * max(0, expected[name] - len(got)))]
-        for replica, answer in enumerate(shown, start=1):
-            why = problem(answer)
-            healthy = healthy and why is None
-            pid = answer.get("pid") if answer is not None else None
-            line: dict[str, object] = {"service": name, "ok": why is None, "pid": pid}
-            if expected[name] > 1:
-                line["replica"] = replica
-            if answer is not None and answer.get("metrics"):
-                line["metrics"] = answer["metrics"]
-            if why is not None:
-                line["problem"] = why
-            lines.append(line)
+    lines = _process_lines(names, expected, answers)
+    healthy = healthy and all(line["ok"] for line in lines)
     columns: dict[str, str] = {"SERVICE": "service", "OK": "ok", "PID": "pid"}
     if any("replica" in line for line in lines):
         columns = {"SERVICE": "service", "REPLICA": "replica", "OK": "ok", "PID": "pid"}
@@ -153,6 +118,53 @@ async def cmd_status(
                 f"not healthy: {len(unwell)} of {len(lines)} processes not well"
                 if unwell else "not healthy: the cluster's nodes or streams are not well")
     return 0 if healthy else 1
+
+
+async def _show_cluster(info: RunInfo, output: Output) -> bool:
+    """Show a local cluster's nodes, then its streams; whether every node is up and healthy and
+    every stream the topology makes is led, with current replicas."""
+    report = await cluster_report(info.nodes)
+    nodes = [{"node": node.name, "url": node.url, "up": node.up, "healthy": node.healthy,
+              "meta_leader": node.meta_leader or None} for node in report.nodes]
+    output.rows({"NODE": "node", "URL": "url", "UP": "up", "HEALTHY": "healthy",
+                 "META LEADER": "meta_leader"}, nodes, empty="no cluster node answered")
+    streams: list[dict[str, object]] = [
+        {"stream": stream.stream, "leader": stream.leader, "messages": stream.messages,
+         "replicas": [{"name": r.name, "current": r.current, "lag": r.lag} for r in stream.replicas]}
+        for stream in report.streams
+    ]
+    led = {s.stream for s in report.streams}
+    leaderless = sorted(set(topology_streams(Partitions(info.event_partitions))) - led)
+    streams += [{"stream": stream, "leader": None, "problem": "no leader"} for stream in leaderless]
+    output.rows({"STREAM": "stream", "LEADER": "leader", "MESSAGES": "messages",
+                 "REPLICAS": _replicas, "PROBLEM": "problem"}, streams,
+                empty="no stream answered")
+    return (all(node.up and node.healthy for node in report.nodes)
+            and all(r.current for stream in report.streams for r in stream.replicas)
+            and not leaderless)
+
+
+def _process_lines(
+    names: Sequence[str], expected: Mapping[str, int], answers: Mapping[str, list[Status]],
+) -> list[dict[str, object]]:
+    """One line per replica of each process, in the order they answered; a replica that did not
+    answer is a line too, with its problem."""
+    lines: list[dict[str, object]] = []
+    for name in names:
+        got = sorted(answers[name], key=lambda a: str(a.get("instance") or a.get("pid")))
+        shown: list[Status | None] = [*got, *([None] * max(0, expected[name] - len(got)))]
+        for replica, answer in enumerate(shown, start=1):
+            why = problem(answer)
+            pid = answer.get("pid") if answer is not None else None
+            line: dict[str, object] = {"service": name, "ok": why is None, "pid": pid}
+            if expected[name] > 1:
+                line["replica"] = replica
+            if answer is not None and answer.get("metrics"):
+                line["metrics"] = answer["metrics"]
+            if why is not None:
+                line["problem"] = why
+            lines.append(line)
+    return lines
 
 
 def _replicas(stream: Mapping[str, Any]) -> str:
