@@ -109,6 +109,16 @@ def test_an_executed_intent_is_one_row_and_its_whole_timeline_in_order(views: Vi
     assert views.max_tracking_id(SOURCE) == 100 + len(h.events)
 
 
+def test_the_timeline_is_each_events_own_fields_read_out_of_the_record(views: Views) -> None:
+    h = Feed(views).history(executed())
+    timeline = views.timeline(h.intent_id)
+    assert [(t.sequence, t.version, t.event_type) for t in timeline] == [
+        (e.sequence, e.version, e.event_type) for e in views.events_of(h.intent_id)]
+    assert timeline[0].data["arguments"] == {"note": "hello"}
+    assert timeline[-1].data["result"] == {"note_id": "n1"}
+    assert views.timeline("no-such-intent") == []
+
+
 def test_an_event_handed_over_twice_changes_nothing(views: Views) -> None:
     feed = Feed(views)
     h = History().normalized()

@@ -8,6 +8,8 @@ says exactly what the record says.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import msgspec
@@ -39,6 +41,34 @@ def recorded(row: EventRow) -> RecordedEvent:
     return RecordedEvent(tenant=row.tenant, intent_id=row.intent_id, version=row.version,
                          event_type=row.event_type, event_id=row.event_id,
                          data=row.data.encode(), sequence=row.sequence)
+
+
+class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of an intent's timeline, with its fields read out of the stored JSON."""
+
+    sequence: int
+    version: int
+    event_type: str
+    recorded_at: str
+    data: dict[str, object]
+    """The event's own fields as recorded (model and adapter text among them: untrusted);
+    empty when the stored text is not a JSON object."""
+
+
+def timeline_row(row: EventRow) -> TimelineRow:
+    """The timeline's entry for an event row: its fields, out of their versioned envelope."""
+    return TimelineRow(sequence=row.sequence, version=row.version, event_type=row.event_type,
+                       recorded_at=row.recorded_at, data=_fields_of(row.data))
+
+
+def _fields_of(text: str) -> dict[str, object]:
+    # json, not msgspec: the record is shown exactly as stored, whatever its numbers.
+    try:
+        envelope = json.loads(text)
+    except ValueError:
+        return {}
+    inner = envelope.get("data", envelope) if isinstance(envelope, dict) else {}
+    return inner if isinstance(inner, dict) else {}
 
 
 class IntentRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +134,41 @@ class ReviewRow(msgspec.Struct, frozen=True, kw_only=True):
     recovery: tuple[str, ...] = ()
     #: The candidate a reviewer's edit made instead (status ``edited``).
     edited_into: str | None = None
+
+
+class ReviewEvidence(msgspec.Struct, frozen=True, kw_only=True):
+    """What a reviewer may open behind a review: the arguments as the model proposed them and
+    as normalized (the digest covers those), the resource, and policy's reasons."""
+
+    arguments: dict[str, object]
+    proposed_arguments: dict[str, object]
+    resource: dict[str, str]
+    destination: str
+    effect_class: str
+    policy_reasons: tuple[str, ...]
+
+
+def review_evidence(timeline: Sequence[TimelineRow], intent: IntentRow) -> ReviewEvidence:
+    """The evidence behind ``intent``'s review, from its timeline (each event type's latest).
+
+    Before a normalization the intent's own destination and effect class stand in.
+    """
+    latest = {row.event_type: row.data for row in timeline}
+    normalized = latest.get("CandidateNormalized", {})
+    reasons = latest.get("PolicyDecided", {}).get("reasons")
+    return ReviewEvidence(
+        arguments=_mapping(normalized.get("arguments")),
+        proposed_arguments=_mapping(latest.get("CandidateReceived", {}).get("arguments")),
+        resource={str(k): str(v) for k, v in _mapping(normalized.get("resource")).items()},
+        destination=str(normalized.get("destination", intent.destination)),
+        effect_class=str(normalized.get("effect_class", intent.effect_class)),
+        policy_reasons=tuple(r for r in reasons if isinstance(r, str))
+        if isinstance(reasons, list) else (),
+    )
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
 
 
 class BudgetUse(msgspec.Struct, frozen=True, kw_only=True):

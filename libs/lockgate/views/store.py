@@ -40,6 +40,8 @@ from lockgate.views.rows import (
     IntentRow,
     ReviewRow,
     RunRow,
+    TimelineRow,
+    timeline_row,
 )
 
 #: The tracking's application name: the position tracked is in the events stream. A
@@ -155,6 +157,9 @@ class Views(Protocol):
 
     def events_of(self, intent_id: str) -> list[EventRow]:
         """Every event of one intent, in order (its timeline)."""
+
+    def timeline(self, intent_id: str) -> list[TimelineRow]:
+        """Every event of one intent, in order, its fields read out of the stored JSON."""
 
     def intent(self, intent_id: str) -> IntentRow | None:
         """One intent's row."""
@@ -312,6 +317,9 @@ class _SQLViews:
     def events_of(self, intent_id: str) -> list[EventRow]:
         return self._rows(EventRow, "SELECT * FROM lg_events WHERE intent_id = ? ORDER BY version",
                           (intent_id,))
+
+    def timeline(self, intent_id: str) -> list[TimelineRow]:
+        return [timeline_row(row) for row in self.events_of(intent_id)]
 
     def intent(self, intent_id: str) -> IntentRow | None:
         rows = self._rows(IntentRow, "SELECT * FROM lg_intents WHERE intent_id = ?", (intent_id,))
