@@ -25,8 +25,9 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from lockgate.client.tokens import ConsoleInfo, ConsoleSettings, token_key, write_console_info
-from lockgate.console.api import Console, create_app
+from lockgate.console.api import create_app
 from lockgate.console.people import People, people_of
+from lockgate.console.running import Console
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
 from lockgate.runtime import metrics

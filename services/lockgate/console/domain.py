@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockgate.intent.aggregate import State
+from lockgate.views.rows import IntentRow, ReviewRow
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,13 @@ def event_words(event_type: str, data: Mapping[str, object] | None = None) -> st
         return f"{words}: {data['finding']}, then {data.get('resolution', '?')} (by {data.get('by', '?')})"
     who = data.get("reviewer") or data.get("by")
     return f"{words} (by {who})" if who else words
+
+
+def decidable(review: ReviewRow, intent: IntentRow, *, now: str) -> bool:
+    """Whether a person may still decide ``review``: it waits, has not expired at ``now``
+    (the views' time format, which sorts as text), and is the one ``intent`` awaits."""
+    return (review.status == "waiting" and intent.state == State.AWAITING_APPROVAL
+            and intent.review_id == review.review_id and now < review.expires_at)
 
 
 class Forbidden(Exception):
