@@ -153,6 +153,41 @@ def _answers(response: ModelResponse, digest: str) -> bool:
     return response.candidate_digest is None or response.candidate_digest == digest
 
 
+def _pause_after(soon_s: float, *, woke: bool) -> float:
+    """How soon to ask the stream again (0: the usual second): sooner after a wake-up the
+    stream did not show yet, doubling while it still does not, up to ``WAKE_RETRY_S``'s second."""
+    first, last = WAKE_RETRY_S
+    if woke:  # woken, and the stream did not show it: ask again soon
+        return first if soon_s == 0.0 else min(2 * soon_s, last)
+    if soon_s:  # still not there: a little later, until the pause is the usual
+        return 0.0 if soon_s >= last else min(2 * soon_s, last)
+    return soon_s
+
+
+async def _woken(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``event``; whether it was set. Cleared either way."""
+    woke = False
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
+        woke = True
+    event.clear()
+    return woke
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A proposed call as its response is looked for: its digest, and the two intents that may answer."""
+
+    tenant: str
+    run_id: str
+    call_id: str
+    digest: str
+    #: The call id's own intent: it answers if it recorded these bytes.
+    own: str
+    #: The intent a call id reused with other bytes is refused on.
+    reuse: str
+
+
 #: The broker's notice that it dropped a message this connection's user may not publish.
 _PUBLISH_DENIED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
 
@@ -682,8 +717,33 @@ class Gateway:
         return response if response.candidate_id == candidate_id else None
 
     async def _propose(self, tenant: str, candidate: Candidate, timeout_s: float) -> ModelResponse:
+        """Publish ``candidate`` and wait (at most ``timeout_s``) for the response intake records for it."""
+        body = self._encoded(candidate)
         run_id, call_id = candidate.run_id, candidate.call_id
-        if not is_subject_token(call_id):
+        digest = call_digest(call_id=call_id, tool=candidate.tool, arguments=candidate.arguments,
+                             assembly_failure=candidate.assembly_failure)
+        call = _Call(tenant=tenant, run_id=run_id, call_id=call_id, digest=digest,
+                     own=intent_id_for(tenant, run_id, call_id),
+                     reuse=reused_call_id_intent(tenant, run_id, call_id, digest))
+        # A message on either response subject is only a wake-up: anybody at the edge can
+        # have a reply delivered there, so what the model sees is read from the stream,
+        # which only intake writes.
+        woken = asyncio.Event()
+        watched = (response_subject(tenant, run_id, call.own), response_subject(tenant, run_id, call.reuse))
+        await self._wakeups.watch(tenant, run_id, watched, woken)
+        try:
+            deadline = asyncio.get_running_loop().time() + timeout_s
+            # The message id names the bytes: a repeat of the same call is deduplicated by
+            # the stream, a call id reused with other bytes reaches intake to be refused.
+            repeated = await self._publish_candidate(propose_subject(tenant, run_id), body,
+                                                     f"{run_id}.{call_id}.{digest[7:23]}", deadline)
+            return await self._response(call, woken, repeated=repeated, deadline=deadline, timeout_s=timeout_s)
+        finally:
+            self._wakeups.unwatch(watched, woken)
+
+    def _encoded(self, candidate: Candidate) -> bytes:
+        """The candidate's bytes, refused here when intake would not read them or they are too large."""
+        if not is_subject_token(candidate.call_id):
             raise Refused("candidate.malformed", "call ids must be [A-Za-z0-9_-]{1,64}")
         try:
             body = _candidate_encoder.encode(candidate)
@@ -701,68 +761,52 @@ class Gateway:
         if len(body) > limit:
             raise CandidateTooLarge(f"{len(body)} bytes exceed the {limit} a candidate may have",
                                     code="candidate.too-large")
-        digest = call_digest(call_id=call_id, tool=candidate.tool, arguments=candidate.arguments,
-                             assembly_failure=candidate.assembly_failure)
-        own = intent_id_for(tenant, run_id, call_id)
-        reuse = reused_call_id_intent(tenant, run_id, call_id, digest)
-        # A message on either response subject is only a wake-up: anybody at the edge can
-        # have a reply delivered there, so what the model sees is read from the stream,
-        # which only intake writes.
-        woken = asyncio.Event()
-        watched = (response_subject(tenant, run_id, own), response_subject(tenant, run_id, reuse))
-        await self._wakeups.watch(tenant, run_id, watched, woken)
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout_s
-            # The message id names the bytes: a repeat of the same call is deduplicated by
-            # the stream, a call id reused with other bytes reaches intake to be refused.
-            repeated = await self._publish_candidate(propose_subject(tenant, run_id), body,
-                                                     f"{run_id}.{call_id}.{digest[7:23]}", deadline)
-            # The call id's own intent answers this call only if it recorded these bytes;
-            # otherwise the refusal comes on the reused call's intent.
-            other_bytes = False
-            ask_stream = repeated
-            woke = False
-            # After a wake-up the stream is asked again soon, and sooner than the second
-            # it waits otherwise: on a replicated stream the replica that answers a direct
-            # get may not hold the response it woke for yet (a few milliseconds behind).
-            soon_s = 0.0
-            while True:
-                # A repeated call was deduplicated: its response may already exist. And a
-                # response published while this connection was reconnecting (or a repeat
-                # after the stream's duplicate window, which intake answers with nothing new)
-                # is only in the stream, so the stream is asked every second while waiting.
-                # A new call's answer is on its way to the subscriptions: no need to ask.
-                try:
-                    if ask_stream and not other_bytes:
-                        earlier = await self._latest(tenant, run_id, own)
-                        if earlier is not None and _answers(earlier, digest):
-                            return earlier
-                        other_bytes = earlier is not None
-                    if ask_stream and other_bytes:
-                        refusal = await self._latest(tenant, run_id, reuse)
-                        if refusal is not None:
-                            return refusal
-                except (NatsError, TimeoutError):
-                    pass  # the connection is reconnecting; keep waiting
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise ResponseTimeout(
-                        f"no response to {call_id} within {timeout_s}s", code="response.timeout"
-                    )
-                first, last = WAKE_RETRY_S
-                if woke:  # woken, and the stream did not show it: ask again soon
-                    soon_s = first if soon_s == 0.0 else min(2 * soon_s, last)
-                elif soon_s:  # still not there: a little later, until the pause is the usual
-                    soon_s = 0.0 if soon_s >= last else min(2 * soon_s, last)
-                woke = False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(remaining, soon_s or 1.0))
-                    woke = True
-                woken.clear()
-                ask_stream = True
-        finally:
-            self._wakeups.unwatch(watched, woken)
+        return body
+
+    async def _response(
+        self, call: _Call, woken: asyncio.Event, *, repeated: bool, deadline: float, timeout_s: float,
+    ) -> ModelResponse:
+        """The call's response, read from the stream whenever ``woken`` is set and every second.
+
+        Raises:
+            ResponseTimeout: none by ``deadline``.
+        """
+        loop = asyncio.get_running_loop()
+        # The call id's own intent answers this call only if it recorded these bytes;
+        # otherwise the refusal comes on the reused call's intent.
+        other_bytes = False
+        ask_stream = repeated
+        woke = False
+        # After a wake-up the stream is asked again soon, and sooner than the second
+        # it waits otherwise: on a replicated stream the replica that answers a direct
+        # get may not hold the response it woke for yet (a few milliseconds behind).
+        soon_s = 0.0
+        while True:
+            # A repeated call was deduplicated: its response may already exist. And a
+            # response published while this connection was reconnecting (or a repeat
+            # after the stream's duplicate window, which intake answers with nothing new)
+            # is only in the stream, so the stream is asked every second while waiting.
+            # A new call's answer is on its way to the subscriptions: no need to ask.
+            try:
+                if ask_stream and not other_bytes:
+                    earlier = await self._latest(call.tenant, call.run_id, call.own)
+                    if earlier is not None and _answers(earlier, call.digest):
+                        return earlier
+                    other_bytes = earlier is not None
+                if ask_stream and other_bytes:
+                    refusal = await self._latest(call.tenant, call.run_id, call.reuse)
+                    if refusal is not None:
+                        return refusal
+            except (NatsError, TimeoutError):
+                pass  # the connection is reconnecting; keep waiting
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise ResponseTimeout(
+                    f"no response to {call.call_id} within {timeout_s}s", code="response.timeout"
+                )
+            soon_s = _pause_after(soon_s, woke=woke)
+            woke = await _woken(woken, min(remaining, soon_s or 1.0))
+            ask_stream = True
 
     async def _publish_candidate(self, subject: str, body: bytes, msg_id: str, deadline: float) -> bool:
         """Publish until the stream acknowledges; True when it already held these bytes.
