@@ -465,7 +465,7 @@ async def test_a_run_whose_broker_lost_the_default_port_to_another_takes_a_free_
 ) -> None:
     """Two runs start together and both find the default port free: the one whose server
     loses the bind must not take the other's server (its users are not this run's) for its own."""
-    from lockgate.runtime import supervisor
+    from lockgate.runtime.supervisor import broker as supervisor
 
     other = NatsServer(store_dir=tmp_path / "other", port=free_port(), config_text="server_name: other-run")
     other.start()
