@@ -924,6 +924,11 @@ class EffectIntent(Aggregate):
         follows: str = "",
         follows_how: str = "",
     ) -> None:
+        """A new intent, as its first event (received, or rejected by intake) states it.
+
+        ``_create`` passes the event's fields this signature names (one added later needs a
+        default, or old events would not load); what later events fill in starts empty.
+        """
         # The raw text and the provider's item stay in the event (evidence an operator
         # reads there); the intent keeps what decisions and views use.
         del raw_arguments, provider_item
@@ -943,14 +948,24 @@ class EffectIntent(Aggregate):
         #: The intent this candidate corrects or follows, and how the link was made.
         self.follows = follows
         self.follows_how = follows_how
+        self.state = State.REJECTED if reason else State.PROPOSED
+        self.reason = reason
+        self.field = field
+        self.candidate_digest = candidate_digest
+        #: In-flight keys intake holds for this intent (``LG_BUDGETS``).
+        self.intake_holds: list[str] = list(holds)
+        self.retry_after_s = retry_after_s
+        self._init_interpretation()
+        self._init_execution()
+        self._init_upkeep()
+
+    def _init_interpretation(self) -> None:
+        """What normalization, policy and review fill in: nothing yet."""
         #: Its place in the lineage, once normalization compared it with its predecessor.
         self.lineage = ""
         self.lineage_root = ""
         self.lineage_denials = 0
         self.predecessor_denied = False
-        self.state = State.REJECTED if reason else State.PROPOSED
-        self.reason = reason
-        self.field = field
         self.normalized_arguments: dict[str, Any] = {}
         #: The facts answered with the normalization, and when it was recorded.
         self.normalized_facts: dict[str, str | int | bool] | None = None
@@ -969,6 +984,11 @@ class EffectIntent(Aggregate):
         #: The candidate a reviewer's edit made of this one, instead of running it.
         self.edited_into: str | None = None
         self.approval_digest: str | None = None
+        #: Reviewers whose approval policy refused, with the reason (this review).
+        self.refused_approvals: dict[str, str] = {}
+
+    def _init_execution(self) -> None:
+        """What the gate, the adapters' reports, withdrawal and reconciliation fill in: nothing yet."""
         self.intent_key: str | None = None
         self.attempts: list[Attempt] = []
         self.receipt: dict[str, str] = {}
@@ -981,14 +1001,11 @@ class EffectIntent(Aggregate):
         self.refused_reports: set[tuple[str, ReportStage, str]] = set()
         self.paused_at: datetime | None = None
         self.reservations: list[str] = []
-        #: Reviewers whose approval policy refused, with the reason (this review).
-        self.refused_approvals: dict[str, str] = {}
+
+    def _init_upkeep(self) -> None:
+        """What the record's upkeep notes: ignored events, abandoned messages, archival; nothing yet."""
         #: Events stored after the intent became terminal, which changed nothing.
         self.ignored: list[str] = []
-        self.candidate_digest = candidate_digest
-        #: In-flight keys intake holds for this intent (``LG_BUDGETS``).
-        self.intake_holds: list[str] = list(holds)
-        self.retry_after_s = retry_after_s
         #: ``durable:trigger`` of every message a consumer gave up on.
         self.abandoned: list[str] = []
         #: Its events before ``IntentArchived`` left the hot store (the views keep them).
