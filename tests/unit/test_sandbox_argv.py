@@ -149,3 +149,24 @@ async def test_the_status_pipe_is_closed_when_the_start_fails(
 
     with pytest.raises(OSError):
         os.fstat(int(_status_fd(started)))
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_a_layout_that_fails_leaves_no_pipe_open(
+    started: Started, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both ends of the status pipe are closed when the sandbox cannot even be laid out."""
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+
+    def failing_layout(*args: Any) -> Any:
+        raise OSError("no room to lay it out")
+
+    monkeypatch.setattr(sandbox, "_layout", failing_layout)
+    before = _open_fds()
+    with pytest.raises(SandboxUnavailable, match="no room to lay it out"):
+        await run_sandboxed(ARGV, tmp_path, SETTINGS, env=ENV)
+    assert _open_fds() == before
+    assert started.argv == []  # nothing was started

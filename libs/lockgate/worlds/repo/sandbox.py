@@ -513,17 +513,21 @@ async def run_sandboxed(
     environment = {**BASE_ENV, "PYTHONPATH": SITE, **(env or {})}
     stage = Path(tempfile.mkdtemp(prefix="lockgate-stage-")) if tools.as_root else None
     status_r, status_w = os.pipe()
+    handed = False  # the write end goes to _start, which closes it, started or not
     started = time.monotonic()
     try:
         layout = _lay_out(settings, cwd, stage)
         guard = [exe, "-I", "-S", "-c", _GUARD, str(status_w),
                  json.dumps(_guard_spec(tools, settings, layout, environment)), *command]
         wrap = _command_line(tools, settings, layout, environment, guard)
+        handed = True
         proc = await _start(wrap, status_w, tools.bwrap)
         finished = await _wait(proc, settings)
         duration_ms = int((time.monotonic() - started) * 1000)
         report = _status(status_r)
     finally:
+        if not handed:
+            os.close(status_w)
         os.close(status_r)
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
