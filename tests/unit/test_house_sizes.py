@@ -81,12 +81,12 @@ def _over(lengths: dict[str, int], bar: int, listed: dict[str, int]) -> list[str
         elif allowed is not None and length > allowed:
             problems.append(f"{name}: {length} lines, grown past the {allowed} it is listed with")
     for name, allowed in sorted(listed.items()):
-        length = lengths.get(name)
-        if length is None or length <= bar:
-            problems.append(f"{name}: listed at {allowed} lines but now {length or 'gone'}; "
+        now = lengths.get(name)
+        if now is None or now <= bar:
+            problems.append(f"{name}: listed at {allowed} lines but now {now or 'gone'}; "
                             "take it off the list")
-        elif length < allowed:
-            problems.append(f"{name}: listed at {allowed} lines but now {length}; list it at {length}")
+        elif now < allowed:
+            problems.append(f"{name}: listed at {allowed} lines but now {now}; list it at {now}")
     return problems
 
 
