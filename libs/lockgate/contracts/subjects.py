@@ -21,6 +21,7 @@ subject and never from the payload.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, NamedTuple
 
 from lockgate.core.ids import is_capability_name, is_subject_token
@@ -123,14 +124,19 @@ class Family:
         if len({p.name for p in self.params}) != len(self.params):
             raise ValueError(f"{self.address()}: a parameter is named twice")
 
-    @property
+    @cached_property
     def params(self) -> tuple[Param, ...]:
         """The named positions, in order."""
         return tuple(t for t in self.tokens if isinstance(t, Param))
 
+    @cached_property
+    def _names(self) -> frozenset[str]:
+        return frozenset(p.name for p in self.params)
+
     def _known(self, values: dict[str, str]) -> None:
-        unknown = set(values) - {p.name for p in self.params}
-        if unknown:
+        # Kept cheap: subjects are built on every message of the hot path.
+        if not values.keys() <= self._names:
+            unknown = set(values) - self._names
             raise ValueError(f"{self.address()} has no parameter {sorted(unknown)}")
 
     def subject(self, **values: str) -> str:
