@@ -51,15 +51,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import importlib.metadata
 import json
 import os
-import re
 import shutil
 import signal
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -67,177 +63,48 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockgate.core.errors import LockgateError
+from lockgate.worlds.repo.sandbox_guard import GUARD as _GUARD
+from lockgate.worlds.repo.sandbox_guard import STAGER as _STAGER
+from lockgate.worlds.repo.sandbox_layout import Layout, interpreter_of, make_readable, runner_files
 
-UNAVAILABLE = "sandbox.unavailable"
-NETWORK_SHARED = "sandbox.network-shared"
-NOT_CONTAINED = "sandbox.not-contained"
-#: Every reason code this module produces.
-REASONS: tuple[str, ...] = (UNAVAILABLE, NETWORK_SHARED, NOT_CONTAINED)
+# Looked up here on every run, so what a run laid out can be recorded by replacing it.
+from lockgate.worlds.repo.sandbox_layout import layout as _layout
+from lockgate.worlds.repo.sandbox_settings import (
+    BASE_ENV,
+    LIMIT_NAMES,
+    NETWORK_SHARED,
+    NOT_CONTAINED,
+    REASONS,
+    SANDBOX_UID,
+    SITE,
+    SOURCE,
+    UNAVAILABLE,
+    WORK,
+    SandboxSettings,
+    SandboxUnavailable,
+    limits_of,
+)
 
-#: The whole environment a command starts with (the caller may add names of its own).
-BASE_ENV: dict[str, str] = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONHASHSEED": "0",
-    "PYTHONNOUSERSITE": "1",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-}
-#: Where things are inside the sandbox.
-SITE = "/sandbox/site"
-SOURCE = "/sandbox/src"
-WORK = "/sandbox/work"
-SANDBOX_UID = 65534
+__all__ = [
+    "BASE_ENV",
+    "NETWORK_SHARED",
+    "NOT_CONTAINED",
+    "REASONS",
+    "SANDBOX_UID",
+    "SITE",
+    "SOURCE",
+    "UNAVAILABLE",
+    "WORK",
+    "SandboxOutcome",
+    "SandboxSettings",
+    "SandboxUnavailable",
+    "interpreter_of",
+    "limits_of",
+    "run_sandboxed",
+    "runner_files",
+]
+
 _CHUNK = 65536
-_TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-
-# Runs inside the sandbox, as the sandbox's user, before the command: argv = status fd,
-# the checks as JSON, the command. Only the standard library, no site packages.
-_GUARD = r"""
-import ctypes, errno, json, os, resource, shutil, socket, sys
-fd, spec, argv = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:]
-failed, facts = [], {}
-
-def check(name, ok, fact):
-    facts[name] = fact
-    if not ok:
-        failed.append(name)
-
-def refuses_write(path):
-    try:
-        probe = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600) if os.path.isdir(os.path.dirname(path)) else None
-    except OSError as exc:
-        return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT)
-    if probe is None:
-        return True
-    os.close(probe)
-    os.unlink(path)
-    return False
-
-def opens_for_write(path):
-    try:
-        os.close(os.open(path, os.O_WRONLY))
-    except OSError:
-        return False
-    return True
-
-try:
-    shutil.copytree(spec["source"], spec["work"], symlinks=True, dirs_exist_ok=True)
-    copied = True
-except OSError as exc:
-    copied = False
-    facts["copy_error"] = "%s: %s" % (type(exc).__name__, exc.strerror or exc)
-check("workspace", copied, spec["work"])
-
-ns = {kind: os.readlink("/proc/self/ns/" + kind) for kind in ("net", "pid", "mnt", "user", "ipc", "uts")}
-for kind, own in ns.items():
-    check(kind + "_namespace", own != spec["parent"].get(kind), own)
-names = sorted(name for _, name in socket.if_nameindex())
-check("network", ns["net"] != spec["parent"]["net"] and names == ["lo"], ",".join(names))
-pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-check("processes_visible", len(pids) <= 3, len(pids))
-status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
-caps = {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
-check("user", os.getuid() == os.geteuid() == spec["uid"] and os.getgid() == spec["uid"] and os.getuid() != 0,
-      os.getuid())
-check("capabilities", not any(caps.values()) and status.get("NoNewPrivs", "").strip() == "1",
-      "none" if not any(caps.values()) else repr(caps))
-try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    made = libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
-except (OSError, AttributeError):
-    made = True
-check("user_namespaces", not made, "made" if made else "disabled")
-check("proc_sys", not any(opens_for_write(p) for p in spec["sysctls"]), "read-only")
-check("hidden", not [p for p in spec["hidden"] if os.path.lexists(p)],
-      [p for p in spec["hidden"] if os.path.lexists(p)])
-probe = ".lockgate-probe-%d" % os.getpid()
-check("read_only", all(refuses_write(os.path.join(root, probe)) for root in spec["readonly"]),
-      len(spec["readonly"]))
-# bubblewrap names the directory it started in (PWD); nothing else may be there.
-seen = sorted(name for name in os.environ if name != "PWD")
-check("environment", seen == sorted(spec["env"]), seen)
-limits = spec["limits"]
-for name, value in limits.items():
-    which = getattr(resource, name)
-    try:
-        resource.setrlimit(which, (value, value))
-    except (OSError, ValueError) as exc:
-        facts["limit_error_" + name] = str(exc)
-    check(name, resource.getrlimit(which) == (value, value), value)
-verdict = "ok" if not failed else "refused"
-os.write(fd, json.dumps({"verdict": verdict, "failed": failed, "facts": facts}).encode())
-os.close(fd)
-if verdict != "ok":
-    os._exit(97)
-os.chdir(spec["cwd"])
-os.environ["PWD"] = spec["cwd"]
-try:
-    os.execvp(argv[0], argv)
-except OSError as exc:
-    sys.stderr.write("sandbox: cannot run %s: %s\n" % (argv[0], exc.strerror))
-    os._exit(127)
-"""
-
-# Runs as root outside the sandbox, in a private mount namespace of its own: binds each
-# source read-only onto its staging place, drops to the host user, and becomes bubblewrap.
-_STAGER = r"""
-import ctypes, json, os, sys
-spec, argv = json.loads(sys.argv[1]), sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
-for source, target in spec["binds"]:
-    for flags in (MS_BIND | MS_REC, MS_BIND | MS_REMOUNT | MS_RDONLY):
-        if libc.mount(source.encode(), target.encode(), None, flags, None) != 0:
-            err = ctypes.get_errno()
-            sys.stderr.write("sandbox: cannot stage %s: %s\n" % (source, os.strerror(err)))
-            os._exit(96)
-os.setgroups([])
-os.setresgid(spec["uid"], spec["uid"], spec["uid"])
-os.setresuid(spec["uid"], spec["uid"], spec["uid"])
-os.execv(argv[0], argv)
-"""
-
-
-class SandboxUnavailable(LockgateError):
-    """The sandbox could not be made (or was not what it must be): nothing ran."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail, code=reason)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class SandboxSettings:
-    """How commands are confined: the tools, the limits, the runner's packages and what stays hidden."""
-
-    bwrap: str = "bwrap"
-    #: Makes the staging mount namespace when the adapter runs as root.
-    unshare: str = "unshare"
-    timeout_s: float = 10.0
-    output_max_bytes: int = 8192
-    #: CPU seconds per process (``RLIMIT_CPU``).
-    cpu_s: int = 10
-    #: Address space per process (``RLIMIT_AS``).
-    memory_bytes: int = 1 << 30
-    #: Processes of the sandbox's user (``RLIMIT_NPROC``).
-    processes: int = 64
-    #: Open files per process (``RLIMIT_NOFILE``).
-    open_files: int = 256
-    #: The largest file it may write (``RLIMIT_FSIZE``), and each tmpfs's size.
-    workspace_bytes: int = 64 << 20
-    #: The host user the command runs as when the adapter is root.
-    host_uid: int = SANDBOX_UID
-    #: The test runner's distributions, bound read-only (with what they require).
-    runner_packages: tuple[str, ...] = ("pytest",)
-    #: Host paths that must not exist inside (checked from inside).
-    hidden: tuple[str, ...] = ()
-    #: The interpreter that runs Python inside (default: this process's base interpreter).
-    interpreter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -283,184 +150,6 @@ class SandboxOutcome:
             "output_bytes": self.output_bytes,
             "output_truncated": self.output_truncated,
         }
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """What the sandbox holds: bubblewrap's arguments, the binds to stage, the guard's checks."""
-
-    args: list[str]
-    binds: list[tuple[str, str]]
-    visible: tuple[str, ...]
-    readonly: tuple[str, ...]
-
-
-def interpreter_of(settings: SandboxSettings) -> tuple[str, str]:
-    """The interpreter that runs inside, and the installation it needs (both real paths)."""
-    if settings.interpreter:
-        exe = os.path.realpath(settings.interpreter)
-        return exe, os.path.dirname(os.path.dirname(exe))
-    exe = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    return exe, os.path.realpath(sys.base_prefix)
-
-
-_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def runner_files(packages: Sequence[str]) -> dict[str, str]:
-    """The top-level files and folders of ``packages`` and what they require: name → host path.
-
-    Resolved once per package set in a process (the installation does not change under it).
-
-    Raises:
-        SandboxUnavailable: a package (or a requirement without a marker) is not installed.
-    """
-    return dict(_runner_files(tuple(packages)))
-
-
-@functools.lru_cache(maxsize=8)
-def _runner_files(packages: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    found: dict[str, str] = {}
-    seen: set[str] = set()
-    todo = [(name, False) for name in packages]
-    while todo:
-        name, optional = todo.pop()
-        key = name.lower().replace("_", "-")
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError as exc:
-            if optional:
-                continue
-            raise SandboxUnavailable(UNAVAILABLE, f"the test runner's package {name!r} is not installed") from exc
-        for requirement in dist.requires or ():
-            if "extra ==" in requirement:
-                continue
-            if match := _REQUIREMENT.match(requirement):
-                todo.append((match.group(1), ";" in requirement))
-        for file in dist.files or ():
-            top = file.parts[0]
-            if top in ("..", "__pycache__") or top.endswith(".pth"):
-                continue
-            found.setdefault(top, os.path.realpath(str(dist.locate_file(top))))
-    return tuple(sorted(found.items()))
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _layout(settings: SandboxSettings, checkout: Path, stage: Path | None) -> _Layout:
-    """Bubblewrap's arguments for one run; with ``stage``, sources come from staging places."""
-    exe, prefix = interpreter_of(settings)
-    binds: list[tuple[str, str]] = []
-
-    def source(host: str) -> str:
-        if stage is None:
-            return host
-        place = stage / str(len(binds))
-        if os.path.isdir(host):
-            place.mkdir()
-        else:
-            place.touch()
-        binds.append((host, str(place)))
-        return str(place)
-
-    args = ["--ro-bind", source("/usr"), "/usr"]
-    visible = ["/usr"]
-    readonly = ["/usr"]
-    for top in _TOP_LEVEL:
-        host = "/" + top
-        if os.path.islink(host):
-            args += ["--symlink", os.readlink(host), host]
-        elif os.path.isdir(host):
-            args += ["--ro-bind", source(host), host]
-            visible.append(host)
-            readonly.append(host)
-    if os.path.exists("/etc/ld.so.cache"):
-        args += ["--ro-bind", source("/etc/ld.so.cache"), "/etc/ld.so.cache"]
-        visible.append("/etc/ld.so.cache")
-    if not _under(prefix, "/usr"):
-        args += ["--ro-bind", source(prefix), prefix]
-        visible.append(prefix)
-        readonly.append(prefix)
-    if not _under(exe, prefix) and not _under(exe, "/usr"):
-        args += ["--ro-bind", source(exe), exe]
-        visible.append(exe)
-    # The installation's own site-packages stay out: only the runner's packages are in.
-    paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
-    for key in ("purelib", "platlib"):
-        lib = os.path.realpath(paths[key])
-        if os.path.isdir(lib) and (_under(lib, prefix) or _under(lib, "/usr")) and lib not in args:
-            args += ["--tmpfs", lib, "--remount-ro", lib]
-    args += ["--dir", SITE]
-    for name, host in sorted(runner_files(settings.runner_packages).items()):
-        args += ["--ro-bind", source(host), f"{SITE}/{name}"]
-    readonly.append(SITE)
-    visible.append(SITE)
-    args += ["--ro-bind", source(str(checkout)), SOURCE]
-    visible.append(SOURCE)
-    readonly.append(SOURCE)
-    size = str(settings.workspace_bytes)
-    # The root and /dev are bubblewrap's own tmpfs: read-only once laid out, so the only
-    # places a command writes are the three bounded ones.
-    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev",
-             "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", WORK,
-             "--size", size, "--tmpfs", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
-    visible += [WORK, "/tmp", "/dev/shm"]
-    readonly += ["/", "/dev"]
-    return _Layout(args=args, binds=binds, visible=tuple(visible), readonly=tuple(readonly))
-
-
-async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, int]:
-    """Read ``stream`` to its end; keep the first ``limit`` bytes, count them all."""
-    kept = bytearray()
-    total = 0
-    while chunk := await stream.read(_CHUNK):
-        total += len(chunk)
-        if len(kept) < limit:
-            kept.extend(chunk[: limit - len(kept)])
-    return bytes(kept), total
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _readable(checkout: Path) -> None:
-    """Let the sandbox's unprivileged host user read the checkout, whatever the umask made it."""
-    for folder, _dirs, files in os.walk(checkout):
-        os.chmod(folder, 0o755)
-        for name in files:
-            path = os.path.join(folder, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode | 0o444)
-
-
-def _namespaces() -> dict[str, str]:
-    try:
-        return {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("net", "pid", "mnt", "user", "ipc", "uts")}
-    except OSError as exc:
-        raise SandboxUnavailable(UNAVAILABLE, f"cannot tell this process's namespaces: {exc}") from exc
-
-
-def limits_of(settings: SandboxSettings) -> dict[str, int]:
-    """The ``setrlimit`` values the guard sets, by ``resource`` name."""
-    return {
-        "RLIMIT_CPU": settings.cpu_s,
-        "RLIMIT_AS": settings.memory_bytes,
-        "RLIMIT_NPROC": settings.processes,
-        "RLIMIT_NOFILE": settings.open_files,
-        "RLIMIT_FSIZE": settings.workspace_bytes,
-        "RLIMIT_CORE": 0,
-    }
-
-
-_LIMIT_NAMES = {"RLIMIT_CPU": "cpu_s", "RLIMIT_AS": "memory_bytes", "RLIMIT_NPROC": "processes",
-                "RLIMIT_NOFILE": "open_files", "RLIMIT_FSIZE": "file_bytes", "RLIMIT_CORE": "core_bytes"}
 
 
 @dataclass(frozen=True)
@@ -538,7 +227,7 @@ async def run_sandboxed(
         duration_ms=duration_ms, output=finished.output.decode(errors="replace"),
         output_bytes=finished.output_bytes, output_truncated=finished.output_bytes > len(finished.output),
         timeout_s=settings.timeout_s, checks=facts,
-        limits={_LIMIT_NAMES[k]: v for k, v in limits_of(settings).items()}
+        limits={LIMIT_NAMES[k]: v for k, v in limits_of(settings).items()}
         | {"workspace_bytes": settings.workspace_bytes},
         visible=layout.visible, host_user=str(settings.host_uid if tools.as_root else os.geteuid()),
     )
@@ -557,11 +246,11 @@ def _find_tools(settings: SandboxSettings) -> _Tools:
     return _Tools(bwrap=bwrap, unshare=unshare, as_root=as_root, parent=parent)
 
 
-def _lay_out(settings: SandboxSettings, cwd: Path, stage: Path | None) -> _Layout:
+def _lay_out(settings: SandboxSettings, cwd: Path, stage: Path | None) -> Layout:
     """Lay the sandbox out; when staging, first let the unprivileged host user read it all."""
     if stage is not None:
         stage.chmod(0o755)
-        _readable(cwd)
+        make_readable(cwd)
     try:
         return _layout(settings, cwd, stage)
     except OSError as exc:
@@ -569,7 +258,7 @@ def _lay_out(settings: SandboxSettings, cwd: Path, stage: Path | None) -> _Layou
 
 
 def _guard_spec(
-    tools: _Tools, settings: SandboxSettings, layout: _Layout, environment: Mapping[str, str],
+    tools: _Tools, settings: SandboxSettings, layout: Layout, environment: Mapping[str, str],
 ) -> dict[str, Any]:
     """What the guard checks inside before it hands over: namespaces, user, paths, environment, limits."""
     return {
@@ -581,7 +270,7 @@ def _guard_spec(
 
 
 def _command_line(
-    tools: _Tools, settings: SandboxSettings, layout: _Layout, environment: Mapping[str, str],
+    tools: _Tools, settings: SandboxSettings, layout: Layout, environment: Mapping[str, str],
     guard: Sequence[str],
 ) -> list[str]:
     """Bubblewrap's whole command line, running ``guard``; as root, inside the staging namespace."""
@@ -642,6 +331,29 @@ async def _wait(proc: asyncio.subprocess.Process, settings: SandboxSettings) -> 
             reading.cancel()
             _kill_group(proc.pid)
     return _Finished(output=kept, output_bytes=total, returncode=proc.returncode, timed_out=timed_out)
+
+
+async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, int]:
+    """Read ``stream`` to its end; keep the first ``limit`` bytes, count them all."""
+    kept = bytearray()
+    total = 0
+    while chunk := await stream.read(_CHUNK):
+        total += len(chunk)
+        if len(kept) < limit:
+            kept.extend(chunk[: limit - len(kept)])
+    return bytes(kept), total
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _namespaces() -> dict[str, str]:
+    try:
+        return {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("net", "pid", "mnt", "user", "ipc", "uts")}
+    except OSError as exc:
+        raise SandboxUnavailable(UNAVAILABLE, f"cannot tell this process's namespaces: {exc}") from exc
 
 
 def _facts_if_contained(report: dict[str, Any], finished: _Finished) -> dict[str, Any]:
