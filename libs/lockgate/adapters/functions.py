@@ -66,14 +66,11 @@ arguments.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import sys
-import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -83,9 +80,27 @@ from pydantic import (
     ValidationError,
     create_model,
 )
-from pydantic_core import PydanticUndefined
 
-from lockgate.adapters.api import Adapter, Completed, NotSent, SendBoundary, bounded
+from lockgate.adapters.api import Adapter, Completed, NotSent, SendBoundary
+from lockgate.adapters.parameters import (
+    Context,
+    DeclarationError,
+    IntentKey,
+    Param,
+    ParamKind,
+    call_function,
+    call_with,
+    is_async_function,
+    read_params,
+    type_hints,
+)
+from lockgate.adapters.shapes import (
+    RECEIPT_ENTRIES,
+    arguments_model_name,
+    receipt_of,
+    result_schema_of,
+    validation_reason,
+)
 from lockgate.contracts.capability import (
     CapabilityContract,
     Disclosure,
@@ -110,193 +125,22 @@ Effect = Literal["read", "derive", "write", "publish", "destroy"]
 
 #: How long the remote system keeps an intent key (``Idempotency.retention_s``) unless told.
 KEY_RETENTION_S = 7 * 24 * 3600
-#: At most this many of a result's text entries become its receipt (the evidence).
-RECEIPT_ENTRIES = 8
 
-
-class Context:
-    """Marks a parameter whose value the run's trusted context gives, never the model.
-
-    ``key``: the run-context key (default: the parameter's name). ``convert``: turns the
-    context's text into what the function takes (``git.Repo``, say), in the adapter process.
-    """
-
-    def __init__(self, key: str | None = None, *, convert: Callable[[str], Any] | None = None) -> None:
-        self.key = key
-        self.convert = convert
-
-    def __repr__(self) -> str:
-        return f"Context({self.key!r})" if self.key else "Context()"
-
-
-class _IntentKeyMarker:
-    def __repr__(self) -> str:
-        return "IntentKey"
-
-
-_INTENT_KEY = _IntentKeyMarker()
-#: A parameter annotated ``IntentKey`` receives the intent key (a ``str``).
-IntentKey = Annotated[str, _INTENT_KEY]
-
-
-class DeclarationError(TypeError):
-    """A function that cannot become a capability as declared; ``parameter`` names the culprit."""
-
-    def __init__(self, function: str, message: str, parameter: str | None = None) -> None:
-        where = f"{function}, parameter {parameter!r}" if parameter else function
-        super().__init__(f"{where}: {message}")
-        self.function = function
-        self.parameter = parameter
-
-
-ParamKind = Literal["model", "context", "intent_key", "boundary", "order"]
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter of the function and where its value comes from."""
-
-    name: str
-    kind: ParamKind
-    annotation: Any
-    default: Any = PydanticUndefined
-    positional_only: bool = False
-    #: The run-context key (``kind == "context"``).
-    key: str = ""
-    convert: Callable[[str], Any] | None = None
-
-
-def _metadata(annotation: Any) -> tuple[Any, ...]:
-    return tuple(getattr(annotation, "__metadata__", ()))
-
-
-def _hints(fn: Callable[..., Any], qualname: str,
-           localns: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(fn, localns=dict(localns or {}), include_extras=True)
-    except Exception as exc:  # a forward reference that does not resolve, say
-        raise DeclarationError(qualname, f"its type hints do not resolve: {exc}") from exc
-
-
-def _params(
-    fn: Callable[..., Any], qualname: str, context: Mapping[str, Context], *, is_async: bool,
-    localns: Mapping[str, Any] | None = None,
-) -> list[Param]:
-    """Classify each parameter of ``fn`` by where its value comes from.
-
-    Raises:
-        DeclarationError: an unannotated, variadic or doubly declared parameter.
-    """
-    hints = _hints(fn, qualname, localns)
-    signature = inspect.signature(fn)
-    unknown = set(context) - set(signature.parameters)
-    if unknown:
-        raise DeclarationError(qualname, "context= names no parameter of the function",
-                               sorted(unknown)[0])
-    params: list[Param] = []
-    for name, p in signature.parameters.items():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise DeclarationError(qualname, "*args and **kwargs have no schema; name each argument",
-                                   name)
-        if name not in hints:
-            raise DeclarationError(qualname, "needs a type hint (the model's schema, or where "
-                                             "its value comes from, is read from it)", name)
-        hint = hints[name]
-        meta = _metadata(hint)
-        marked = [m for m in meta if isinstance(m, Context)]
-        default = PydanticUndefined if p.default is p.empty else p.default
-        positional = p.kind is p.POSITIONAL_ONLY
-        if name in context and marked:
-            raise DeclarationError(qualname, "is marked Context() and named in context= too", name)
-        if name in context or marked:
-            ctx = context.get(name) or marked[0]
-            if _INTENT_KEY in meta:
-                raise DeclarationError(qualname, "cannot be both IntentKey and Context()", name)
-            if default is not PydanticUndefined:
-                raise DeclarationError(
-                    qualname, "a context argument takes its value from the run; a default would "
-                              "hide a run that lacks it", name)
-            convert = ctx.convert
-            if convert is None:
-                try:
-                    # The context is text; the function's type says what it becomes ("7"
-                    # for an int), as pydantic's lax mode reads it.
-                    convert = TypeAdapter(hint).validate_python
-                except PydanticUserError as exc:
-                    raise DeclarationError(qualname, "its type cannot be read from the context's "
-                                                     "text: give Context(convert=...)", name) from exc
-            params.append(Param(name, "context", hint, positional_only=positional,
-                                key=ctx.key or name, convert=convert))
-        elif _INTENT_KEY in meta:
-            params.append(Param(name, "intent_key", hint, positional_only=positional))
-        elif inspect.isclass(hint) and issubclass(hint, SendBoundary):
-            if not is_async:
-                raise DeclarationError(qualname, "a sync function cannot await boundary.cross(); "
-                                                 "make it async, or drop the parameter and let "
-                                                 "the worker cross right before calling it", name)
-            params.append(Param(name, "boundary", hint, positional_only=positional))
-        elif inspect.isclass(hint) and issubclass(hint, ExecutionOrder):
-            params.append(Param(name, "order", hint, positional_only=positional))
-        else:
-            params.append(Param(name, "model", hint, default, positional_only=positional))
-    for kind in ("intent_key", "boundary", "order"):
-        twice = [p.name for p in params if p.kind == kind]
-        if len(twice) > 1:
-            raise DeclarationError(qualname, f"only one parameter may take the {kind}", twice[1])
-    return params
-
-
-def _problem(error: Mapping[str, Any]) -> str:
-    """The ``<problem>`` word of ``argument.<field>.<problem>`` for one pydantic error."""
-    kind = str(error.get("type", ""))
-    if kind == "missing":
-        return "missing"
-    if kind == "extra_forbidden":
-        return "unexpected"
-    if kind in ("string_too_short", "too_short"):
-        value = error.get("input")
-        # Blank text (before a strip_whitespace constraint) is empty too.
-        blank = isinstance(value, str) and not value.strip()
-        return "empty" if blank or value in ([], {}) else "too-short"
-    if kind in ("string_too_long", "too_long"):
-        return "too-long"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"):
-        return "out-of-range"
-    return "invalid"
-
-
-def validation_reason(exc: ValidationError) -> tuple[str, str | None]:
-    """Map a pydantic validation error onto ``(argument.<field>.<problem>, field)``."""
-    errors = exc.errors()
-    if not errors or not errors[0]["loc"]:
-        return "tool.arguments.invalid", None
-    field = str(errors[0]["loc"][0])
-    return f"argument.{field}.{_problem(errors[0])}", field
-
-
-def _call_with(params: Sequence[Param], values: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for p in params:
-        if p.name not in values:
-            continue
-        if p.positional_only:
-            args.append(values[p.name])
-        else:
-            kwargs[p.name] = values[p.name]
-    return args, kwargs
-
-
-async def _call(fn: Callable[..., Any], is_async: bool, args: Sequence[Any],
-                kwargs: Mapping[str, Any]) -> Any:
-    if is_async:
-        return await fn(*args, **kwargs)
-    # A sync function may block (files, a subprocess, a socket): never on the loop.
-    return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn)
+__all__ = [
+    "KEY_RETENTION_S",
+    "RECEIPT_ENTRIES",
+    "CapabilityFunction",
+    "Context",
+    "DeclarationError",
+    "Effect",
+    "FunctionAdapter",
+    "IntentKey",
+    "Param",
+    "ParamKind",
+    "capability",
+    "collect",
+    "validation_reason",
+]
 
 
 class CapabilityFunction:
@@ -331,11 +175,11 @@ class CapabilityFunction:
         except ValueError:
             raise DeclarationError(self.qualname, f"effect {effect!r} is not one of "
                                                   f"{', '.join(e.value for e in EffectClass)}") from None
-        self.is_async = _is_async(fn)
+        self.is_async = is_async_function(fn)
         # Hints naming a class local to where the function was declared resolve there, as
         # pydantic resolves a model's (the ``from __future__ import annotations`` case).
         self._localns = dict(localns or {})
-        self.params = _params(fn, self.qualname, context, is_async=self.is_async,
+        self.params = read_params(fn, self.qualname, context, is_async=self.is_async,
                               localns=self._localns)
         self.description = (description or inspect.getdoc(fn) or "").strip()
         if not self.description:
@@ -344,7 +188,7 @@ class CapabilityFunction:
         model_params = [p for p in self.params if p.kind == "model"]
         try:
             self.arguments: type[BaseModel] = create_model(  # type: ignore[call-overload]
-                _model_name(name),
+                arguments_model_name(name),
                 __config__=ConfigDict(extra="forbid"),
                 **{p.name: (p.annotation, p.default) for p in model_params},
             )
@@ -368,7 +212,7 @@ class CapabilityFunction:
                                                   "a Cedar entity type name")
         self.destination = destination
         self._options = dict(options)
-        hints = _hints(fn, self.qualname, self._localns)
+        hints = type_hints(fn, self.qualname, self._localns)
         returned = hints.get("return", Any)
         try:
             self._result: TypeAdapter[Any] = TypeAdapter(returned)
@@ -378,7 +222,7 @@ class CapabilityFunction:
         #: The result's JSON Schema (the executor checks every result against it), and
         #: whether the return value is wrapped as ``{"value": ...}`` (``None``: decided by
         #: the value, for a function without a return type).
-        self.result_schema, self._wraps = _result_schema(self._result, returned)
+        self.result_schema, self._wraps = result_schema_of(self._result, returned)
         self.query_function: Callable[..., Any] | None = None
         self._query_params: list[Param] = []
         self.facts_function: Callable[..., Any] | None = None
@@ -404,7 +248,7 @@ class CapabilityFunction:
             DeclarationError: a parameter the capability cannot give it.
         """
         qualname = f"{self.qualname}.query ({getattr(fn, '__qualname__', fn)!r})"
-        params = _params(fn, qualname, {}, is_async=_is_async(fn), localns=self._localns)
+        params = read_params(fn, qualname, {}, is_async=is_async_function(fn), localns=self._localns)
         own = {p.name: p for p in self.params if p.kind in ("model", "context")}
         for p in params:
             if p.kind == "intent_key":
@@ -533,18 +377,18 @@ class CapabilityFunction:
             p.kind in ("model", "context") for p in self._query_params) else {}
         values = {p.name: req.intent_key if p.kind == "intent_key" else own[p.name]
                   for p in self._query_params}
-        args, kwargs = _call_with(self._query_params, values)
-        found = await _call(self.query_function, _is_async(self.query_function), args, kwargs)
+        args, kwargs = call_with(self._query_params, values)
+        found = await call_function(self.query_function, is_async_function(self.query_function), args, kwargs)
         if found is None:
             return QueryResult(finding=QueryFinding.ABSENT)
-        return QueryResult(finding=QueryFinding.FOUND, receipt=_receipt(found, req.intent_key))
+        return QueryResult(finding=QueryFinding.FOUND, receipt=receipt_of(found, req.intent_key))
 
     async def facts_of(self, req: FactsRequest) -> Facts:
         """The resource's facts from ``@facts`` (none when it was not declared)."""
         if self.facts_function is None:
             return Facts(facts={})
         given = {"resource_id": req.resource.get("id", ""), "tenant": req.tenant, "actor": req.actor}
-        found = await _call(self.facts_function, _is_async(self.facts_function), (),
+        found = await call_function(self.facts_function, is_async_function(self.facts_function), (),
                             {n: given[n] for n in self._facts_args})
         return Facts(facts=dict(found))
 
@@ -564,41 +408,11 @@ class CapabilityFunction:
                 values[p.name] = order
         if not any(p.kind == "boundary" for p in self.params):
             await boundary.cross()
-        args, kwargs = _call_with(self.params, values)
-        returned = await _call(self.__wrapped__, self.is_async, args, kwargs)
+        args, kwargs = call_with(self.params, values)
+        returned = await call_function(self.__wrapped__, self.is_async, args, kwargs)
         result = self.result(returned)
-        return Completed(receipt=_receipt(result, order.intent_key), result=result)
+        return Completed(receipt=receipt_of(result, order.intent_key), result=result)
 
-
-def _result_schema(adapter: TypeAdapter[Any], returned: Any) -> tuple[dict[str, Any] | None, bool | None]:
-    """The JSON Schema of the result a return type makes, and whether it is wrapped."""
-    if returned is Any:
-        return None, None
-    try:
-        schema = adapter.json_schema(mode="serialization")
-    except PydanticUserError:
-        return None, None  # dumpable, not describable: the executor checks the size only
-    if schema.get("type") == "object":
-        return schema, False
-    defs = schema.pop("$defs", None)
-    wrapped: dict[str, Any] = {"type": "object", "properties": {"value": schema},
-                               "required": ["value"], "additionalProperties": False}
-    if defs:
-        wrapped["$defs"] = defs  # a $ref in the value resolves against the root
-    return wrapped, True
-
-
-def _model_name(capability: str) -> str:
-    return "".join(part.title() for part in capability.replace("-", "_").replace(".", "_").split("_")) + "Arguments"
-
-
-def _receipt(value: Any, intent_key: str) -> dict[str, str]:
-    """Evidence of the effect: the intent key and the first few text entries of ``value``."""
-    receipt = {"intent_key": intent_key}
-    if isinstance(value, Mapping):
-        texts = [(str(k), v) for k, v in value.items() if isinstance(v, str | int | bool)]
-        receipt.update({k: bounded(str(v)) for k, v in texts[:RECEIPT_ENTRIES]})
-    return receipt
 
 
 class FunctionAdapter(Adapter):
