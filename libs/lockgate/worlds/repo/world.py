@@ -38,7 +38,6 @@ its SHA-256 is stored.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -49,27 +48,45 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lockgate.core.canonical import digest, digest_bytes
+from lockgate.core.canonical import digest
+from lockgate.worlds.repo import world_tables as tables
+from lockgate.worlds.repo.artifacts import is_confidential, patch_artifact, summarize
 from lockgate.worlds.repo.paths import Entry, escapes
-from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
+from lockgate.worlds.repo.world_errors import (
+    REASONS,
+    ArtifactNotFound,
+    InvalidCredential,
+    NotAMember,
+    PathNotFound,
+    PostTooLate,
+    RepoNotFound,
+    RepoWorldError,
+    RevisionStale,
+    RevisionUnknown,
+    TenantMismatch,
+)
+from lockgate.worlds.repo.world_seed import DEMO_ACTORS, DEMO_REVISIONS
+from lockgate.worlds.repo.world_tables import KEPT_REVISIONS
+from lockgate.worlds.storage import WorldStore, credential_hash, opened_or_seeded
 
 if TYPE_CHECKING:
     # Only its type: the CLI hands the output in (a world does not depend on the CLI).
     from lockgate.client.output import Output
 
+__all__ = [
+    "BOARD", "DEMO_CREDENTIAL", "KEPT_REVISIONS", "OPERATIONS", "REASONS", "REPO_ID",
+    "ArtifactNotFound", "Clock", "InvalidCredential", "NotAMember", "PathNotFound", "PostTooLate",
+    "RepoNotFound", "RepoWorldError", "RevisionStale", "RevisionUnknown", "TenantMismatch", "World",
+    "is_confidential", "patch_artifact", "print_ledger", "summarize",
+]
+
+
 DEMO_CREDENTIAL = "repo-world-demo-secret-5e1b"
 REPO_ID = "repo-1"
 #: The external destination summaries are published to.
 BOARD = "external-review-board"
-#: Revisions served: the head and the ones before it, up to this many in all.
-KEPT_REVISIONS = 2
-#: Longest summary parts, in characters.
-TITLE_MAX_CHARS = 120
-EXCERPT_MAX_LINES = 6
-EXCERPT_MAX_CHARS = 600
-HEADINGS_MAX = 12
-#: Where confidential files live; a path under it is confidential wherever it is named from.
-CONFIDENTIAL_PREFIX = "reports/confidential/"
+
+
 #: The operations ``invocations`` counts.
 OPERATIONS: tuple[str, ...] = (
     "read_file", "prepare_summary", "prepare_patch", "run_tests", "publish_summary",
@@ -79,209 +96,8 @@ Clock = Callable[[], datetime]
 _T = TypeVar("_T")
 
 
-class RepoWorldError(WorldError):
-    """Root of the repository world's refusals; ``reason`` is the stable code."""
-
-    reason = "repo.error"
-
-
-class InvalidCredential(RepoWorldError):
-    """The caller did not present the world's credential."""
-
-    reason = "repo.credential-invalid"
-
-
-class RepoNotFound(RepoWorldError):
-    """No repository has this id."""
-
-    reason = "repo.not-found"
-
-
-class TenantMismatch(RepoWorldError):
-    """The repository belongs to another tenant."""
-
-    reason = "repo.tenant-mismatch"
-
-
-class NotAMember(RepoWorldError):
-    """The actor is not a member of the repository."""
-
-    reason = "repo.not-a-member"
-
-
-class RevisionUnknown(RepoWorldError):
-    """No revision has this id."""
-
-    reason = "repo.revision-unknown"
-
-
-class RevisionStale(RepoWorldError):
-    """The revision is no longer served (or is no longer the head, for a patch's base)."""
-
-    reason = "repo.revision-stale"
-
-
-class PathNotFound(RepoWorldError):
-    """No file has this path at the revision."""
-
-    reason = "repo.path-not-found"
-
-
-class ArtifactNotFound(RepoWorldError):
-    """No artifact of the tenant has this digest."""
-
-    reason = "repo.artifact-not-found"
-
-
-class PostTooLate(RepoWorldError):
-    """The post reached the board after the latest moment it could take effect."""
-
-    reason = "repo.post-too-late"
-
-
-#: Every reason code the world can raise, for the test that lists them.
-REASONS: tuple[str, ...] = tuple(
-    cls.reason
-    for cls in (InvalidCredential, RepoNotFound, TenantMismatch, NotAMember, RevisionUnknown,
-                RevisionStale, PathNotFound, ArtifactNotFound, PostTooLate)
-)
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS actors (
-    actor TEXT PRIMARY KEY, tenant TEXT NOT NULL, member INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS revisions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, rev_id TEXT UNIQUE NOT NULL, parent TEXT NOT NULL,
-    message TEXT NOT NULL, retained INTEGER NOT NULL, at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, content BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS entries (
-    rev_id TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL, blob TEXT NOT NULL,
-    target TEXT NOT NULL, PRIMARY KEY (rev_id, path));
-CREATE TABLE IF NOT EXISTS reads (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, read_id TEXT UNIQUE NOT NULL, rev_id TEXT NOT NULL,
-    path TEXT NOT NULL, blob TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL,
-    idempotency_key TEXT NOT NULL, intent_id TEXT NOT NULL, at TEXT NOT NULL,
-    UNIQUE (tenant, idempotency_key));
-CREATE TABLE IF NOT EXISTS summaries (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, digest TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
-    rev_id TEXT NOT NULL, path TEXT NOT NULL, blob TEXT NOT NULL, content TEXT NOT NULL,
-    at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS summary_requests (
-    tenant TEXT NOT NULL, idempotency_key TEXT NOT NULL, digest TEXT NOT NULL,
-    actor TEXT NOT NULL, intent_id TEXT NOT NULL, at TEXT NOT NULL,
-    PRIMARY KEY (tenant, idempotency_key));
-CREATE TABLE IF NOT EXISTS patches (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, digest TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
-    base_rev TEXT NOT NULL, path TEXT NOT NULL, diff TEXT NOT NULL, new_blob TEXT NOT NULL,
-    at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS patch_requests (
-    tenant TEXT NOT NULL, idempotency_key TEXT NOT NULL, digest TEXT NOT NULL,
-    actor TEXT NOT NULL, intent_id TEXT NOT NULL, at TEXT NOT NULL,
-    PRIMARY KEY (tenant, idempotency_key));
-CREATE TABLE IF NOT EXISTS test_runs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL,
-    actor TEXT NOT NULL, rev_id TEXT NOT NULL, command TEXT NOT NULL, path TEXT NOT NULL,
-    outcome TEXT NOT NULL, idempotency_key TEXT NOT NULL, intent_id TEXT NOT NULL,
-    at TEXT NOT NULL, UNIQUE (tenant, idempotency_key));
-CREATE TABLE IF NOT EXISTS board_posts (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, post_id TEXT UNIQUE NOT NULL, board TEXT NOT NULL,
-    artifact TEXT NOT NULL, title TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL,
-    client_ref TEXT NOT NULL, intent_id TEXT NOT NULL, at TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS posts_by_ref ON board_posts (tenant, client_ref);
-CREATE TABLE IF NOT EXISTS invocations (operation TEXT PRIMARY KEY, count INTEGER NOT NULL);
-"""
-
-_TABLES = ("meta", "actors", "revisions", "blobs", "entries", "reads", "summaries",
-           "summary_requests", "patches", "patch_requests", "test_runs", "board_posts",
-           "invocations")
-
-_DEMO_ACTORS = [("user-42", "tenant-a", 1), ("user-13", "tenant-a", 0), ("user-77", "tenant-b", 1)]
-
-_TESTS = '''\
-"""The workspace's own checks, run by its test runner from the workspace root."""
-from pathlib import Path
-
-
-def test_every_report_has_a_title():
-    for path in sorted(Path("reports").glob("*.md")):
-        assert path.read_text().startswith("# "), path
-
-
-def test_the_guide_names_the_test_command():
-    assert "python -m pytest" in Path("docs/guide.md").read_text()
-'''
-
-_R1_FILES = {
-    "README.md": "# Demo repository\n\nA small workspace for the repository world.\n",
-    "docs/report.md": "# Quarterly report (draft)\n\nTo be written.\n",
-    "tests/test_docs.py": _TESTS,
-}
-_R2_FILES = {
-    **_R1_FILES,
-    "docs/report.md": (
-        "# Quarterly report\n\n## Summary\nRevenue grew 4% over the quarter; churn was flat.\n"
-        "Two incidents affected customers (see reports/q3-incident.md).\n\n## Risks\n"
-        "Queue capacity in the eu region is close to its limit.\n"
-    ),
-    "docs/guide.md": (
-        "# Contributor guide\n\nRun the checks with `python -m pytest -q tests`.\n"
-        "Reports go under reports/; confidential ones under reports/confidential/.\n"
-    ),
-    "reports/q3-incident.md": (
-        "# Q3 incident: queue stall\n\n## Timeline\n- 09:12 consumers stopped acknowledging\n"
-        "- 09:40 the broker was restarted\n\n## Impact\nNotes written between 09:12 and 09:40 "
-        "were delayed, none were lost.\n"
-    ),
-    "reports/confidential/salaries.md": (
-        "# Compensation review (confidential)\n\n## Proposal\nRaise the engineering band by 3%.\n"
-        "Individual figures are in the HR system, not here.\n"
-    ),
-}
-_R3_FILES = {
-    **_R2_FILES,
-    "reports/q3-incident.md": _R2_FILES["reports/q3-incident.md"] + (
-        "\n## Follow-ups\n- alert on acknowledgement lag\n- rehearse the broker restart\n"
-    ),
-}
-_SYMLINKS = {
-    "docs/latest.md": "../reports/q3-incident.md",
-    "shared": "reports",
-    "docs/passwd": "/etc/passwd",
-    "docs/outside.md": "../../outside.md",
-    "etc": "/etc",
-}
-_DEMO_REVISIONS: list[tuple[str, str, dict[str, str], dict[str, str]]] = [
-    ("r1", "initial layout", _R1_FILES, {}),
-    ("r2", "reports, guide and links", _R2_FILES, _SYMLINKS),
-    ("r3", "q3 incident follow-ups", _R3_FILES, _SYMLINKS),
-]
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def summarize(path: str, revision: str, text: str) -> dict[str, Any]:
-    """The summary of a file: its title, headings and first lines, bounded and deterministic."""
-    lines = [line.rstrip() for line in text.splitlines()]
-    headings = [line.lstrip("#").strip()[:TITLE_MAX_CHARS] for line in lines if line.startswith("#")]
-    body = [line for line in lines if line.strip() and not line.startswith("#")]
-    title = headings[0] if headings else (body[0][:TITLE_MAX_CHARS] if body else path)
-    excerpt = "\n".join(body[:EXCERPT_MAX_LINES])[:EXCERPT_MAX_CHARS]
-    return {"path": path, "revision": revision, "title": title,
-            "headings": headings[:HEADINGS_MAX], "excerpt": excerpt}
-
-
-def patch_artifact(base_revision: str, path: str, old: str, new: str) -> dict[str, str]:
-    """The patch turning ``old`` into ``new`` at ``path``, on ``base_revision``: content-addressed."""
-    diff = "".join(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=f"a/{path}", tofile=f"b/{path}",
-    ))
-    body = {"base_revision": base_revision, "path": path, "diff": diff,
-            "new_blob": digest_bytes(new.encode())}
-    return {**body, "digest": digest(body)}
 
 
 class World:
@@ -289,7 +105,7 @@ class World:
 
     def __init__(self, directory: Path | str, *, clock: Clock = _now) -> None:
         self.directory = Path(directory)
-        self._store = WorldStore(self.directory, _SCHEMA, what="repository world")
+        self._store = WorldStore(self.directory, tables.SCHEMA, what="repository world")
         self._clock = clock
 
     @property
@@ -308,20 +124,20 @@ class World:
         world.directory.mkdir(parents=True, exist_ok=True)
         at = clock().isoformat()
         with world._write() as db:
-            for table in _TABLES:
+            for table in tables.TABLES:
                 db.execute(f"DELETE FROM {table}")  # fixed names, not input
             db.execute("DELETE FROM sqlite_sequence")
             db.executemany("INSERT INTO meta VALUES (?, ?)", [
                 ("credential_sha256", credential_hash(credential)),
                 ("repo_id", REPO_ID), ("tenant", "tenant-a"),
             ])
-            db.executemany("INSERT INTO actors VALUES (?, ?, ?)", _DEMO_ACTORS)
+            db.executemany("INSERT INTO actors VALUES (?, ?, ?)", DEMO_ACTORS)
             db.executemany("INSERT INTO invocations VALUES (?, 0)", [(op,) for op in OPERATIONS])
             parent = ""
-            for rev_id, message, files, links in _DEMO_REVISIONS:
-                _insert_revision(db, rev_id, parent, message, files, links, at)
+            for rev_id, message, files, links in DEMO_REVISIONS:
+                tables.insert_revision(db, rev_id, parent, message, files, links, at)
                 parent = rev_id
-            _prune(db)
+            tables.prune(db)
         shutil.rmtree(world.workspace, ignore_errors=True)
         world.checkout(world.head(), world.workspace, drop_escaping=False)
         return world
@@ -343,17 +159,17 @@ class World:
         Returns the new revision's id.
         """
         with self._write() as db:
-            head = _head(db)
-            tree = _tree(db, head)
-            merged_files = {p: _blob(db, e.blob) for p, e in tree.items() if e.kind == "file"}
+            head = tables.head(db)
+            tree = tables.tree(db, head)
+            merged_files = {p: tables.text_of(db, e.blob) for p, e in tree.items() if e.kind == "file"}
             merged_links = {p: e.target for p, e in tree.items() if e.kind == "symlink"}
             merged_files.update(files)
             merged_links.update(symlinks or {})
             (count,) = db.execute("SELECT COUNT(*) FROM revisions").fetchone()
             rev_id = f"r{count + 1}"
-            _insert_revision(db, rev_id, head, message, merged_files, merged_links,
+            tables.insert_revision(db, rev_id, head, message, merged_files, merged_links,
                              self._clock().isoformat())
-            _prune(db)
+            tables.prune(db)
         shutil.rmtree(self.workspace, ignore_errors=True)
         self.checkout(rev_id, self.workspace, drop_escaping=False)
         return rev_id
@@ -374,7 +190,7 @@ class World:
     def head(self) -> str:
         """The head revision's id."""
         with self._read() as db:
-            return _head(db)
+            return tables.head(db)
 
     def revision_status(self, rev_id: str) -> str:
         """``head``, ``served`` (an older revision still read), ``stale`` or ``unknown``."""
@@ -382,14 +198,14 @@ class World:
             row = db.execute("SELECT retained FROM revisions WHERE rev_id = ?", (rev_id,)).fetchone()
             if row is None:
                 return "unknown"
-            if rev_id == _head(db):
+            if rev_id == tables.head(db):
                 return "head"
             return "served" if row["retained"] else "stale"
 
     def tree(self, rev_id: str) -> dict[str, Entry]:
         """The revision's tree: path -> file or symlink (empty for an unknown revision)."""
         with self._read() as db:
-            return _tree(db, rev_id)
+            return tables.tree(db, rev_id)
 
     def blob(self, blob: str) -> str:
         """A file's text by its blob digest.
@@ -398,7 +214,7 @@ class World:
             PathNotFound: no such blob.
         """
         with self._read() as db:
-            return _blob(db, blob)
+            return tables.text_of(db, blob)
 
     def summary(self, credential: str, tenant: str, artifact: str) -> dict[str, Any] | None:
         """The summary artifact of ``tenant`` with this digest, or None.
@@ -424,7 +240,7 @@ class World:
             who = db.execute("SELECT tenant, member FROM actors WHERE actor = ?", (actor,)).fetchone()
             member = bool(who is not None and who["member"] and who["tenant"] == tenant == repo_tenant)
             return {"exists": True, "tenant": repo_tenant, "actor_is_member": member,
-                    "head": _head(db)}
+                    "head": tables.head(db)}
 
     # -- operations --------------------------------------------------------------------
 
@@ -443,8 +259,8 @@ class World:
             existing = db.execute("SELECT * FROM reads WHERE tenant = ? AND idempotency_key = ?",
                                   (tenant, idempotency_key)).fetchone()
             if existing is not None:
-                return _read_receipt(existing)
-            blob = _served_file(db, rev_id, path)
+                return tables.read_receipt(existing)
+            blob = tables.served_file(db, rev_id, path)
             (count,) = db.execute("SELECT COUNT(*) FROM reads").fetchone()
             read_id = f"read-{count + 1:06d}"
             db.execute(
@@ -468,8 +284,8 @@ class World:
             as ``read_file``.
         """
         def prepare(db: sqlite3.Connection) -> dict[str, Any]:
-            blob = _served_file(db, rev_id, path)
-            summary = summarize(path, rev_id, _blob(db, blob))
+            blob = tables.served_file(db, rev_id, path)
+            summary = summarize(path, rev_id, tables.text_of(db, blob))
             artifact = digest({"kind": "summary", "blob": blob, **summary})
             at = self._clock().isoformat()
             db.execute(
@@ -497,11 +313,11 @@ class World:
             as ``read_file``; ``RevisionStale`` when ``base_rev`` is no longer the head.
         """
         def prepare(db: sqlite3.Connection) -> dict[str, str]:
-            if base_rev != _head(db):
-                _served_file(db, base_rev, path)  # unknown or stale say so first
+            if base_rev != tables.head(db):
+                tables.served_file(db, base_rev, path)  # unknown or stale say so first
                 raise RevisionStale(f"{base_rev} is no longer the head")
-            blob = _served_file(db, base_rev, path)
-            patch = patch_artifact(base_rev, path, _blob(db, blob), content)
+            blob = tables.served_file(db, base_rev, path)
+            patch = patch_artifact(base_rev, path, tables.text_of(db, blob), content)
             at = self._clock().isoformat()
             db.execute(
                 "INSERT INTO patches (digest, tenant, base_rev, path, diff, new_blob, at)"
@@ -616,8 +432,8 @@ class World:
         (a sandbox's copy); returns how many were.
         """
         with self._read() as db:
-            tree = _tree(db, rev_id)
-            files = {p: _blob(db, e.blob) for p, e in tree.items() if e.kind == "file"}
+            tree = tables.tree(db, rev_id)
+            files = {p: tables.text_of(db, e.blob) for p, e in tree.items() if e.kind == "file"}
         dest.mkdir(parents=True, exist_ok=True)
         dropped = 0
         for path, text in files.items():
@@ -678,7 +494,7 @@ class World:
             db.execute("UPDATE invocations SET count = count + 1 WHERE operation = ?", (operation,))
             try:
                 self._authenticate(db, credential)
-                _authorize(db, tenant, actor)
+                tables.authorize(db, tenant, actor)
                 return body(db)
             except RepoWorldError as exc:
                 refusal = exc  # it wrote nothing; the count still commits
@@ -697,79 +513,6 @@ class World:
     @staticmethod
     def _authenticate(db: sqlite3.Connection, credential: str) -> None:
         WorldStore.authenticate(db, credential, InvalidCredential)
-
-
-def _insert_revision(db: sqlite3.Connection, rev_id: str, parent: str, message: str,
-                     files: Mapping[str, str], links: Mapping[str, str], at: str) -> None:
-    db.execute("INSERT INTO revisions (rev_id, parent, message, retained, at) VALUES (?, ?, ?, 1, ?)",
-               (rev_id, parent, message, at))
-    for path, text in files.items():
-        blob = digest_bytes(text.encode())
-        db.execute("INSERT INTO blobs VALUES (?, ?) ON CONFLICT (digest) DO NOTHING",
-                   (blob, text.encode()))
-        db.execute("INSERT INTO entries VALUES (?, ?, 'file', ?, '')", (rev_id, path, blob))
-    for path, target in links.items():
-        db.execute("INSERT INTO entries VALUES (?, ?, 'symlink', '', ?)", (rev_id, path, target))
-
-
-def _prune(db: sqlite3.Connection) -> None:
-    """Make every revision older than the last ``KEPT_REVISIONS`` stale."""
-    db.execute(
-        "UPDATE revisions SET retained = 0 WHERE seq NOT IN"
-        " (SELECT seq FROM revisions ORDER BY seq DESC LIMIT ?)", (KEPT_REVISIONS,),
-    )
-
-
-def _head(db: sqlite3.Connection) -> str:
-    row = db.execute("SELECT rev_id FROM revisions ORDER BY seq DESC LIMIT 1").fetchone()
-    return "" if row is None else str(row[0])
-
-
-def _tree(db: sqlite3.Connection, rev_id: str) -> dict[str, Entry]:
-    rows = db.execute("SELECT path, kind, blob, target FROM entries WHERE rev_id = ?", (rev_id,))
-    return {row["path"]: Entry(row["kind"], row["blob"], row["target"]) for row in rows}
-
-
-def _blob(db: sqlite3.Connection, blob: str) -> str:
-    row = db.execute("SELECT content FROM blobs WHERE digest = ?", (blob,)).fetchone()
-    if row is None:
-        raise PathNotFound(f"no blob {blob!r}")
-    return bytes(row[0]).decode()
-
-
-def _served_file(db: sqlite3.Connection, rev_id: str, path: str) -> str:
-    """The blob of the file at ``path`` (a real path: no symlink) at a served revision."""
-    row = db.execute("SELECT retained FROM revisions WHERE rev_id = ?", (rev_id,)).fetchone()
-    if row is None:
-        raise RevisionUnknown(f"no revision {rev_id!r}")
-    if not row["retained"]:
-        raise RevisionStale(f"revision {rev_id!r} is no longer served")
-    entry = db.execute("SELECT kind, blob FROM entries WHERE rev_id = ? AND path = ?",
-                       (rev_id, path)).fetchone()
-    if entry is None or entry["kind"] != "file":
-        raise PathNotFound(f"no file {path!r} at {rev_id}")
-    return str(entry["blob"])
-
-
-def _authorize(db: sqlite3.Connection, tenant: str, actor: str) -> None:
-    repo_tenant = db.execute("SELECT value FROM meta WHERE key = 'tenant'").fetchone()
-    if repo_tenant is None:
-        raise RepoNotFound("the world holds no repository")
-    if repo_tenant[0] != tenant:
-        raise TenantMismatch(f"the repository is not in tenant {tenant!r}")
-    who = db.execute("SELECT tenant, member FROM actors WHERE actor = ?", (actor,)).fetchone()
-    if who is None or not who["member"] or who["tenant"] != tenant:
-        raise NotAMember(f"{actor!r} is not a member of the repository")
-
-
-def _read_receipt(row: sqlite3.Row) -> dict[str, str]:
-    return {"read_id": row["read_id"], "revision": row["rev_id"], "path": row["path"],
-            "blob": row["blob"]}
-
-
-def is_confidential(path: str) -> bool:
-    """Whether a real (resolved) workspace path holds confidential material."""
-    return path.startswith(CONFIDENTIAL_PREFIX)
 
 
 def print_ledger(directory: Path | str, output: Output) -> None:
