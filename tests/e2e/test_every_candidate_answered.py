@@ -184,7 +184,7 @@ async def test_an_oversize_candidate_fails_at_once_in_the_sdk(
     assert publishes == 0  # known before publishing: the stream's limit is Lockgate's own
     # Should the SDK believe a larger limit, the stream's refusal (JetStream 10054) is
     # permanent: one publish, the same typed error, no retries.
-    monkeypatch.setattr("lockgate.client.sdk.MAX_CANDIDATE_MESSAGE_BYTES", 8 * 1024 * 1024)
+    monkeypatch.setattr("lockgate.client.sdk.gateway.MAX_CANDIDATE_MESSAGE_BYTES", 8 * 1024 * 1024)
     with pytest.raises(CandidateTooLarge):
         await turn.propose(tool="case.add_note", arguments='{"note": "' + "x" * 3_000_000 + '"}')
     assert publishes == 1

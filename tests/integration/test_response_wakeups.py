@@ -18,8 +18,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
-from lockgate.client import sdk
-from lockgate.client.sdk import Gateway, ResponseTimeout
+from lockgate.client.sdk import Gateway, ResponseTimeout, wakeups
 from lockgate.contracts.messages import Candidate
 from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.subjects import response_subject
@@ -84,13 +83,13 @@ async def test_a_response_a_replica_shows_late_is_read_without_waiting_a_second(
     assert response.status == "executed"
     assert reads.count(True) == behind + 1
     # Every pause after the wake-up is short, and they double from the first.
-    first, _ = sdk.WAKE_RETRY_S
+    first, _ = wakeups.WAKE_RETRY_S
     short = [p for p in pauses if p < 1.0]
     assert len(short) >= behind and short == [first * 2**k for k in range(len(short))], pauses
 
 
 async def test_no_response_is_still_a_timeout(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sdk, "WAKE_RETRY_S", (0.002, 0.01))
+    monkeypatch.setattr(wakeups, "WAKE_RETRY_S", (0.002, 0.01))
     candidate = Candidate(run_id=random_id(), turn_id="turn-1", call_id=random_id(),
                           tool="case.add_note", arguments="{}")
     with pytest.raises(ResponseTimeout):
@@ -137,7 +136,7 @@ async def test_the_proposals_of_a_run_share_one_subscription(
 async def test_the_least_recently_used_idle_runs_are_given_up(
     gateway: Gateway, nc: Client, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sdk, "RUNS_WATCHED", 2)
+    monkeypatch.setattr(wakeups, "RUNS_WATCHED", 2)
     runs = [random_id() for _ in range(3)]
     for run in runs:
         assert (await propose_answered(gateway, nc, run)).status == "executed"

@@ -9,7 +9,6 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from lockgate.client import sdk
 from lockgate.client.sdk import ClientError, Gateway, Refused
 from lockgate.contracts.messages import OpenRun, OpenTurn, Refusal, RunOpened, TurnOpened
 from lockgate.contracts.subjects import run_open_subject, turn_subject
@@ -79,7 +78,7 @@ async def test_an_answer_that_is_not_busy_is_not_asked_again(nc: Client) -> None
 async def test_nobody_answering_gives_up_after_the_retry_window(
     nc: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sdk, "OPEN_RETRY_S", 1.0)
+    monkeypatch.setattr("lockgate.client.sdk.requests.OPEN_RETRY_S", 1.0)
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(ClientError) as unanswered:
