@@ -70,12 +70,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockgate.core.canonical import digest_bytes
-from lockgate.core.errors import LockgateError
-from lockgate.worlds.storage import WorldError, WorldStore, credential_hash, opened_or_seeded
+from lockgate.worlds.items import world_tables as tables
+from lockgate.worlds.items.world_errors import (
+    REASONS,
+    InvalidCredential,
+    ItemsWorldError,
+    NotAuthorized,
+    ResponseLost,
+    SpaceArchived,
+    SpaceNotFound,
+    TenantMismatch,
+    WriteTooLate,
+)
+from lockgate.worlds.items.world_seed import DEMO_ACTORS, DEMO_SPACES, DEMO_SUBSCRIBERS
+from lockgate.worlds.storage import WorldStore, credential_hash, opened_or_seeded
 
 if TYPE_CHECKING:
     # Only its type: the CLI hands the output in (a world does not depend on the CLI).
     from lockgate.client.output import Output
+
+__all__ = [
+    "DEMO_CREDENTIAL", "FAULTS", "REASONS", "SERVERS", "Clock", "InvalidCredential",
+    "ItemsWorldError", "NotAuthorized", "ResponseLost", "SpaceArchived", "SpaceNotFound",
+    "TenantMismatch", "World", "WriteTooLate", "print_ledger",
+]
+
 
 DEMO_CREDENTIAL = "items-world-demo-secret-2c9d"
 
@@ -95,119 +114,6 @@ FAULTS: tuple[str, ...] = (
 Clock = Callable[[], datetime]
 
 
-class ItemsWorldError(WorldError):
-    """Root of the items world's refusals; ``reason`` is the stable code."""
-
-    reason = "items.error"
-
-
-class InvalidCredential(ItemsWorldError):
-    """The caller did not present the world's credential."""
-
-    reason = "items.credential-invalid"
-
-
-class SpaceNotFound(ItemsWorldError):
-    """No space has this id."""
-
-    reason = "space.not-found"
-
-
-class TenantMismatch(ItemsWorldError):
-    """The space belongs to another tenant."""
-
-    reason = "space.tenant-mismatch"
-
-
-class SpaceArchived(ItemsWorldError):
-    """The space is archived; it takes no new items."""
-
-    reason = "space.archived"
-
-
-class NotAuthorized(ItemsWorldError):
-    """The actor may not create items in this space."""
-
-    reason = "item.not-authorized"
-
-
-class WriteTooLate(ItemsWorldError):
-    """The write reached the server after the latest moment it could take effect."""
-
-    reason = "items.write-too-late"
-
-
-#: Every reason code the world can raise, for the test that lists them.
-REASONS: tuple[str, ...] = tuple(
-    cls.reason
-    for cls in (InvalidCredential, SpaceNotFound, TenantMismatch, SpaceArchived, NotAuthorized,
-                WriteTooLate)
-)
-
-
-class ResponseLost(LockgateError):
-    """An injected fault: the call committed, but its response never reached the caller.
-
-    Deliberately not an ``ItemsWorldError``: it is not a refusal, and the caller cannot
-    know whether the effect happened.
-    """
-
-    def __init__(self, server: str) -> None:
-        super().__init__(f"server {server}: the response was lost", code="items.response-lost")
-        self.server = server
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS spaces (
-    space_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, status TEXT NOT NULL,
-    version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS actors (
-    actor TEXT PRIMARY KEY, tenant TEXT NOT NULL, may_create INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS subscribers (
-    space_id TEXT NOT NULL, subscriber TEXT NOT NULL, PRIMARY KEY (space_id, subscriber));
-CREATE TABLE IF NOT EXISTS drafts (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, draft_id TEXT UNIQUE NOT NULL,
-    space_id TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL,
-    title TEXT NOT NULL, body TEXT NOT NULL, idempotency_key TEXT NOT NULL,
-    intent_id TEXT NOT NULL, title_digest TEXT NOT NULL, body_digest TEXT NOT NULL,
-    at TEXT NOT NULL, UNIQUE (tenant, idempotency_key));
-CREATE TABLE IF NOT EXISTS publications (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, publication_id TEXT UNIQUE NOT NULL,
-    space_id TEXT NOT NULL, tenant TEXT NOT NULL, actor TEXT NOT NULL,
-    title TEXT NOT NULL, body TEXT NOT NULL, client_ref TEXT NOT NULL,
-    intent_id TEXT NOT NULL, title_digest TEXT NOT NULL, body_digest TEXT NOT NULL,
-    notified INTEGER NOT NULL, at TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS publications_by_ref ON publications (tenant, client_ref);
-CREATE TABLE IF NOT EXISTS notifications (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, notification_id TEXT UNIQUE NOT NULL,
-    publication_id TEXT NOT NULL, subscriber TEXT NOT NULL, space_id TEXT NOT NULL,
-    tenant TEXT NOT NULL, actor TEXT NOT NULL, client_ref TEXT NOT NULL,
-    intent_id TEXT NOT NULL, title_digest TEXT NOT NULL, at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS invocations (server TEXT PRIMARY KEY, count INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS faults (
-    server TEXT NOT NULL, fault TEXT NOT NULL, remaining INTEGER NOT NULL,
-    PRIMARY KEY (server, fault));
-"""
-
-_TABLES = ("meta", "spaces", "actors", "subscribers", "drafts", "publications",
-           "notifications", "invocations", "faults")
-
-_DEMO_SPACES = [
-    ("space-1", "tenant-a", "open"),
-    ("space-archived", "tenant-a", "archived"),
-    ("space-9", "tenant-b", "open"),
-]
-_DEMO_ACTORS = [("user-42", "tenant-a", 1), ("user-13", "tenant-a", 0), ("user-77", "tenant-b", 1)]
-_DEMO_SUBSCRIBERS = [
-    ("space-1", "subscriber-1"),
-    ("space-1", "subscriber-2"),
-    ("space-1", "subscriber-3"),
-    ("space-9", "subscriber-9"),
-]
-
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -222,7 +128,7 @@ class World:
 
     def __init__(self, directory: Path | str, *, clock: Clock = _now) -> None:
         self.directory = Path(directory)
-        self._store = WorldStore(self.directory, _SCHEMA, what="items world")
+        self._store = WorldStore(self.directory, tables.SCHEMA, what="items world")
         self._clock = clock
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -235,15 +141,15 @@ class World:
         world = cls(directory, clock=clock)
         world.directory.mkdir(parents=True, exist_ok=True)
         with world._write() as db:
-            for table in _TABLES:
+            for table in tables.TABLES:
                 db.execute(f"DELETE FROM {table}")  # fixed names, not input
             db.execute(
                 "DELETE FROM sqlite_sequence WHERE name IN ('drafts', 'publications', 'notifications')"
             )
             db.execute("INSERT INTO meta VALUES ('credential_sha256', ?)", (credential_hash(credential),))
-            db.executemany("INSERT INTO spaces VALUES (?, ?, ?, 1)", _DEMO_SPACES)
-            db.executemany("INSERT INTO actors VALUES (?, ?, ?)", _DEMO_ACTORS)
-            db.executemany("INSERT INTO subscribers VALUES (?, ?)", _DEMO_SUBSCRIBERS)
+            db.executemany("INSERT INTO spaces VALUES (?, ?, ?, 1)", DEMO_SPACES)
+            db.executemany("INSERT INTO actors VALUES (?, ?, ?)", DEMO_ACTORS)
+            db.executemany("INSERT INTO subscribers VALUES (?, ?)", DEMO_SUBSCRIBERS)
             db.executemany("INSERT INTO invocations VALUES (?, 0)", [(s,) for s in SERVERS])
         return world
 
@@ -268,7 +174,7 @@ class World:
         """
         with self._read() as db:
             self._authenticate(db, credential)
-            space = _space(db, space_id)
+            space = tables.space_row(db, space_id)
             if space is None:
                 return {"exists": False, "tenant": "", "status": "", "actor_may_create": False,
                         "sensitive": False, "version": 0}
@@ -276,7 +182,7 @@ class World:
                 "exists": True,
                 "tenant": space["tenant"],
                 "status": space["status"],
-                "actor_may_create": _may_create(db, tenant, actor, space),
+                "actor_may_create": tables.may_create(db, tenant, actor, space),
                 "sensitive": False,
                 "version": space["version"],
             }
@@ -315,8 +221,8 @@ class World:
                 (tenant, idempotency_key),
             ).fetchone()
             if existing is not None:
-                return _draft_receipt(existing)
-            _check_may_create(db, tenant, actor, space_id)
+                return tables.draft_receipt(existing)
+            tables.check_may_create(db, tenant, actor, space_id)
             (count,) = db.execute("SELECT COUNT(*) FROM drafts").fetchone()
             draft_id = f"draft-{count + 1:06d}"
             db.execute(
@@ -363,7 +269,7 @@ class World:
         def publish(db: sqlite3.Connection) -> dict[str, str]:
             self._authenticate(db, credential)
             self._in_time(not_after)
-            _check_may_create(db, tenant, actor, space_id)
+            tables.check_may_create(db, tenant, actor, space_id)
             at = self._clock().isoformat()
             title_digest = digest_bytes(title.encode())
             (count,) = db.execute("SELECT COUNT(*) FROM publications").fetchone()
@@ -410,7 +316,7 @@ class World:
                 "SELECT * FROM drafts WHERE tenant = ? AND idempotency_key = ?",
                 (tenant, idempotency_key),
             ).fetchone()
-            return None if row is None else _draft_receipt(row)
+            return None if row is None else tables.draft_receipt(row)
 
     def find_publication(
         self, credential: str, tenant: str, client_ref: str
@@ -468,7 +374,7 @@ class World:
         if armed is None:
             return False
         with self._write() as db:
-            return _take(db, server, fault)
+            return tables.take_fault(db, server, fault)
 
     def faults(self) -> list[dict[str, str | int]]:
         """Return the faults still armed: ``server``, ``fault``, ``remaining``."""
@@ -533,7 +439,7 @@ class World:
         with self._write() as db:
             # Every call counts, refused ones too: tests count how often the world was reached.
             db.execute("UPDATE invocations SET count = count + 1 WHERE server = ?", (server,))
-            dropped = _take(db, server, "drop_response")
+            dropped = tables.take_fault(db, server, "drop_response")
             try:
                 receipt = operation(db)
             except ItemsWorldError as exc:
@@ -562,45 +468,6 @@ class World:
     @staticmethod
     def _authenticate(db: sqlite3.Connection, credential: str) -> None:
         WorldStore.authenticate(db, credential, InvalidCredential)
-
-def _take(db: sqlite3.Connection, server: str, fault: str) -> bool:
-    """Consume one armed fault inside the caller's write transaction."""
-    cursor = db.execute(
-        "UPDATE faults SET remaining = remaining - 1"
-        " WHERE server = ? AND fault = ? AND remaining > 0",
-        (server, fault),
-    )
-    return cursor.rowcount == 1
-
-
-def _space(db: sqlite3.Connection, space_id: str) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = db.execute(
-        "SELECT * FROM spaces WHERE space_id = ?", (space_id,)
-    ).fetchone()
-    return row
-
-
-def _may_create(db: sqlite3.Connection, tenant: str, actor: str, space: sqlite3.Row) -> bool:
-    who = db.execute("SELECT tenant, may_create FROM actors WHERE actor = ?", (actor,)).fetchone()
-    return bool(who is not None and who["tenant"] == tenant == space["tenant"] and who["may_create"])
-
-
-def _check_may_create(db: sqlite3.Connection, tenant: str, actor: str, space_id: str) -> None:
-    """Raise the refusal that stops ``actor`` of ``tenant`` creating an item in the space."""
-    space = _space(db, space_id)
-    if space is None:
-        raise SpaceNotFound(f"no space {space_id!r}")
-    if space["tenant"] != tenant:
-        raise TenantMismatch(f"space {space_id!r} is not in tenant {tenant!r}")
-    if not _may_create(db, tenant, actor, space):
-        raise NotAuthorized(f"{actor!r} may not create items in {space_id!r}")
-    if space["status"] != "open":
-        raise SpaceArchived(f"space {space_id!r} is {space['status']}")
-
-
-def _draft_receipt(draft: sqlite3.Row) -> dict[str, str]:
-    return {"draft_id": draft["draft_id"], "space_id": draft["space_id"],
-            "idempotency_key": draft["idempotency_key"]}
 
 
 def print_ledger(directory: Path | str, output: Output) -> None:
