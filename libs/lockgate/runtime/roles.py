@@ -58,19 +58,39 @@ Render a server's ``accounts`` block with::
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
 from lockgate.contracts import channels, subjects
 from lockgate.eventstore.partitions import SINGLE, Partitions
-from lockgate.eventstore.subjects import type_filter
 from lockgate.mcp import subjects as mcp_subjects
 from lockgate.runtime import specs
+from lockgate.runtime.accounts import render_accounts
+from lockgate.runtime.grants import (
+    EDGE_ACCOUNT,
+    IMPORTED_JS_API,
+    JS_API,
+    SERVICE_INBOX,
+    SERVICES_ACCOUNT,
+    Import,
+    Role,
+    adapter_account,
+    adapter_ask,
+    checked_token,
+    direct_get,
+    event_append,
+    event_load,
+    js_import,
+    js_pull,
+    kv_list,
+    kv_open,
+    kv_read,
+    kv_write,
+    service_import,
+    stream_import,
+)
 from lockgate.runtime.spec import ServiceSpec
 from lockgate.runtime.streams import (
     BUDGETS_BUCKET,
@@ -86,154 +106,49 @@ from lockgate.runtime.streams import (
 )
 from lockgate.runtime.streams import MCP as MCP_RECORDS
 
-#: The inbox prefix of trusted processes (nats-py's and FastStream's default).
-SERVICE_INBOX = "_INBOX"
-#: The account of the trusted processes; the only one with JetStream.
-SERVICES_ACCOUNT = "LOCKGATE"
-#: The account of hosts, agent runtimes, reviewers and operators.
-EDGE_ACCOUNT = "EDGE"
-#: The JetStream API as the services' account serves it.
-JS_API = "$JS.API"
-#: The same API in an account that imports it (its own ``$JS.API`` would answer instead).
-IMPORTED_JS_API = subjects.IMPORTED_JS_API
-
-
-def adapter_account(name: str) -> str:
-    """The account of the adapter process called ``name``."""
-    return f"ADAPTER_{_token(name, 'adapter name')}"
-
-
-@dataclass(frozen=True)
-class Import:
-    """A subject an account outside ``LOCKGATE`` takes from another account.
-
-    ``subject`` is the name in the exporting account, ``local`` the name the importer's
-    users publish (or subscribe) to. A ``service`` import forwards requests; ``stream``
-    delivers the exporter's messages. ``responses="stream"`` lets one request have many
-    replies (a batched direct get, a pull consumer's fetch).
-    """
-
-    subject: str
-    local: str
-    kind: Literal["service", "stream"] = "service"
-    responses: Literal["single", "stream"] = "single"
-    source: str = SERVICES_ACCOUNT
-
-
-def _service(subject: str, responses: Literal["single", "stream"] = "single") -> Import:
-    return Import(subject, subject, "service", responses)
-
-
-def _stream(subject: str) -> Import:
-    return Import(subject, subject, "stream")
-
-
-def _js(api_subject: str, responses: Literal["single", "stream"] = "single") -> Import:
-    """A JetStream API subject of the services' account, renamed for the importer."""
-    if not api_subject.startswith(JS_API + "."):
-        raise ValueError(f"{api_subject!r} is not a JetStream API subject")
-    return Import(api_subject, IMPORTED_JS_API + api_subject[len(JS_API):], "service", responses)
-
-
-@dataclass(frozen=True)
-class Role:
-    """One row of the role table: a NATS user's account and the exact subjects it may use."""
-
-    name: str
-    publish: tuple[str, ...]
-    subscribe: tuple[str, ...]
-    #: May answer the requests it receives (one reply each), whatever the reply subject.
-    allow_responses: bool = False
-    #: The ``inbox_prefix`` its client must connect with (replies arrive under it).
-    inbox_prefix: str = SERVICE_INBOX
-    account: str = SERVICES_ACCOUNT
-    #: What its account must import for it (``publish``/``subscribe`` name the local side).
-    imports: tuple[Import, ...] = ()
-    #: Request subjects its account offers the services' account (adapters).
-    exports: tuple[str, ...] = ()
-    #: The JetStream API prefix its client must use (``nc.jetstream(prefix=...)``).
-    js_prefix: str = JS_API
-    #: The person or program the user is (a reviewer's name, an operator's); the
-    #: principal token its command subjects end in.
-    principal: str = ""
-    #: Tenants it acts in (empty: every tenant); informative, the grants enforce it.
-    tenants: tuple[str, ...] = field(default=())
-
-
-# -- JetStream API subjects -----------------------------------------------------------------
-
-
-def _direct_get(stream: str, subject: str = "") -> str:
-    """The JetStream API subject of a direct get on ``stream`` (of ``subject``'s last message,
-    or, without one, a batched get whose request names the subjects)."""
-    return f"{JS_API}.DIRECT.GET.{stream}" + (f".{subject}" if subject else "")
-
-
-def js_pull(stream: str, consumer: str) -> tuple[str, ...]:
-    """Bind to (consumer info), fetch from and acknowledge one existing pull consumer."""
-    return (
-        f"$JS.API.CONSUMER.INFO.{stream}.{consumer}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}",
-        f"$JS.ACK.{stream}.{consumer}.>",
-    )
-
-
-def kv_open(bucket: str) -> tuple[str, ...]:
-    """``js.key_value(bucket)``: the bucket's stream info (read-only)."""
-    return (f"$JS.API.STREAM.INFO.KV_{bucket}",)
-
-
-def kv_read(bucket: str) -> tuple[str, ...]:
-    """Get keys of a bucket: direct gets (the buckets are created with ``direct=True``),
-    and message gets, which only the bucket's leader answers, to confirm what a replica
-    behind it may have answered (``lockgate.contracts.buckets``)."""
-    return (*kv_open(bucket), f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.>",
-            f"$JS.API.STREAM.MSG.GET.KV_{bucket}")
-
-
-def kv_list(bucket: str) -> tuple[str, ...]:
-    """List a bucket's keys: nats-py watches it through an ephemeral ordered consumer.
-
-    The consumer is created with a server-chosen name, pushes to the inbox with flow
-    control (answered on ``$JS.FC.<stream>.>``) and is left to its inactivity threshold.
-    """
-    return (
-        f"$JS.API.CONSUMER.CREATE.KV_{bucket}",
-        f"$JS.API.CONSUMER.INFO.KV_{bucket}.*",
-        f"$JS.FC.KV_{bucket}.>",
-    )
-
-
-def kv_write(bucket: str, keys: str = ">") -> tuple[str, ...]:
-    """Put keys matching ``keys`` into a bucket."""
-    return (f"$KV.{bucket}.{keys}",)
-
-
-def adapter_ask(verb: str) -> tuple[str, ...]:
-    """Ask any capability's adapter ``verb`` (``lg.adapter.<capability>.<verb>``)."""
-    return subjects.adapter_all(verb)
-
-
-def event_load(partitions: Partitions = SINGLE) -> tuple[str, ...]:
-    """Load an aggregate (direct gets, ``multi_last``, on each events stream), and complete
-    a load a lagging replica answered (message gets, which only a stream's leader
-    answers: ``lockgate.eventstore.jetstream``)."""
-    return tuple(s for p in partitions
-                 for s in (_direct_get(p.stream), f"{JS_API}.STREAM.MSG.GET.{p.stream}"))
-
-
-def event_append(*event_types: str, partitions: Partitions = SINGLE) -> tuple[str, ...]:
-    """Append events of ``event_types`` (and only those) to any aggregate, in any partition."""
-    return tuple(type_filter(t, prefix=p.prefix) for p in partitions for t in event_types)
-
-
-# -- the roles ----------------------------------------------------------------------------
-
-
-def _token(value: str, what: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
-        raise ValueError(f"{what} {value!r} is not a subject token")
-    return value
+__all__ = [
+    "ARCHIVER",
+    "CONSOLE",
+    "DEMO_ADAPTERS",
+    "DEMO_OPERATORS",
+    "DEMO_REVIEWERS",
+    "EDGE_ACCOUNT",
+    "IMPORTED_JS_API",
+    "JS_API",
+    "MCP_ADAPTER",
+    "PROJECTOR",
+    "REPLAY",
+    "SERVICES",
+    "SERVICES_ACCOUNT",
+    "SERVICE_INBOX",
+    "Import",
+    "Role",
+    "adapter_account",
+    "adapter_ask",
+    "adapter_role",
+    "admin_role",
+    "agent_role",
+    "archiver_role",
+    "console_role",
+    "demo_users",
+    "deployment_users",
+    "event_append",
+    "event_load",
+    "host_role",
+    "js_pull",
+    "kv_list",
+    "kv_open",
+    "kv_read",
+    "kv_write",
+    "main",
+    "operator_role",
+    "projector_role",
+    "render_accounts",
+    "replay_role",
+    "reviewer_role",
+    "roles",
+    "service_role",
+]
 
 
 def _capability(value: str) -> str:
@@ -247,7 +162,7 @@ def _inbox(prefix: str) -> str:
 
 
 def _scopes(tenants: Sequence[str] | None) -> list[str]:
-    return [_token(t, "tenant") for t in tenants] if tenants else [subjects.ANY]
+    return [checked_token(t, "tenant") for t in tenants] if tenants else [subjects.ANY]
 
 
 def admin_role() -> Role:
@@ -277,16 +192,16 @@ def host_role(tenants: Sequence[str] | None = None) -> Role:
     return _edge(
         "host", (*(subjects.RUN_OPEN.pattern(tenant=t) for t in scopes),
                  *(subjects.RUN_CLOSE.pattern(tenant=t) for t in scopes)),
-        [_service(subjects.RUN_OPEN_ALL), _service(subjects.RUN_CLOSE_ALL)], tenants=tenants,
+        [service_import(subjects.RUN_OPEN_ALL), service_import(subjects.RUN_CLOSE_ALL)], tenants=tenants,
     )
 
 
-_RESPONSES_GET = _js(_direct_get(RESPONSES, subjects.RESPONSES_ALL))
+_RESPONSES_GET = js_import(direct_get(RESPONSES, subjects.RESPONSES_ALL))
 
 
 def agent_role(tenant: str) -> Role:
     """An agent runtime of ``tenant``: turns, candidates, withdrawals and responses of that tenant only."""
-    t = _token(tenant, "tenant")
+    t = checked_token(tenant, "tenant")
     name = f"agent-{t}"
     return _edge(
         name,
@@ -294,24 +209,24 @@ def agent_role(tenant: str) -> Role:
             subjects.TURN.pattern(tenant=t),
             subjects.PROPOSE.pattern(tenant=t),
             subjects.WITHDRAW.pattern(tenant=t, user=name),
-            _js(_direct_get(RESPONSES, subjects.responses_of(t))).local,
+            js_import(direct_get(RESPONSES, subjects.responses_of(t))).local,
         ),
-        [_service(subjects.TURN_ALL), _service(subjects.PROPOSE_ALL),
-         _service(subjects.WITHDRAW_ALL), _RESPONSES_GET, _stream(subjects.RESPONSES_ALL)],
+        [service_import(subjects.TURN_ALL), service_import(subjects.PROPOSE_ALL),
+         service_import(subjects.WITHDRAW_ALL), _RESPONSES_GET, stream_import(subjects.RESPONSES_ALL)],
         subscribe=(subjects.responses_of(t),), principal=name, tenants=(t,),
     )
 
 
 def reviewer_role(person: str, tenants: Sequence[str] | None = None) -> Role:
     """A reviewer (one person): shows and decides the reviews of ``tenants`` (or all)."""
-    who = _token(person, "reviewer")
+    who = checked_token(person, "reviewer")
     name = f"reviewer-{who}"
     reviews = (subjects.REVIEW.pattern(tenant=t, verb=verb, reviewer=who)
                for t in _scopes(tenants) for verb in subjects.REVIEW_VERBS)
     # The projector's status: whether the review queue it reads is up to date.
     return _edge(
         name, (*reviews, subjects.status(PROJECTOR)),
-        [_service(subjects.REVIEW.tail()), _service(subjects.STATUS_ALL, "stream")], principal=who,
+        [service_import(subjects.REVIEW.tail()), service_import(subjects.STATUS_ALL, "stream")], principal=who,
         tenants=tenants,
     )
 
@@ -324,9 +239,9 @@ def operator_role(person: str, tenants: Sequence[str] | None = None,
     tenant-scoped operator still reads every tenant's events: give scoped operators
     the projection's views instead (the request subjects themselves are scoped).
     """
-    who = _token(person, "operator")
+    who = checked_token(person, "operator")
     name = f"operator-{who}"
-    loads = [_js(_direct_get(p.stream), "stream") for p in partitions]
+    loads = [js_import(direct_get(p.stream), "stream") for p in partitions]
     return _edge(
         name,
         (
@@ -336,8 +251,8 @@ def operator_role(person: str, tenants: Sequence[str] | None = None,
             *(load.local for load in loads),
             mcp_subjects.OP.pattern(principal=who),
         ),
-        [_service(subjects.RESOLVE.tail()), _service(subjects.WITHDRAW_ALL),
-         _service(subjects.STATUS_ALL, "stream"), *loads, _service(mcp_subjects.OPS_ALL)],
+        [service_import(subjects.RESOLVE.tail()), service_import(subjects.WITHDRAW_ALL),
+         service_import(subjects.STATUS_ALL, "stream"), *loads, service_import(mcp_subjects.OPS_ALL)],
         principal=who, tenants=tenants,
     )
 
@@ -355,9 +270,9 @@ def replay_role() -> Role:
     the views are up to date (the projector's status). No adapter request, no order, no
     proposal, no append: it holds no credentials that reach the real world.
     """
-    reads = [_js(subject) for bucket in (RUNS_BUCKET, CAPABILITIES_BUCKET) for subject in kv_read(bucket)]
+    reads = [js_import(subject) for bucket in (RUNS_BUCKET, CAPABILITIES_BUCKET) for subject in kv_read(bucket)]
     return _edge(REPLAY, (*(i.local for i in reads), subjects.status(PROJECTOR)),
-                 [*reads, _service(subjects.STATUS_ALL, "stream")])
+                 [*reads, service_import(subjects.STATUS_ALL, "stream")])
 
 
 #: What each service does on NATS, by name: its spec (``lockgate.runtime.specs``).
@@ -400,11 +315,11 @@ def service_role(name: str, partitions: Partitions = SINGLE) -> Role:
                     else channel.subjects)
     if channels.RESPONSE in spec.publishes:
         # Who stores responses reads a candidate's last one, to store only what is newer.
-        publish.append(_direct_get(RESPONSES, subjects.RESPONSES_ALL))
+        publish.append(direct_get(RESPONSES, subjects.RESPONSES_ALL))
     if channels.LEASE in spec.publishes:
         # Who keeps runs' leases reads a lease before renewing it, and lists an ended
         # run's responses (batched direct gets: the request names the subjects).
-        publish += (_direct_get(LEASES), _direct_get(RESPONSES))
+        publish += (direct_get(LEASES), direct_get(RESPONSES))
     answers = (s for answer in spec.answers for s in answer.channel.subjects)
     subscribe = [*answers, subjects.status(spec.status_name), _inbox(SERVICE_INBOX)]
     return Role(name, tuple(publish), tuple(subscribe), allow_responses=True)
@@ -418,7 +333,7 @@ def projector_role(partitions: Partitions = SINGLE) -> Role:
     and it appends nothing.
     """
     publish = tuple(s for p in partitions
-                    for s in (_direct_get(p.stream), f"{JS_API}.STREAM.INFO.{p.stream}"))
+                    for s in (direct_get(p.stream), f"{JS_API}.STREAM.INFO.{p.stream}"))
     subscribe = (subjects.status(PROJECTOR), _inbox(SERVICE_INBOX))
     return Role(PROJECTOR, publish, subscribe, allow_responses=True)
 
@@ -472,23 +387,23 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     """
     if not capabilities:
         raise ValueError("an adapter serves at least one capability")
-    who = _token(name, "adapter name")
+    who = checked_token(name, "adapter name")
     user = f"adapter-{who}"
     prefix = f"_INBOX_adapter_{who.replace('-', '_')}"
-    imports: list[Import] = [_js(f"{JS_API}.STREAM.INFO.KV_{CAPABILITIES_BUCKET}")]
+    imports: list[Import] = [js_import(f"{JS_API}.STREAM.INFO.KV_{CAPABILITIES_BUCKET}")]
     subscribe: list[str] = []
     exports: list[str] = [subjects.adapter_status(who)]
     for cap in map(_capability, capabilities):
         consumer = "adapter-" + cap.replace(".", "_")
         imports += [
-            _service(kv_write(CAPABILITIES_BUCKET, cap)[0]),
-            _js(f"{JS_API}.CONSUMER.CREATE.{EXEC}.{consumer}.{subjects.order(cap)}"),
-            _js(f"{JS_API}.CONSUMER.INFO.{EXEC}.{consumer}"),
-            _js(f"{JS_API}.CONSUMER.MSG.NEXT.{EXEC}.{consumer}", "stream"),
-            _service(f"$JS.ACK.{EXEC}.{consumer}.>"),
-            _service(subjects.REPORT.pattern(capability=cap)),
-            _service(subjects.claim(cap)),
-            _stream(subjects.interrupt(cap)),
+            service_import(kv_write(CAPABILITIES_BUCKET, cap)[0]),
+            js_import(f"{JS_API}.CONSUMER.CREATE.{EXEC}.{consumer}.{subjects.order(cap)}"),
+            js_import(f"{JS_API}.CONSUMER.INFO.{EXEC}.{consumer}"),
+            js_import(f"{JS_API}.CONSUMER.MSG.NEXT.{EXEC}.{consumer}", "stream"),
+            service_import(f"$JS.ACK.{EXEC}.{consumer}.>"),
+            service_import(subjects.REPORT.pattern(capability=cap)),
+            service_import(subjects.claim(cap)),
+            stream_import(subjects.interrupt(cap)),
         ]
         asks = subjects.ADAPTER.pattern(capability=cap)
         subscribe += [asks, subjects.adapter_status(cap), subjects.interrupt(cap)]
@@ -496,9 +411,9 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     if who == MCP_ADAPTER:
         # Its records on LG_MCP (append, and read back by direct get), and the operators'
         # requests it answers.
-        imports += [_service(mcp_subjects.RECORDS_ALL),
-                    _js(_direct_get(MCP_RECORDS, mcp_subjects.RECORDS_ALL)),
-                    _js(_direct_get(MCP_RECORDS))]
+        imports += [service_import(mcp_subjects.RECORDS_ALL),
+                    js_import(direct_get(MCP_RECORDS, mcp_subjects.RECORDS_ALL)),
+                    js_import(direct_get(MCP_RECORDS))]
         subscribe.append(mcp_subjects.OPS_ALL)
         exports.append(mcp_subjects.OPS_ALL)
     publish = [i.local for i in imports if i.kind == "service"]
@@ -546,123 +461,6 @@ def roles(
         *(adapter_role(caps, name) for name, caps in adapters.items()),
     ]
 
-
-# -- the server configuration -----------------------------------------------------------
-
-_SAFE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")  # printable ASCII without '"' and '\'
-
-
-def _quote(value: str) -> str:
-    if not _SAFE.fullmatch(value):
-        raise ValueError(f"{value!r} must be printable ASCII without quotes or backslashes")
-    return json.dumps(value)
-
-
-def _allow(kind: str, items: Iterable[str]) -> list[str]:
-    items = list(items)
-    if not items:
-        # nats-server reads an empty allow-list as no restriction at all (measured).
-        raise ValueError(f"an empty {kind} allow-list would allow every subject")
-    return [f"            {kind}: {{ allow: [", *(f"              {_quote(i)}" for i in items),
-            "            ] }"]
-
-
-def _responses_of(subject: str) -> Literal["single", "stream"]:
-    """How many answers a request to an exported ``subject`` may get.
-
-    A status request is answered by every replica of the process (each says how it is),
-    so status subjects pass a stream of responses; any other request gets one answer.
-    """
-    return "stream" if subjects.is_status(subject) else "single"
-
-
-@dataclass
-class _Account:
-    users: list[tuple[str, Role, str]] = field(default_factory=list)
-    imports: dict[tuple[str, str, str, str], Import] = field(default_factory=dict)
-    #: (kind, subject) → (response type, importing accounts)
-    exports: dict[tuple[str, str], tuple[str, set[str]]] = field(default_factory=dict)
-
-
-def _accounts(users: Mapping[str, tuple[Role, str]]) -> dict[str, _Account]:
-    """Group users by account and derive every import and the matching export."""
-    accounts: dict[str, _Account] = {SERVICES_ACCOUNT: _Account()}
-    for user, (role, password) in users.items():
-        accounts.setdefault(role.account, _Account()).users.append((user, role, password))
-    for name, account in list(accounts.items()):
-        for _, role, _ in account.users:
-            for imp in role.imports:
-                account.imports[(imp.kind, imp.subject, imp.local, imp.source)] = imp
-                source = accounts.setdefault(imp.source, _Account())
-                responses, importers = source.exports.setdefault(
-                    (imp.kind, imp.subject), (imp.responses, set()))
-                if responses != imp.responses:
-                    raise ValueError(f"{imp.subject}: imported with two response types")
-                importers.add(name)
-            for subject in role.exports:
-                # An adapter's requests and status, for the services (and, by their
-                # export of lg.status.>, for operators).
-                responses = _responses_of(subject)
-                _, importers = account.exports.setdefault(("service", subject), (responses, set()))
-                importers.add(SERVICES_ACCOUNT)
-                back = Import(subject, subject, "service", responses, source=name)
-                accounts[SERVICES_ACCOUNT].imports[("service", subject, subject, name)] = back
-    return accounts
-
-
-def render_accounts(users: Mapping[str, tuple[Role, str]]) -> str:
-    """A nats-server ``accounts { ... }`` block for ``users``, one account per trust boundary.
-
-    Every import an account's roles need is matched by an export of its source that
-    names exactly the importing accounts.
-
-    Args:
-        users: user name → (its role, its password).
-    """
-    lines = [
-        "# Rendered from lockgate.runtime.roles: accounts per trust boundary, one user per",
-        "# role, permissions exactly its row. Holds passwords: keep it private (mode 0600).",
-        "accounts {",
-    ]
-    for name, account in _accounts(users).items():
-        lines.append(f"  {name}: {{")
-        if name == SERVICES_ACCOUNT:
-            lines.append("    jetstream: enabled")
-        lines.append("    users: [")
-        for user, role, password in account.users:
-            lines += [
-                "      {",
-                f"        # role: {role.name}; connect with inbox_prefix {role.inbox_prefix}"
-                + (f", JetStream prefix {role.js_prefix}" if role.js_prefix != JS_API else ""),
-                f"        user: {_quote(user)}",
-                f"        password: {_quote(password)}",
-                "        permissions: {",
-                *_allow("publish", role.publish),
-                *_allow("subscribe", role.subscribe),
-            ]
-            if role.allow_responses:
-                lines.append("            allow_responses: true")
-            lines += ["        }", "      }"]
-        lines.append("    ]")
-        if account.exports:
-            lines.append("    exports: [")
-            for (kind, subject), (responses, importers) in account.exports.items():
-                extra = ", response_type: \"stream\"" if responses == "stream" else ""
-                targets = ", ".join(_quote(a) for a in sorted(importers))
-                lines.append(f"      {{{kind}: {_quote(subject)}, accounts: [{targets}]{extra}}}")
-            lines.append("    ]")
-        if account.imports:
-            lines.append("    imports: [")
-            for imp in account.imports.values():
-                to = f", to: {_quote(imp.local)}" if imp.local != imp.subject else ""
-                lines.append(
-                    f"      {{{imp.kind}: {{account: {_quote(imp.source)}, "
-                    f"subject: {_quote(imp.subject)}}}{to}}}"
-                )
-            lines.append("    ]")
-        lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
 
 
 def deployment_users(
