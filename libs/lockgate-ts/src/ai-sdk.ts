@@ -59,7 +59,7 @@ import {
 
 import { ClientError, ResponseTimeout } from "./errors.js";
 import { callIdFor, intentIdFor } from "./ids.js";
-import type { Run, Turn } from "./client.js";
+import type { Run, Turn } from "./run.js";
 import type { ModelResponse, Tool } from "./wire/messages.js";
 
 /** Statuses of a call that waits for someone (a reviewer, or policy's evidence). */

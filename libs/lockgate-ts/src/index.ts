@@ -4,20 +4,11 @@
  * model may see of each — the same protocol, ids and guarantees as the Python SDK.
  */
 
-export {
-  connect,
-  Gateway,
-  KNOWN_WITHIN_MS,
-  MAX_CANDIDATE_MESSAGE_BYTES,
-  MAX_ENVELOPE_DEPTH,
-  OPEN_RETRY_MS,
-  Run,
-  Turn,
-  type ConnectOptions,
-  type CredentialsLike,
-  type OpenRunOptions,
-  type ProposeOptions,
-} from "./client.js";
+export { connect, type ConnectOptions, type CredentialsLike } from "./connect.js";
+export { MAX_CANDIDATE_MESSAGE_BYTES, MAX_ENVELOPE_DEPTH } from "./encoding.js";
+export { Gateway, type OpenRunOptions } from "./gateway.js";
+export { OPEN_RETRY_MS } from "./requests.js";
+export { KNOWN_WITHIN_MS, Run, Turn, type ProposeOptions } from "./run.js";
 export { DEFAULT_URL, findLocal, loadCredentials, type Credentials, type Local } from "./discovery.js";
 export {
   CandidateTooLarge,

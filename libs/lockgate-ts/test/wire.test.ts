@@ -14,7 +14,8 @@ import { after, before, describe, test } from "node:test";
 import { PACKAGE_DIR, REPO_DIR } from "./harness.js";
 
 /** The client's own sources (compiled here without the rest of the package). */
-const SOURCES = ["client.ts", "discovery.ts", "errors.ts", "ids.ts", "subjects.ts"];
+const SOURCES = ["connect.ts", "discovery.ts", "encoding.ts", "errors.ts", "gateway.ts", "ids.ts", "requests.ts",
+  "run.ts", "subjects.ts", "wakeups.ts"];
 
 /** `tsc` on the client's sources with the wire generated from `schemas`; its exit status and output. */
 function build(root: string, schemas: string): { status: number | null; output: string } {
@@ -88,7 +89,7 @@ describe("the wire types and subjects come from the contract", () => {
     writeFileSync(path, JSON.stringify(schema));
     const { status, output } = build(root, schemas);
     assert.notEqual(status, 0);
-    assert.match(output, /src\/client\.ts.*call_id/);
+    assert.match(output, /src\/run\.ts.*call_id/);
   });
 
   test("a channel parameter renamed in the contract fails the build where the client builds the subject", () => {
