@@ -5,27 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import (
-    APIError,
     InvalidKeyError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NotFoundError,
 )
 
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import Admission, BudgetLedger, LimitLedger
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.buckets import confirmed_get
-from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
-    Catalogue,
     CloseRun,
     OpenRun,
     OpenTurn,
@@ -33,24 +27,18 @@ from lockgate.contracts.messages import (
     RunClosed,
     RunContext,
     RunOpened,
-    Tool,
     TurnOpened,
 )
-from lockgate.contracts.offer import Circumstances, alive, withheld_because
 from lockgate.contracts.subjects import (
     NotACommandSubject,
-    done_key,
     is_client_token,
     parse_lease,
     refused_key,
-    response_subject,
     run_key,
     turn_key,
 )
 from lockgate.contracts.vocabulary import DecisionOutcome
-from lockgate.core.bounded import KeyedLocks, keep
 from lockgate.core.canonical import digest
-from lockgate.core.errors import TransientError
 from lockgate.core.ids import (
     intent_id_for,
     is_capability_name,
@@ -60,7 +48,7 @@ from lockgate.core.ids import (
 )
 from lockgate.core.text import safe_text
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.eventstore.jetstream import CONFLICT_CODES
+from lockgate.intake.catalogues import Catalogues
 from lockgate.intake.domain import (
     Inputs,
     Limited,
@@ -73,26 +61,22 @@ from lockgate.intake.domain import (
     same_call,
 )
 from lockgate.intake.leases import Leases
+from lockgate.intake.responses import ResponseStore
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.streams import CATALOGUES_BUCKET, RESPONSES, RUNS_BUCKET
 
 log = logging.getLogger("lockgate.intake")
 
 
-#: Catalogues kept in memory per process (content-addressed: an entry never changes).
-_CATALOGUES_CACHED = 1024
 #: The shortest and longest lease a run may have (a second; thirty days).
 MIN_LEASE_S = 1.0
 MAX_LEASE_S = 30 * 24 * 3600.0
 #: Most capabilities a run may name as the ones its agent uses.
 MAX_RUN_CAPABILITIES = 256
-#: Turns whose catalogue key intake keeps in memory.
-_TURNS_CACHED = 65_536
 
 
 #: Refusals no later call of the tool corrects (a flood, an envelope, a stream, a tool that
@@ -116,16 +100,6 @@ def stand_in_id(read: Read) -> str:
     return intent_id_for(read.tenant, read.candidate.run_id, read.candidate.call_id)
 
 
-#: Done marks an intake process remembers having seen written, at most this many.
-_DONE_KEPT = 65_536
-#: Response subjects an intake process remembers the last stored response of.
-_ANSWERED_KEPT = 65_536
-#: Tries to store a response while other responses of its candidate are being stored.
-RESPONSE_TRIES = 10
-#: The header naming the intent version a stored response was computed from.
-RESPONSE_VERSION = "Lockgate-Intent-Version"
-
-
 class IntakeHandlers:
     """Runs, turns, candidates and responses."""
 
@@ -140,16 +114,8 @@ class IntakeHandlers:
         self.limits = LimitLedger(ports.budgets, js=ports.js)
         self.budgets = BudgetLedger(ports.budgets, ports.js)
         self.leases = Leases(ports.nc, ports.js, ports.runs)
-        self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
-        #: Turn entry → its catalogue's key, for turns this process opened or read.
-        self._turns: OrderedDict[str, str] = OrderedDict()
-        #: Done marks this process wrote or found written (a mark is never deleted).
-        self._marked: OrderedDict[str, None] = OrderedDict()
-        #: Response subject → the sequence and intent version of the response this process
-        #: last stored or read there (``_store_response``).
-        self._answered: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        #: One response of an intent at a time in this process.
-        self._answering = KeyedLocks(_ANSWERED_KEPT)
+        self.catalogues = Catalogues(ports, clock, bundles, self.budgets)
+        self.responses = ResponseStore(ports)
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -229,7 +195,7 @@ class IntakeHandlers:
         turn_id = req.turn_id or random_id()
         if not is_client_token(turn_id):
             return msgspec.json.encode(Refusal("turn.malformed"))
-        catalogue = await self._catalogue(run)
+        catalogue = await self.catalogues.offered(run)
         catalogue_digest = digest(msgspec.to_builtins(catalogue))
         key = catalogue_digest.removeprefix("sha256:")
         await self.ports.catalogues.put(key, msgspec.json.encode(catalogue))
@@ -239,100 +205,16 @@ class IntakeHandlers:
         except KeyWrongLastSequenceError:
             # Opened before (a retry whose answer was lost, a replica): a turn is one
             # snapshot, so the answer is the catalogue it was opened with.
-            known, opened = await self._turn_catalogue(tenant, run_id, turn_id)
+            known, opened = await self.catalogues.of_turn(tenant, run_id, turn_id)
             if known is None or opened is None:
                 return msgspec.json.encode(
                     Refusal("service.unavailable", "the turn could not be read; ask again"))
             return msgspec.json.encode(TurnOpened(turn_id=turn_id, catalogue_digest=known,
                                                   tools=opened.tools))
-        self._keep_turn(entry, key, catalogue)
+        self.catalogues.keep_turn(entry, key, catalogue)
         return msgspec.json.encode(
             TurnOpened(turn_id=turn_id, catalogue_digest=catalogue_digest, tools=catalogue.tools)
         )
-
-    def _keep_turn(self, entry: str, key: str, catalogue: Catalogue) -> None:
-        """Remember a turn's catalogue: a turn never changes once opened."""
-        keep(self._turns, entry, key, _TURNS_CACHED)
-        keep(self._catalogues, key, catalogue, _CATALOGUES_CACHED)
-
-    async def _catalogue(self, run: RunContext) -> Catalogue:
-        """What this run's actor is offered now: every registered capability whose
-        adapter's heartbeat is recent and whose rules (``lockgate.contracts.offer``) the
-        run meets; the others are listed as withheld, with why."""
-        names = await self.ports.registry.names()
-        registrations = [r for r in await asyncio.gather(
-            *(self.ports.registry.registration(n) for n in names)) if r is not None]
-        now = self.clock()
-        contracts = [r.contract for r in registrations]
-        needed = sorted({name for c in contracts for name in c.offer.after})
-        done_flags = await asyncio.gather(*(self._done(run, name) for name in needed))
-        done = frozenset(name for name, flag in zip(needed, done_flags, strict=True) if flag)
-        budgets = self.bundles.current().config.budgets if self.bundles is not None else ()
-        left = await asyncio.gather(*(
-            self.budgets.remaining_for(budgets, tenant=run.tenant, actor=run.actor,
-                                       run_id=run.run_id, capability=c.name, now=now)
-            for c in contracts))
-        offered: list[CapabilityContract] = []
-        withheld: dict[str, str] = {}
-        for r, budget_left in zip(registrations, left, strict=True):
-            c = r.contract
-            why = withheld_because(c.offer, data_classes=c.data_classes, cost=c.budget_cost, name=c.name,
-                                   now=Circumstances(
-                stage=run.stage, roles=run.roles, data_classes=run.data_classes, done=done,
-                budget_left=budget_left, alive=alive(r.alive_at, now), capabilities=run.capabilities))
-            if why is None:
-                offered.append(c)
-            else:
-                withheld[c.name] = why
-        return Catalogue(
-            tools=tuple(Tool(c.name, c.description, c.argument_schema) for c in offered),
-            revisions={c.name: c.revision for c in offered},
-            schema_revisions={c.name: c.schema_revision for c in offered},
-            effects={c.name: c.effect_class.value for c in offered},
-            withheld=withheld,
-        )
-
-    async def _done(self, run: RunContext, capability: str) -> bool:
-        """True when ``capability`` executed in the run (intake marks it when it answers)."""
-        try:
-            key = done_key(run.tenant, run.run_id, capability)
-            if key in self._marked:
-                return True
-            found = await confirmed_get(self.ports.js, self.ports.runs, RUNS_BUCKET, key) is not None
-        except (InvalidKeyError, ValueError):
-            return False
-        if found:
-            keep(self._marked, key, None, _DONE_KEPT)
-        return found
-
-    async def _turn_catalogue(self, tenant: str, run_id: str, turn_id: str) -> tuple[str | None, Catalogue | None]:
-        """The digest and content of the catalogue offered in a turn.
-
-        A turn's entry is written once (opening it again answers with the same
-        snapshot), and the catalogue is content-addressed: both are kept in memory
-        once read, so a candidate of a known turn costs no read.
-        """
-        entry = turn_key(tenant, run_id, turn_id)
-        try:
-            key = self._turns.get(entry)
-            catalogue = self._catalogues.get(key) if key is not None else None
-            if key is None or catalogue is None:
-                # A turn opened a moment ago may not be on every replica yet.
-                found = await confirmed_get(self.ports.js, self.ports.runs, RUNS_BUCKET, entry)
-                if found is None:
-                    return None, None
-                key = found.decode()
-                catalogue = self._catalogues.get(key)
-                if catalogue is None:
-                    stored = await confirmed_get(self.ports.js, self.ports.catalogues,
-                                                 CATALOGUES_BUCKET, key)
-                    if stored is None:
-                        return None, None
-                    catalogue = msgspec.json.decode(stored, type=Catalogue)
-                self._keep_turn(entry, key, catalogue)
-        except (InvalidKeyError, UnicodeDecodeError, msgspec.MsgspecError):
-            return None, None
-        return "sha256:" + key, catalogue
 
     async def candidate(self, subject: str, data: bytes, message_id: str) -> None:
         """Record a candidate as received or rejected (once per call id and bytes).
@@ -367,15 +249,7 @@ class IntakeHandlers:
                     refused_key(intent.tenant, intent.run_id, intent.turn_id, intent.tool),
                     intent.intent_id.encode())
             elif intent.state is State.COMPLETED:
-                key = done_key(intent.tenant, intent.run_id, intent.tool)
-                if key in self._marked:
-                    return  # written already: a run's later calls of a tool cost nothing
-                # A create (revision 0) that another replica's mark refuses in the same
-                # round trip: marks are never deleted, so there is no marker for
-                # ``KeyValue.create`` to look for with a get after the refusal.
-                with contextlib.suppress(KeyWrongLastSequenceError):
-                    await self.ports.runs.update(key, b"1", last=0)
-                keep(self._marked, key, None, _DONE_KEPT)
+                await self.catalogues.mark_done(intent.tenant, intent.run_id, intent.tool)
         except (InvalidKeyError, ValueError):
             return  # ids that make no key (a stand-in's): nothing to remember
 
@@ -490,7 +364,7 @@ class IntakeHandlers:
         ended = await self.leases.ended(run) if run is not None and lookup else None
         if run is not None and lookup:
             (digest_, catalogue), follows = await asyncio.gather(
-                self._turn_catalogue(read.tenant, c.run_id, c.turn_id), self._link(read, intent_id))
+                self.catalogues.of_turn(read.tenant, c.run_id, c.turn_id), self._link(read, intent_id))
             if catalogue is not None and c.tool in catalogue.revisions:
                 # Only a name the turn offered is looked up: it is a valid key by construction.
                 contract = await self.ports.registry.get(c.tool)
@@ -569,41 +443,5 @@ class IntakeHandlers:
         metrics.answered(view.status, intent.reason)
 
     async def _store_response(self, intent: EffectIntent, data: bytes, msg_id: str) -> None:
-        """Store the response computed from ``intent`` unless a later one is stored already.
-
-        The model reads a candidate's last stored response as its answer, and responses to
-        consecutive events of one intent are computed concurrently (by the workers of a
-        process and by its replicas): one computed from an earlier version could be stored
-        after a later one and stand as the answer. So each names its version, and is
-        stored only after the response it follows (``Nats-Expected-Last-Subject-Sequence``);
-        when another was stored in between, the newer of the two stands.
-        """
-        subject = response_subject(intent.tenant, intent.run_id, intent.intent_id)
-        async with self._answering(intent.intent_id):
-            last = self._answered.get(subject)
-            for attempt in range(RESPONSE_TRIES):
-                if last is not None and last[1] >= intent.version:
-                    return  # a response from this version or a later one stands
-                try:
-                    ack = await self.ports.js.publish(subject, data, headers={
-                        "Nats-Msg-Id": msg_id, RESPONSE_VERSION: str(intent.version),
-                        "Nats-Expected-Last-Subject-Sequence": str(last[0] if last else 0)})
-                except APIError as exc:
-                    if exc.err_code not in CONFLICT_CODES:
-                        raise
-                    if attempt:
-                        await asyncio.sleep(0.01 * attempt)  # a replica may not show it yet
-                    last = await self._last_response(subject)
-                    continue
-                keep(self._answered, subject, (int(ack.seq), intent.version), _ANSWERED_KEPT)
-                return
-        raise TransientError(f"responses to {intent.intent_id} kept changing",
-                             code="response.contention")
-
-    async def _last_response(self, subject: str) -> tuple[int, int] | None:
-        """The stored response on ``subject``: its sequence, and the version it was computed from."""
-        try:
-            msg = await self.ports.js.get_last_msg(RESPONSES, subject, direct=True)
-        except NotFoundError:
-            return None
-        return int(msg.seq or 0), int((msg.headers or {}).get(RESPONSE_VERSION, "0") or 0)
+        """Store the response computed from ``intent`` unless a later one is stored already."""
+        await self.responses.store(intent, data, msg_id)
