@@ -1,18 +1,21 @@
 """The adapter SDK, in one import: what an author writes against and the worker that serves it.
 
 ``from lockgate.adapters.sdk import Adapter, Completed, Rejected, run_adapter`` is all an
-adapter process needs. The parts live in three modules:
+adapter process needs. The parts live in these modules:
 
 - ``lockgate.adapters.api``: the ``Adapter`` base class, ``SendBoundary``, ``Completed``
   and the outcomes an adapter raises (``Rejected``, ``NotSent``, ``Interrupted``); its
   docstring says how to write an adapter;
 - ``lockgate.adapters.claims``: the send boundary, claimed by asking the executor, which
   checks the order against the intent's record (``lockgate.executor.claims``);
-- ``lockgate.adapters.worker``: the worker that consumes orders, claims the boundary,
-  reports, registers and heartbeats (``serve``, ``run_adapter``);
+- ``lockgate.adapters.worker``: the worker that consumes orders, registers and
+  heartbeats (``serve``, ``run_adapter``); ``lockgate.adapters.attempts`` runs one order to
+  its end (execute, claim the boundary, report, settle);
 - ``lockgate.adapters.functions``: ``@capability``, which makes a typed Python function a
-  capability contract and the adapter serving it (``Context``, ``IntentKey``), served by
-  ``lockgate adapter serve module:attr``.
+  capability contract and the adapter serving it, served by ``lockgate adapter serve
+  module:attr``; ``lockgate.adapters.parameters`` says where each argument comes from
+  (``Context``, ``IntentKey``), ``lockgate.adapters.shapes`` puts pydantic's answers in the
+  contract's terms.
 
 The subjects are built in ``lockgate.contracts.subjects``; the names below that end in
 ``_subject`` are its builders under the names this module has always had.
