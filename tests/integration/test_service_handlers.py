@@ -6,6 +6,7 @@ would, and reads back what was appended.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -43,6 +44,7 @@ from lockgate.contracts.messages import (
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import derived_id, random_id
 from lockgate.eventstore.base import AggregateHistory, EventStore, NewEvent, RecordedEvent
+from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.executor.domain import order_for, report_token
 from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
@@ -99,7 +101,19 @@ async def ports(nc: Client) -> AsyncIterator[Ports]:
     js = nc.jetstream()
     with contextlib.suppress(NotFoundError):
         await js.delete_stream("LG_EVENTS")  # every test starts from an empty store
-    yield await ports_for(nc, SETTINGS)
+    made = await ports_for(nc, SETTINGS)
+    # Most tests use History()'s one intent id. On a loaded machine the deleted stream was
+    # seen still answering a direct get of it after the new one was made (the last test's
+    # events loaded, then the append conflicted with the empty stream): wait until the
+    # store reads the new stream (asked by a store of its own: a store keeps what it loaded).
+    probe = JetStreamEventStore(nc, partitions=SETTINGS.partitions)
+    for _ in range(200):
+        if not (await probe.load("tenant-a", History().intent_id)).events:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the deleted events stream still answers")
+    yield made
 
 
 async def store_history(ports: Ports, h: History) -> RecordedEvent:
