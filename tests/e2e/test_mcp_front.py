@@ -25,9 +25,6 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from lockgate.client.sdk import Gateway
-from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
-from lockgate.intent.codec import decode_event
 from lockgate.testing.mcp_front import Front, front_env, http_front
 from lockgate.testing.system import REPO, System
 from lockgate.worlds.casenotes.world import World
@@ -71,19 +68,6 @@ def structured(result: types.CallToolResult) -> dict[str, Any]:
 
 def notes_on(world: World, case_id: str) -> list[dict[str, str]]:
     return [row for row in world.ledger() if row["case_id"] == case_id]
-
-
-async def review_of(system: System, candidate_id: str) -> EffectIntent.ReviewRequested:
-    nc = await system.connect()
-    try:
-        history = await JetStreamEventStore(nc).load(TENANT, candidate_id)
-    finally:
-        await nc.close()
-    for recorded in history.events:
-        event = decode_event(recorded)
-        if isinstance(event, EffectIntent.ReviewRequested):
-            return event
-    raise AssertionError("no review was requested")
 
 
 # --- stdio --------------------------------------------------------------------------
@@ -170,7 +154,7 @@ async def test_sensitive_case_waits_for_a_reviewer_then_status_reports_executed(
         assert still.is_error is not True
         assert structured(still)["status"] == "pending_approval"
 
-        review = await review_of(system, candidate_id)
+        review = await system.review_requested(TENANT, candidate_id)
         assert review.summary.startswith("Add a note to case case-sensitive")
         await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_id, review_id=review.review_id,
                                      digest=review.digest, approve=True)

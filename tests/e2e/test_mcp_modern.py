@@ -30,9 +30,6 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from lockgate.client.mcp.results import IDEMPOTENCY_KEY_META
 from lockgate.client.sdk import Gateway
-from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
-from lockgate.intent.codec import decode_event
 from lockgate.runtime.supervisor import parent_death_signal
 from lockgate.testing.mcp_front import Front, front_env, http_front
 from lockgate.testing.system import REPO, System
@@ -97,19 +94,6 @@ async def task_rpc(front: Front, method: str, task_id: str, request_id: object =
 
 def notes_on(world: World, case_id: str) -> list[dict[str, str]]:
     return [row for row in world.ledger() if row["case_id"] == case_id]
-
-
-async def review_of(system: System, candidate_id: str) -> EffectIntent.ReviewRequested:
-    nc = await system.connect()
-    try:
-        history = await JetStreamEventStore(nc).load(TENANT, candidate_id)
-    finally:
-        await nc.close()
-    for recorded in history.events:
-        event = decode_event(recorded)
-        if isinstance(event, EffectIntent.ReviewRequested):
-            return event
-    raise AssertionError("no review was requested")
 
 
 def candidate_of(task_id: str) -> str:
@@ -259,7 +243,7 @@ async def test_a_waiting_call_is_a_task_that_completes_once_approved(
     assert "result" not in working
     assert len(notes_on(world, "case-sensitive")) == before
 
-    review = await review_of(system, candidate_of(task_id))
+    review = await system.review_requested(TENANT, candidate_of(task_id))
     await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id), review_id=review.review_id,
                                  digest=review.digest, approve=True)
     done = await settled(sensitive, task_id)
@@ -280,7 +264,7 @@ async def test_a_denied_task_completes_with_the_refusal(
     """SEP-2663: ``failed`` is a JSON-RPC error; a refused tool call is a result with isError."""
     before = len(notes_on(world, "case-sensitive"))
     task_id = (await call(sensitive, "Task, denied.", "deny-1", tasks=True))["result"]["taskId"]
-    review = await review_of(system, candidate_of(task_id))
+    review = await system.review_requested(TENANT, candidate_of(task_id))
     await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id), review_id=review.review_id,
                                  digest=review.digest, approve=False, reason="not this one")
     done = await settled(sensitive, task_id)
@@ -312,7 +296,7 @@ async def test_a_cancel_after_the_call_executed_answers_completed(
 ) -> None:
     before = len(notes_on(world, "case-sensitive"))
     task_id = (await call(sensitive, "Task, approved then cancelled.", "late-1", tasks=True))["result"]["taskId"]
-    review = await review_of(system, candidate_of(task_id))
+    review = await system.review_requested(TENANT, candidate_of(task_id))
     await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id), review_id=review.review_id,
                                  digest=review.digest, approve=True)
     assert (await settled(sensitive, task_id))["status"] == "completed"
@@ -488,7 +472,7 @@ async def test_a_session_that_asks_for_a_task_gets_one_and_its_result(
         assert (got["taskId"], got["status"]) == (task_id, "working")
         assert len(notes_on(world, "case-sensitive")) == before
 
-        review = await review_of(system, candidate_of(task_id))
+        review = await system.review_requested(TENANT, candidate_of(task_id))
         await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id),
                                      review_id=review.review_id, digest=review.digest, approve=True)
         result = await raw.send_raw_request("tasks/result", {"taskId": task_id}, {"timeout": 60})
@@ -512,7 +496,7 @@ async def test_a_sessions_denied_task_is_failed_with_the_refusal_as_its_result(
             "tools/call", {"name": "case.add_note", "arguments": {"note": "A session's denied task."}, "task": {}},
             {"request_id": "session-task-deny", "timeout": 60})
         task_id = created["task"]["taskId"]
-        review = await review_of(system, candidate_of(task_id))
+        review = await system.review_requested(TENANT, candidate_of(task_id))
         await reviewer.decide_review(tenant=TENANT, candidate_id=candidate_of(task_id),
                                      review_id=review.review_id, digest=review.digest, approve=False,
                                      reason="not in a session either")
