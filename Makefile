@@ -107,7 +107,7 @@ test-crewai: $(CREWAI_STAMP) prerequisites
 	$(CREWAI_OFFLINE) $(CREWAI_VENV)/bin/pytest -q tests/e2e/test_integration_crewai.py
 
 # Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
-# pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.runtime.postgres
+# pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.operations.postgres
 # looks for them: the views' tests and the cluster harness start throwaway servers), chromium
 # (the console's browser test; Playwright's own browser download is not used) and bubblewrap
 # (the repository world's test sandbox). As root with apt-get, what is missing is installed;

@@ -87,7 +87,7 @@ from bench.rounds import Slices, take_turns
 from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.runtime.natsserver import free_port
+from lockgate.operations.natsserver import free_port
 from lockgate.testing.system import System, bundle_copy
 
 

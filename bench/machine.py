@@ -7,7 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from lockgate.runtime.natsserver import server_binary
+from lockgate.operations.natsserver import server_binary
 
 
 def cpu_model() -> str:

@@ -52,8 +52,8 @@ from bench.stats import Phase
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import partition_stream_configs
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime.cluster import cluster_report, wait_for_leaders
-from lockgate.runtime.supervisor import CLUSTER_CHILD_REPLICAS
+from lockgate.operations.cluster import cluster_report, wait_for_leaders
+from lockgate.operations.supervisor import CLUSTER_CHILD_REPLICAS
 from lockgate.runtime.topology import spread_leaders
 from lockgate.testing.cluster import ClusterSystem, place_on_nodes
 from lockgate.testing.system import System, bundle_copy

@@ -11,8 +11,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from lockgate.runtime import postgres
-from lockgate.runtime.natsserver import NatsServer
+from lockgate.operations import postgres
+from lockgate.operations.natsserver import NatsServer
 
 #: Values of ``CI`` that mean "not a CI run"; any other (true, 1, yes, a service's name) means one.
 _NOT_CI = frozenset({"", "0", "false"})

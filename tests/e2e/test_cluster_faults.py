@@ -36,8 +36,8 @@ from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
 from lockgate.intent.aggregate import Event, State
 from lockgate.intent.codec import fold
-from lockgate.runtime.cluster import ELECTION_TIMEOUT_MAX_S, LOST_QUORUM_S
-from lockgate.runtime.status import ADAPTERS, SERVICES
+from lockgate.operations.cluster import ELECTION_TIMEOUT_MAX_S, LOST_QUORUM_S
+from lockgate.operations.status import ADAPTERS, SERVICES
 from lockgate.runtime.topology import LOCKS_BUCKET
 from lockgate.testing.cluster import ClusterSystem
 from lockgate.testing.demo import play_table

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.runtime.supervisor import READY_LINE
+from lockgate.operations.supervisor import READY_LINE
 from lockgate.testing.processes import Printing, pids_naming
 
 pytestmark = pytest.mark.skipif(

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.runtime.cluster import DEFAULT_SIZE
-from lockgate.runtime.supervisor import READY_LINE
+from lockgate.operations.cluster import DEFAULT_SIZE
+from lockgate.operations.supervisor import READY_LINE
 from lockgate.testing.processes import Printing
 
 pytestmark = pytest.mark.skipif(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.runtime.deployment import RunInfo, write_run_info
+from lockgate.operations.deployment import RunInfo, write_run_info
 from lockgate.testing.docs import REPO, Block, every_block
 from lockgate.testing.system import System
 

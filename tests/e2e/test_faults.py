@@ -73,7 +73,7 @@ async def test_broker_restart_mid_flight_loses_and_repeats_nothing(
 async def test_status_reports_each_durables_progress_and_a_stopped_service(system: System) -> None:
     import signal
 
-    from lockgate.runtime.status import ProcessStatus, check_status, problem
+    from lockgate.operations.status import ProcessStatus, check_status, problem
 
     nc = await system.connect()
     try:

@@ -29,9 +29,9 @@ import pytest_asyncio
 from lockgate.client.sdk import Gateway
 from lockgate.client.sdk import connect as connect_gateway
 from lockgate.contracts import subjects
-from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
-from lockgate.runtime.registered import registered
-from lockgate.runtime.supervisor import READY_LINE
+from lockgate.operations.deployment import credentials_path, load_credentials, read_run_info
+from lockgate.operations.registered import registered
+from lockgate.operations.supervisor import READY_LINE
 from lockgate.testing.processes import Printing
 from lockgate.testing.system import REPO, bundle_copy
 
@@ -41,8 +41,8 @@ LOCKGATE = [sys.executable, "-m", "lockgate.cli"]
 SUPERVISE = (
     "import asyncio, sys\n"
     "from lockgate.runtime.settings import Settings\n"
-    "from lockgate.runtime.status import SERVICES\n"
-    "from lockgate.runtime.supervisor import run_supervisor\n"
+    "from lockgate.operations.status import SERVICES\n"
+    "from lockgate.operations.supervisor import run_supervisor\n"
     "children = [(s, f'lockgate.{s}') for s in SERVICES]\n"
     "sys.exit(asyncio.run(run_supervisor(Settings(), port=0, children=children)))\n"
 )

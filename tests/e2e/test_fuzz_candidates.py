@@ -35,7 +35,7 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intake.domain import read_candidate
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
-from lockgate.runtime.status import CHILDREN, check_status
+from lockgate.operations.status import CHILDREN, check_status
 from lockgate.runtime.topology import RESPONSES
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System

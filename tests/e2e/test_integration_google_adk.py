@@ -47,8 +47,8 @@ from lockgate.integrations.google_adk import (
     proposed_arguments,
 )
 from lockgate.integrations.governed import GovernedRun, Outcome, call_id_for
+from lockgate.operations.status import CHILDREN
 from lockgate.runtime.specs import MCP
-from lockgate.runtime.status import CHILDREN
 from lockgate.testing.frameworks import child_env, review, run_quickstart
 from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.world import World

@@ -37,7 +37,7 @@ from lockgate.integrations import GovernedRun, Outcome
 from lockgate.integrations.pydantic_ai import GovernedTools
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
-from lockgate.runtime.deployment import RunInfo, write_run_info
+from lockgate.operations.deployment import RunInfo, write_run_info
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 

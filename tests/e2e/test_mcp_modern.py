@@ -30,7 +30,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 
 from lockgate.client.mcp.results import IDEMPOTENCY_KEY_META
 from lockgate.client.sdk import Gateway
-from lockgate.runtime.supervisor import parent_death_signal
+from lockgate.operations.supervisor import parent_death_signal
 from lockgate.testing.mcp_front import Front, front_env, http_front
 from lockgate.testing.system import REPO, System
 from lockgate.worlds.casenotes.world import World

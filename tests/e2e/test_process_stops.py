@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.status import CHILDREN
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.status import CHILDREN
 from lockgate.testing.system import REPO
 
 #: Seconds a process may take to exit after a signal or after a fatal configuration.

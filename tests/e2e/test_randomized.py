@@ -41,8 +41,8 @@ from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
+from lockgate.operations.status import CHILDREN
 from lockgate.runtime.specs import ENDS_HOLD
-from lockgate.runtime.status import CHILDREN
 from lockgate.runtime.topology import LOCKS_BUCKET
 from lockgate.testing.cluster import ClusterSystem
 from lockgate.testing.invariants import by_intent, violations

@@ -27,11 +27,11 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from lockgate.client.tokens import issue, read_console_info
-from lockgate.runtime.deployment import credentials_path, load_credentials, read_run_info
+from lockgate.operations.deployment import credentials_path, load_credentials, read_run_info
+from lockgate.operations.supervisor import READY_LINE
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS
-from lockgate.runtime.supervisor import READY_LINE
 from lockgate.testing.processes import Printing
 from lockgate.testing.system import REPO
 from lockgate.worlds.casenotes.world import World

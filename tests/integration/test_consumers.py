@@ -11,8 +11,8 @@ import nats
 import nats.aio.client
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.consumer import Delivery, PullConsumer
-from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.service import Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import NORMALIZATION

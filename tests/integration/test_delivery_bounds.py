@@ -31,7 +31,7 @@ from lockgate.executor.app import create_app as executor_app
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.normalization.app import create_app as normalization_app
-from lockgate.runtime.natsserver import NatsServer
+from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.spec import give_up_from
 from lockgate.runtime.specs import GATE_DELIVERIES

@@ -24,17 +24,17 @@ import msgspec
 import pytest
 
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime import deployfiles
-from lockgate.runtime.admin import (
+from lockgate.operations import deployfiles
+from lockgate.operations.admin import (
     TopologyError,
     connect,
     create_topology,
     keep_leaders,
     partition_report,
 )
-from lockgate.runtime.cluster import NodeAddress, cluster_report, healthy
-from lockgate.runtime.deployment import Credentials
-from lockgate.runtime.natsserver import free_port, server_binary
+from lockgate.operations.cluster import NodeAddress, cluster_report, healthy
+from lockgate.operations.deployment import Credentials
+from lockgate.operations.natsserver import free_port, server_binary
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import hand_leadership, topology_streams
 from lockgate.testing.processes import pids_naming
@@ -157,7 +157,7 @@ async def test_the_compose_nodes_form_a_cluster_and_the_admin_job_creates_the_to
     env.update(LOCKGATE_NATS_URL=",".join(urls), LOCKGATE_REPLICAS="3",
                LOCKGATE_CREDENTIALS_FILE=str(tmp_path / "admin.json"),
                LOCKGATE_VAR_DIR=str(tmp_path), LOCKGATE_EVENT_PARTITIONS="3")
-    job = subprocess.run([sys.executable, "-m", "lockgate.runtime.admin", "--timeout", "30"],
+    job = subprocess.run([sys.executable, "-m", "lockgate.operations.admin", "--timeout", "30"],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert job.returncode == 0, job.stdout + job.stderr
     assert "topology at R3" in job.stdout

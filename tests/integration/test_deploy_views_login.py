@@ -2,7 +2,7 @@
 
 ``docker-compose.yml`` hands the projector, archiver and console
 ``LOCKGATE_VIEWS_URL=postgresql://lockgate@postgres:5432/lockgate`` and ``PGPASSFILE`` (the
-file ``python -m lockgate.runtime.deployment`` makes). Here a PostgreSQL server that
+file ``python -m lockgate.operations.deployment`` makes). Here a PostgreSQL server that
 requires a password is given the one in that file, and the views and their lease open
 with such a URL and that password file, and not without it.
 """
@@ -16,15 +16,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from lockgate.runtime import postgres
-from lockgate.runtime.deployment import (
+from lockgate.operations import postgres
+from lockgate.operations.deployment import (
     VIEWS_DATABASE,
     VIEWS_PASSWORD_FILE,
     VIEWS_PGPASS_FILE,
     VIEWS_USER,
     ensure_views_secrets,
 )
-from lockgate.runtime.postgres import PostgresServer
+from lockgate.operations.postgres import PostgresServer
 from lockgate.views.lease import lease_for
 from lockgate.views.store import open_views
 from tests.conftest import require_postgres

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from lockgate.core.ids import intent_id_for
+from lockgate.operations.natsserver import free_port
 from lockgate.runtime.metrics import start_endpoint
-from lockgate.runtime.natsserver import free_port
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.tracing import root_span_id_of, start_tracing
 from lockgate.testing.otlp import Receiver

@@ -13,8 +13,8 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
+from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.natsclient import coalesce_writes, parse_headers_faster, timed_requests
-from lockgate.runtime.natsserver import NatsServer
 
 
 @pytest.fixture

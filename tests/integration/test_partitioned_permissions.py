@@ -21,8 +21,8 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from lockgate.eventstore.partitions import Partitions
 from lockgate.eventstore.subjects import event_subject
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.roles import demo_users, render_accounts
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.roles import demo_users, render_accounts
 from lockgate.runtime.topology import ensure_topology
 
 PARTITIONS = Partitions(3)

@@ -1,4 +1,4 @@
-"""The role table (``lockgate.runtime.roles``) enforced by a real nats-server, accounts and all.
+"""The role table (``lockgate.operations.roles``) enforced by a real nats-server, accounts and all.
 
 Every user connects with its own credentials and inbox prefix, in the accounts the
 embedded default runs with; a refusal is the server's "permissions violation" error on
@@ -34,8 +34,8 @@ from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.base import NewEvent
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.roles import (
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.roles import (
     EDGE_ACCOUNT,
     SERVICES,
     SERVICES_ACCOUNT,

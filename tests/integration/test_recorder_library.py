@@ -71,8 +71,8 @@ from lockgate.eventstore.subjects import event_subject
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import encode_event
 from lockgate.intent.record import LockgateRecord
-from lockgate.runtime.deployment import Credentials
-from lockgate.runtime.natsserver import NatsServer
+from lockgate.operations.deployment import Credentials
+from lockgate.operations.natsserver import NatsServer
 from lockgate.testing.intents import History
 
 MODULE = "lockgate.eventstore.recorder"

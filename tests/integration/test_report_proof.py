@@ -31,8 +31,8 @@ from lockgate.executor.app import create_app
 from lockgate.executor.domain import report_token
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.keys import report_key
-from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import EXEC, REPORTS, ensure_topology
 from lockgate.testing.intents import History

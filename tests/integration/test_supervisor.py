@@ -20,11 +20,16 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from lockgate.client.output import Output
-from lockgate.runtime.cli_ops import cmd_status
-from lockgate.runtime.deployment import RunInfo, credentials_path, load_credentials, read_run_info
-from lockgate.runtime.natsserver import NatsServer, free_port
-from lockgate.runtime.status import check_status, status_names
-from lockgate.runtime.supervisor import READY_LINE
+from lockgate.operations.commands import cmd_status
+from lockgate.operations.deployment import (
+    RunInfo,
+    credentials_path,
+    load_credentials,
+    read_run_info,
+)
+from lockgate.operations.natsserver import NatsServer, free_port
+from lockgate.operations.status import check_status, status_names
+from lockgate.operations.supervisor import READY_LINE
 from lockgate.testing.processes import Printing
 
 HERE = Path(__file__).parent
@@ -465,7 +470,7 @@ async def test_a_run_whose_broker_lost_the_default_port_to_another_takes_a_free_
 ) -> None:
     """Two runs start together and both find the default port free: the one whose server
     loses the bind must not take the other's server (its users are not this run's) for its own."""
-    from lockgate.runtime.supervisor import broker as supervisor
+    from lockgate.operations.supervisor import broker as supervisor
 
     other = NatsServer(store_dir=tmp_path / "other", port=free_port(), config_text="server_name: other-run")
     other.start()

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from lockgate.runtime.postgres import PostgresServer
+from lockgate.operations.postgres import PostgresServer
 from lockgate.views.lease import ADVISORY_KEY, Lease, lease_for
 from tests.conftest import require_postgres
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import nats
 
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.status import check_status
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.status import check_status
 from lockgate.runtime.topology import ensure_topology
 from lockgate.runtime.watchdog import EXIT_STUCK, Watchdog
 

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from lockgate.client.output import Output
-from lockgate.runtime import cli_ops
-from lockgate.runtime.cli_ops import cmd_status
-from lockgate.runtime.cluster import (
+from lockgate.operations import commands as cli_ops
+from lockgate.operations.cluster import (
     ClusterReport,
     NodeAddress,
     NodeState,
     ReplicaState,
     StreamState,
 )
-from lockgate.runtime.deployment import RunInfo
-from lockgate.runtime.status import Status, status_names
+from lockgate.operations.commands import cmd_status
+from lockgate.operations.deployment import RunInfo
+from lockgate.operations.status import Status, status_names
 from lockgate.runtime.topology import topology_streams
 
 READY: Status = {"pid": 11, "ready": True, "consumers": {}}

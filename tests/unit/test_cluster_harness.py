@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.runtime import postgres
+from lockgate.operations import postgres
 from lockgate.testing import cluster as harness
 from lockgate.testing.cluster import ClusterSystem
 

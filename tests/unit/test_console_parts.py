@@ -12,7 +12,7 @@ from lockgate.client.tokens import PREFIX, TokenError, seal, unseal
 from lockgate.console import domain
 from lockgate.console.api import CSP, STATIC
 from lockgate.intent.aggregate import State
-from lockgate.runtime.deployment import Credentials
+from lockgate.operations.deployment import Credentials
 
 KEY = b"k" * 32
 ALICE = Credentials(user="reviewer-alice", password="s3cret-password", account="EDGE",
@@ -146,7 +146,7 @@ def test_the_timeline_says_how_each_step_went() -> None:
 
 
 def test_no_role_renders_an_empty_allow_list() -> None:
-    from lockgate.runtime.roles import Role, console_role, render_accounts
+    from lockgate.operations.roles import Role, console_role, render_accounts
 
     assert console_role().publish  # nats-server reads an empty list as "everything"
     with pytest.raises(ValueError, match="empty publish allow-list"):

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
+from lockgate.operations.supervisor import TARGETS_FILE
 from lockgate.runtime import metrics
 from lockgate.runtime.settings import default_var_dir
-from lockgate.runtime.supervisor import TARGETS_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "lockgate.json"

@@ -1,6 +1,6 @@
 """The scale-out profile's files are what the code renders, and hang together (no Docker needed).
 
-Drift: every file ``lockgate.runtime.deployfiles`` renders is checked in as rendered.
+Drift: every file ``lockgate.operations.deployfiles`` renders is checked in as rendered.
 Shape: ``docker-compose.yml`` is valid against the Compose Specification's schema
 (vendored under ``deploy/compose-spec/``); every supervised process has its replicas; each
 container mounts only its own credentials, of a user of the role table with that role;
@@ -20,12 +20,12 @@ import jsonschema
 import pytest
 import yaml
 
-from lockgate.runtime import deployfiles
-from lockgate.runtime.deployment import load_credentials
-from lockgate.runtime.deployment import main as make_users
-from lockgate.runtime.roles import admin_role, roles
-from lockgate.runtime.status import ADAPTERS, CHILDREN, SERVICES, child_user
-from lockgate.runtime.supervisor import replicas_of
+from lockgate.operations import deployfiles
+from lockgate.operations.deployment import load_credentials
+from lockgate.operations.deployment import main as make_users
+from lockgate.operations.roles import admin_role, roles
+from lockgate.operations.status import ADAPTERS, CHILDREN, SERVICES, child_user
+from lockgate.operations.supervisor import replicas_of
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "deploy" / "compose-spec" / "compose-spec.json"
@@ -63,7 +63,7 @@ def test_every_rendered_file_is_checked_in_as_rendered() -> None:
     stale = deployfiles.differences(REPO, deployfiles.render_all())
     assert stale == [], (
         f"{stale} differ from what the code renders: run "
-        "`.venv/bin/python -m lockgate.runtime.deployfiles` and commit the result")
+        "`.venv/bin/python -m lockgate.operations.deployfiles` and commit the result")
 
 
 def test_the_check_mode_names_a_stale_file(tmp_path: Path) -> None:
@@ -138,11 +138,11 @@ def test_every_module_compose_runs_exists(services: dict[str, Any]) -> None:
 
 def test_the_admin_job_runs_once_before_every_process(services: dict[str, Any]) -> None:
     admin = services[deployfiles.ADMIN_SERVICE]
-    assert admin["command"] == ["python", "-m", "lockgate.runtime.admin"]
+    assert admin["command"] == ["python", "-m", "lockgate.operations.admin"]
     assert admin["restart"] == "on-failure" and "deploy" not in admin
     # Then the admin stays once, handing partitions' leaderships back after a node was down.
     keeper = services[deployfiles.LEADERS_SERVICE]
-    assert keeper["command"] == ["python", "-m", "lockgate.runtime.admin", "--keep-leaders"]
+    assert keeper["command"] == ["python", "-m", "lockgate.operations.admin", "--keep-leaders"]
     assert keeper["restart"] == "unless-stopped" and "deploy" not in keeper
     assert admin["depends_on"] == {n: {"condition": "service_healthy"} for n in ("n1", "n2", "n3")}
     for name, service in lockgate_services(services).items():

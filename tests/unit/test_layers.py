@@ -87,8 +87,8 @@ def test_every_contract_is_kept_today() -> None:
 
 @pytest.mark.parametrize(("module", "statement", "contract", "reported"), [
     # The core reaching the supervisor: the floor importing the roof.
-    ("lockgate.core.errors", "import lockgate.runtime.supervisor", "layers",
-     "lockgate.core.errors -> lockgate.runtime.supervisor"),
+    ("lockgate.core.errors", "import lockgate.operations.supervisor", "layers",
+     "lockgate.core.errors -> lockgate.operations.supervisor"),
     # One service importing another: siblings in an independent layer.
     ("lockgate.intake.domain", "import lockgate.policy.domain", "layers",
      "lockgate.intake.domain -> lockgate.policy.domain"),
@@ -130,11 +130,3 @@ def test_an_ignored_import_the_code_no_longer_makes_fails(tmp_path: Path) -> Non
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"No matches for ignored import {importer} -> {imported}." in result.stdout
-
-
-def test_every_runtime_module_has_a_layer() -> None:
-    # exhaustive = true covers lockgate's packages; runtime/ is placed module by module.
-    runtime = {f"runtime.{path.stem}" for path in (ROOTS[0] / "lockgate" / "runtime").glob("*.py")
-               if path.stem != "__init__"}
-
-    assert runtime - _layer_modules() == set()

@@ -8,7 +8,7 @@ or restarted lost its leaderships to the others and does not get them back by it
 from __future__ import annotations
 
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime.cluster import (
+from lockgate.operations.cluster import (
     ClusterReport,
     HandBack,
     NodeState,

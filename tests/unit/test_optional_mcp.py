@@ -30,7 +30,7 @@ def test_the_core_imports_and_the_cli_parses_without_the_mcp_sdk() -> None:
 import importlib
 for name in ("lockgate.client", "lockgate.integrations", "lockgate.adapters.sdk",
              "lockgate.intake.app", "lockgate.executor.app", "lockgate.testing.system",
-             "lockgate.worlds.casenotes.adapter", "lockgate.runtime.supervisor", "lockgate.mcp.service"):
+             "lockgate.worlds.casenotes.adapter", "lockgate.operations.supervisor", "lockgate.mcp.service"):
     importlib.import_module(name)
 from lockgate.cli.app import parser
 parser().parse_args(["status"])

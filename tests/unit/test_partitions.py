@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from lockgate.eventstore.partitions import Partitions
 from lockgate.eventstore.subjects import event_subject, parse_event_subject
-from lockgate.runtime.roles import archiver_role, projector_role, service_role
+from lockgate.operations.roles import archiver_role, projector_role, service_role
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import POLICY
 from lockgate.runtime.topology import DURABLES, durables_on, stream_configs, topology_streams

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.runtime.postgres import PostgresUnavailable, _reachable
+from lockgate.operations.postgres import PostgresUnavailable, _reachable
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to another user")
 

@@ -145,7 +145,7 @@ async def test_decide_and_append_gives_up_after_repeated_conflicts() -> None:
 
 
 def test_status_problem_tells_idle_from_stuck() -> None:
-    from lockgate.runtime.status import STALL_S, ConsumerProgress, ProcessStatus, problem
+    from lockgate.operations.status import STALL_S, ConsumerProgress, ProcessStatus, problem
 
     def answer(**consumers: ConsumerProgress) -> dict[str, object]:
         return ProcessStatus(service="policy", pid=1, consumers=consumers).to_dict()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.runtime.deployment import RunInfo, credentials_path, write_run_info
+from lockgate.operations.deployment import RunInfo, credentials_path, write_run_info
 from lockgate.runtime.settings import Settings
 
 

@@ -28,12 +28,13 @@ from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import EVENT_TYPES
 from lockgate.normalization.app import create_app as normalization_app
 from lockgate.normalization.handlers import NormalizationHandlers
+from lockgate.operations import roles, status
+from lockgate.operations.roles import adapter_role, service_role
 from lockgate.policy.app import create_app as policy_app
 from lockgate.policy.handlers import PolicyHandlers
 from lockgate.reconciler.app import create_app as reconciler_app
 from lockgate.reconciler.handlers import ReconcilerHandlers
-from lockgate.runtime import roles, status, topology
-from lockgate.runtime.roles import adapter_role, service_role
+from lockgate.runtime import topology
 from lockgate.runtime.service import BOUNDS, answers, backoff_s, bindings
 from lockgate.runtime.settings import MAX_REVIEW_TTL_S, Settings
 from lockgate.runtime.spec import DELIVERIES, AdapterSpec, Consumer, ServiceSpec, max_deliver_for

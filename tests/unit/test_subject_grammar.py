@@ -13,7 +13,8 @@ from lockgate.contracts import subjects
 from lockgate.contracts.subjects import Family, Param
 from lockgate.eventstore.partitions import Partitions
 from lockgate.mcp import subjects as mcp_subjects
-from lockgate.runtime import roles, topology
+from lockgate.operations import roles
+from lockgate.runtime import topology
 from tests.unit.test_spec import covers
 
 REPO = Path(__file__).resolve().parents[2]

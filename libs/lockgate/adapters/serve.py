@@ -5,9 +5,9 @@ every capability function the module defines is served. Against a running ``lock
 (found by its ``run.json``) the command
 
 1. registers the adapter: ``<var>/adapters/<name>.json``, its name and capabilities
-   (``lockgate.runtime.registered``); a capability another adapter serves is refused;
+   (``lockgate.operations.registered``); a capability another adapter serves is refused;
 2. asks the supervisor to take it in (``SIGUSR1``): it makes the adapter's broker user and
-   account as it makes every other (``lockgate.runtime.roles.adapter_role``), has the
+   account as it makes every other (``lockgate.operations.roles.adapter_role``), has the
    broker reload its accounts, and lists the adapter in ``run.json`` once the new user
    reaches what its account imports;
 3. connects with the adapter's own credentials file and serves until SIGINT or SIGTERM
@@ -39,10 +39,10 @@ from lockgate.adapters.functions import CapabilityFunction, collect
 from lockgate.adapters.scaffold import scaffold
 from lockgate.adapters.worker import run_adapter
 from lockgate.core.errors import LockgateError
+from lockgate.operations.deployment import RunInfo, credentials_path, read_run_info
+from lockgate.operations.registered import TAKE_IN, Registration, register, registered
 from lockgate.runtime import loop
-from lockgate.runtime.deployment import RunInfo, credentials_path, read_run_info
 from lockgate.runtime.entry import exit_if_misconfigured
-from lockgate.runtime.registered import TAKE_IN, Registration, register, registered
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:

@@ -119,7 +119,7 @@ class CapabilityWorker:
                              "(lower-case dotted)")
         self._nc = nc
         # An adapter's account reaches the services' JetStream by import, under its own
-        # prefix (lockgate.runtime.roles).
+        # prefix (lockgate.operations.roles).
         self._js: JetStreamContext = nc.jetstream(prefix=js_prefix)
         self._name = name
         self._ack_wait_s = ack_wait_s

@@ -7,8 +7,8 @@ import argparse
 from lockgate.cli.group import CommandGroup, Subparsers, add_globals
 from lockgate.cli.where import locate, views
 from lockgate.client.output import Output
+from lockgate.operations import roles
 from lockgate.replay import cli as replay_cli
-from lockgate.runtime import roles
 
 
 def _register(sub: Subparsers) -> None:

@@ -27,7 +27,7 @@ def _register(sub: Subparsers) -> None:
 
 
 def _run(args: argparse.Namespace, out: Output) -> int:
-    from lockgate.runtime.cli_ops import cmd_run
+    from lockgate.operations.commands import cmd_run
 
     settings = Settings() if args.url is None else Settings(nats_url=args.url)
     embedded = args.url is None and "LOCKGATE_NATS_URL" not in os.environ

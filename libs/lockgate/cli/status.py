@@ -8,7 +8,7 @@ import asyncio
 from lockgate.cli.group import CommandGroup, Subparsers, add_as, command
 from lockgate.cli.where import locate
 from lockgate.client.output import Output
-from lockgate.runtime.deployment import read_run_info
+from lockgate.operations.deployment import read_run_info
 
 
 def _register(sub: Subparsers) -> None:
@@ -18,7 +18,7 @@ def _register(sub: Subparsers) -> None:
 
 
 def _status(args: argparse.Namespace, out: Output) -> int:
-    from lockgate.runtime.cli_ops import cmd_status
+    from lockgate.operations.commands import cmd_status
 
     where = locate(args)
     person = where.person("operator", getattr(args, "as_", None))

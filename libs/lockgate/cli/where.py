@@ -2,7 +2,7 @@
 
 Every command finds the system by itself: the URL and the credentials ``lockgate run``
 made are under its ``var`` directory (``run.json``, ``credentials/``), and each command
-connects as the role it needs (``lockgate.runtime.roles``).
+connects as the role it needs (``lockgate.operations.roles``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from lockgate.client.discovery import Local, find_local
 from lockgate.client.output import Output
 from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.core.ids import is_subject_token
-from lockgate.runtime.deployment import Credentials, Deployment
+from lockgate.operations.deployment import Credentials, Deployment
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockgate.runtime.deployment import Credentials, Deployment, read_deployment, read_run_info
+from lockgate.operations.deployment import Credentials, Deployment, read_deployment, read_run_info
 from lockgate.runtime.settings import Settings
 
 #: Where a broker is looked for when nothing says otherwise.

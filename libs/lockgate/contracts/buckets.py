@@ -7,7 +7,7 @@ gets, and nats-server 2.15 has no ``min_last_seq`` to ask for one). Where acting
 such an answer would be wrong rather than late (a run just opened reported unknown, a
 lock left held, a budget hold never released), the read is confirmed with a message
 get (``STREAM.MSG.GET``), which only the bucket stream's leader answers. A role that
-reads a bucket may make both (``lockgate.runtime.roles.kv_read``).
+reads a bucket may make both (``lockgate.operations.roles.kv_read``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each subject family is written once, as a ``Family``: its tokens in order, literal or a
 named ``Param``. Its subjects, its permission and subscription patterns, its parser and its
 AsyncAPI address are all read off that one definition, so a grant cannot drift from the
-subject it grants (``lockgate.runtime.roles`` builds every pattern here).
+subject it grants (``lockgate.operations.roles`` builds every pattern here).
 
 Every part that comes from a client is checked against the grammar before it becomes a
 subject token or a key: nats-server closes the connection of a client that sends a
@@ -14,7 +14,7 @@ raise ``NotACommandSubject``.
 
 Commands from people and agent runtimes end in the **principal**: the NATS user that
 sends them. The broker lets a user publish only subjects that end in its own name
-(``lockgate.runtime.roles``), so the service that answers reads who asked from the
+(``lockgate.operations.roles``), so the service that answers reads who asked from the
 subject and never from the payload.
 """
 
@@ -33,7 +33,7 @@ ANY = "*"
 #: A pattern's wildcard for every token from there on.
 REST = ">"
 #: The JetStream API as an account that imports it names it: its own ``$JS.API`` would
-#: answer instead (``lockgate.runtime.roles``).
+#: answer instead (``lockgate.operations.roles``).
 IMPORTED_JS_API = f"{ROOT}.jsapi"
 
 #: Tenants and runs whose names start with this are Lockgate's own: ``open_run`` refuses

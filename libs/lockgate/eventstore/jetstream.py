@@ -342,7 +342,7 @@ class JetStreamEventStore:
         subject_prefix: str = PREFIX, partitions: Partitions | None = None,
     ) -> None:
         """``api_prefix``: the JetStream API as this connection's account reaches it
-        (``lg.jsapi`` in an account that imports it; see ``lockgate.runtime.roles``).
+        (``lg.jsapi`` in an account that imports it; see ``lockgate.operations.roles``).
         ``subject_prefix``: the stream's subjects are ``<subject_prefix>.>``.
         ``partitions``: the events streams of a partitioned deployment
         (``lockgate.eventstore.partitions``; ``stream`` and ``subject_prefix`` are then

@@ -3,7 +3,7 @@
 Every command is a request to the MCP adapter on ``lg.mcp.op.<verb>.<operator>``, sent
 as the operator's own NATS user: the broker lets only that user publish a subject ending
 in its name, so the adapter records the authenticated operator as the reviewer, and only
-the adapter's user can write the records on ``LG_MCP`` (``lockgate.runtime.roles``).
+the adapter's user can write the records on ``LG_MCP`` (``lockgate.operations.roles``).
 Answers are JSON (printed as one document with ``--json``, as ``key  value`` blocks and
 tables for a person); remote text in them (descriptions) is the servers' and untrusted, and
 is cleaned before a person reads it.

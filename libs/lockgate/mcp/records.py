@@ -3,7 +3,7 @@
 Identities, snapshots, mappings and reviews each have their subject per server
 (``lockgate.mcp.subjects``); a record is one msgspec JSON message, and the newest on a
 subject is what holds now. Only the MCP adapter's user may publish or read them
-(``lockgate.runtime.roles``); operators change them through requests the adapter answers.
+(``lockgate.operations.roles``); operators change them through requests the adapter answers.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 from nats.errors import Error as NatsError
 
 from lockgate.core.errors import LockgateError
+from lockgate.operations.deployment import Credentials
+from lockgate.operations.roles import REPLAY
 from lockgate.replay.fixtures import Fixtures
 from lockgate.replay.record import (
     Candidate,
@@ -36,8 +38,6 @@ from lockgate.replay.record import (
     demo_contracts,
     utc_text,
 )
-from lockgate.runtime.deployment import Credentials
-from lockgate.runtime.roles import REPLAY
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:

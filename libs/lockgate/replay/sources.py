@@ -1,6 +1,6 @@
 """The deployment as a replay reads it: runs' contexts and contracts, as the ``replay`` role.
 
-The ``replay`` user (``lockgate.runtime.roles.replay_role``) may read two buckets, the
+The ``replay`` user (``lockgate.operations.roles.replay_role``) may read two buckets, the
 runs (``LG_RUNS``: the context the trusted host opened each run with) and the
 capabilities (``LG_CAPABILITIES``: the contracts), and nothing else: no adapter request,
 no order, no proposal, no append. A replay connected as it cannot reach the real world
@@ -21,9 +21,9 @@ from lockgate.contracts.messages import RunContext
 from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import is_subject_token
+from lockgate.operations.deployment import Credentials
+from lockgate.operations.roles import JS_API
 from lockgate.replay.record import DeploymentUnreachable
-from lockgate.runtime.deployment import Credentials
-from lockgate.runtime.roles import JS_API
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, RUNS_BUCKET
 
 

@@ -80,13 +80,13 @@ from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
+from lockgate.operations.natsserver import NatsServer
 from lockgate.policy.handlers import PAUSE_AFTER, PolicyHandlers
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.replay.fixtures import FIXTURE_ADAPTER, FIXTURE_MISSING, Fixtures
 from lockgate.replay.record import Candidate, Deployment
 from lockgate.runtime import specs
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.natsserver import NatsServer
 from lockgate.runtime.service import (
     Abandonment,
     Retry,

@@ -69,6 +69,7 @@ from lockgate.eventstore.subjects import NotAnEventSubject, parse_event_subject
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event, fold
+from lockgate.operations.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery, PullConsumer, connection_of, respond
 from lockgate.runtime.context import H, Ports, Service
@@ -78,7 +79,6 @@ from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import backoff_s as backoff_s
 from lockgate.runtime.settlement import is_transient as is_transient
 from lockgate.runtime.spec import Consumer, ServiceSpec, give_up_from
-from lockgate.runtime.status import ConsumerProgress, ProcessStatus
 from lockgate.runtime.topology import CANDIDATES, EVENTS, REPORTS, Durable, durable
 from lockgate.runtime.tracing import Tracing, start_tracing
 

@@ -10,13 +10,13 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.eventstore.partitions import MAX_PARTITIONS, Partitions
-from lockgate.runtime.deployment import (
+from lockgate.operations.deployment import (
     Credentials,
     credentials_path,
     load_credentials,
     read_run_info,
 )
-from lockgate.runtime.roles import (
+from lockgate.operations.roles import (
     DEMO_ADAPTERS,
     DEMO_OPERATORS,
     DEMO_REVIEWERS,
@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     #: its own); it sets the user, password, inbox prefix and JetStream prefix.
     credentials_file: Path | None = None
     #: Where replies to this process's requests go; a role with its own prefix cannot
-    #: read other clients' replies (see ``lockgate.runtime.roles``).
+    #: read other clients' replies (see ``lockgate.operations.roles``).
     inbox_prefix: str = "_INBOX"
     #: Create or update streams, buckets and durables at start. Off: an administrator
     #: (``lockgate run``'s supervisor, a cluster's topology job) creates them once and

@@ -1,6 +1,6 @@
 """The whole system on a local JetStream cluster, for the fault tests at scale.
 
-As ``lockgate run --cluster 3`` runs it: three nodes (``lockgate.runtime.cluster``) on
+As ``lockgate run --cluster 3`` runs it: three nodes (``lockgate.operations.cluster``) on
 ephemeral loopback ports with their stores under the test's directory, one accounts file
 for all of them, the topology created once by ``admin`` at R3 (and the adapters'
 execution durables with it), two replicas of every service and adapter, one of each
@@ -33,8 +33,8 @@ from nats.js.errors import BadRequestError
 
 from lockgate.eventstore.jetstream import partition_stream_configs
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime import postgres
-from lockgate.runtime.cluster import (
+from lockgate.operations import postgres
+from lockgate.operations.cluster import (
     LocalCluster,
     NodeAddress,
     StreamState,
@@ -42,10 +42,10 @@ from lockgate.runtime.cluster import (
     node_tag,
     wait_for_leaders,
 )
-from lockgate.runtime.deployment import ensure_deployment
-from lockgate.runtime.postgres import PostgresServer, PostgresUnavailable
-from lockgate.runtime.status import gather_status
-from lockgate.runtime.supervisor import replicas_of
+from lockgate.operations.deployment import ensure_deployment
+from lockgate.operations.postgres import PostgresServer, PostgresUnavailable
+from lockgate.operations.status import gather_status
+from lockgate.operations.supervisor import replicas_of
 from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
 from lockgate.testing.system import System
 

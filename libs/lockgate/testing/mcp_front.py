@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import httpx2
 
-from lockgate.runtime.supervisor import parent_death_signal
+from lockgate.operations.supervisor import parent_death_signal
 from lockgate.testing.system import REPO, System
 
 #: The tenant and actor of every run the front door opens in these tests.

@@ -1,7 +1,7 @@
 """The whole system as real processes on a private broker, for end-to-end tests and benchmarks.
 
 It runs as ``make run`` does: every process connects as its own NATS user, in the
-accounts ``lockgate.runtime.roles`` renders, with credentials made under the system's
+accounts ``lockgate.operations.roles`` renders, with credentials made under the system's
 root; tests connect as whichever role they play (``connect(user)``, ``gateway()``).
 """
 
@@ -28,17 +28,17 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
-from lockgate.runtime.deployment import (
+from lockgate.operations.deployment import (
     Credentials,
     Deployment,
     credentials_path,
     ensure_deployment,
 )
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.roles import SERVICES_ACCOUNT
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.roles import SERVICES_ACCOUNT
+from lockgate.operations.status import CHILDREN, check_status, child_user
+from lockgate.operations.supervisor import parent_death_signal
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import CHILDREN, check_status, child_user
-from lockgate.runtime.supervisor import parent_death_signal
 from lockgate.runtime.topology import ensure_topology
 from lockgate.views.store import Views, views_position
 

@@ -30,9 +30,9 @@ from lockgate.console.people import People, people_of
 from lockgate.console.running import Console
 from lockgate.contracts import subjects
 from lockgate.contracts.status import ProcessStatus
+from lockgate.operations.roles import CONSOLE, PROJECTOR
 from lockgate.runtime import metrics
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT, connect, run_process
-from lockgate.runtime.roles import CONSOLE, PROJECTOR
 from lockgate.runtime.settings import Settings
 from lockgate.views.store import Views, ViewsError, open_views
 

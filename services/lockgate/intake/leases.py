@@ -38,7 +38,7 @@ from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.subjects import lease_subject, responses_of_run, run_key, withdraw
 from lockgate.core.bounded import keep
 from lockgate.eventstore.jetstream import DirectGet
-from lockgate.runtime.roles import JS_API
+from lockgate.operations.roles import JS_API
 from lockgate.runtime.streams import LEASES, RESPONSES
 
 log = logging.getLogger("lockgate.intake.leases")

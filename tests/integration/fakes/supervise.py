@@ -7,8 +7,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from lockgate.operations.supervisor import run_supervisor
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.supervisor import run_supervisor
 
 if __name__ == "__main__":
     var_dir, port, *names = sys.argv[1:]

@@ -49,7 +49,7 @@ from lockgate.core.ids import (
     reused_call_id_intent,
 )
 from lockgate.intake.parsing import decode_candidate
-from lockgate.runtime.roles import JS_API
+from lockgate.operations.roles import JS_API
 from lockgate.runtime.topology import MAX_CANDIDATE_MESSAGE_BYTES, RESPONSES
 
 #: JetStream's "message size exceeds maximum allowed" (the stream's ``max_msg_size``).

@@ -1,9 +1,9 @@
 """A JetStream cluster on loopback: three ``nats-server`` processes from the same wheel.
 
 ``lockgate run --cluster 3`` (``make cluster``) and the cluster tests run it. Each node
-is a :class:`~lockgate.runtime.natsserver.NatsServer` with a server name, routes to the
+is a :class:`~lockgate.operations.natsserver.NatsServer` with a server name, routes to the
 other nodes and ``sync_interval: always``; its store is ``<root>/n<k>/``; all of them
-include the one ``accounts.conf`` the deployment renders (``lockgate.runtime.roles``),
+include the one ``accounts.conf`` the deployment renders (``lockgate.operations.roles``),
 so the cluster has exactly the single server's accounts and users.
 
 What the nodes say about themselves (up or down, the JetStream meta leader, each stream's
@@ -31,7 +31,7 @@ from pathlib import Path
 import msgspec
 
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime.natsserver import ClusterPeer, NatsServer, NatsServerError, free_port
+from lockgate.operations.natsserver import ClusterPeer, NatsServer, NatsServerError, free_port
 
 #: The cluster's name (``cluster.name``); every node of one cluster shares it.
 CLUSTER_NAME = "lockgate"
@@ -94,7 +94,7 @@ class LocalCluster:
     """``size`` JetStream nodes on loopback, each with its own store under ``root``.
 
     ``accounts.conf`` under ``root`` is included by every node: render it first
-    (``lockgate.runtime.deployment.ensure_deployment(..., server_config=cluster.accounts_conf)``).
+    (``lockgate.operations.deployment.ensure_deployment(..., server_config=cluster.accounts_conf)``).
     """
 
     root: Path
@@ -319,7 +319,7 @@ def read_cluster(addresses: Sequence[NodeAddress]) -> ClusterReport:
 
 
 #: How often the events partitions' leaders are looked at (by ``lockgate run --cluster``'s
-#: supervisor, and by ``python -m lockgate.runtime.admin --keep-leaders``), and how long
+#: supervisor, and by ``python -m lockgate.operations.admin --keep-leaders``), and how long
 #: a partition may be led off its node, its own node's replica current, before the
 #: leadership is handed back (a node that comes and goes is not chased).
 HAND_BACK_EVERY_S = 10.0

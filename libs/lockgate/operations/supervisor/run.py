@@ -16,8 +16,8 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from lockgate.runtime.cluster import LocalCluster
-from lockgate.runtime.deployment import (
+from lockgate.operations.cluster import LocalCluster
+from lockgate.operations.deployment import (
     Credentials,
     Deployment,
     RunInfo,
@@ -26,32 +26,30 @@ from lockgate.runtime.deployment import (
     credentials_path,
     write_run_info,
 )
-from lockgate.runtime.metrics import Endpoint, start_endpoint
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.postgres import PostgresServer
-from lockgate.runtime.registered import merged
-from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import CHILDREN, child_user
-from lockgate.runtime.supervisor.broker import _embedded_server
-from lockgate.runtime.supervisor.children import _Child, _child_env, _keep_running
-from lockgate.runtime.supervisor.cluster_profile import (
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.postgres import PostgresServer
+from lockgate.operations.registered import merged
+from lockgate.operations.status import CHILDREN, child_user
+from lockgate.operations.supervisor.broker import _embedded_server
+from lockgate.operations.supervisor.children import _Child, _child_env, _keep_running
+from lockgate.operations.supervisor.cluster_profile import (
     _local_cluster,
     _settle_leaders,
     _views_server,
     cluster_dir,
     replicas_of,
 )
-from lockgate.runtime.supervisor.intake import _AdapterIntake
-from lockgate.runtime.supervisor.report import SupervisorError, _say
-from lockgate.runtime.supervisor.shutdown import STOP_TIMEOUT_S, _handle_signals, _stop_children
-from lockgate.runtime.supervisor.targets import Targets
-from lockgate.runtime.supervisor.topology import (
+from lockgate.operations.supervisor.intake import _AdapterIntake
+from lockgate.operations.supervisor.report import SupervisorError, _say
+from lockgate.operations.supervisor.shutdown import STOP_TIMEOUT_S, _handle_signals, _stop_children
+from lockgate.operations.supervisor.targets import Targets
+from lockgate.operations.supervisor.topology import (
     _connect,
     _create_topology,
     _deployment,
     unserved_adapters,
 )
-from lockgate.runtime.supervisor.watch import (
+from lockgate.operations.supervisor.watch import (
     READY_TIMEOUT_S,
     _announce_ready,
     _Health,
@@ -59,6 +57,8 @@ from lockgate.runtime.supervisor.watch import (
     _watch_children,
     _watch_nodes,
 )
+from lockgate.runtime.metrics import Endpoint, start_endpoint
+from lockgate.runtime.settings import Settings
 
 
 async def run_supervisor(
@@ -72,11 +72,11 @@ async def run_supervisor(
     cluster: int = 0,
 ) -> int:
     """Run Lockgate on this machine until SIGINT, SIGTERM or SIGHUP (SIGUSR1: take in the
-    adapters registered since, ``lockgate.runtime.registered``).
+    adapters registered since, ``lockgate.operations.registered``).
 
     With ``cluster`` = N (> 1) it runs the scale-out profile on loopback instead of the
     embedded server: N ``nats-server`` nodes as one JetStream cluster
-    (``lockgate.runtime.cluster``, stores under ``<var_dir>/cluster/n<k>/``), the topology
+    (``lockgate.operations.cluster``, stores under ``<var_dir>/cluster/n<k>/``), the topology
     created once by ``admin`` with R3 streams and buckets (``min(N, 3)`` replicas), two
     replicas of every service and adapter on their shared durables, and the views on a
     PostgreSQL server whose data is under ``<var_dir>/postgres/`` (unless

@@ -1,6 +1,6 @@
 """What a role is made of: its record, the imports of its account, the grants of the JetStream API.
 
-``Role`` is one row of the role table (``lockgate.runtime.roles``): a NATS user's account and
+``Role`` is one row of the role table (``lockgate.operations.roles``): a NATS user's account and
 the exact subjects it may publish and subscribe to. ``Import`` is a subject an account outside
 ``LOCKGATE`` takes from another. The functions below name the JetStream API subjects that one
 kind of access needs (bind to and fetch from a pull consumer, read or list or write a bucket,

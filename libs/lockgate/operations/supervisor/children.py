@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
+from lockgate.operations.roles import CONSOLE
+from lockgate.operations.status import Status, answer_of
+from lockgate.operations.supervisor.report import _say
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.metrics import CHILD_RESTARTS, CHILD_UP
-from lockgate.runtime.roles import CONSOLE
-from lockgate.runtime.status import Status, answer_of
-from lockgate.runtime.supervisor.report import _say
 
 #: First delay before restarting a child that exited; it doubles up to the maximum.
 BACKOFF_MIN_S = 0.5

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime.cluster import (
+from lockgate.operations.cluster import (
     HAND_BACK_EVERY_S,
     HandBack,
     LocalCluster,
@@ -28,12 +28,12 @@ from lockgate.runtime.cluster import (
     describe_moves,
     misplaced_leaders,
 )
+from lockgate.operations.natsserver import NatsServer, NatsServerError
+from lockgate.operations.status import STALL_S, gather_status, problem
+from lockgate.operations.supervisor.children import _Child, _signal_group
+from lockgate.operations.supervisor.report import _say
+from lockgate.operations.supervisor.targets import Targets
 from lockgate.runtime.metrics import CHILD_UP
-from lockgate.runtime.natsserver import NatsServer, NatsServerError
-from lockgate.runtime.status import STALL_S, gather_status, problem
-from lockgate.runtime.supervisor.children import _Child, _signal_group
-from lockgate.runtime.supervisor.report import _say
-from lockgate.runtime.supervisor.targets import Targets
 from lockgate.runtime.topology import hand_leadership
 
 #: How long the supervisor waits for every child to answer before saying who did not.

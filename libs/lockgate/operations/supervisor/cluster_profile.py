@@ -10,19 +10,19 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from lockgate.runtime.cluster import (
+from lockgate.operations.cluster import (
     SETTLE_TIMEOUT_S,
     LocalCluster,
     node_ports,
     ports_from,
     wait_for_leaders,
 )
-from lockgate.runtime.natsserver import NatsServerError
-from lockgate.runtime.postgres import PostgresServer, PostgresUnavailable
+from lockgate.operations.natsserver import NatsServerError
+from lockgate.operations.postgres import PostgresServer, PostgresUnavailable
+from lockgate.operations.status import READ_SIDE
+from lockgate.operations.supervisor.broker import DEFAULT_PORT, probe_port
+from lockgate.operations.supervisor.report import SupervisorError, _say
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import READ_SIDE
-from lockgate.runtime.supervisor.broker import DEFAULT_PORT, probe_port
-from lockgate.runtime.supervisor.report import SupervisorError, _say
 from lockgate.runtime.topology import spread_leaders, topology_streams
 
 #: Replicas of every service and adapter in the cluster profile.

@@ -10,8 +10,8 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lockgate.runtime.supervisor.children import _Child, _signal_group
-from lockgate.runtime.supervisor.report import _say
+from lockgate.operations.supervisor.children import _Child, _signal_group
+from lockgate.operations.supervisor.report import _say
 
 #: How long children get between SIGTERM and SIGKILL.
 STOP_TIMEOUT_S = 10.0

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Literal
 
 from lockgate.core.ids import derived_id
-from lockgate.runtime.cluster import DEFAULT_CLIENT_PORT
-from lockgate.runtime.natsserver import NatsServer, NatsServerError
-from lockgate.runtime.supervisor.report import SupervisorError, _say
+from lockgate.operations.cluster import DEFAULT_CLIENT_PORT
+from lockgate.operations.natsserver import NatsServer, NatsServerError
+from lockgate.operations.supervisor.report import SupervisorError, _say
 
 #: Where the embedded server listens unless told otherwise (the NATS default port), when
 #: nothing else listens there; otherwise it takes a free port and says which.

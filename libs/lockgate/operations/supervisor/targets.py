@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lockgate.runtime.status import Status
-from lockgate.runtime.supervisor.children import _Child
-from lockgate.runtime.supervisor.report import _say
+from lockgate.operations.status import Status
+from lockgate.operations.supervisor.children import _Child
+from lockgate.operations.supervisor.report import _say
 
 #: Where the supervisor lists every process's metrics endpoint, under ``var/``.
 TARGETS_FILE = Path("prometheus") / "targets.json"

@@ -3,7 +3,7 @@
 ``lockgate adapter serve module:attr`` registers its adapter here, one file per adapter
 (``<var>/adapters/<name>.json``: its name and capabilities, no secret), and asks the running
 supervisor to take it in (``SIGUSR1``): the supervisor makes the adapter's user and
-account with every other (``lockgate.runtime.deployment``), has the broker reload its
+account with every other (``lockgate.operations.deployment``), has the broker reload its
 accounts, and lists the adapter in ``run.json`` once its user can connect and reach what
 its account imports. ``lockgate run`` includes every registered adapter when it starts
 again, so the adapter's credentials keep working across restarts.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from lockgate.runtime.deployment import _private_dir, _write_private
+from lockgate.operations.deployment import _private_dir, _write_private
 
 #: The signal that asks a running supervisor to take in the adapters registered since it
 #: started. (SIGHUP stops a run, as a closed terminal should.)

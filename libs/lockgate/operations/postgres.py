@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from lockgate.runtime.natsserver import free_port
+from lockgate.operations.natsserver import free_port
 
 #: The database and user the tests connect as (trust authentication on loopback only).
 DATABASE = "postgres"

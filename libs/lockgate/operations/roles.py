@@ -52,7 +52,7 @@ FastStream pulls on ``_INBOX.<nuid>`` whatever the connection's prefix.
 
 Render a server's ``accounts`` block with::
 
-    python -m lockgate.runtime.roles render --tenants tenant-a,tenant-b > accounts.conf
+    python -m lockgate.operations.roles render --tenants tenant-a,tenant-b > accounts.conf
 """
 
 from __future__ import annotations
@@ -66,9 +66,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from lockgate.contracts import channels, subjects
 from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.mcp import subjects as mcp_subjects
-from lockgate.runtime import specs
-from lockgate.runtime.accounts import render_accounts
-from lockgate.runtime.grants import (
+from lockgate.operations.accounts import render_accounts
+from lockgate.operations.grants import (
     EDGE_ACCOUNT,
     IMPORTED_JS_API,
     JS_API,
@@ -91,6 +90,7 @@ from lockgate.runtime.grants import (
     service_import,
     stream_import,
 )
+from lockgate.runtime import specs
 from lockgate.runtime.spec import ServiceSpec
 from lockgate.runtime.streams import (
     BUDGETS_BUCKET,
@@ -480,13 +480,13 @@ def demo_users(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lockgate.runtime.roles render --tenants a,b [--placeholder-passwords]``.
+    """``python -m lockgate.operations.roles render --tenants a,b [--placeholder-passwords]``.
 
     Prints the accounts block (for reading, or as the example beside a cluster's
     configuration). To make a deployment's users with their credentials files, use
-    ``python -m lockgate.runtime.deployment``.
+    ``python -m lockgate.operations.deployment``.
     """
-    parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.roles")
+    parser = argparse.ArgumentParser(prog="python -m lockgate.operations.roles")
     commands = parser.add_subparsers(dest="command", required=True)
     render = commands.add_parser("render", help="print a nats-server accounts block")
     render.add_argument("--tenants", required=True, help="comma-separated tenant ids")

@@ -57,7 +57,7 @@ def render_config(
     """One node's ``nats-server.conf``: the embedded server's, a local cluster node's, a container's.
 
     Every configuration Lockgate runs or ships is rendered here (``NatsServer.config`` and
-    ``lockgate.runtime.deployfiles``), so the embedded server, ``make cluster`` and the
+    ``lockgate.operations.deployfiles``), so the embedded server, ``make cluster`` and the
     files under ``deploy/nats/`` cannot drift apart.
 
     Args:
@@ -106,7 +106,7 @@ def render_config(
 
 @dataclass(frozen=True)
 class ClusterPeer:
-    """This server's place in a JetStream cluster on loopback (``lockgate.runtime.cluster``).
+    """This server's place in a JetStream cluster on loopback (``lockgate.operations.cluster``).
 
     ``server_name`` must stay the same across restarts: JetStream's replicas and its
     meta group know a server by it, and a node back on its store rejoins as itself.
@@ -204,7 +204,7 @@ class NatsServer:
         nats-server applies a reload asynchronously, and an account added by one may not
         yet see an export added to another account by the same reload: whoever reloads
         checks that what it changed took effect, and reloads again if not
-        (``lockgate.runtime.supervisor``).
+        (``lockgate.operations.supervisor``).
         """
         self.signal(signal.SIGHUP)
 

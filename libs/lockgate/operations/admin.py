@@ -1,6 +1,6 @@
 """The administrator's step of a deployment: create the topology once, then exit.
 
-``python -m lockgate.runtime.admin`` connects as its own user (``LOCKGATE_CREDENTIALS_FILE``,
+``python -m lockgate.operations.admin`` connects as its own user (``LOCKGATE_CREDENTIALS_FILE``,
 ``admin`` in the role table, the only user that may create a stream), creates every
 stream and bucket at ``LOCKGATE_REPLICAS`` and every durable consumer, the adapters'
 execution durables included, as ``lockgate run --cluster`` does before any service
@@ -36,7 +36,7 @@ from nats.js import JetStreamContext
 
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.partitions import Partitions
-from lockgate.runtime.cluster import (
+from lockgate.operations.cluster import (
     HAND_BACK_AFTER_S,
     HAND_BACK_EVERY_S,
     ClusterReport,
@@ -226,9 +226,9 @@ async def _create_then_keep(settings: Settings, timeout_s: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lockgate.runtime.admin [--timeout S] [--keep-leaders]``: the topology,
+    """``python -m lockgate.operations.admin [--timeout S] [--keep-leaders]``: the topology,
     once; exit 0 when it is there (or, keeping the leaders, on SIGTERM)."""
-    parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.admin")
+    parser = argparse.ArgumentParser(prog="python -m lockgate.operations.admin")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help="seconds to wait for a node and for the streams (default %(default)s)")
     parser.add_argument("--keep-leaders", action="store_true",

@@ -1,6 +1,6 @@
 """The scale-out profile's files, rendered from the code ``make cluster`` runs.
 
-``python -m lockgate.runtime.deployfiles`` writes, under a checkout (``--check``: says which
+``python -m lockgate.operations.deployfiles`` writes, under a checkout (``--check``: says which
 differ and exits 1 instead):
 
 - ``deploy/nats/cluster/n<k>.conf``: the three nodes of ``lockgate run --cluster 3`` on
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from lockgate.runtime.cluster import (
+from lockgate.operations.cluster import (
     CLUSTER_NAME,
     DEFAULT_CLIENT_PORT,
     DEFAULT_MONITOR_PORT,
@@ -45,23 +45,23 @@ from lockgate.runtime.cluster import (
     node_name,
     node_ports,
 )
-from lockgate.runtime.deployment import (
+from lockgate.operations.deployment import (
     SECRETS_DIR,
     VIEWS_DATABASE,
     VIEWS_PASSWORD_FILE,
     VIEWS_PGPASS_FILE,
     VIEWS_USER,
 )
-from lockgate.runtime.natsserver import render_config
-from lockgate.runtime.roles import admin_role, render_accounts, roles
+from lockgate.operations.natsserver import render_config
+from lockgate.operations.roles import admin_role, render_accounts, roles
+from lockgate.operations.status import CHILDREN, READ_SIDE, child_user
+from lockgate.operations.supervisor import replicas_of
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import CHILDREN, READ_SIDE, child_user
-from lockgate.runtime.supervisor import replicas_of
 
 #: The tenants the example deployment serves (``Settings``' default, as ``make run``'s).
 TENANTS: tuple[str, ...] = tuple(Settings.model_fields["tenants"].default)
 #: Where the users, credentials and secrets are made
-#: (``python -m lockgate.runtime.deployment --out``), relative to the checkout.
+#: (``python -m lockgate.operations.deployment --out``), relative to the checkout.
 USERS_DIR = "deploy/nats/cluster"
 #: Stream replicas and event-stream partitions of the compose profile.
 STREAM_REPLICAS = 3
@@ -90,7 +90,7 @@ POSTGRES_PASSWORD_TARGET = "/run/secrets/postgres-password"
 ACCOUNTS_INCLUDE = "include ./accounts.conf"
 #: The one-shot topology job's service name and module.
 ADMIN_SERVICE = "admin"
-ADMIN_MODULE = "lockgate.runtime.admin"
+ADMIN_MODULE = "lockgate.operations.admin"
 #: The admin's second service: it stays, handing the events partitions' leaderships back
 #: to their nodes after a node was down (``admin --keep-leaders``).
 LEADERS_SERVICE = "leaders"
@@ -101,7 +101,7 @@ CONTAINER_VAR = "/var/lib/lockgate"
 
 
 def _generated(source: str) -> list[str]:
-    return [f"# Rendered by python -m lockgate.runtime.deployfiles from {source}:",
+    return [f"# Rendered by python -m lockgate.operations.deployfiles from {source}:",
             "# do not edit; change the code and render again (a unit test compares them)."]
 
 
@@ -121,7 +121,7 @@ def host_node_configs(size: int = DEFAULT_SIZE) -> dict[str, str]:
     for i, node in enumerate(cluster.nodes):
         name = node_name(i)
         header = [
-            *_generated("the local cluster's nodes (lockgate.runtime.cluster)"),
+            *_generated("the local cluster's nodes (lockgate.operations.cluster)"),
             f"# Node {name} of {size} on one host, as `make cluster` runs it. From the checkout:",
             f"#   .venv/bin/nats-server -c deploy/nats/cluster/{name}.conf",
             "",
@@ -134,7 +134,7 @@ def compose_node_config(index: int, size: int = DEFAULT_SIZE) -> str:
     """The node at ``index`` (0-based) in its container: all interfaces, routes by service name."""
     p = CONTAINER_PORTS
     header = [
-        *_generated("lockgate.runtime.natsserver.render_config"),
+        *_generated("lockgate.operations.natsserver.render_config"),
         f"# Node {node_name(index)} of {size} in docker-compose.yml, which mounts it with the",
         "# accounts beside it; its store is the volume at /data.",
         "",
@@ -344,7 +344,7 @@ COMPOSE_HEADER = """\
 # Every process connects as its own NATS user and mounts only its own credentials (a
 # secret). Make the users and secrets first, then start (deploy/README.md says more):
 #
-#   .venv/bin/python -m lockgate.runtime.deployment --tenants {tenants} --out {users}
+#   .venv/bin/python -m lockgate.operations.deployment --tenants {tenants} --out {users}
 #   docker compose up --build
 #
 """
@@ -447,8 +447,8 @@ def differences(root: Path, files: Mapping[str, str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lockgate.runtime.deployfiles [--root DIR] [--check]``: render the profile's files."""
-    parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.deployfiles")
+    """``python -m lockgate.operations.deployfiles [--root DIR] [--check]``: render the profile's files."""
+    parser = argparse.ArgumentParser(prog="python -m lockgate.operations.deployfiles")
     parser.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: .)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a file differs from what would be rendered")
@@ -457,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = differences(args.root, files)
     if args.check:
         for path in stale:
-            print(f"{path}: not what lockgate.runtime.deployfiles renders", file=sys.stderr)
+            print(f"{path}: not what lockgate.operations.deployfiles renders", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
         target = args.root / path

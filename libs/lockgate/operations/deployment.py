@@ -1,7 +1,7 @@
 """One deployment's users and their credentials, made on first start and kept under ``var/``.
 
 ``lockgate run`` calls :func:`ensure_deployment` before it starts the broker: every role
-of the table (``lockgate.runtime.roles``) gets a NATS user with a generated password,
+of the table (``lockgate.operations.roles``) gets a NATS user with a generated password,
 written to ``<var>/credentials/<user>.json`` (mode 0600, in a 0700 directory), and the
 server's ``accounts`` block is rendered from the same roles into
 ``<var>/nats/accounts.conf`` (mode 0600). Passwords survive restarts, so clients that
@@ -27,8 +27,8 @@ from pathlib import Path
 import msgspec
 
 from lockgate.core.errors import LockgateError
-from lockgate.runtime.cluster import NodeAddress
-from lockgate.runtime.roles import Role, render_accounts, roles
+from lockgate.operations.cluster import NodeAddress
+from lockgate.operations.roles import Role, render_accounts, roles
 
 #: A new credentials file is readable by its owner only.
 FILE_MODE = 0o600
@@ -74,7 +74,7 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     #: How many events streams the deployment keeps (``lockgate.eventstore.partitions``).
     event_partitions: int = 1
     #: The adapter processes the deployment has users for, with their capabilities: the
-    #: configured ones and those registered while it runs (``lockgate.runtime.registered``).
+    #: configured ones and those registered while it runs (``lockgate.operations.registered``).
     adapters: dict[str, list[str]] = {}
 
 
@@ -156,7 +156,7 @@ def ensure_deployment(
 
     Args:
         var_dir: credentials go to ``<var_dir>/credentials/<user>.json``.
-        roles: every role of the deployment (``lockgate.runtime.roles.roles``).
+        roles: every role of the deployment (``lockgate.operations.roles.roles``).
         server_config: where the accounts block goes (default ``<var_dir>/nats/accounts.conf``).
     """
     directory = credentials_dir(var_dir)
@@ -262,14 +262,14 @@ def ensure_views_secrets(directory: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lockgate.runtime.deployment --tenants a,b --out DIR``: a deployment's users.
+    """``python -m lockgate.operations.deployment --tenants a,b --out DIR``: a deployment's users.
 
     Writes ``DIR/accounts.conf`` (the servers include it) and ``DIR/credentials/<user>.json``
     (each process gets its own, as ``LOCKGATE_CREDENTIALS_FILE``), as ``lockgate run`` does
     under ``var/``, and ``DIR/secrets/`` (the views' PostgreSQL password, for the compose
     profile); running it again keeps the passwords.
     """
-    parser = argparse.ArgumentParser(prog="python -m lockgate.runtime.deployment")
+    parser = argparse.ArgumentParser(prog="python -m lockgate.operations.deployment")
     parser.add_argument("--tenants", required=True, help="comma-separated tenant ids")
     parser.add_argument("--out", type=Path, required=True, help="directory to write into")
     args = parser.parse_args(argv)

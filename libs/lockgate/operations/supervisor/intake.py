@@ -13,11 +13,11 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from lockgate.runtime.deployment import Credentials, ensure_deployment
-from lockgate.runtime.natsserver import NatsServer
-from lockgate.runtime.registered import TAKE_IN, merged
+from lockgate.operations.deployment import Credentials, ensure_deployment
+from lockgate.operations.natsserver import NatsServer
+from lockgate.operations.registered import TAKE_IN, merged
+from lockgate.operations.supervisor.report import _say
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.supervisor.report import _say
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 
 #: How often the supervisor has the broker reload before it gives an adapter up, and how
@@ -28,7 +28,7 @@ RELOAD_SETTLE_S = 0.5
 
 @dataclass
 class _AdapterIntake:
-    """Takes in the adapters registered while the run runs (``lockgate.runtime.registered``).
+    """Takes in the adapters registered while the run runs (``lockgate.operations.registered``).
 
     On ``TAKE_IN`` (SIGUSR1) it makes the users of every adapter registered since, renders
     the accounts again and has the broker reload them. nats-server reloads accounts,

@@ -2,7 +2,7 @@
 
 On the embedded default every process connects as its own NATS user: before the
 broker starts, the supervisor makes the deployment's users and credentials under
-``var/`` (``lockgate.runtime.deployment``), starts ``nats-server`` with their accounts,
+``var/`` (``lockgate.operations.deployment``), starts ``nats-server`` with their accounts,
 creates the topology as ``admin`` and hands each child its own credentials file.
 
 It keeps everything running: a child that exits is started again (with backoff); a
@@ -32,8 +32,13 @@ and health), ``intake`` (adapters on SIGUSR1), ``targets`` (the metrics targets 
 ``shutdown`` (signals and stopping).
 """
 
-from lockgate.runtime.supervisor.broker import DEFAULT_PORT, PortState, probe_port, server_name_at
-from lockgate.runtime.supervisor.children import (
+from lockgate.operations.supervisor.broker import (
+    DEFAULT_PORT,
+    PortState,
+    probe_port,
+    server_name_at,
+)
+from lockgate.operations.supervisor.children import (
     BACKOFF_MAX_S,
     BACKOFF_MIN_S,
     CONSOLE_PORT_ENV,
@@ -41,23 +46,23 @@ from lockgate.runtime.supervisor.children import (
     last_line,
     parent_death_signal,
 )
-from lockgate.runtime.supervisor.cluster_profile import (
+from lockgate.operations.supervisor.cluster_profile import (
     CLUSTER_CHILD_REPLICAS,
     cluster_dir,
     replicas_of,
 )
-from lockgate.runtime.supervisor.intake import RELOAD_SETTLE_S, RELOAD_TRIES
-from lockgate.runtime.supervisor.report import SupervisorError
-from lockgate.runtime.supervisor.run import run_supervisor
-from lockgate.runtime.supervisor.shutdown import STOP_TIMEOUT_S
-from lockgate.runtime.supervisor.targets import TARGETS_FILE, Targets
-from lockgate.runtime.supervisor.topology import (
+from lockgate.operations.supervisor.intake import RELOAD_SETTLE_S, RELOAD_TRIES
+from lockgate.operations.supervisor.report import SupervisorError
+from lockgate.operations.supervisor.run import run_supervisor
+from lockgate.operations.supervisor.shutdown import STOP_TIMEOUT_S
+from lockgate.operations.supervisor.targets import TARGETS_FILE, Targets
+from lockgate.operations.supervisor.topology import (
     CONNECT_TIMEOUT_S,
     TOPOLOGY_STREAMS,
     TOPOLOGY_TIMEOUT_S,
     unserved_adapters,
 )
-from lockgate.runtime.supervisor.watch import (
+from lockgate.operations.supervisor.watch import (
     BROKER_UNRESPONSIVE_S,
     READY_LINE,
     READY_TIMEOUT_S,

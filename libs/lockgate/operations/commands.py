@@ -13,11 +13,11 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from lockgate.eventstore.partitions import MAX_PARTITIONS, Partitions
-from lockgate.runtime.cluster import cluster_report
-from lockgate.runtime.deployment import Credentials, RunInfo
+from lockgate.operations.cluster import cluster_report
+from lockgate.operations.deployment import Credentials, RunInfo
+from lockgate.operations.status import Status, gather_status, problem, status_names
+from lockgate.operations.supervisor import run_supervisor
 from lockgate.runtime.settings import Settings
-from lockgate.runtime.status import Status, gather_status, problem, status_names
-from lockgate.runtime.supervisor import run_supervisor
 from lockgate.runtime.topology import topology_streams
 
 if TYPE_CHECKING:

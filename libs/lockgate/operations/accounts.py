@@ -1,7 +1,7 @@
 """The role table as a nats-server ``accounts`` block: one account per trust boundary.
 
 Users are grouped by their role's account; every import a role needs is matched by an export
-of its source account that names exactly the importing accounts (``lockgate.runtime.roles``
+of its source account that names exactly the importing accounts (``lockgate.operations.roles``
 says why the accounts are drawn where they are).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lockgate.contracts import subjects
-from lockgate.runtime.grants import JS_API, SERVICES_ACCOUNT, Import, Role
+from lockgate.operations.grants import JS_API, SERVICES_ACCOUNT, Import, Role
 
 _SAFE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")  # printable ASCII without '"' and '\'
 
@@ -87,7 +87,7 @@ def render_accounts(users: Mapping[str, tuple[Role, str]]) -> str:
         users: user name → (its role, its password).
     """
     lines = [
-        "# Rendered from lockgate.runtime.roles: accounts per trust boundary, one user per",
+        "# Rendered from lockgate.operations.roles: accounts per trust boundary, one user per",
         "# role, permissions exactly its row. Holds passwords: keep it private (mode 0600).",
         "accounts {",
     ]

@@ -14,11 +14,16 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import ServiceUnavailableError
 
-from lockgate.runtime.cluster import LocalCluster, wait_until_settled
-from lockgate.runtime.deployment import Credentials, Deployment, credentials_dir, ensure_deployment
+from lockgate.operations.cluster import LocalCluster, wait_until_settled
+from lockgate.operations.deployment import (
+    Credentials,
+    Deployment,
+    credentials_dir,
+    ensure_deployment,
+)
+from lockgate.operations.supervisor.report import SupervisorError, _say
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS as ADAPTER_SPECS
-from lockgate.runtime.supervisor.report import SupervisorError, _say
 from lockgate.runtime.topology import PartitionsMismatch, ensure_topology, topology_streams
 
 #: How long the first connection to the server may take.
