@@ -15,14 +15,10 @@ from lockgate.contracts.messages import AttemptReport
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.service import (
-    Abandonment,
-    Unaddressed,
-    abandon_event,
-    abandon_report,
-    load_intent,
-)
+from lockgate.runtime.intents import load_intent
+from lockgate.runtime.service import Unaddressed, abandon_event, abandon_report
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.settlement import Abandonment
 from lockgate.testing.intents import T0, History
 
 WHY = Abandonment("executor-reports", "failed 5 times; last: KeyError: 'x'", 5)

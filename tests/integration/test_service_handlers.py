@@ -61,7 +61,8 @@ from lockgate.policy.handlers import (
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.service import Retry, load_intent, settle
+from lockgate.runtime.intents import load_intent
+from lockgate.runtime.service import Retry, settle
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ENDS_HOLD_BY_TRIGGER, ENDS_HOLD_ELSEWHERE
 from lockgate.runtime.topology import CAPABILITIES_BUCKET

@@ -9,7 +9,7 @@ from lockgate.eventstore.memory import MemoryEventStore
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 from lockgate.intent.cache import AggregateCache
 from lockgate.intent.codec import encode_event
-from lockgate.runtime.service import decide_and_append, load_intent
+from lockgate.runtime.intents import decide_and_append, load_intent
 from lockgate.testing.intents import T0, History
 
 

@@ -15,20 +15,9 @@ from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
 from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import EventDecodeError, encode_event
-from lockgate.runtime.service import (
-    BOUNDS,
-    Abandonment,
-    Bounds,
-    Failures,
-    Guard,
-    Retry,
-    Unaddressed,
-    abandonment,
-    backoff_s,
-    decide_and_append,
-    is_transient,
-    settle,
-)
+from lockgate.runtime.intents import abandonment, decide_and_append
+from lockgate.runtime.service import BOUNDS, Bounds, Failures, Guard, Retry, Unaddressed, settle
+from lockgate.runtime.settlement import Abandonment, backoff_s, is_transient
 from lockgate.runtime.spec import DELIVERIES, RECORD_TRIES, give_up_from, max_deliver_for
 from lockgate.testing.intents import T0, History
 

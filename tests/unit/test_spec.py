@@ -35,8 +35,9 @@ from lockgate.policy.handlers import PolicyHandlers
 from lockgate.reconciler.app import create_app as reconciler_app
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime import topology
-from lockgate.runtime.service import BOUNDS, answers, backoff_s, bindings
+from lockgate.runtime.service import BOUNDS, answers, bindings
 from lockgate.runtime.settings import MAX_REVIEW_TTL_S, Settings
+from lockgate.runtime.settlement import backoff_s
 from lockgate.runtime.spec import DELIVERIES, AdapterSpec, Consumer, ServiceSpec, max_deliver_for
 from lockgate.runtime.specs import (
     ADAPTERS,

@@ -9,6 +9,7 @@ permanent one, compute a redelivery delay and apply a verb with what is here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -93,3 +94,12 @@ def backoff_s(deliveries: int, *, base_s: float = 0.2, cap_s: float = 15.0) -> f
     # The exponent is capped: 2 ** 1024 is past a float, and a timer consumer's messages
     # may be delivered thousands of times (``runtime.specs``).
     return float(min(cap_s, base_s * 2 ** min(max(0, deliveries - 1), 64)))
+
+
+@dataclass(frozen=True)
+class Abandonment:
+    """Why a consumer gave up a message: for the record, for operators."""
+
+    durable: str
+    cause: str
+    deliveries: int

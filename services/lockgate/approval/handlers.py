@@ -26,7 +26,8 @@ from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock, decide_and_append, load_intent
+from lockgate.runtime.service import Retry
 from lockgate.runtime.specs import EXPIRY_RECHECK_S
 
 

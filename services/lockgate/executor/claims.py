@@ -47,7 +47,7 @@ from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import EventStore, EventStoreUnavailable
 from lockgate.intent.aggregate import Attempt, EffectIntent, Event, Stamp, State
 from lockgate.intent.cache import AggregateCache
-from lockgate.runtime.service import Clock, decide_and_append
+from lockgate.runtime.intents import Clock, decide_and_append
 
 #: Stages of an attempt past its send boundary, not yet settled.
 _IN_FLIGHT = frozenset({AttemptStage.SENT, AttemptStage.ACKNOWLEDGED, AttemptStage.OBSERVED})

@@ -43,14 +43,8 @@ from lockgate.intent.codec import decode_event, fold
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
-from lockgate.runtime.service import (
-    Clock,
-    Retry,
-    Unaddressed,
-    decide_and_append,
-    load_intent,
-    load_known,
-)
+from lockgate.runtime.intents import Clock, decide_and_append, load_intent, load_known
+from lockgate.runtime.service import Retry, Unaddressed
 
 log = logging.getLogger("lockgate.executor")
 

@@ -14,7 +14,6 @@ from lockgate.intake.parsing import decode_candidate
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.service import (
-    Abandonment,
     Subscription,
     add_answers,
     add_durable,
@@ -24,6 +23,7 @@ from lockgate.runtime.service import (
     utc_now,
 )
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.settlement import Abandonment
 from lockgate.runtime.specs import INTAKE as SPEC
 
 log = logging.getLogger("lockgate.intake")

@@ -24,7 +24,7 @@ from lockgate.contracts.offer import Circumstances, alive, withheld_because
 from lockgate.contracts.subjects import done_key, turn_key
 from lockgate.core.bounded import keep
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock
+from lockgate.runtime.intents import Clock
 from lockgate.runtime.streams import CATALOGUES_BUCKET, RUNS_BUCKET
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).

@@ -66,8 +66,9 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Abandonment, Clock, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock, decide_and_append, load_intent
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.settlement import Abandonment
 
 log = logging.getLogger("lockgate.intake")
 

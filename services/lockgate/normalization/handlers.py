@@ -9,7 +9,7 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.lineage import place
 from lockgate.normalization.domain import decide, placed
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock, decide_and_append, load_intent
 
 #: After this many deliveries without an adapter answer the candidate is refused
 #: as unavailable instead of waiting forever.

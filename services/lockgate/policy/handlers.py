@@ -26,7 +26,8 @@ from lockgate.intent.codec import decode_event
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import count_effect, gather
-from lockgate.runtime.service import Clock, Retry, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock, decide_and_append, load_intent
+from lockgate.runtime.service import Retry
 
 #: Deliveries without facts before the intent is paused for missing evidence.
 PAUSE_AFTER = 5

@@ -26,7 +26,9 @@ from lockgate.reconciler.domain import (
     resolve,
 )
 from lockgate.runtime.context import Ports
-from lockgate.runtime.service import Clock, Retry, backoff_s, decide_and_append
+from lockgate.runtime.intents import Clock, decide_and_append
+from lockgate.runtime.service import Retry
+from lockgate.runtime.settlement import backoff_s
 
 
 class ReconcilerHandlers:

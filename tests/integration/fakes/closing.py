@@ -14,8 +14,9 @@ from faststream import FastStream
 
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.entry import run_service
-from lockgate.runtime.service import Abandonment, Subscription, add_durable, service_app
+from lockgate.runtime.service import Subscription, add_durable, service_app
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.settlement import Abandonment
 from lockgate.runtime.specs import INTAKE
 
 log = logging.getLogger("fakes.closing")
