@@ -160,8 +160,9 @@ test-cluster: $(STAMP) prerequisites
 	LOCKGATE_CLUSTER=1 LOCKGATE_CLUSTER_LONG=1 $(BIN)/pytest -q tests/e2e/test_cluster_profile.py tests/e2e/test_cluster_restart.py tests/e2e/test_cluster_faults.py
 	LOCKGATE_CHAOS_CLUSTER=1 $(BIN)/pytest -q tests/e2e/test_randomized.py
 
+# BASELINE=<rev>: also measure the build of that git revision beside this one, in the same run.
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(if $(BASELINE),--baseline $(BASELINE))
 
 # The same comparison on the local cluster: three nodes at R1 with three events partitions,
 # then at R3 with sync_interval: always; Lockgate beside the raw chain on each (a few minutes).

@@ -41,6 +41,12 @@ and rewrites one JSON file per call, so its cost grows with the notes already wr
 Proposers use the world's load cases (one run per ``case-load-NN``) so that concurrent
 notes do not contend for one case version.
 
+``--baseline REV`` measures the build of git revision ``REV`` beside this one in the same
+run (``bench.baseline``): its system, started by its own code on a nats-server of its own,
+runs the Lockgate open loop after this build's and takes its turn in every round of phase 3,
+then stops before phase 4; the summary and the JSON line's ``baseline`` entry give both
+builds' figures and this one's over the baseline's.
+
 Per process CPU time is read from /proc around every phase and printed per successful
 operation, to show where the time went. Everything lives in a temporary directory and
 is stopped at the end, on error, on Ctrl-C and on SIGTERM. Progress goes to stderr;
@@ -65,6 +71,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import baseline as baseline_bench
 from bench import load, machine, profiles
 from bench import policy as policy_bench
 from bench.fairness import QUICK_FAIRNESS, Fairness, FairnessPlan, run_fairness
@@ -88,7 +95,7 @@ from bench.stats import Phase, cpu_table, table
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.operations.natsserver import free_port
-from lockgate.testing.system import System, bundle_copy
+from lockgate.testing.system import REPO, System, bundle_copy
 
 
 @dataclass(frozen=True)
@@ -146,9 +153,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
                              "raw chain on the same profile")
     parser.add_argument("--partitions", type=int,
                         help="events partitions K of the cluster profiles (3: one per node)")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also measure the build of git revision REV, side by side in the same "
+                             "run (single profile only)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (logs, store, world) and print it")
     args = parser.parse_args(argv)
+    if args.baseline and args.profile != "single":
+        parser.error("--baseline measures the single server's run: leave --profile out")
     base = QUICK if args.quick else DEFAULT
     plan = Plan(
         rate_per_s=args.rate or base.rate_per_s,
@@ -183,10 +195,13 @@ class Run:
     read_side: dict[str, float | int | None]
     #: The closed loops' slices, round by round (``bench.rounds``).
     slices: Slices | None = None
+    #: ``--baseline``: both builds' figures (``bench.baseline.figures``).
+    baseline: dict[str, object] | None = None
 
 
-async def run(plan: Plan, root: Path) -> Run:
-    """Start everything under ``root``, run the phases, stop everything."""
+async def run(plan: Plan, root: Path, tree: baseline_bench.Tree | None = None) -> Run:
+    """Start everything under ``root``, run the phases, stop everything (``tree``: the baseline
+    build measured beside this one, ``bench.baseline``)."""
     policies = bundle_copy(root, raised_limits(DEMO_BUNDLE.read_text()))
     system = System(root, extra_env={"LOCKGATE_POLICY_DIR": str(policies)},
                     monitor_port=free_port())
@@ -206,9 +221,17 @@ async def run(plan: Plan, root: Path) -> Run:
     nc = None
     notes: list[str] = []
     path: PathCost | None = None
+    base: baseline_bench.BaselineSystem | None = None
+    base_proposer: Proposer | None = None
+    baseline_entry: dict[str, object] | None = None
     try:
         progress(f"starting nats-server, six services and the case-notes adapter under {root}")
         await system.start(timeout_s=60)
+        if tree is not None:
+            progress(f"starting the baseline {tree.rev} ({tree.commit[:12]}) with its own code, "
+                     "on a nats-server of its own")
+            base = baseline_bench.BaselineSystem(tree, root / "baseline", monitor_port=free_port())
+            await base.start(raised_limits((tree.root / DEMO_BUNDLE.relative_to(REPO)).read_text()))
         nc = await system.connect()  # the raw chain runs as the topology owner
         admin = system.credentials("admin")
         for s, ws in ((spec, [workers]), (fetch_spec, [fetch_workers]), (split_spec, split_workers)):
@@ -227,11 +250,17 @@ async def run(plan: Plan, root: Path) -> Run:
         proposer = Proposer(system.url, nonce, credentials=system.credentials("agent-tenant-a"),
                             host=system.credentials("host"))
         await proposer.start()
+        if base is not None:
+            creds = type(admin)  # the baseline's users, in this build's client's terms
+            base_proposer = Proposer(base.url, f"{nonce}b", credentials=creds(**base.credentials["agent-tenant-a"]),
+                                     host=creds(**base.credentials["host"]))
+            await base_proposer.start()
 
         warm = plan.warmup
         progress(f"warm-up: {warm} raw chains, {warm} Lockgate proposals")
         for fire in (driver.fire("warm"), fetch_driver.fire("warm"), split_driver.fire("warm"),
-                     proposer.fire("warm", plan.op_timeout_s)):
+                     proposer.fire("warm", plan.op_timeout_s),
+                     *([base_proposer.fire("warm", plan.op_timeout_s)] if base_proposer else [])):
             await load.closed_loop(Phase("warm", "warm"), fire, concurrency=8, count=warm,
                                    op_timeout_s=plan.op_timeout_s, max_s=plan.phase_max_s)
 
@@ -246,6 +275,8 @@ async def run(plan: Plan, root: Path) -> Run:
             if w.proc is not None:
                 pids[f"rawsplit worker {k}"] = w.proc.pid
         pids["bench drivers"] = os.getpid()
+        if base is not None:
+            pids.update(base.named_pids())
 
         measured = functools.partial(with_cpu, pids)
 
@@ -273,6 +304,16 @@ async def run(plan: Plan, root: Path) -> Run:
             lg_open, proposer.fire("open", plan.op_timeout_s))))
         await asyncio.sleep(1.0)  # the last candidates' settling (locks, holds) is counted
         path = PathCost.between(before, await counts(system.monitor_port), lg_open.ok)
+        base_open, base_path = Phase(baseline_bench.SYSTEM, open_mode), None
+        if base is not None and base_proposer is not None:
+            progress(f"baseline, {open_mode}")
+            await base.command("reseed")
+            await asyncio.sleep(1.0)
+            before = await counts(base.monitor_port)
+            phases.append(await measured(base_open, open_loop(
+                base_open, base_proposer.fire("open", plan.op_timeout_s))))
+            await asyncio.sleep(1.0)
+            base_path = PathCost.between(before, await counts(base.monitor_port), base_open.ok)
 
         closed_mode = f"closed x{plan.concurrency}"
         turns_mode = f"{closed_mode}, {plan.rounds} x {plan.slice_s:g}s"
@@ -285,13 +326,31 @@ async def run(plan: Plan, root: Path) -> Run:
         lg_closed = Phase("lockgate", turns_mode)
         system.kill("projector")  # its backlog after the rounds measures its throughput
         pids.pop("projector", None)
+        turns: list[tuple[Phase, load.Fire]] = [
+            (raw_closed, driver.fire("closed")), (split_closed, split_driver.fire("closed")),
+            (lg_closed, proposer.fire("closed", plan.op_timeout_s))]
+        base_closed = Phase(baseline_bench.SYSTEM, turns_mode)
+        if base is not None and base_proposer is not None:
+            await base.command("reseed")
+            await base.command("kill", name="projector")  # as this build's, stopped alike
+            pids.pop(f"{baseline_bench.SYSTEM} projector", None)
+            turns.append((base_closed, base_proposer.fire("closed", plan.op_timeout_s)))
         slices = await take_turns(
-            [(raw_closed, driver.fire("closed")), (split_closed, split_driver.fire("closed")),
-             (lg_closed, proposer.fire("closed", plan.op_timeout_s))],
-            pids, rounds=plan.rounds, duration_s=plan.slice_s, settle_s=plan.settle_s,
+            turns, pids, rounds=plan.rounds, duration_s=plan.slice_s, settle_s=plan.settle_s,
             concurrency=plan.concurrency, op_timeout_s=plan.op_timeout_s)
-        phases += [raw_closed, split_closed, lg_closed]
+        phases += [phase for phase, _ in turns]
         ledger_closed = await ledger_size(system)
+        if base is not None and base_proposer is not None and tree is not None:
+            notes.append(f"baseline {base_closed.mode}: {(await base.command('ledger'))['notes']} notes "
+                         f"in the case-notes ledger for {base_closed.ok} executed responses")
+            baseline_entry = baseline_bench.figures(
+                tree, baseline_bench.Side(base_open, base_closed, base_path, baseline_bench.SYSTEM),
+                baseline_bench.Side(lg_open, lg_closed, path, "lockgate"), slices, base.isolated())
+            progress("baseline stopped: the phases left measure this build alone")
+            await base_proposer.stop()
+            await base.stop()
+            for name in base.named_pids():
+                pids.pop(name, None)
         progress("projector started again: working off the rounds' events")
         await system.restart("projector")
         backlog, took_s = await catch_up(nc)
@@ -352,10 +411,11 @@ async def run(plan: Plan, root: Path) -> Run:
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return Run(phases, notes, fairness, path, raw_path, hops, read_side, slices)
+        return Run(phases, notes, fairness, path, raw_path, hops, read_side, slices, baseline_entry)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
+                       base_proposer.stop() if base_proposer else None, base.stop() if base else None,
                        fetch_driver.stop() if fetch_driver else None,
                        split_driver.stop() if split_driver else None, workers.stop(),
                        fetch_workers.stop(), *(w.stop() for w in split_workers),
@@ -501,7 +561,17 @@ async def _cluster(profile: profiles.Profile, plan: profiles.ClusterPlan,
 
 
 async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, object]:
-    """The single-server run as it has always been: every phase, its tables, its figures."""
+    """The single-server run as it has always been: every phase, its tables, its figures
+    (with ``--baseline``, the baseline build's beside them)."""
+    with contextlib.ExitStack() as stack:
+        tree = stack.enter_context(baseline_bench.materialized(args.baseline)) if args.baseline else None
+        if tree is not None:
+            print(f"baseline: {tree.rev} = {tree.commit}")
+        return await _single_run(plan, args, tree)
+
+
+async def _single_run(plan: Plan, args: argparse.Namespace,
+                      tree: baseline_bench.Tree | None) -> dict[str, object]:
     print(f"plan: {plan}")
     sys.stdout.flush()
     if not args.skip_policy:
@@ -513,7 +583,7 @@ async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, object]:
         sys.stdout.flush()
     root_dir = tempfile.mkdtemp(prefix="lockgate-bench-")
     try:
-        measured = await run(plan, Path(root_dir))
+        measured = await run(plan, Path(root_dir), tree)
         phases, notes, fairness = measured.phases, measured.notes, measured.fairness
     finally:
         if args.keep:
@@ -543,9 +613,7 @@ async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, object]:
     lg_open = next(p for p in phases if p.system == "lockgate" and p.mode.startswith("open"))
     lg_closed = next(p for p in phases if p.system == "lockgate" and p.mode.startswith("closed"))
     # Lockgate's own processes and the broker, saturated (not the drivers, not the raw chains).
-    own = {k: v for k, v in lg_closed.cpu_s.items() if "worker" not in k and "driver" not in k}
-    figures["cpu_ms_per_candidate"] = round(1000 * sum(own.values()) / lg_closed.ok, 2) \
-        if own and lg_closed.ok else None
+    figures["cpu_ms_per_candidate"] = baseline_bench.cpu_ms(lg_closed, baseline=False)
     if measured.path is not None:
         print()
         print(f"the path of one executed candidate, counted by the broker ({lg_open.mode}): "
@@ -581,6 +649,10 @@ async def _single(plan: Plan, args: argparse.Namespace) -> dict[str, object]:
               f"{fair['flood_answered']}/{fair['flood_offered']} flood candidates answered "
               f"({fair['flood_executed']} executed, {fair['flood_rate_limited']} rate.limited)")
         figures.update(fair)
+    if measured.baseline is not None:
+        print()
+        print(baseline_bench.table(measured.baseline))
+        figures["baseline"] = measured.baseline
     print(f"Lockgate sustains {figures['lockgate_per_s']}/s executed against the raw chain's "
           f"{figures['raw_chain_per_s']}/s (ratio {ratio}); at {plan.rate_per_s:g}/s offered, "
           f"p50 {figures['lockgate_p50_ms']} ms vs {figures['raw_p50_ms']} ms raw")
