@@ -13,7 +13,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.consumer import Delivery, PullConsumer
-from lockgate.runtime.service import Subscription, add_durable, service_app
+from lockgate.runtime.host import ServiceHost
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import NORMALIZATION
 from lockgate.runtime.topology import ensure_topology
@@ -25,18 +25,18 @@ async def test_a_slow_handler_does_not_hold_up_the_messages_after_it(fresh_serve
     nc = await nats.connect(fresh_server.url)
     await ensure_topology(nc.jetstream())
     slow_started, fast_done = asyncio.Event(), asyncio.Event()
-    app, broker, service = service_app(Settings(nats_url=fresh_server.url), "probe", lambda ports: ports)
+    app = ServiceHost(Settings(nats_url=fresh_server.url), NORMALIZATION, lambda ports: ports, LOG)
 
     async def handler(msg: Delivery) -> None:
         if msg.raw_message.data == b"slow":
             slow_started.set()
-            # FastStream's plain pull subscriber fetches the next batch only when this
-            # one is done: the fast message would wait here until this gave up.
+            # A pull loop that fetches the next batch only when this one is done would
+            # keep the fast message waiting here until this gave up.
             await asyncio.wait_for(fast_done.wait(), 20)
         else:
             fast_done.set()
 
-    add_durable(broker, Subscription(NORMALIZATION.consumer("normalization"), handler), LOG, service)
+    app.durable(NORMALIZATION.received, handler)
     await app.start()
     try:
         js = nc.jetstream()

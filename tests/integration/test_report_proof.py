@@ -19,7 +19,6 @@ from pathlib import Path
 import msgspec
 import nats
 import pytest
-from faststream import FastStream
 from nats.aio.client import Client
 
 from lockgate.adapters.claims import ClaimClient
@@ -52,7 +51,7 @@ async def executor(fresh_server: NatsServer, tmp_path: Path) -> AsyncIterator[Ru
     nc = await nats.connect(fresh_server.url)
     await ensure_topology(nc.jetstream())
     settings = Settings(nats_url=fresh_server.url, var_dir=tmp_path / "var")
-    app: FastStream = create_app(settings)
+    app = create_app(settings)
     await app.start()
     try:
         yield Running(nc, JetStreamEventStore(nc), settings.var_dir)

@@ -21,7 +21,6 @@ MAX_FUNCTION_LINES = 80
 MODULES_OVER: dict[str, int] = {
     "libs/lockgate/eventstore/recorder.py": 950,
     "libs/lockgate/intent/aggregate.py": 1053,
-    "libs/lockgate/runtime/service.py": 889,
 }
 
 #: Functions over the bar (``module:qualified.name``), and their length: none today.

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import inspect
 import json
+import logging
 import math
 import typing
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from faststream import FastStream
-from faststream.nats import NatsBroker
 
 from lockgate.approval.app import create_app as approval_app
 from lockgate.approval.handlers import ApprovalHandlers
@@ -35,7 +36,8 @@ from lockgate.policy.handlers import PolicyHandlers
 from lockgate.reconciler.app import create_app as reconciler_app
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime import topology
-from lockgate.runtime.service import BOUNDS, answers, bindings
+from lockgate.runtime.host import ServiceHost, WiringError
+from lockgate.runtime.service import BOUNDS
 from lockgate.runtime.settings import MAX_REVIEW_TTL_S, Settings
 from lockgate.runtime.settlement import backoff_s
 from lockgate.runtime.spec import DELIVERIES, AdapterSpec, Consumer, ServiceSpec, max_deliver_for
@@ -43,6 +45,7 @@ from lockgate.runtime.specs import (
     ADAPTERS,
     ENDS_HOLD,
     ENDS_INTENT,
+    EXECUTOR,
     EXPIRY_DELIVERIES,
     EXPIRY_RECHECK_S,
     GATE_DELIVERIES,
@@ -60,7 +63,7 @@ from lockgate.runtime.topology import LOCK_TTL_S
 TENANT, RUN, INTENT, CAPABILITY = "tenant-a", "run-1", "0" * 32, "case.add_note"
 
 #: Each service's handlers (where its reactions live) and its app factory.
-PROCESSES: dict[str, tuple[type, Callable[[Settings], FastStream]]] = {
+PROCESSES: dict[str, tuple[type, Callable[[Settings], ServiceHost[Any]]]] = {
     "intake": (IntakeHandlers, intake_app),
     "normalization": (NormalizationHandlers, normalization_app),
     "policy": (PolicyHandlers, policy_app),
@@ -206,17 +209,16 @@ def test_every_reaction_is_a_coroutine_of_the_services_handlers(spec: ServiceSpe
         assert inspect.iscoroutinefunction(method), f"{handlers.__name__}.{reaction} is not async"
 
 
-def bound(app: FastStream) -> tuple[dict[str, tuple[str, tuple[str, ...], int, int]], set[str]]:
-    """What an app subscribes to: its durables (stream, filters, pending, workers), its subjects.
+def bound(host: ServiceHost[Any]) -> tuple[dict[str, tuple[str, tuple[str, ...], int, int]], set[str]]:
+    """What a host binds: its durables (stream, filters, pending, workers), its request subjects.
 
-    Read off the kit's durable bindings and FastStream's subscribers: wiring only,
-    nothing connects.
+    Read off the host's bindings: wiring only, nothing connects. The status answer is the
+    host's own, for every service.
     """
-    assert isinstance(app.broker, NatsBroker)
+    host.check()
     durables = {b.durable.name: (b.durable.stream, b.durable.filters, b.durable.max_ack_pending,
-                                 b.workers) for b in bindings(app.broker)}
-    core = {sub.subject.broker_address for sub in app.broker.subscribers}  # type: ignore[attr-defined]
-    core |= {a.subject for a in answers(app.broker)}
+                                 b.workers) for b in host.bindings}
+    core = {a.subject for a in host.answering} | {subjects.status(host.spec.status_name)}
     return durables, core
 
 
@@ -230,16 +232,66 @@ def test_each_app_binds_exactly_what_its_spec_declares(spec: ServiceSpec) -> Non
     assert core == answered | {subjects.status(spec.status_name)}
 
 
-def test_an_app_must_bind_every_reaction_and_no_other() -> None:
-    async def entry(_: object) -> None:
-        return None
+async def entry(_: object) -> None:
+    return None
 
-    with pytest.raises(ValueError, match="respond"):
-        INTAKE.subscriptions({"candidate": entry})
-    with pytest.raises(ValueError, match="typo"):
-        INTAKE.subscriptions({"candidate": entry, "respond": entry, "typo": entry})
-    with pytest.raises(ValueError, match="open_turn"):
-        INTAKE.requests({"open_run": entry})
+
+async def reply(_: object) -> bytes:
+    return b""
+
+
+async def give_up(_: object, __: object) -> None:
+    return None
+
+
+def intake_host(url: str = "nats://127.0.0.1:1") -> ServiceHost[Any]:
+    """Intake's host over a broker nobody listens on: a host that tried to connect would hang."""
+    return ServiceHost(Settings(nats_url=url, metrics_enabled=False), INTAKE, lambda ports: ports,
+                       logging.getLogger("test"))
+
+
+async def test_a_host_with_a_reaction_left_unbound_refuses_to_start_before_connecting() -> None:
+    host = intake_host()
+    host.durable(INTAKE.candidate, entry, abandon=give_up)
+    host.durable(INTAKE.respond, entry)
+    host.durable(INTAKE.lease, entry, abandon=give_up)
+    host.answer(INTAKE.open_run, reply)
+    host.answer(INTAKE.close_run, reply)
+    with pytest.raises(WiringError, match="open_turn") as refused:
+        await asyncio.wait_for(host.start(), 5)
+    assert refused.value.code == "service.unbound"
+    with pytest.raises(RuntimeError):
+        host.ports  # noqa: B018 - never connected, so never built
+
+
+def test_a_host_refuses_a_reaction_bound_twice_or_not_in_its_spec() -> None:
+    host = intake_host()
+    host.durable(INTAKE.respond, entry)
+    with pytest.raises(WiringError, match="respond") as twice:
+        host.durable(INTAKE.respond, entry)
+    assert twice.value.code == "service.bound-twice"
+    host.answer(INTAKE.open_turn, reply)
+    with pytest.raises(WiringError, match="open_turn"):
+        host.answer(INTAKE.open_turn, reply)
+    with pytest.raises(WiringError, match="ready") as stranger:
+        host.durable(EXECUTOR.ready, entry)
+    assert stranger.value.code == "service.not-in-spec"
+    with pytest.raises(WiringError, match="claim"):
+        host.answer(EXECUTOR.claim, reply)
+
+
+def test_a_candidates_consumer_must_say_what_giving_up_records() -> None:
+    with pytest.raises(WiringError, match="intake"):
+        intake_host().durable(INTAKE.candidate, entry)
+
+
+def test_a_spec_names_each_reaction_after_its_field() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class Misnamed(ServiceSpec):
+        gate: Consumer
+
+    with pytest.raises(ValueError, match="ready"):
+        Misnamed("x", gate=EXECUTOR.ready)
 
 
 def test_a_spec_refuses_a_consumer_without_events_and_a_reaction_bound_twice() -> None:

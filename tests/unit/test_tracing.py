@@ -10,7 +10,7 @@ from opentelemetry.trace import StatusCode
 
 from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.subjects import event_subject
-from lockgate.runtime.service import Subscription, add_durable, bindings, instruments, service_app
+from lockgate.runtime.host import ServiceHost
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import POLICY
 from lockgate.runtime.tracing import Tracing, root_span_id_of, start_tracing, trace_id_of
@@ -102,16 +102,16 @@ class Delivered:
 
 async def test_the_kit_traces_each_delivery_under_its_candidate() -> None:
     spans = InMemorySpanExporter()
-    app, broker, service = service_app(Settings(metrics_enabled=False), "policy", lambda ports: ports)
+    host = ServiceHost(Settings(metrics_enabled=False), POLICY, lambda ports: ports, LOG)
     failing = [False]
 
     async def handler(msg: object) -> None:
         if failing[0]:
             raise ValueError("a bug")
 
-    add_durable(broker, Subscription(POLICY.consumer("policy"), handler), LOG, service)
-    instruments(broker).tracing = tracing("policy", spans)
-    (binding,) = bindings(broker)
+    host.durable(POLICY.normalized, handler)
+    host.tracing = tracing("policy", spans)
+    (binding,) = host.bindings
     subject = event_subject("tenant-a", INTENT, 2, "CandidateNormalized")
 
     await binding.entry(Delivered(subject))  # type: ignore[arg-type]

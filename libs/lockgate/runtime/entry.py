@@ -17,11 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import nats
-from faststream import FastStream
-from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from pydantic import ValidationError
@@ -76,7 +74,7 @@ def _refused(exc: BaseException) -> bool:
 
 def configuration_problem(exc: BaseException) -> str | None:
     """One line saying what is wrong with the configuration, when ``exc`` is about it; else None."""
-    if isinstance(exc, BaseExceptionGroup):  # FastStream starts its broker in a task group
+    if isinstance(exc, BaseExceptionGroup):  # a task group's failure carries the configuration's
         return next((line for e in exc.exceptions if (line := configuration_problem(e))), None)
     if isinstance(exc, ConfigurationError):
         return str(exc)
@@ -232,32 +230,54 @@ async def until_signalled(main: Callable[[asyncio.Event], Awaitable[T]], *, name
             running.remove_signal_handler(sig)
 
 
-def run_service(create_app: Callable[[Settings], FastStream], name: str) -> None:
-    """Build settings from the environment, then run the app until SIGINT/SIGTERM.
+class Host(Protocol):
+    """A service process the entry runs (``lockgate.runtime.host.ServiceHost``)."""
 
-    A configuration it cannot run with (settings, credentials, the broker refusing its
-    user) is one line on stderr and ``CONFIG_ERROR_EXIT``.
+    def check(self) -> None:
+        """Raise when it cannot run as built (before anything connects)."""
+
+    def closed(self) -> bool:
+        """True once its broker connection closed for good."""
+
+    async def serve(self, stop: asyncio.Event, watchdog: Watchdog | None = None) -> None:
+        """Run until ``stop`` is set, watched by ``watchdog`` from ready to stop."""
+
+
+def run_service(create_app: Callable[[Settings], Host], name: str) -> None:
+    """Build settings from the environment, then run the service until SIGINT/SIGTERM.
+
+    A signal stops it within seconds whatever it is doing (``until_signalled``). A
+    configuration it cannot run with (settings, credentials, the broker refusing its
+    user) is one line on stderr and ``CONFIG_ERROR_EXIT``. While it runs, a watchdog ends
+    the process when its connection closes for good or its loop stalls.
     """
     with exit_if_misconfigured(name):
         _run_service(create_app, name)
 
 
-def _run_service(create_app: Callable[[Settings], FastStream], name: str) -> None:
+def _run_service(create_app: Callable[[Settings], Host], name: str) -> None:
     settings = Settings()
     logging.basicConfig(
         level=settings.log_level,
         format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s",
     )
-    app = create_app(settings)
-    guard(app)
+    host = create_app(settings)
+    host.check()
+    # Only for a process of its own (the supervisor restarts it): the watchdog ends the
+    # whole process, so hosts run inside another program (tests) are not watched.
+    watchdog = Watchdog(host.closed)
+
+    async def run() -> None:
+        await until_signalled(lambda stop: host.serve(stop, watchdog), name=name)
+
     if settings.profile_dir is None:
-        loop.run(app.run())
+        loop.run(run())
         return
     # A profile of the whole process, written when it stops (for `make bench` work).
     profiler = cProfile.Profile()
     profiler.enable()
     try:
-        loop.run(app.run())
+        loop.run(run())
     finally:
         profiler.disable()
         settings.profile_dir.mkdir(parents=True, exist_ok=True)
@@ -265,7 +285,7 @@ def _run_service(create_app: Callable[[Settings], FastStream], name: str) -> Non
 
 
 def run_process(name: str, serve: Callable[[Settings, asyncio.Event], Awaitable[int]]) -> None:
-    """Run a process that is not a FastStream app (the read side) until SIGINT/SIGTERM.
+    """Run a process that is not a service host (the read side) until SIGINT/SIGTERM.
 
     Settings from the environment, logging, the signals setting ``stop`` (``until_signalled``);
     the process exits with what ``serve(settings, stop)`` returns (non-zero: the supervisor
@@ -282,35 +302,3 @@ def run_process(name: str, serve: Callable[[Settings, asyncio.Event], Awaitable[
 
         code = loop.run(run())
     raise SystemExit(code)
-
-
-def guard(app: FastStream) -> Watchdog:
-    """Exit the process when the app's broker connection closes for good or its loop stalls.
-
-    Only for a process of its own (the supervisor restarts it): the watchdog ends the
-    whole process, so apps run inside another program (tests) are not guarded.
-
-    Raises:
-        TypeError: the app's broker is not a NATS broker.
-    """
-    broker = app.broker
-    if not isinstance(broker, NatsBroker):
-        raise TypeError(f"not a NATS broker: {broker!r}")
-
-    def closed() -> bool:
-        try:
-            return bool(broker.connection.is_closed)
-        except Exception:  # noqa: BLE001 - no connection yet, or FastStream let go of it
-            return False
-
-    watchdog = Watchdog(closed)
-
-    @app.after_startup
-    async def watch() -> None:
-        watchdog.start(asyncio.get_running_loop())
-
-    @app.on_shutdown
-    async def unwatch() -> None:
-        watchdog.stop()
-
-    return watchdog

@@ -9,15 +9,16 @@ subjects every adapter uses.
 
 Everything else is derived from the specs (``lockgate.runtime.specs``): the durable
 consumers (``topology.DURABLES``), the broker permissions (``roles.service_role``), what
-``make run`` supervises (``status.CHILDREN``), each app's subscriptions
-(``ServiceSpec.subscriptions``, ``ServiceSpec.requests``) and the AsyncAPI channels.
+``make run`` supervises (``status.CHILDREN``) and the AsyncAPI channels. Each service's spec
+is a subclass that names its consumers and requests as attributes called after their
+reactions (``EXECUTOR.ready``), so an app binds a reaction by reference
+(``lockgate.runtime.host``): a misspelt one fails the type check, not a start-up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 from lockgate.contracts import channels
 from lockgate.contracts.channels import Channel
@@ -151,15 +152,6 @@ class Answer:
     reaction: str
 
 
-H = TypeVar("H")
-
-
-def _paired(what: str, declared: Sequence[str], entries: Mapping[str, object]) -> None:
-    missing, unknown = set(declared) - set(entries), set(entries) - set(declared)
-    if missing or unknown:
-        raise ValueError(f"{what}: no entry for {sorted(missing)}; not in the spec: {sorted(unknown)}")
-
-
 @dataclass(frozen=True)
 class ServiceSpec:
     """What a service consumes, appends, answers and may touch: the one place it is written.
@@ -169,11 +161,15 @@ class ServiceSpec:
     requests it serves. ``reads``, ``lists``, ``writes``: buckets by name
     (``lockgate.runtime.streams``). ``asks``: the adapter requests it makes.
     ``publishes``: what it publishes besides events (responses, orders, interruptions).
+
+    A subclass may name its consumers and requests as its own fields instead, each called
+    after its reaction (``ready: Consumer``): ``consumes`` and ``answers`` are then those
+    fields, in the order they are declared.
     """
 
     name: str
-    consumes: tuple[Consumer, ...]
-    appends: tuple[type[Event], ...]
+    consumes: tuple[Consumer, ...] = ()
+    appends: tuple[type[Event], ...] = ()
     answers: tuple[Answer, ...] = ()
     reads: tuple[str, ...] = ()
     lists: tuple[str, ...] = ()
@@ -182,6 +178,13 @@ class ServiceSpec:
     publishes: tuple[Channel, ...] = ()
 
     def __post_init__(self) -> None:
+        named = self._named_reactions()
+        if named:
+            if self.consumes or self.answers:
+                raise ValueError(f"{self.name}: reactions named as fields and in consumes/answers")
+            # Frozen: the derived tuples are set once, here.
+            object.__setattr__(self, "consumes", tuple(r for r in named if isinstance(r, Consumer)))
+            object.__setattr__(self, "answers", tuple(r for r in named if isinstance(r, Answer)))
         durables = [c.name for c in self.consumes]
         if len(set(durables)) != len(durables):
             raise ValueError(f"{self.name}: a durable named twice in {durables}")
@@ -189,6 +192,17 @@ class ServiceSpec:
         if len(set(reactions)) != len(reactions):
             raise ValueError(f"{self.name}: a reaction bound twice in {reactions}")
         _events_only(self.name, self.appends)
+
+    def _named_reactions(self) -> list[Consumer | Answer]:
+        """A subclass's consumers and requests, each checked to be called after its reaction."""
+        named: list[Consumer | Answer] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Consumer | Answer):
+                if value.reaction != f.name:
+                    raise ValueError(f"{self.name}.{f.name}: its reaction is {value.reaction!r}")
+                named.append(value)
+        return named
 
     @property
     def module(self) -> str:
@@ -215,24 +229,6 @@ class ServiceSpec:
             if c.name == name:
                 return c
         raise KeyError(f"{self.name} has no durable {name!r}")
-
-    def subscriptions(self, entries: Mapping[str, H]) -> list[tuple[Consumer, H]]:
-        """Each durable paired with the entry of its reaction (``entries``: reaction → entry).
-
-        Raises:
-            ValueError: ``entries`` misses a reaction of the spec, or names one it lacks.
-        """
-        _paired(f"{self.name} durables", [c.reaction for c in self.consumes], entries)
-        return [(c, entries[c.reaction]) for c in self.consumes]
-
-    def requests(self, entries: Mapping[str, H]) -> list[tuple[str, H]]:
-        """Each subject the service answers, paired with the entry of its reaction.
-
-        Raises:
-            ValueError: ``entries`` misses a reaction of the spec, or names one it lacks.
-        """
-        _paired(f"{self.name} requests", [a.reaction for a in self.answers], entries)
-        return [(s, entries[a.reaction]) for a in self.answers for s in a.channel.subjects]
 
 
 #: The subjects every adapter uses: the adapter SDK (``lockgate.adapters.sdk``) serves

@@ -1,6 +1,8 @@
 """Every Lockgate process's spec: what it consumes and by which reaction, appends, answers, touches.
 
 This is the one place the wiring is written (``lockgate.runtime.spec`` for the shape).
+Each service's spec is of its own class, whose fields are its consumers and requests named
+after their reactions: an app binds ``EXECUTOR.ready`` to its entry, by reference.
 The durables, the broker permissions, what ``make run`` supervises, each app's
 subscriptions and the AsyncAPI channels are derived from it, and a unit test checks
 that every event has a producer and a consumer, or a reason in ``UNCONSUMED`` why none.
@@ -11,6 +13,8 @@ allows) says so at its top.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from lockgate.contracts import channels
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution, Settles
@@ -121,20 +125,31 @@ GATE_DELIVERIES = 5_000
 #: asking before the outcome is handed to an operator.
 RECONCILE_DELIVERIES = 1_500
 
-INTAKE = ServiceSpec(
+@dataclass(frozen=True, kw_only=True)
+class IntakeSpec(ServiceSpec):
+    """Intake's consumers and requests, each named after its reaction."""
+
+    candidate: Consumer
+    respond: Consumer
+    lease: Consumer
+    open_run: Answer
+    close_run: Answer
+    open_turn: Answer
+
+
+INTAKE = IntakeSpec(
     "intake",
-    consumes=(
-        Consumer("intake", "candidate", channel=channels.PROPOSE, stream=CANDIDATES),
-        # A decision to allow or to ask a reviewer is not news to the model: what follows is.
-        Consumer("intake-responses", "respond", MODEL_VISIBLE,
-                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY, DecisionOutcome.PAUSE)),)),
-        # Runs' leases: a close, or the server's marker on a lease that ran out, ends a run
-        # (lockgate.intake.leases); what it left waiting is withdrawn.
-        Consumer("intake-run-ends", "lease", channel=channels.LEASE, stream=LEASES),
-    ),
+    candidate=Consumer("intake", "candidate", channel=channels.PROPOSE, stream=CANDIDATES),
+    # A decision to allow or to ask a reviewer is not news to the model: what follows is.
+    respond=Consumer("intake-responses", "respond", MODEL_VISIBLE,
+                     routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY, DecisionOutcome.PAUSE)),)),
+    # Runs' leases: a close, or the server's marker on a lease that ran out, ends a run
+    # (lockgate.intake.leases); what it left waiting is withdrawn.
+    lease=Consumer("intake-run-ends", "lease", channel=channels.LEASE, stream=LEASES),
+    open_run=Answer(channels.RUN_OPEN, "open_run"),
+    close_run=Answer(channels.RUN_CLOSE, "close_run"),
+    open_turn=Answer(channels.TURN, "open_turn"),
     appends=(EffectIntent.CandidateReceived, EffectIntent.CandidateRejected),
-    answers=(Answer(channels.RUN_OPEN, "open_run"), Answer(channels.RUN_CLOSE, "close_run"),
-             Answer(channels.TURN, "open_turn")),
     # LG_BUDGETS: the flood limits (rates, in-flight caps) intake admits by.
     reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
     lists=(CAPABILITIES_BUCKET,),
@@ -144,40 +159,66 @@ INTAKE = ServiceSpec(
     publishes=(channels.RESPONSE, channels.LEASE),
 )
 
-NORMALIZATION = ServiceSpec(
+@dataclass(frozen=True, kw_only=True)
+class NormalizationSpec(ServiceSpec):
+    """Normalization's consumer, named after its reaction."""
+
+    received: Consumer
+
+
+NORMALIZATION = NormalizationSpec(
     "normalization",
-    consumes=(Consumer("normalization", "received", (EffectIntent.CandidateReceived,)),),
+    received=Consumer("normalization", "received", (EffectIntent.CandidateReceived,)),
     appends=(EffectIntent.CandidateNormalized, EffectIntent.NormalizationFailed),
     reads=(CAPABILITIES_BUCKET, RUNS_BUCKET),
     asks=(channels.ADAPTER_NORMALIZE,),
 )
 
-POLICY = ServiceSpec(
+@dataclass(frozen=True, kw_only=True)
+class PolicySpec(ServiceSpec):
+    """Policy's consumers, each named after its reaction."""
+
+    normalized: Consumer
+    paused: Consumer
+    settled: Consumer
+
+
+POLICY = PolicySpec(
     "policy",
-    consumes=(
-        Consumer("policy", "normalized", (EffectIntent.CandidateNormalized,)),
-        Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,),
-                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.PAUSE,)),),
-                 max_ack_pending=TIMERS, timers=True, deliveries=PAUSE_DELIVERIES),
-        # Handed an intent's end only when it holds something of policy's (its route).
-        Consumer("policy-budgets", "settled", ENDS_INTENT,
-                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),
-                         *((e, (Settles.BUDGET,)) for e in ENDS_INTENT if e.routed_by == "settles"))),
-    ),
+    normalized=Consumer("policy", "normalized", (EffectIntent.CandidateNormalized,)),
+    paused=Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,),
+                    routes=((EffectIntent.PolicyDecided, (DecisionOutcome.PAUSE,)),),
+                    max_ack_pending=TIMERS, timers=True, deliveries=PAUSE_DELIVERIES),
+    # Handed an intent's end only when it holds something of policy's (its route).
+    settled=Consumer("policy-budgets", "settled", ENDS_INTENT,
+                     routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),
+                             *((e, (Settles.BUDGET,)) for e in ENDS_INTENT if e.routed_by == "settles"))),
     appends=(EffectIntent.PolicyDecided,),
     reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
     writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
     asks=(channels.ADAPTER_FACTS,),
 )
 
-APPROVAL = ServiceSpec(
+@dataclass(frozen=True, kw_only=True)
+class ApprovalSpec(ServiceSpec):
+    """Approval's consumers and requests, each named after its reaction."""
+
+    decided: Consumer
+    review_opened: Consumer
+    show: Answer
+    decide: Answer
+    edit: Answer
+
+
+APPROVAL = ApprovalSpec(
     "approval",
-    consumes=(
-        Consumer("approval", "decided", (EffectIntent.PolicyDecided,),
-                 routes=((EffectIntent.PolicyDecided, (DecisionOutcome.REQUIRE_APPROVAL,)),)),
-        Consumer("approval-expiry", "review_opened", (EffectIntent.ReviewRequested,),
-                 max_ack_pending=TIMERS, timers=True, deliveries=EXPIRY_DELIVERIES),
-    ),
+    decided=Consumer("approval", "decided", (EffectIntent.PolicyDecided,),
+                     routes=((EffectIntent.PolicyDecided, (DecisionOutcome.REQUIRE_APPROVAL,)),)),
+    review_opened=Consumer("approval-expiry", "review_opened", (EffectIntent.ReviewRequested,),
+                           max_ack_pending=TIMERS, timers=True, deliveries=EXPIRY_DELIVERIES),
+    show=Answer(channels.REVIEW_SHOW, "show"),
+    decide=Answer(channels.REVIEW_DECIDE, "decide"),
+    edit=Answer(channels.REVIEW_EDIT, "edit"),
     appends=(
         EffectIntent.ReviewRequested,
         EffectIntent.ReviewApproved,
@@ -185,34 +226,43 @@ APPROVAL = ServiceSpec(
         EffectIntent.ReviewExpired,
         EffectIntent.ApprovalRefused,
     ),
-    answers=(Answer(channels.REVIEW_SHOW, "show"), Answer(channels.REVIEW_DECIDE, "decide"),
-             Answer(channels.REVIEW_EDIT, "edit")),
     # Runs for the reviewer's scope; capabilities for how a consequence reads.
     reads=(RUNS_BUCKET, CAPABILITIES_BUCKET),
     # A reviewer's edit becomes a new candidate of the run it came from.
     publishes=(channels.PROPOSE,),
 )
 
-EXECUTOR = ServiceSpec(
+@dataclass(frozen=True, kw_only=True)
+class ExecutorSpec(ServiceSpec):
+    """The executor's consumers and requests, each named after its reaction."""
+
+    ready: Consumer
+    report: Consumer
+    settled: Consumer
+    withdraw: Answer
+    claim: Answer
+
+
+EXECUTOR = ExecutorSpec(
     "executor",
-    consumes=(
-        # The gate waits (Retry) for a resource lock and for facts. The trigger of an
-        # attempt it authorized is its timer too: asked for again at the attempt's
-        # deadline (so it holds a message per open attempt), when silence becomes
-        # OutcomeUnknown; handed again after a crash, it sends an order left unsent.
-        Consumer(
-            "executor-gate", "ready",
-            (EffectIntent.PolicyDecided, EffectIntent.ReviewApproved,
-             EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
-            routes=((EffectIntent.PolicyDecided, (DecisionOutcome.ALLOW,)),
-                    (EffectIntent.Reconciled, (Resolution.RETRY,))),
-            max_ack_pending=TIMERS, timers=True, deliveries=GATE_DELIVERIES,
-        ),
-        Consumer("executor-reports", "report", channel=channels.REPORT, stream=REPORTS),
-        # What makes release survive a crash right after an append that ended a hold, for
-        # the events no trigger of the executor's own is handed again for.
-        Consumer("executor-locks", "settled", ENDS_HOLD_ELSEWHERE),
+    # The gate waits (Retry) for a resource lock and for facts. The trigger of an
+    # attempt it authorized is its timer too: asked for again at the attempt's
+    # deadline (so it holds a message per open attempt), when silence becomes
+    # OutcomeUnknown; handed again after a crash, it sends an order left unsent.
+    ready=Consumer(
+        "executor-gate", "ready",
+        (EffectIntent.PolicyDecided, EffectIntent.ReviewApproved,
+         EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
+        routes=((EffectIntent.PolicyDecided, (DecisionOutcome.ALLOW,)),
+                (EffectIntent.Reconciled, (Resolution.RETRY,))),
+        max_ack_pending=TIMERS, timers=True, deliveries=GATE_DELIVERIES,
     ),
+    report=Consumer("executor-reports", "report", channel=channels.REPORT, stream=REPORTS),
+    # What makes release survive a crash right after an append that ended a hold, for
+    # the events no trigger of the executor's own is handed again for.
+    settled=Consumer("executor-locks", "settled", ENDS_HOLD_ELSEWHERE),
+    withdraw=Answer(channels.WITHDRAW, "withdraw"),
+    claim=Answer(channels.CLAIM, "claim"),
     appends=(
         EffectIntent.ExecutionAuthorized,
         EffectIntent.GateRefused,
@@ -230,20 +280,27 @@ EXECUTOR = ServiceSpec(
         EffectIntent.WithdrawalRequested,
         EffectIntent.ReportRefused,
     ),
-    answers=(Answer(channels.WITHDRAW, "withdraw"), Answer(channels.CLAIM, "claim")),
     reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
     writes=(LOCKS_BUCKET,),
     asks=(channels.ADAPTER_FACTS,),
     publishes=(channels.EXEC, channels.INTERRUPT),
 )
 
-RECONCILER = ServiceSpec(
+@dataclass(frozen=True, kw_only=True)
+class ReconcilerSpec(ServiceSpec):
+    """The reconciler's consumer and request, each named after its reaction."""
+
+    unknown: Consumer
+    resolve: Answer
+
+
+RECONCILER = ReconcilerSpec(
     "reconciler",
     # It asks again (Retry) while no adapter answers its query.
-    consumes=(Consumer("reconciler", "unknown", (EffectIntent.OutcomeUnknown,), timers=True,
-                       deliveries=RECONCILE_DELIVERIES),),
+    unknown=Consumer("reconciler", "unknown", (EffectIntent.OutcomeUnknown,), timers=True,
+                     deliveries=RECONCILE_DELIVERIES),
+    resolve=Answer(channels.RESOLVE, "resolve"),
     appends=(EffectIntent.Reconciled,),
-    answers=(Answer(channels.RESOLVE, "resolve"),),
     reads=(CAPABILITIES_BUCKET,),
     asks=(channels.ADAPTER_QUERY,),
 )

@@ -1,44 +1,29 @@
-"""The reconciler's FastStream app."""
+"""The reconciler's service host: unknown outcomes on a durable, operators' resolutions on request."""
 
 from __future__ import annotations
 
 import logging
 
-from faststream import FastStream
-
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
-from lockgate.runtime.service import (
-    Subscription,
-    add_answers,
-    add_durable,
-    answer,
-    deliveries,
-    recorded_event,
-    service_app,
-    utc_now,
-)
+from lockgate.runtime.host import ServiceHost
+from lockgate.runtime.service import answer, deliveries, recorded_event, utc_now
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import RECONCILER as SPEC
 
 log = logging.getLogger("lockgate.reconciler")
 
 
-def create_app(settings: Settings) -> FastStream:
-    """Build the reconciler app (connects only when run)."""
-    app, broker, service = service_app(
-        settings, SPEC.name, lambda ports: ReconcilerHandlers(ports, utc_now)
-    )
+def create_app(settings: Settings) -> ServiceHost[ReconcilerHandlers]:
+    """Build the reconciler host (connects only when run)."""
+    host = ServiceHost(settings, SPEC, lambda ports: ReconcilerHandlers(ports, utc_now), log)
 
     async def resolve(msg: Delivery) -> bytes:
-        return await answer(
-            service.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
-
-    add_answers(broker, SPEC, {"resolve": resolve}, log)
+        return await answer(host.handlers.resolve(msg.raw_message.subject, msg.body), log, "resolve")
 
     async def on_unknown(msg: Delivery) -> None:
-        await service.handlers.unknown(recorded_event(msg), deliveries(msg))
+        await host.handlers.unknown(recorded_event(msg), deliveries(msg))
 
-    for consumer, entry in SPEC.subscriptions({"unknown": on_unknown}):
-        add_durable(broker, Subscription(consumer, entry), log, service)
-    return app
+    host.answer(SPEC.resolve, resolve)
+    host.durable(SPEC.unknown, on_unknown)
+    return host
