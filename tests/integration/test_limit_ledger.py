@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import LimitLedger
@@ -24,6 +25,7 @@ from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import encode_event
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.settings import Settings
+from lockgate.runtime.topology import BUDGETS_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.testing.system import REPO
 
@@ -41,9 +43,14 @@ def tenant() -> str:
     return f"t-{random_id()[:8]}"
 
 
+async def budgets(ports: Ports) -> KeyValue:
+    """The ``LG_BUDGETS`` bucket itself (these tests count its round trips)."""
+    return await ports.js.key_value(BUDGETS_BUCKET)
+
+
 async def counter(ports: Ports, tenant: str) -> FloodState:
     """A tenant's counter as the bucket holds it."""
-    return msgspec.json.decode((await ports.budgets.get(flood_key(tenant))).value or b"", type=FloodState)
+    return msgspec.json.decode((await (await budgets(ports)).get(flood_key(tenant))).value or b"", type=FloodState)
 
 
 class CountingKV:
@@ -69,7 +76,7 @@ def run_cap(max_in_flight: int = 1) -> Limit:
 
 async def test_two_replicas_admit_exactly_the_cap(ports: Ports, tenant: str) -> None:
     cap = Limit(name="per-tenant", scope="tenant", max_in_flight=10)
-    replicas = [LimitLedger(ports.budgets), LimitLedger(ports.budgets)]
+    replicas = [LimitLedger(await budgets(ports)), LimitLedger(await budgets(ports))]
     admissions = await asyncio.gather(*(
         replicas[n % 2].admit([cap], tenant=tenant, actor="u", run_id="r", intent_id=f"i{n}")
         for n in range(40)
@@ -86,7 +93,7 @@ async def test_every_limit_of_a_candidate_is_one_compare_and_set(ports: Ports, t
     limits = [Limit(name="per-run", scope="run", per_s=50, burst=50, max_in_flight=16),
               Limit(name="per-actor", scope="actor", per_s=100, burst=100, max_in_flight=32),
               Limit(name="per-tenant", scope="tenant", per_s=200, burst=200, max_in_flight=64)]
-    kv = CountingKV(ports.budgets)
+    kv = CountingKV(await budgets(ports))
     ledger = LimitLedger(kv)  # type: ignore[arg-type]
     for n in range(5):
         admission = await ledger.admit(limits, tenant=tenant, actor="u", run_id="r", intent_id=f"i{n}")
@@ -104,7 +111,7 @@ async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
 ) -> None:
     key = flood_key("tenant-a")
     h = History(holds=(key, "limit=per-actor.tenant-a_user-42"))  # and a key from before
-    await ports.budgets.put(key, msgspec.json.encode(FloodState(holds={
+    await (await budgets(ports)).put(key, msgspec.json.encode(FloodState(holds={
         "someone-else": Hold(1e12, "u", "r"), h.intent_id: Hold(1e12, "user-42", "r")})))
     h.add(EffectIntent.NormalizationFailed, reason="argument.note.empty", field="note", detail="")
     history = await ports.store.append(await ports.store.load("tenant-a", h.intent_id),
@@ -120,7 +127,7 @@ async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
 
 async def test_a_candidate_over_the_rate_costs_no_round_trip(ports: Ports, tenant: str) -> None:
     rate = Limit(name="rate", scope="actor", per_s=0.01, burst=2, max_in_flight=10)
-    kv = CountingKV(ports.budgets)
+    kv = CountingKV(await budgets(ports))
     ledger = LimitLedger(kv)  # type: ignore[arg-type]
     for n in range(2):
         admission = await ledger.admit([rate], tenant=tenant, actor="a", run_id="r", intent_id=f"i{n}")
@@ -137,7 +144,7 @@ async def test_a_candidate_over_the_rate_costs_no_round_trip(ports: Ports, tenan
     assert kv.calls == calls
     # Another process sees the same: its create is refused (the key exists), its read
     # refuses the candidate, and from then on it knows.
-    other = CountingKV(ports.budgets)
+    other = CountingKV(await budgets(ports))
     second = LimitLedger(other)  # type: ignore[arg-type]
     assert (await second.admit([rate], tenant=tenant, actor="a", run_id="r", intent_id="k")).refused
     assert other.calls == 2
@@ -149,13 +156,13 @@ async def test_a_hold_released_elsewhere_admits_the_next_candidate_at_once(
     ports: Ports, tenant: str,
 ) -> None:
     cap = run_cap(max_in_flight=2)
-    ledger = LimitLedger(ports.budgets)
+    ledger = LimitLedger(await budgets(ports))
     for n in range(2):
         assert (await ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id=f"i{n}")).holds
     refused = await ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i2")
     assert refused.refused is not None and refused.refused.reason == "rate.in-flight"
     # Released by another process (a replica answering the intent's end): the very next is admitted.
-    await LimitLedger(ports.budgets).release([flood_key(tenant)], "i0")
+    await LimitLedger(await budgets(ports)).release([flood_key(tenant)], "i0")
     assert (await ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i3")).holds
     assert (await ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i4")).refused
     assert sorted((await counter(ports, tenant)).holds) == ["i1", "i3"]  # the release was not undone
@@ -164,7 +171,7 @@ async def test_a_hold_released_elsewhere_admits_the_next_candidate_at_once(
 async def test_concurrent_changes_of_a_hot_key_share_their_writes(ports: Ports, tenant: str) -> None:
     """Candidates of one tenant arriving together: one compare-and-set per batch, still exact."""
     cap = Limit(name="hot", scope="tenant", max_in_flight=30)
-    kv = CountingKV(ports.budgets)
+    kv = CountingKV(await budgets(ports))
     ledger = LimitLedger(kv)  # type: ignore[arg-type]
     admissions = await asyncio.gather(*(
         ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id=f"i{n}") for n in range(60)
@@ -198,7 +205,7 @@ async def test_a_cancelled_writer_leaves_the_changes_behind_it_to_the_next(
                 return await attr(*args, **kwargs)  # type: ignore[operator]
             return held_up
 
-    ledger = LimitLedger(SlowKV(ports.budgets))  # type: ignore[arg-type]
+    ledger = LimitLedger(SlowKV(await budgets(ports)))  # type: ignore[arg-type]
     first = asyncio.create_task(ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i0"))
     await asyncio.sleep(0.05)  # its create (an update of nothing) is held up
     rest = [asyncio.create_task(ledger.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id=f"i{n}"))
@@ -217,7 +224,7 @@ async def test_an_admission_that_waited_is_dated_when_it_is_written(ports: Ports
     waiting one arrives when it is written, not ten seconds early, and is admitted."""
     rate = Limit(name="rate", scope="run", per_s=5, burst=3, max_in_flight=16)
     now = [1000.0]
-    waited, other = LimitLedger(ports.budgets, lambda: now[0]), LimitLedger(ports.budgets, lambda: now[0])
+    waited, other = LimitLedger((await budgets(ports)), lambda: now[0]), LimitLedger((await budgets(ports)), lambda: now[0])
     async with waited._lock(flood_key(tenant)):  # its write of the key is held up
         late = asyncio.create_task(waited.admit([rate], tenant=tenant, actor="u", run_id="r",
                                                 intent_id="late"))
@@ -231,7 +238,7 @@ async def test_an_admission_that_waited_is_dated_when_it_is_written(ports: Ports
 
 
 async def test_a_new_tenants_first_admission_is_one_create(ports: Ports, tenant: str) -> None:
-    kv = CountingKV(ports.budgets)
+    kv = CountingKV(await budgets(ports))
     ledger = LimitLedger(kv, js=ports.js)  # type: ignore[arg-type]
     admission = await ledger.admit([run_cap()], tenant=tenant, actor="a", run_id="r", intent_id="i0")
     assert admission.holds == (flood_key(tenant),)
@@ -242,9 +249,9 @@ async def test_a_key_another_replica_wrote_is_read_after_the_refused_create(
     ports: Ports, tenant: str,
 ) -> None:
     cap = run_cap()
-    first = LimitLedger(ports.budgets, js=ports.js)
+    first = LimitLedger((await budgets(ports)), js=ports.js)
     assert (await first.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i0")).holds
-    kv = CountingKV(ports.budgets)
+    kv = CountingKV(await budgets(ports))
     second = LimitLedger(kv, js=ports.js)  # type: ignore[arg-type]
     refused = await second.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i1")
     assert refused.refused is not None and refused.refused.reason == "rate.in-flight"
@@ -268,9 +275,9 @@ class LaggingKV(CountingKV):
 
 async def test_a_lagging_replica_cannot_hide_a_key_another_replica_wrote(ports: Ports, tenant: str) -> None:
     cap = run_cap()
-    first = LimitLedger(ports.budgets, js=ports.js)
+    first = LimitLedger((await budgets(ports)), js=ports.js)
     assert (await first.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i0")).holds
-    second = LimitLedger(LaggingKV(ports.budgets), js=ports.js)  # type: ignore[arg-type]
+    second = LimitLedger(LaggingKV(await budgets(ports)), js=ports.js)  # type: ignore[arg-type]
     refused = await second.admit([cap], tenant=tenant, actor="a", run_id="r", intent_id="i1")
     assert refused.refused is not None and refused.refused.reason == "rate.in-flight"
 
@@ -280,9 +287,9 @@ async def test_a_hold_left_by_a_crash_is_released_by_a_process_that_never_saw_it
 ) -> None:
     """Admitted, then the process died before the intent ended: the hold is released from
     the record by another process, which reads the key (nothing to release from nothing)."""
-    crashed = LimitLedger(ports.budgets, js=ports.js)
+    crashed = LimitLedger((await budgets(ports)), js=ports.js)
     (key,) = (await crashed.admit([run_cap()], tenant=tenant, actor="a", run_id="r", intent_id="i0")).holds
-    kv = CountingKV(ports.budgets)
+    kv = CountingKV(await budgets(ports))
     await LimitLedger(kv, js=ports.js).release([key], "i0")  # type: ignore[arg-type]
     assert kv.calls == 2  # a read, then the write
     assert (await counter(ports, tenant)).holds == {}
@@ -290,8 +297,8 @@ async def test_a_hold_left_by_a_crash_is_released_by_a_process_that_never_saw_it
 
 async def test_a_deleted_key_is_written_again(ports: Ports, tenant: str) -> None:
     key = flood_key(tenant)
-    await ports.budgets.put(key, msgspec.json.encode(FloodState(holds={"old": Hold(1e12, "a", "r")})))
-    await ports.budgets.delete(key)
-    ledger = LimitLedger(ports.budgets)  # no leader to ask: the marker's revision is read
+    await (await budgets(ports)).put(key, msgspec.json.encode(FloodState(holds={"old": Hold(1e12, "a", "r")})))
+    await (await budgets(ports)).delete(key)
+    ledger = LimitLedger(await budgets(ports))  # no leader to ask: the marker's revision is read
     assert (await ledger.admit([run_cap()], tenant=tenant, actor="a", run_id="r", intent_id="i0")).holds
     assert list((await counter(ports, tenant)).holds) == ["i0"]

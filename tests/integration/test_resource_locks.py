@@ -15,7 +15,7 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from lockgate.core.ids import random_id
-from lockgate.executor.locks import ResourceLocks
+from lockgate.runtime.ports.locks import ResourceLocks
 
 #: The bucket's max_age in these tests: short, so that expiry can be waited for.
 MAX_AGE_S = 1.0

@@ -62,10 +62,12 @@ from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.intents import load_intent
+from lockgate.runtime.ports.intents import StoredIntents
+from lockgate.runtime.ports.runs import KvRuns
 from lockgate.runtime.service import Retry, settle
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ENDS_HOLD_BY_TRIGGER, ENDS_HOLD_ELSEWHERE
-from lockgate.runtime.topology import CAPABILITIES_BUCKET
+from lockgate.runtime.topology import CAPABILITIES_BUCKET, LOCKS_BUCKET, RUNS_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
@@ -115,6 +117,11 @@ async def ports(nc: Client) -> AsyncIterator[Ports]:
     else:
         pytest.fail("the deleted events stream still answers")
     yield made
+
+
+async def bucket(ports: Ports, name: str) -> KeyValue:
+    """A bucket itself, as another process (or a test) sees it."""
+    return await ports.js.key_value(name)
 
 
 async def store_history(ports: Ports, h: History) -> RecordedEvent:
@@ -420,7 +427,7 @@ async def test_a_claim_after_a_withdrawal_request_is_refused_and_the_intent_with
     order = order_of(h)
     h.add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
     await store_history(ports, h)
-    await ports.locks.put(LOCK, h.intent_id.encode())
+    await (await bucket(ports, LOCKS_BUCKET)).put(LOCK, h.intent_id.encode())
     executor = executor_handlers(ports)
     answer = msgspec.json.decode(await executor.claim(
         "lg.claim.case.add_note", msgspec.json.encode(Claim(order=order, claimant="w1"))),
@@ -429,7 +436,7 @@ async def test_a_claim_after_a_withdrawal_request_is_refused_and_the_intent_with
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.WITHDRAWN
     with pytest.raises(KeyNotFoundError):  # the withdrawal ended the hold: the lock is free
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
 
 
 async def test_a_claim_the_executor_grants_is_on_the_record_before_the_answer(ports: Ports) -> None:
@@ -630,10 +637,10 @@ async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_from_th
     h = ended_by(name)
     last = await store_history(ports, h)
     assert last.event_type == name
-    await ports.locks.put(LOCK, h.intent_id.encode())
+    await (await bucket(ports, LOCKS_BUCKET)).put(LOCK, h.intent_id.encode())
     await executor_handlers(ports).settled(last)
     with pytest.raises(KeyNotFoundError):
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
 
 
 #: The report each attempt's end was appended on (what the reports' durable hands again).
@@ -657,7 +664,7 @@ async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_by_the_
     h = ended_by(name, call_id=f"call-{name}")
     last = await store_history(ports, h)
     assert last.event_type == name
-    await ports.locks.put(LOCK, h.intent_id.encode())
+    await (await bucket(ports, LOCKS_BUCKET)).put(LOCK, h.intent_id.encode())
     executor = executor_handlers(ports)
     if name == "GateRefused":
         stored = await ports.store.load("tenant-a", h.intent_id)
@@ -665,22 +672,22 @@ async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_by_the_
     else:
         await deliver(executor, signed(msgspec.structs.replace(ENDED_ON[name], intent_id=h.intent_id)))
     with pytest.raises(KeyNotFoundError):
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
 
 
 async def test_an_event_that_leaves_the_hold_in_place_keeps_the_lock(ports: Ports) -> None:
     h = unknown_history().add(EffectIntent.Reconciled, attempt_id="a1", finding="absent",
                               receipt={}, by="reconciler", why="absent", resolution="retry")
     last = await store_history(ports, h)
-    await ports.locks.put(LOCK, h.intent_id.encode())
-    other = await ports.locks.put("tenant-a.case.other", b"someone-else")
+    await (await bucket(ports, LOCKS_BUCKET)).put(LOCK, h.intent_id.encode())
+    other = await (await bucket(ports, LOCKS_BUCKET)).put("tenant-a.case.other", b"someone-else")
     executor = executor_handlers(ports)
     await executor.settled(last)  # allowed again: the same intent tries again under its lock
-    assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()
+    assert (await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)).value == h.intent_id.encode()
     done = await store_history(ports, ended_by("GateRefused", call_id="call-2"))
     await executor.settled(done)  # another intent's end never frees a lock it does not hold
-    assert (await ports.locks.get("tenant-a.case.other")).revision == other
-    await ports.locks.delete(LOCK)
+    assert (await (await bucket(ports, LOCKS_BUCKET)).get("tenant-a.case.other")).revision == other
+    await (await bucket(ports, LOCKS_BUCKET)).delete(LOCK)
 
 
 async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
@@ -690,13 +697,13 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
     Withdrawn before the lock existed, so the gate itself lets go."""
     await register(ports)
     with contextlib.suppress(KeyNotFoundError):
-        await ports.locks.delete(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).delete(LOCK)
     h = History(contract_revision=CONTRACT.revision).normalized(
         contract_revision=CONTRACT.revision).decided("allow")
     last = await store_history(ports, h)
 
     async def facts(_: bytes) -> object:
-        assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()  # held, under the lock
+        assert (await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)).value == h.intent_id.encode()  # held, under the lock
         stored = await ports.store.load("tenant-a", h.intent_id)
         await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
             h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), by="runtime", why=""))])
@@ -710,7 +717,7 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.WITHDRAWN
     with pytest.raises(KeyNotFoundError):
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
 
 
 class OldViews:
@@ -736,7 +743,10 @@ class OldViews:
 
 def on_old_views(ports: Ports, cuts: list[int]) -> ExecutorHandlers:
     """An executor (nothing in memory) whose loads answer as ``OldViews`` does."""
-    return executor_handlers(dataclasses.replace(ports, store=OldViews(ports.store, cuts)))
+    assert isinstance(ports.intents, StoredIntents)
+    old = OldViews(ports.store, cuts)
+    return executor_handlers(dataclasses.replace(ports, store=old,
+                                                 intents=StoredIntents(old, ports.intents.cache)))
 
 
 def serialized(*, completed: bool) -> History:
@@ -775,7 +785,7 @@ async def gate_again(ports: Ports, nc: Client, executor: ExecutorHandlers, h: Hi
 
 async def free(ports: Ports) -> None:
     with contextlib.suppress(KeyNotFoundError):
-        await ports.locks.delete(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).delete(LOCK)
 
 
 async def test_a_lock_taken_on_an_old_view_of_an_intent_that_ended_is_freed(
@@ -790,7 +800,7 @@ async def test_a_lock_taken_on_an_old_view_of_an_intent_that_ended_is_freed(
     h = serialized(completed=True)
     await gate_again(ports, nc, on_old_views(ports, [3, 5]), h)
     with pytest.raises(KeyNotFoundError):
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
     stored = [e.event_type for e in (await ports.store.load("tenant-a", h.intent_id)).events]
     assert stored.count("ExecutionAuthorized") == 1 and stored[-1] == "EffectCompleted"
 
@@ -806,7 +816,7 @@ async def test_a_trigger_handed_again_is_decided_on_the_leaders_record(
     h = serialized(completed=True)
     assert await gate_again(ports, nc, on_old_views(ports, [3]), h, deliveries=2) == 0
     with pytest.raises(KeyNotFoundError):
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
 
 
 async def test_a_lock_another_delivery_holds_for_the_same_attempt_is_kept(
@@ -815,9 +825,9 @@ async def test_a_lock_another_delivery_holds_for_the_same_attempt_is_kept(
     """The same old views, but the leader has the attempt in flight: its lock stays."""
     await register(ports)
     h = serialized(completed=False)
-    await ports.locks.put(LOCK, h.intent_id.encode())
+    await (await bucket(ports, LOCKS_BUCKET)).put(LOCK, h.intent_id.encode())
     await gate_again(ports, nc, on_old_views(ports, [3, 5]), h)
-    assert (await ports.locks.get(LOCK)).value == h.intent_id.encode()
+    assert (await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)).value == h.intent_id.encode()
     await free(ports)
 
 
@@ -828,10 +838,10 @@ async def test_a_trigger_handed_again_frees_a_lock_left_with_an_intent_that_ende
     effect had settled. The trigger handed again finds the intent ended and frees the lock."""
     await register(ports)
     h = serialized(completed=True)
-    await ports.locks.put(LOCK, h.intent_id.encode())
+    await (await bucket(ports, LOCKS_BUCKET)).put(LOCK, h.intent_id.encode())
     await gate_again(ports, nc, executor_handlers(ports), h)
     with pytest.raises(KeyNotFoundError):
-        await ports.locks.get(LOCK)
+        await (await bucket(ports, LOCKS_BUCKET)).get(LOCK)
 
 
 # -- an operator racing the automatic reconciler ---------------------------------------------
@@ -935,10 +945,11 @@ async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
                 return await attr(*args, **kwargs)  # type: ignore[operator]
             return counted
 
-    def counted_runs() -> KeyValue:
-        kv = ports.runs
-        return KeyValue(name=kv._name, stream=kv._stream, pre=kv._pre, js=Counted(kv._js),  # type: ignore[arg-type]
-                        direct=kv._direct)
+    kv = await bucket(ports, RUNS_BUCKET)
+
+    def counted_runs() -> KvRuns:
+        return KvRuns(ports.js, KeyValue(name=kv._name, stream=kv._stream, pre=kv._pre,
+                                         js=Counted(kv._js), direct=kv._direct))  # type: ignore[arg-type]
 
     run_id = f"run-{random_id()[:8]}"
     intake = IntakeHandlers(dataclasses.replace(ports, runs=counted_runs()), SETTINGS,
@@ -947,7 +958,7 @@ async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
         await intake.respond(await store_history(ports, completed(run_id, call_id)))
     key = subjects.done_key("tenant-a", run_id, "case.add_note")
     assert trips == [f"$KV.LG_RUNS.{key}"]
-    marked = await ports.runs.get(key)
+    marked = await kv.get(key)
     assert marked.value == b"1"
 
     # Another replica, which never wrote the mark: one refused create, nothing read, and
@@ -958,7 +969,7 @@ async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
     for call_id in ("call-4", "call-5"):
         await replica.respond(await store_history(ports, completed(run_id, call_id)))
     assert trips == [f"$KV.LG_RUNS.{key}"]
-    assert (await ports.runs.get(key)).revision == marked.revision
+    assert (await kv.get(key)).revision == marked.revision
 
 
 def completed(run_id: str, call_id: str) -> History:

@@ -12,7 +12,7 @@ from nats.js.kv import KeyValue
 
 from lockgate.eventstore.base import AggregateHistory, ConcurrencyConflict, NewEvent, RecordedEvent
 from lockgate.eventstore.jetstream import CONFLICT_CODES, JetStreamEventStore, PubAck
-from lockgate.executor.locks import ResourceLocks
+from lockgate.runtime.ports.locks import ResourceLocks
 
 CODES = (10071, 10164)
 

@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-import msgspec
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from lockgate.adapters.client import AdapterClient
-from lockgate.contracts.buckets import confirmed_get
-from lockgate.contracts.messages import RunContext
+from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.registry import CapabilityRegistry
-from lockgate.contracts.subjects import run_key
-from lockgate.core.bounded import keep
-from lockgate.core.ids import is_subject_token
+from lockgate.eventstore.base import EventStore
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.cache import AggregateCache
+from lockgate.runtime.ports.adapters import AdapterClient, Adapters, FakeAdapters
+from lockgate.runtime.ports.capabilities import Capabilities, MemoryCapabilities
+from lockgate.runtime.ports.catalogues import Catalogues, KvCatalogues, MemoryCatalogues
+from lockgate.runtime.ports.intents import IntentStore, StoredIntents
+from lockgate.runtime.ports.ledger import (
+    Budgets,
+    KvBudgets,
+    LimitLedger,
+    Limits,
+    MemoryBudgets,
+    MemoryLimits,
+)
+from lockgate.runtime.ports.locks import Locks, MemoryLocks, ResourceLocks
+from lockgate.runtime.ports.orders import MemoryOrders, NatsOrders, Orders
+from lockgate.runtime.ports.progress import KvProgress, MemoryProgress, Progress
+from lockgate.runtime.ports.proposals import MemoryProposals, NatsProposals, Proposals
+from lockgate.runtime.ports.responses import MemoryResponses, Responses, ResponseStore
+from lockgate.runtime.ports.runs import KvRuns, MemoryRuns, Runs
+from lockgate.runtime.ports.timers import MemoryTimers, NatsTimers, Timers
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import (
     BUDGETS_BUCKET,
@@ -34,48 +48,119 @@ from lockgate.runtime.topology import (
 )
 
 
-@dataclass
-class Ports:
-    """Everything a handler may talk to."""
+@dataclass(frozen=True)
+class Connection:
+    """The broker under ports built over NATS: for the service host (consumers, status) and
+    for what talks to the broker directly still (intake's run leases and stored responses).
+    Handlers reach the world through the ports."""
 
     nc: Client
     js: JetStreamContext
-    store: JetStreamEventStore
-    #: Intents this process loaded or appended lately (see ``lockgate.intent.cache``).
-    cache: AggregateCache
-    registry: CapabilityRegistry
-    adapters: AdapterClient
+    #: The ``LG_RUNS`` bucket, for intake's run leases.
     runs: KeyValue
-    catalogues: KeyValue
-    locks: KeyValue
-    progress: KeyValue
-    budgets: KeyValue
 
-    _runs: OrderedDict[tuple[str, str], RunContext] = field(default_factory=OrderedDict)
 
-    async def run(self, tenant: str, run_id: str) -> RunContext | None:
-        """The run's authoritative context, or ``None`` when no such run was opened.
+@dataclass
+class Ports:
+    """Everything a handler may talk to: one typed port each (``lockgate.runtime.ports``)."""
 
-        A run never changes once opened, so recent ones are kept in memory.
+    #: Intents: decided on, appended to, loaded.
+    intents: IntentStore
+    #: Runs, their turns' catalogue keys, what happened in them.
+    runs: Runs
+    #: Turn catalogues by digest.
+    catalogues: Catalogues
+    #: Budget counters (policy reserves and settles, the gate reads).
+    budgets: Budgets
+    #: Flood-limit places (intake admits).
+    limits: Limits
+    #: Per-resource locks (the executor's).
+    locks: Locks
+    #: Orders to adapters, and requests to stop.
+    orders: Orders
+    #: Held triggers let go early.
+    timers: Timers
+    #: Candidates put forward on a run's behalf (a reviewer's edit).
+    proposals: Proposals
+    #: What the model is answered.
+    responses: Responses
+    #: A run's denials and completed effects.
+    progress: Progress
+    #: Registered capabilities.
+    registry: Capabilities
+    #: Adapters, asked and answered.
+    adapters: Adapters
+    #: The event store the intents are kept in (the service host records abandonments there).
+    store: EventStore
+    #: The broker under these ports (``None``: in-memory ports).
+    connection: Connection | None = None
+
+    @property
+    def nc(self) -> Client:
+        """The broker connection, for the service host.
+
+        Raises:
+            RuntimeError: in-memory ports have none.
         """
-        if not (is_subject_token(tenant) and is_subject_token(run_id)):
-            return None
-        cached = self._runs.get((tenant, run_id))
-        if cached is not None:
-            self._runs.move_to_end((tenant, run_id))
-            return cached
-        # A run opened a moment ago may not be on every replica yet: a miss asks the leader.
-        value = await confirmed_get(self.js, self.runs, RUNS_BUCKET, run_key(tenant, run_id))
-        if value is None:
-            return None
-        run = msgspec.json.decode(value, type=RunContext)
-        return keep(self._runs, (tenant, run_id), run, _RUNS_CACHED)
+        return self._connected().nc
+
+    @property
+    def js(self) -> JetStreamContext:
+        """The JetStream context, for the service host.
+
+        Raises:
+            RuntimeError: in-memory ports have none.
+        """
+        return self._connected().js
+
+    def _connected(self) -> Connection:
+        if self.connection is None:
+            raise RuntimeError("in-memory ports have no broker connection")
+        return self.connection
 
 
-#: Runs kept in memory per process.
-_RUNS_CACHED = 4096
+@dataclass
+class MemoryPorts(Ports):
+    """Ports of in-memory fakes, for unit tests: each field is the fake, to script and read.
 
-__all__ = ["Ports", "Service", "connect_ports", "ports_for", "run_key"]
+    Build them with ``MemoryPorts.create``.
+    """
+
+    intents: StoredIntents
+    runs: MemoryRuns
+    catalogues: MemoryCatalogues
+    budgets: MemoryBudgets
+    limits: MemoryLimits
+    locks: MemoryLocks
+    orders: MemoryOrders
+    timers: MemoryTimers
+    proposals: MemoryProposals
+    responses: MemoryResponses
+    progress: MemoryProgress
+    registry: MemoryCapabilities
+    adapters: FakeAdapters
+    store: EventStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = self.intents.store
+
+    @classmethod
+    def create(
+        cls, *contracts: CapabilityContract, adapters: FakeAdapters | None = None,
+        clock_s: Callable[[], float] = time.time,
+    ) -> MemoryPorts:
+        """Empty fakes; ``contracts`` registered; ``adapters`` as scripted (none answers by
+        default); ``clock_s``: the limits' and locks' clock, in seconds."""
+        return cls(
+            intents=StoredIntents.memory(), runs=MemoryRuns(), catalogues=MemoryCatalogues(),
+            budgets=MemoryBudgets(), limits=MemoryLimits(clock_s), locks=MemoryLocks(clock_s=clock_s),
+            orders=MemoryOrders(), timers=MemoryTimers(), proposals=MemoryProposals(),
+            responses=MemoryResponses(), progress=MemoryProgress(), registry=MemoryCapabilities(*contracts),
+            adapters=adapters if adapters is not None else FakeAdapters(),
+        )
+
+
+__all__ = ["Connection", "MemoryPorts", "Ports", "Service", "connect_ports", "ports_for"]
 
 
 H = TypeVar("H")
@@ -87,18 +172,25 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
     if settings.manage_topology:
         await ensure_topology(js, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s,
                               partitions=settings.partitions)
+    store = JetStreamEventStore(nc, partitions=settings.partitions)
+    runs = await js.key_value(RUNS_BUCKET)
+    budgets = await js.key_value(BUDGETS_BUCKET)
     return Ports(
-        nc=nc,
-        js=js,
-        store=JetStreamEventStore(nc, partitions=settings.partitions),
-        cache=AggregateCache(),
+        intents=StoredIntents(store, AggregateCache()),
+        runs=KvRuns(js, runs),
+        catalogues=KvCatalogues(js, await js.key_value(CATALOGUES_BUCKET)),
+        budgets=KvBudgets(budgets, js),
+        limits=LimitLedger(budgets, js=js),
+        locks=ResourceLocks(js, await js.key_value(LOCKS_BUCKET)),
+        orders=NatsOrders(nc, js),
+        timers=NatsTimers(nc),
+        proposals=NatsProposals(js),
+        responses=ResponseStore(js),
+        progress=KvProgress(await js.key_value(PROGRESS_BUCKET)),
         registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
-        runs=await js.key_value(RUNS_BUCKET),
-        catalogues=await js.key_value(CATALOGUES_BUCKET),
-        locks=await js.key_value(LOCKS_BUCKET),
-        progress=await js.key_value(PROGRESS_BUCKET),
-        budgets=await js.key_value(BUDGETS_BUCKET),
+        store=store,
+        connection=Connection(nc, js, runs),
     )
 
 

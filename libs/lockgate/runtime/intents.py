@@ -1,15 +1,19 @@
 """The intent store as services use it: load an intent's history, decide, append.
 
-``decide_and_append`` is the one way a service changes an intent: load (or recall from this
+``decide`` is the one way a service changes an intent: load (or recall from this
 process's cache), let a pure step decide, append what it decided with the history's version
-as the expectation, and run the step again on a conflict. ``record_abandonment`` puts a
+as the expectation, and run the step again on a conflict; it answers with a ``Decision`` (the intent before, the
+events, what the step found, the intent after). ``record_abandonment`` puts a
 message a consumer gave up on the intent's record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
+from typing import Generic, TypeVar
 from uuid import UUID
 
 from lockgate.core.ids import derived_id
@@ -28,7 +32,37 @@ from lockgate.runtime.settlement import Abandonment
 
 Clock = Callable[[], datetime]
 
+R = TypeVar("R")
+
 Step = Callable[[EffectIntent | None], Awaitable[Sequence[Event]]]
+#: A step that says, besides its events, what it found (a lock it took, a refusal, an answer).
+StepWith = Callable[[EffectIntent | None], Awaitable[tuple[Sequence[Event], R]]]
+
+
+@dataclass(frozen=True)
+class Decision(Generic[R]):
+    """What one decision found and did: the intent before, its events, the step's result.
+
+    ``after`` is the intent with the events applied, worked out only when asked.
+    """
+
+    #: The intent the (last run of the) step decided on; ``None``: it had no events.
+    before: EffectIntent | None
+    #: What was appended (none: nothing to do).
+    events: tuple[Event, ...]
+    #: What the step returned besides its events (``None`` for a plain step).
+    result: R
+    #: The history ``before`` folds, kept to work out ``after``.
+    history: tuple[Event, ...] = field(default=(), repr=False)
+
+    @cached_property
+    def after(self) -> EffectIntent | None:
+        """The intent as the record has it after this decision's events."""
+        if not self.events:
+            return self.before
+        # Folded afresh: the aggregate is mutable, and ``before`` must stay as it was.
+        # Becomes ``evolve`` over ``events`` alone once the intent state is immutable.
+        return fold((*self.history, *self.events))
 
 
 async def decide_and_append(
@@ -36,6 +70,22 @@ async def decide_and_append(
     assume_new: bool = False, trigger: RecordedEvent | None = None,
     cache: AggregateCache | None = None, at_least: int = 0, latest: bool = False,
 ) -> list[Event]:
+    """``decide`` for a step that returns only events; the events appended."""
+
+    async def with_nothing(intent: EffectIntent | None) -> tuple[Sequence[Event], None]:
+        return await step(intent), None
+
+    decision = await decide(store, tenant, intent_id, with_nothing, conflicts=conflicts,
+                            assume_new=assume_new, trigger=trigger, cache=cache, at_least=at_least,
+                            latest=latest)
+    return list(decision.events)
+
+
+async def decide(
+    store: EventStore, tenant: str, intent_id: str, step: StepWith[R], *, conflicts: int = 5,
+    assume_new: bool = False, trigger: RecordedEvent | None = None,
+    cache: AggregateCache | None = None, at_least: int = 0, latest: bool = False,
+) -> Decision[R]:
     """Load the aggregate, let ``step`` decide, append what it decided.
 
     On a concurrency conflict the whole step runs again on the fresh history; a step
@@ -56,6 +106,9 @@ async def decide_and_append(
     on is the leader's (``EventStore.load_latest``), save one the cache knows ended, for
     a step with effects outside the store that an old view must not cause (a trigger
     handed again long after it was first stored).
+
+    Returns:
+        The intent the step last decided on, the events appended and the step's result.
 
     Raises:
         ConcurrencyConflict: still conflicting after ``conflicts`` tries.
@@ -82,10 +135,11 @@ async def decide_and_append(
         # A terminal state is final (only neutral events follow it), so what a step finds
         # nothing to do about there it would find nothing to do about on any later history.
         trusted = trusted or (intent is not None and intent.state.terminal)
-        events = list(await step(intent))
+        decided, result = await step(intent)
+        events = tuple(decided)
         if not events:
             if trusted:
-                return []
+                return Decision(intent, (), result, known.events)
             continue  # nothing to do on a history that may be behind: ask the store
         try:
             history = await store.append(known.history, [encode_event(e) for e in events])
@@ -100,7 +154,7 @@ async def decide_and_append(
         metrics.appended(events)
         if cache is not None:
             cache.remember(history, (*known.events, *events))
-        return events
+        return Decision(intent, events, result, known.events)
 
 
 def _ended(known: Known) -> bool:

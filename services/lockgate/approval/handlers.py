@@ -19,14 +19,14 @@ from lockgate.approval.domain import (
 from lockgate.authz.intents import Evidence, judge_approval
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import DecideReview, Edited, EditReview, Recorded, Refusal
-from lockgate.contracts.subjects import Command, NotACommandSubject, parse_review, propose_subject
+from lockgate.contracts.subjects import Command, NotACommandSubject, parse_review
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock
 from lockgate.runtime.service import Retry
 from lockgate.runtime.specs import EXPIRY_RECHECK_S
 
@@ -59,8 +59,7 @@ class ApprovalHandlers:
                 contract=contract,
             )
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
+        await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step, trigger=recorded)
 
     async def review_opened(self, recorded: RecordedEvent) -> None:
         """Expire the review at its deadline (the message comes back then)."""
@@ -76,14 +75,13 @@ class ApprovalHandlers:
                 return []
             return expire(intent, event.review_id, cause=recorded.event_id, now=self.clock())
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
+        await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step, trigger=recorded)
 
     async def show(self, subject: str) -> bytes:
         """A reviewer asks to see an open review (request/reply)."""
         try:
             command = parse_review(subject)
-            view = show(await load_intent(self.ports.store, command.tenant, command.intent_id))
+            view = show(await self.ports.intents.load(command.tenant, command.intent_id))
         except NotACommandSubject:
             return msgspec.json.encode(Refusal("review.unknown"))
         except ReviewProblem as problem:
@@ -107,19 +105,19 @@ class ApprovalHandlers:
         async def step(intent: EffectIntent | None) -> list[Event]:
             permission = None
             if intent is not None and cmd.approve and self.bundles is not None:
-                run = await self.ports.run(intent.tenant, intent.run_id)
+                run = await self.ports.runs.get(intent.tenant, intent.run_id)
                 permission = judge_approval(self.bundles.current(), intent, reviewer, Evidence(run=run))
             return decide_review(intent, cmd, reviewer=reviewer, permission=permission,
                                  cause=cause, now=self.clock())
 
         try:
-            events = await decide_and_append(self.ports.store, command.tenant, command.intent_id, step,
-                                                cache=self.ports.cache)
+            decided = await self.ports.intents.decide(command.tenant, command.intent_id, step)
         except ReviewProblem as problem:
             return msgspec.json.encode(Refusal(problem.code))
+        events = decided.events
         if not events:
             # The same decision again, already recorded: what it became is on the record.
-            intent = await load_intent(self.ports.store, command.tenant, command.intent_id)
+            intent = decided.after
             state = intent.state.value if intent else "unknown"
             return msgspec.json.encode(Refusal("review.closed", state))
         if isinstance(events[0], EffectIntent.ApprovalRefused):
@@ -141,7 +139,7 @@ class ApprovalHandlers:
         command, cmd = parsed
         reviewer = command.principal
         now = self.clock()
-        loaded = await load_intent(self.ports.store, command.tenant, command.intent_id)
+        loaded = await self.ports.intents.load(command.tenant, command.intent_id)
         try:
             if loaded is not None and loaded.edited_into and loaded.review_id == cmd.review_id:
                 # Closed by an edit: the same edit again is answered as it was.
@@ -154,9 +152,8 @@ class ApprovalHandlers:
         except ReviewProblem as problem:
             return msgspec.json.encode(Refusal(problem.code))
         body_out = msgspec.json.encode(candidate)
-        await self.ports.js.publish(
-            propose_subject(intent.tenant, candidate.run_id), body_out,
-            headers={"Nats-Msg-Id": f"{candidate.run_id}.{candidate.call_id}.edit"})
+        await self.ports.proposals.propose(intent.tenant, candidate.run_id, body_out,
+                                           message_id=f"{candidate.run_id}.{candidate.call_id}.edit")
         cause = derived_id("edit", command.tenant, command.intent_id, cmd.review_id, candidate.call_id)
 
         async def step(current: EffectIntent | None) -> list[Event]:
@@ -169,11 +166,9 @@ class ApprovalHandlers:
             return record_edit(opened, cmd, candidate, reviewer=reviewer, cause=cause, now=now)
 
         try:
-            await decide_and_append(self.ports.store, command.tenant, command.intent_id, step,
-                                    cache=self.ports.cache)
+            final = (await self.ports.intents.decide(command.tenant, command.intent_id, step)).after
         except ReviewProblem as problem:
             return msgspec.json.encode(Refusal(problem.code))
-        final = await load_intent(self.ports.store, command.tenant, command.intent_id)
         if final is None or not final.edited_into:
             return msgspec.json.encode(Refusal("review.closed"))
         return msgspec.json.encode(Edited(candidate_id=final.edited_into, call_id=candidate.call_id))

@@ -46,8 +46,8 @@ from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import EventStore, EventStoreUnavailable
 from lockgate.intent.aggregate import Attempt, EffectIntent, Event, Stamp, State
-from lockgate.intent.cache import AggregateCache
-from lockgate.runtime.intents import Clock, decide_and_append
+from lockgate.runtime.intents import Clock
+from lockgate.runtime.ports.intents import IntentStore, StoredIntents
 
 #: Stages of an attempt past its send boundary, not yet settled.
 _IN_FLIGHT = frozenset({AttemptStage.SENT, AttemptStage.ACKNOWLEDGED, AttemptStage.OBSERVED})
@@ -224,9 +224,10 @@ def _first_claim(asked: _OnRecord) -> _Decided:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A claim answered: the answer, and the intent it was decided on with what was appended."""
+    """A claim answered: the answer, what was appended, and the intent after it."""
 
     answer: ClaimAnswer
+    #: The intent as the record has it after ``events`` (``None``: no such intent).
     intent: EffectIntent | None = None
     events: tuple[Event, ...] = ()
 
@@ -238,8 +239,8 @@ _claim = msgspec.json.Decoder(Claim)
 
 
 async def answer_claim(
-    store: EventStore, subject: str, body: bytes, *, key: bytes, contracts: Contracts,
-    clock: Clock, cache: AggregateCache | None = None,
+    intents: IntentStore, subject: str, body: bytes, *, key: bytes, contracts: Contracts,
+    clock: Clock,
 ) -> Claimed:
     """The executor's answer to ``lg.claim.<capability>``: decided on the record, and what
     it means appended before the answer is given.
@@ -258,22 +259,17 @@ async def answer_claim(
         return Claimed(_answer(ClaimVerdict.REFUSED, "order.mismatch", f"not a claim: {exc}"))
     contract = await contracts(capability)
     idempotent = contract is not None and contract.idempotency is not None
-    decided: list[ClaimAnswer] = []
-    seen: list[EffectIntent] = []
 
-    async def step(intent: EffectIntent | None) -> list[Event]:
-        seen[:] = [intent] if intent is not None else []
-        events, answer = decide_claim(intent, claim, capability=capability, key=key,
-                                      idempotent=idempotent, now=clock())
-        decided[:] = [answer]
-        return events
+    async def step(intent: EffectIntent | None) -> tuple[list[Event], ClaimAnswer]:
+        return decide_claim(intent, claim, capability=capability, key=key, idempotent=idempotent,
+                            now=clock())
 
     try:
-        events = await decide_and_append(store, order.tenant, order.intent_id, step, cache=cache,
-                                         at_least=order.authorized_version)
+        decided = await intents.decide_with(order.tenant, order.intent_id, step,
+                                            at_least=order.authorized_version)
     except EventStoreUnavailable as exc:
         return Claimed(_answer(ClaimVerdict.UNCHECKED, "order.unchecked", str(exc)))
-    return Claimed(decided[0], seen[0] if seen else None, tuple(events))
+    return Claimed(decided.result, decided.after, decided.events)
 
 
 async def serve_claims(
@@ -281,8 +277,10 @@ async def serve_claims(
 ) -> Subscription:
     """Answer every ``lg.claim.*`` on ``nc`` from ``store`` (what the executor does; for tests)."""
 
+    intents = StoredIntents(store)
+
     async def on_request(msg: Msg) -> None:
-        claimed = await answer_claim(store, msg.subject, msg.data, key=key, contracts=contracts,
+        claimed = await answer_claim(intents, msg.subject, msg.data, key=key, contracts=contracts,
                                      clock=clock)
         await msg.respond(msgspec.json.encode(claimed.answer))
 

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
 import msgspec
-from nats.errors import Error as NatsError
-from nats.js.errors import KeyNotFoundError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz.intents import judge
-from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
-from lockgate.contracts import subjects
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
-from lockgate.contracts.subjects import interrupt as interrupt_subject
 from lockgate.contracts.vocabulary import DecisionOutcome, ReportStage, Resolution
 from lockgate.core.bounded import keep
 from lockgate.core.ids import derived_id, is_subject_token
-from lockgate.eventstore.base import RecordedEvent, TenantLookup
+from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.claims import answer_claim
 from lockgate.executor.domain import (
     check_report,
@@ -37,13 +31,12 @@ from lockgate.executor.domain import (
     timed_attempt,
     withdraw,
 )
-from lockgate.executor.locks import ResourceLocks
 from lockgate.intent.aggregate import EffectIntent, Event, State
-from lockgate.intent.codec import decode_event, fold
+from lockgate.intent.codec import decode_event
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
-from lockgate.runtime.intents import Clock, decide_and_append, load_intent, load_known
+from lockgate.runtime.intents import Clock, Decision
 from lockgate.runtime.service import Retry, Unaddressed
 
 log = logging.getLogger("lockgate.executor")
@@ -65,8 +58,6 @@ ANY_RUN = "_"
 AGENT_USER_PREFIX = "agent-"
 #: Intents whose lock this process knows about, at most this many (oldest forgotten).
 _LOCKS_KNOWN = 65_536
-#: What acknowledges a JetStream delivery on its reply subject.
-ACK = b"+ACK"
 
 
 class ExecutorHandlers:
@@ -84,7 +75,6 @@ class ExecutorHandlers:
         #: knows it holds none (released here, or its contract does not serialize). Lets
         #: the lock durable skip a load for most events; an unknown intent is loaded.
         self._locks: OrderedDict[str, str | None] = OrderedDict()
-        self._resource_locks = ResourceLocks(ports.js, ports.locks)
         self._releasing: set[str] = set()
         #: Attempts whose order this process published (a trigger handed again sends the rest).
         self._sent: OrderedDict[str, None] = OrderedDict()
@@ -123,17 +113,18 @@ class ExecutorHandlers:
         if isinstance(trigger, EffectIntent.Reconciled) and trigger.resolution != Resolution.RETRY:
             return  # settled, or waiting for an operator
 
-        seen: list[EffectIntent] = []
-        held: list[bool] = []
+        # A lock taken by a run of the step stays taken when a conflict runs it again.
+        took = False
 
-        async def step(intent: EffectIntent | None) -> list[Event]:
-            seen[:] = [intent] if intent is not None else []
+        async def step(intent: EffectIntent | None) -> tuple[list[Event], bool]:
+            """The gate's events, and whether this decision took the intent's lock."""
+            nonlocal took
             if intent is None or intent.state is not State.ALLOWED:
-                return []
+                return [], took
             contract = await self.ports.registry.get(intent.tool)
             if contract is not None and contract.serialize_per_resource:
                 await self._hold(intent)  # before the facts: they must be fresh under the lock
-                held[:] = [True]
+                took = True
             else:
                 self._know(intent.intent_id, None)
             try:
@@ -149,30 +140,24 @@ class ExecutorHandlers:
                 evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects,
                                         now=self.clock())
                 if bundle.config.budgets:
-                    left = await BudgetLedger(self.ports.budgets).remaining(
-                        bundle.config.budgets, intent, self.clock())
+                    left = await self.ports.budgets.remaining(bundle.config.budgets, intent, self.clock())
                     evidence = replace(evidence, budget_remaining=left)
                 decision = judge(bundle, intent, facts, evidence)
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
-                        budget_held=await self._budget_held(intent))
+                        budget_held=await self._budget_held(intent)), took
 
-        events = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id,
-                                          step, trigger=recorded, cache=self.ports.cache,
-                                          latest=deliveries > 1)
-        after = await self._after_gate(seen, held, events)
+        decided = await self.ports.intents.decide_with(
+            recorded.tenant, recorded.intent_id, step, trigger=recorded, latest=deliveries > 1)
+        after = await self._after_gate(decided)
         if after is not None:
             await self._time(recorded, after, timer)
 
-    async def _after_gate(
-        self, seen: list[EffectIntent], held: list[bool], events: list[Event]
-    ) -> EffectIntent | None:
+    async def _after_gate(self, decided: Decision[bool]) -> EffectIntent | None:
         """Send the order the gate authorized; free a lock the gate took for nothing, or
         one a refusal ended; return the intent as it is now on the record."""
-        if not seen:
+        after, events, held = decided.after, decided.events, decided.result
+        if after is None:
             return None
-        after = seen[0]  # folded forward in place: the intent as it is now on the record
-        for event in events:
-            after = event.mutate(after)
         authorized = next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)), None)
         if authorized is not None:
             await self._send_order(after, authorized)
@@ -192,14 +177,12 @@ class ExecutorHandlers:
             # and then failed or died (a sweep: once per serialized effect, at its deadline,
             # mostly for a lock another process freed long ago, so the lock's leader is
             # asked at once).
-            await self._release_if_done(after, [], sweep=not ended)
+            await self._release_if_done(after, (), sweep=not ended)
         return after
 
     async def _latest(self, intent: EffectIntent) -> EffectIntent:
         """The intent as the store's leader has it now."""
-        known = await load_known(self.ports.store, intent.tenant, intent.intent_id,
-                                 self.ports.cache, latest=True)
-        return fold(known.events) or intent
+        return await self.ports.intents.load(intent.tenant, intent.intent_id, latest=True) or intent
 
     async def _serializes(self, intent: EffectIntent) -> bool:
         """True when ``intent`` has ended for good and may hold a lock: its contract
@@ -241,28 +224,21 @@ class ExecutorHandlers:
                 return []
             return on_deadline(current, attempt.attempt_id, cause=recorded.event_id, now=self.clock())
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                trigger=recorded, cache=self.ports.cache)
+        await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step, trigger=recorded)
 
     async def _authorization(
         self, recorded: RecordedEvent, attempt_id: str
     ) -> EffectIntent.ExecutionAuthorized | None:
         """The ``ExecutionAuthorized`` of ``attempt_id`` on the record."""
-        known = self.ports.cache.peek(recorded.tenant, recorded.intent_id)
-        if known is None:
-            known = await load_known(self.ports.store, recorded.tenant, recorded.intent_id,
-                                     self.ports.cache, at_least=recorded.version)
-        return next((e for e in known.events if isinstance(e, EffectIntent.ExecutionAuthorized)
+        events = await self.ports.intents.events(recorded.tenant, recorded.intent_id,
+                                                 at_least=recorded.version)
+        return next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)
                      and e.attempt_id == attempt_id), None)
 
     async def _budget_held(self, intent: EffectIntent) -> bool:
         """True when every budget hold of the intent's decision is still in place."""
         for key in intent.reservations:
-            try:
-                entry = await self.ports.budgets.get(key)
-            except KeyNotFoundError:
-                return False
-            if intent.intent_id.encode() not in (entry.value or b""):
+            if not await self.ports.budgets.holds(key, intent.intent_id):
                 return False
         return True
 
@@ -273,7 +249,7 @@ class ExecutorHandlers:
             Retry: another intent holds the resource.
         """
         key = lock_key(intent)
-        if not await self._resource_locks.take(key, intent.intent_id.encode()):
+        if not await self.ports.locks.take(key, intent.intent_id.encode()):
             raise Retry(0.25, "another effect on this resource is in flight")
         self._know(intent.intent_id, key)
 
@@ -292,8 +268,7 @@ class ExecutorHandlers:
         """
         if recorded.intent_id in self._locks and self._locks[recorded.intent_id] is None:
             return  # this process released it already, or never took one
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
-                                   trigger=recorded, cache=self.ports.cache)
+        intent = await self.ports.intents.load(recorded.tenant, recorded.intent_id, trigger=recorded)
         if intent is None or may_hold(intent):
             return
         await self._release(intent)
@@ -303,14 +278,13 @@ class ExecutorHandlers:
     ) -> None:
         """The fast path: free the lock right after an append that ended the intent's hold.
 
-        ``intent`` is the aggregate the events were decided on (it is folded forward here);
-        with no events, the lock goes if that aggregate no longer holds its resource.
-        ``sweep``: as ``ResourceLocks.release``.
+        ``intent``: as the record has it after ``events`` were appended (none: as it was
+        decided on); the lock goes if it no longer holds its resource. ``events`` name the
+        moment between an append and its release (``lockgate.testing.crashpoints`` dies
+        there). ``sweep``: as ``Locks.release``.
         """
         if self._locks.get(intent.intent_id, "") is None:
             return
-        for event in events:
-            intent = event.mutate(intent)
         if not may_hold(intent):
             await self._release(intent, sweep=sweep)
 
@@ -324,8 +298,7 @@ class ExecutorHandlers:
             return
         self._releasing.add(intent.intent_id)
         try:
-            await self._resource_locks.release(lock_key(intent), intent.intent_id.encode(),
-                                               sweep=sweep)
+            await self.ports.locks.release(lock_key(intent), intent.intent_id.encode(), sweep=sweep)
         finally:
             self._releasing.discard(intent.intent_id)
         self._know(intent.intent_id, None)
@@ -357,8 +330,8 @@ class ExecutorHandlers:
                 return []
             return withdraw(intent, by=by, why=cmd.why, cause=cause, now=self.clock())
 
-        events = await decide_and_append(self.ports.store, tenant, intent_id, step, cache=self.ports.cache)
-        intent = await load_intent(self.ports.store, tenant, intent_id)
+        decided = await self.ports.intents.decide(tenant, intent_id, step)
+        intent, events = decided.after, decided.events
         if intent is None or not in_scope(intent):
             return msgspec.json.encode(Refusal("withdraw.unknown-intent"))
         if not may_hold(intent) and events:
@@ -369,7 +342,7 @@ class ExecutorHandlers:
             return msgspec.json.encode(Refusal("withdraw.in-progress", intent.state.value))
         return msgspec.json.encode(view)
 
-    async def _ask_to_stop(self, intent: EffectIntent, events: list[Event]) -> None:
+    async def _ask_to_stop(self, intent: EffectIntent, events: Sequence[Event]) -> None:
         """Pass a recorded ``InterruptionRequested`` on to the workers of its capability.
 
         Best effort and on the record already: an adapter that cannot stop lets the
@@ -377,11 +350,7 @@ class ExecutorHandlers:
         """
         for event in events:
             if isinstance(event, EffectIntent.InterruptionRequested):
-                await self.ports.nc.publish(
-                    interrupt_subject(intent.tool),
-                    msgspec.json.encode(
-                        {"intent_id": intent.intent_id, "attempt_id": event.attempt_id}),
-                )
+                await self.ports.orders.interrupt(intent.tool, intent.intent_id, event.attempt_id)
 
     async def claim(self, subject: str, body: bytes) -> bytes:
         """Decide an adapter's claim of a send boundary on the record (request/reply).
@@ -389,9 +358,8 @@ class ExecutorHandlers:
         What the answer means is appended before it is given (``lockgate.adapters.claims``);
         a claim that ended the intent's hold (a withdrawal) frees its lock.
         """
-        claimed = await answer_claim(self.ports.store, subject, body, key=self._report_key,
-                                     contracts=self.ports.registry.get, clock=self.clock,
-                                     cache=self.ports.cache)
+        claimed = await answer_claim(self.ports.intents, subject, body, key=self._report_key,
+                                     contracts=self.ports.registry.get, clock=self.clock)
         if claimed.intent is not None and claimed.events:
             await self._release_if_done(claimed.intent, claimed.events)
         return msgspec.json.encode(claimed.answer)
@@ -399,15 +367,11 @@ class ExecutorHandlers:
     async def _send_order(
         self, intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
     ) -> None:
-        """Publish the order of an authorized attempt (deduplicated by attempt id)."""
+        """Hand on the order of an authorized attempt (once per attempt id)."""
         order = order_for(intent, authorized, key=self._report_key)
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
-        await self.ports.js.publish(
-            subjects.order(order.capability),
-            msgspec.json.encode(order),
-            headers={"Nats-Msg-Id": f"order-{order.attempt_id}"},
-        )
+        await self.ports.orders.send(order)
         keep(self._sent, authorized.attempt_id, None, _LOCKS_KNOWN)
 
     async def report(self, data: bytes, subject: str, sequence: int) -> None:
@@ -435,34 +399,29 @@ class ExecutorHandlers:
         capability, subject_intent_id = address
         cause = derived_id("report", report.attempt_id, report.stage)
 
-        seen: list[EffectIntent] = []
-        refused: list[str] = []
-
-        async def step(intent: EffectIntent | None) -> list[Event]:
+        async def step(intent: EffectIntent | None) -> tuple[list[Event], str | None]:
+            """The report's events, and why it was refused (``None``: believed)."""
             if intent is None:
                 log.warning("report for unknown intent %s", report.intent_id)
-                return []
-            seen[:] = [intent]
+                return [], None
             problem = check_report(intent, report, capability=capability,
                                    subject_intent_id=subject_intent_id, key=self._report_key)
-            refused[:] = [problem] if problem else []
             if problem is not None:
                 return refuse_report(intent, report, problem, cause=f"{cause}:{problem}",
-                                     now=self.clock())
+                                     now=self.clock()), problem
             contract = await self.ports.registry.get(intent.tool)
             return on_report(intent, report, contract, cause=cause, now=self.clock(),
-                             counts_effects=self.bundles.current().uses_prior_effects)
+                             counts_effects=self.bundles.current().uses_prior_effects), None
 
-        events = await decide_and_append(self.ports.store, report.tenant, report.intent_id, step,
-                                          cache=self.ports.cache)
-        if refused:
+        decided = await self.ports.intents.decide_with(report.tenant, report.intent_id, step)
+        if decided.result is not None:
             log.warning("refused a %r report for %s/%r: %s (adapter %r)", report.stage[:32],
-                        report.intent_id, report.attempt_id[:64], refused[0], report.adapter[:64])
+                        report.intent_id, report.attempt_id[:64], decided.result, report.adapter[:64])
             return
-        if seen:
-            await self._release_if_done(seen[0], events)
-            await self._ask_to_stop(seen[0], events)
-            await self._end_timer(seen[0], events, report.attempt_id)
+        if decided.before is not None and decided.after is not None:
+            await self._release_if_done(decided.after, decided.events)
+            await self._ask_to_stop(decided.before, decided.events)
+            await self._end_timer(decided.after, report.attempt_id)
 
     async def _refuse_unread(self, subject: str, sequence: int, reason: str) -> None:
         """Put a report whose body says nothing believable on the record of the intent its
@@ -473,9 +432,7 @@ class ExecutorHandlers:
             Unaddressed: the subject names no intent the store holds.
         """
         address = parse_report_subject(subject)
-        store = self.ports.store
-        tenant = (await store.tenant_of(address.intent_id)
-                  if address is not None and isinstance(store, TenantLookup) else None)
+        tenant = await self.ports.intents.tenant_of(address.intent_id) if address is not None else None
         if address is None or tenant is None:
             raise Unaddressed(subject, f"{reason}, and no stored intent has the subject's id")
         unread = AttemptReport(tenant=tenant, intent_id=address.intent_id, attempt_id="",
@@ -487,19 +444,15 @@ class ExecutorHandlers:
             return refuse_report(intent, unread, reason, cause=f"report-{sequence}:{reason}",
                                  now=self.clock())
 
-        await decide_and_append(store, tenant, address.intent_id, step, cache=self.ports.cache)
+        await self.ports.intents.decide(tenant, address.intent_id, step)
 
-    async def _end_timer(self, intent: EffectIntent, events: Sequence[Event], attempt_id: str) -> None:
-        """Acknowledge the trigger that times ``attempt_id``, held here, once ``events`` end
-        the intent (its lock, if any, freed already): at the deadline it would find nothing
-        to do. Best effort: a lost acknowledgement leaves the timer to run out as before."""
-        for event in events:
-            if event.originator_version == intent.version + 1:  # not folded in yet
-                intent = event.mutate(intent)
+    async def _end_timer(self, intent: EffectIntent, attempt_id: str) -> None:
+        """Let go of the trigger that times ``attempt_id``, held here, once the intent (as the
+        record has it now) has ended, its lock, if any, freed already: at the deadline it
+        would find nothing to do. Best effort: a timer not let go runs out as before."""
         if not intent.state.terminal:
             return
         keep(self._ended, attempt_id, None, _LOCKS_KNOWN)
         timer = self._timers.pop(attempt_id, None)
         if timer is not None:
-            with contextlib.suppress(NatsError):
-                await self.ports.nc.publish(timer, ACK)
+            await self.ports.timers.done(timer)

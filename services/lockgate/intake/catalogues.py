@@ -9,15 +9,11 @@ offered only ``after`` it waits for (``lockgate.contracts.offer``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import OrderedDict
 
 import msgspec
-from nats.js.errors import InvalidKeyError, KeyWrongLastSequenceError
 
-from lockgate.authz.ledger import BudgetLedger
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.buckets import confirmed_get
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Catalogue, RunContext, Tool
 from lockgate.contracts.offer import Circumstances, alive, withheld_because
@@ -25,7 +21,6 @@ from lockgate.contracts.subjects import done_key, turn_key
 from lockgate.core.bounded import keep
 from lockgate.runtime.context import Ports
 from lockgate.runtime.intents import Clock
-from lockgate.runtime.streams import CATALOGUES_BUCKET, RUNS_BUCKET
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).
 _CATALOGUES_CACHED = 1024
@@ -38,13 +33,11 @@ _DONE_KEPT = 65_536
 class Catalogues:
     """The catalogues of runs' turns and the done marks of runs' capabilities, for one process."""
 
-    def __init__(self, ports: Ports, clock: Clock, bundles: BundleSource | None,
-                 budgets: BudgetLedger) -> None:
+    def __init__(self, ports: Ports, clock: Clock, bundles: BundleSource | None) -> None:
         self._ports = ports
         self._clock = clock
         #: The bundle whose budgets decide what is withheld (``None``: no budgets).
         self._bundles = bundles
-        self._budgets = budgets
         self._catalogues: OrderedDict[str, Catalogue] = OrderedDict()
         #: Turn entry → its catalogue's key, for turns this process opened or read.
         self._turns: OrderedDict[str, str] = OrderedDict()
@@ -70,7 +63,7 @@ class Catalogues:
         done = frozenset(name for name, flag in zip(needed, done_flags, strict=True) if flag)
         budgets = self._bundles.current().config.budgets if self._bundles is not None else ()
         left = await asyncio.gather(*(
-            self._budgets.remaining_for(budgets, tenant=run.tenant, actor=run.actor,
+            self._ports.budgets.remaining_for(budgets, tenant=run.tenant, actor=run.actor,
                                         run_id=run.run_id, capability=c.name, now=now)
             for c in contracts))
         offered: list[CapabilityContract] = []
@@ -99,8 +92,8 @@ class Catalogues:
             key = done_key(run.tenant, run.run_id, capability)
             if key in self._marked:
                 return True
-            found = await confirmed_get(self._ports.js, self._ports.runs, RUNS_BUCKET, key) is not None
-        except (InvalidKeyError, ValueError):
+            found = await self._ports.runs.done(run.tenant, run.run_id, capability)
+        except ValueError:  # ids that make no key (``InvalidKey`` included)
             return False
         if found:
             keep(self._marked, key, None, _DONE_KEPT)
@@ -119,20 +112,17 @@ class Catalogues:
             key = self._turns.get(entry)
             catalogue = self._catalogues.get(key) if key is not None else None
             if key is None or catalogue is None:
-                # A turn opened a moment ago may not be on every replica yet.
-                found = await confirmed_get(self._ports.js, self._ports.runs, RUNS_BUCKET, entry)
-                if found is None:
+                # A turn opened a moment ago may not be on every replica yet: asked of the leader.
+                key = await self._ports.runs.turn(tenant, run_id, turn_id)
+                if key is None:
                     return None, None
-                key = found.decode()
                 catalogue = self._catalogues.get(key)
                 if catalogue is None:
-                    stored = await confirmed_get(self._ports.js, self._ports.catalogues,
-                                                 CATALOGUES_BUCKET, key)
-                    if stored is None:
+                    catalogue = await self._ports.catalogues.get(key)
+                    if catalogue is None:
                         return None, None
-                    catalogue = msgspec.json.decode(stored, type=Catalogue)
                 self.keep_turn(entry, key, catalogue)
-        except (InvalidKeyError, UnicodeDecodeError, msgspec.MsgspecError):
+        except (ValueError, msgspec.MsgspecError):  # ``InvalidKey``, ``UnicodeDecodeError``
             return None, None
         return "sha256:" + key, catalogue
 
@@ -140,14 +130,10 @@ class Catalogues:
         """Mark ``capability`` executed in the run (what ``Offer.after`` waits for).
 
         Raises:
-            InvalidKeyError: ids that make no key.
+            ValueError: ids that make no key (``InvalidKey`` included).
         """
         key = done_key(tenant, run_id, capability)
         if key in self._marked:
             return  # written already: a run's later calls of a tool cost nothing
-        # A create (revision 0) that another replica's mark refuses in the same
-        # round trip: marks are never deleted, so there is no marker for
-        # ``KeyValue.create`` to look for with a get after the refusal.
-        with contextlib.suppress(KeyWrongLastSequenceError):
-            await self._ports.runs.update(key, b"1", last=0)
+        await self._ports.runs.mark_done(tenant, run_id, capability)
         keep(self._marked, key, None, _DONE_KEPT)

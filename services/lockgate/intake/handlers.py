@@ -9,14 +9,9 @@ from dataclasses import dataclass
 
 import msgspec
 from nats.errors import Error as NatsError
-from nats.js.errors import (
-    InvalidKeyError,
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
-)
 
 from lockgate.authz.config import Limit
-from lockgate.authz.ledger import Admission, BudgetLedger, LimitLedger
+from lockgate.authz.ledger import Admission
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
@@ -33,8 +28,6 @@ from lockgate.contracts.subjects import (
     NotACommandSubject,
     is_client_token,
     parse_lease,
-    refused_key,
-    run_key,
     turn_key,
 )
 from lockgate.contracts.vocabulary import DecisionOutcome
@@ -61,12 +54,11 @@ from lockgate.intake.domain import (
     same_call,
 )
 from lockgate.intake.leases import Leases
-from lockgate.intake.responses import ResponseStore
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment
 
@@ -112,11 +104,10 @@ class IntakeHandlers:
         self.clock = clock
         #: The bundle whose ``limits`` intake applies (``None``: no limits).
         self.bundles = bundles
-        self.limits = LimitLedger(ports.budgets, js=ports.js)
-        self.budgets = BudgetLedger(ports.budgets, ports.js)
-        self.leases = Leases(ports.nc, ports.js, ports.runs)
-        self.catalogues = Catalogues(ports, clock, bundles, self.budgets)
-        self.responses = ResponseStore(ports)
+        self.limits = ports.limits
+        #: Run leases talk to the broker directly: in-memory ports have none to lend them.
+        self.leases = Leases(ports.nc, ports.js, ports.connection.runs) if ports.connection else None
+        self.catalogues = Catalogues(ports, clock, bundles)
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
         """Record a run's authoritative context (the trusted host's request)."""
@@ -151,9 +142,9 @@ class IntakeHandlers:
             capabilities=tuple(req.capabilities) if req.capabilities is not None else None,
             lease_s=req.lease_s,
         )
-        await self.ports.runs.put(run_key(tenant, run_id), msgspec.json.encode(run))
+        await self.ports.runs.open(run)
         try:
-            await self.leases.start(run)
+            await self._leases().start(run)
         except (NatsError, TimeoutError) as exc:
             return msgspec.json.encode(Refusal("service.unavailable", f"the run's lease: {exc}"[:200]))
         return msgspec.json.encode(RunOpened(run_id=run_id, tenant=tenant, actor=req.actor))
@@ -165,12 +156,12 @@ class IntakeHandlers:
             req = msgspec.json.decode(body, type=CloseRun)
         except msgspec.MsgspecError as exc:
             return msgspec.json.encode(Refusal("run.malformed", str(exc)[:200]))
-        run = await self.ports.run(tenant, req.run_id)
+        run = await self.ports.runs.get(tenant, req.run_id)
         if run is None:
             return msgspec.json.encode(Refusal("run.unknown"))
         why = safe_text(req.why, 200)
-        await self.leases.close(tenant, run.run_id, why)
-        withdrawn = await self.leases.withdraw_waiting(tenant, run.run_id, f"closed: {why}" if why else "closed")
+        await self._leases().close(tenant, run.run_id, why)
+        withdrawn = await self._leases().withdraw_waiting(tenant, run.run_id, f"closed: {why}" if why else "closed")
         return msgspec.json.encode(RunClosed(run_id=run.run_id, withdrawn=withdrawn))
 
     async def lease(self, subject: str, headers: dict[str, str] | None) -> None:
@@ -179,14 +170,14 @@ class IntakeHandlers:
             tenant, run_id = parse_lease(subject)
         except NotACommandSubject:
             return
-        await self.leases.on_lease(tenant, run_id, headers)
+        await self._leases().on_lease(tenant, run_id, headers)
 
     async def open_turn(self, tenant: str, run_id: str, body: bytes) -> bytes:
         """Snapshot the catalogue offered in a new turn and return it."""
-        run = await self.ports.run(tenant, run_id)
+        run = await self.ports.runs.get(tenant, run_id)
         if run is None:
             return msgspec.json.encode(Refusal("run.unknown"))
-        ended = await self.leases.ended(run)
+        ended = await self._leases().ended(run)
         if ended is not None:
             return msgspec.json.encode(Refusal("run.ended", ended[:200]))
         try:
@@ -199,11 +190,9 @@ class IntakeHandlers:
         catalogue = await self.catalogues.offered(run)
         catalogue_digest = digest(msgspec.to_builtins(catalogue))
         key = catalogue_digest.removeprefix("sha256:")
-        await self.ports.catalogues.put(key, msgspec.json.encode(catalogue))
+        await self.ports.catalogues.put(key, catalogue)
         entry = turn_key(tenant, run_id, turn_id)
-        try:
-            await self.ports.runs.create(entry, key.encode())
-        except KeyWrongLastSequenceError:
+        if not await self.ports.runs.open_turn(tenant, run_id, turn_id, key):
             # Opened before (a retry whose answer was lost, a replica): a turn is one
             # snapshot, so the answer is the catalogue it was opened with.
             known, opened = await self.catalogues.of_turn(tenant, run_id, turn_id)
@@ -246,12 +235,11 @@ class IntakeHandlers:
         try:
             refused = intent.state in (State.REJECTED, State.DENIED)
             if refused and not (intent.reason or "").startswith(NOT_CORRECTED):
-                await self.ports.runs.put(
-                    refused_key(intent.tenant, intent.run_id, intent.turn_id, intent.tool),
-                    intent.intent_id.encode())
+                await self.ports.runs.mark_refused(intent.tenant, intent.run_id, intent.turn_id,
+                                                   intent.tool, intent.intent_id)
             elif intent.state is State.COMPLETED:
                 await self.catalogues.mark_done(intent.tenant, intent.run_id, intent.tool)
-        except (InvalidKeyError, ValueError):
+        except ValueError:  # ``InvalidKey`` included
             return  # ids that make no key (a stand-in's): nothing to remember
 
     async def abandon(self, subject: str, data: bytes, message_id: str, why: Abandonment) -> None:
@@ -266,7 +254,7 @@ class IntakeHandlers:
         if read.problem is None:
             c = read.candidate
             target = intent_id_for(read.tenant, c.run_id, c.call_id)
-            first = await load_intent(self.ports.store, read.tenant, target)
+            first = await self.ports.intents.load(read.tenant, target)
             if first is not None:
                 if same_call(first, c, read):
                     return  # it was recorded after all
@@ -278,7 +266,7 @@ class IntakeHandlers:
                 return []
             run = None
             with contextlib.suppress(Exception):  # the run may be what keeps failing
-                run = await self.ports.run(read.tenant, read.candidate.run_id)
+                run = await self.ports.runs.get(read.tenant, read.candidate.run_id)
             inputs = Inputs(
                 tenant=read.tenant, candidate=read.candidate, raw_size_bytes=read.size_bytes,
                 run=run, catalogue_digest=None, catalogue=None, contract=None,
@@ -287,13 +275,13 @@ class IntakeHandlers:
             )
             return [decide_candidate(inputs, self.clock(), verdict=verdict)]
 
-        await decide_and_append(self.ports.store, read.tenant, target, step, cache=self.ports.cache)
+        await self.ports.intents.decide(read.tenant, target, step)
         if read.problem is None and target == intent_id_for(read.tenant, read.candidate.run_id,
                                                               read.candidate.call_id):
             # A failing attempt may have taken holds before it failed; best effort, the
             # holds' own expiry covers a bundle that changed meanwhile.
             with contextlib.suppress(Exception):
-                run = await self.ports.run(read.tenant, read.candidate.run_id)
+                run = await self.ports.runs.get(read.tenant, read.candidate.run_id)
                 if run is not None:
                     keys = self.limits.keys(self._limits(), tenant=read.tenant, actor=run.actor,
                                             run_id=run.run_id)
@@ -309,18 +297,19 @@ class IntakeHandlers:
         takes are recorded on its ``CandidateReceived``, so they are released from the
         record when it ends, whatever the bundle says by then.
         """
-        found: list[EffectIntent] = []
-        taken: list[str] = []
+        # Places admitted by a run of the step stay taken when a conflict runs it again.
+        taken: tuple[str, ...] = ()
 
-        async def step(intent: EffectIntent | None) -> list[Event]:
+        async def step(intent: EffectIntent | None) -> tuple[list[Event], tuple[str, ...]]:
+            """The decision, and the places admitted so far."""
+            nonlocal taken
             if intent is not None:
-                found[:] = [intent]
-                return []  # the same call id again: one intent, already recorded
+                return [], taken  # the same call id again: one intent, already recorded
             if reusing is not None:
                 inputs = await self._inputs(read, message_id, intent_id, lookup=False)
-                return [reused(inputs, reusing, self.clock())]
+                return [reused(inputs, reusing, self.clock())], taken
             limits = self._limits()
-            run = await self.ports.run(read.tenant, read.candidate.run_id) if read.problem is None else None
+            run = await self.ports.runs.get(read.tenant, read.candidate.run_id) if read.problem is None else None
             if run is not None and limits:
                 # Over a rate already (by what this process last saw): refused before the
                 # turn is read or the arguments parsed; a flood costs no more than this.
@@ -329,7 +318,7 @@ class IntakeHandlers:
                 if over is not None:
                     inputs = await self._inputs(read, message_id, intent_id, lookup=False)
                     early = Limited(over.reason, over.detail, over.retry_after_s)
-                    return [decide_candidate(inputs, self.clock(), limited=early)]
+                    return [decide_candidate(inputs, self.clock(), limited=early)], taken
             inputs = await self._inputs(read, message_id, intent_id, lookup=True)
             verdict = assess(inputs)
             admission = Admission()
@@ -337,21 +326,31 @@ class IntakeHandlers:
                 admission = await self.limits.admit(
                     limits, tenant=read.tenant, actor=inputs.run.actor, run_id=inputs.run.run_id,
                     intent_id=intent_id)
-                taken[:] = admission.holds
+                taken = admission.holds
             refused = admission.refused
             limited = Limited(refused.reason, refused.detail, refused.retry_after_s) if refused else None
             return [decide_candidate(inputs, self.clock(), verdict=verdict, holds=admission.holds,
-                                     limited=limited)]
+                                     limited=limited)], taken
 
         # Nearly every candidate is a new call: its first event is appended without a load.
-        recorded = await decide_and_append(self.ports.store, read.tenant, intent_id, step,
-                                           assume_new=True, cache=self.ports.cache)
-        if taken and not recorded:
+        decided = await self.ports.intents.decide_with(read.tenant, intent_id, step, assume_new=True)
+        found = decided.before if not decided.events else None
+        if decided.result and not decided.events:
             # Another writer recorded this intent first (a replica, a redelivery): keep
             # only the holds its record names.
-            kept = set(found[0].intake_holds) if found else set()
-            await self.limits.release([k for k in taken if k not in kept], intent_id)
-        return found[0] if found else None
+            kept = set(found.intake_holds) if found is not None else set()
+            await self.limits.release([k for k in decided.result if k not in kept], intent_id)
+        return found
+
+    def _leases(self) -> Leases:
+        """The run leases.
+
+        Raises:
+            RuntimeError: in-memory ports (run leases need a broker).
+        """
+        if self.leases is None:
+            raise RuntimeError("run leases need a broker; in-memory ports have none")
+        return self.leases
 
     def _limits(self) -> tuple[Limit, ...]:
         return self.bundles.current().config.limits if self.bundles is not None else ()
@@ -359,10 +358,10 @@ class IntakeHandlers:
     async def _inputs(self, read: Read, message_id: str, intent_id: str, *, lookup: bool) -> Inputs:
         """What the decision needs: the run, and (when ``lookup``) the turn's catalogue and contract."""
         c = read.candidate
-        run = await self.ports.run(read.tenant, c.run_id) if read.problem is None else None
+        run = await self.ports.runs.get(read.tenant, c.run_id) if read.problem is None else None
         digest_, catalogue, contract = None, None, None
         known_tool, follows = False, Link()
-        ended = await self.leases.ended(run) if run is not None and lookup else None
+        ended = await self._leases().ended(run) if run is not None and lookup else None
         if run is not None and lookup:
             (digest_, catalogue), follows = await asyncio.gather(
                 self.catalogues.of_turn(read.tenant, c.run_id, c.turn_id), self._link(read, intent_id))
@@ -400,7 +399,7 @@ class IntakeHandlers:
             if not is_subject_token(c.follows) or c.follows == c.call_id:
                 return Link(unknown=True)
             target = intent_id_for(read.tenant, c.run_id, c.follows)
-            known = await load_intent(self.ports.store, read.tenant, target, cache=self.ports.cache)
+            known = await self.ports.intents.load(read.tenant, target)
             return Link(target, "declared") if known is not None else Link(unknown=True)
         if not is_capability_name(c.tool) or c.assembly_failure is not None:
             return Link()
@@ -409,9 +408,8 @@ class IntakeHandlers:
         # would tell it one was written since, so a miss cannot be kept. (A replica behind
         # the leader may miss a mark a moment old: a lineage link lost, no effect allowed.)
         try:
-            entry = await self.ports.runs.get(refused_key(read.tenant, c.run_id, c.turn_id, c.tool))
-            earlier = (entry.value or b"").decode()
-        except (KeyNotFoundError, InvalidKeyError, UnicodeDecodeError, ValueError):
+            earlier = await self.ports.runs.refused(read.tenant, c.run_id, c.turn_id, c.tool) or ""
+        except ValueError:  # ids that make no key (``InvalidKey``), a mark that does not decode
             return Link()
         return Link(earlier, "automatic") if earlier and earlier != intent_id else Link()
 
@@ -429,8 +427,7 @@ class IntakeHandlers:
         ):
             return  # the next step (review or execution) is what the model learns of
         # An intent's first event is its whole history (intake's refusals: most of a flood).
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
-                                   trigger=recorded, cache=self.ports.cache)
+        intent = await self.ports.intents.load(recorded.tenant, recorded.intent_id, trigger=recorded)
         if intent is None:
             return
         if intent.intake_holds and (intent.state.terminal or intent.state is State.NEEDS_OPERATOR):
@@ -445,4 +442,4 @@ class IntakeHandlers:
 
     async def _store_response(self, intent: EffectIntent, data: bytes, msg_id: str) -> None:
         """Store the response computed from ``intent`` unless a later one is stored already."""
-        await self.responses.store(intent, data, msg_id)
+        await self.ports.responses.store(intent, data, msg_id)

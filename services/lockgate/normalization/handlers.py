@@ -9,7 +9,7 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.lineage import place
 from lockgate.normalization.domain import decide, placed
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock, decide_and_append, load_intent
+from lockgate.runtime.intents import Clock
 
 #: After this many deliveries without an adapter answer the candidate is refused
 #: as unavailable instead of waiting forever.
@@ -32,7 +32,7 @@ class NormalizationHandlers:
             contract = await self.ports.registry.get(intent.tool)
             result: NormalizeResult | None = None
             if contract is not None and contract.revision == intent.contract_revision:
-                run = await self.ports.run(intent.tenant, intent.run_id)
+                run = await self.ports.runs.get(intent.tenant, intent.run_id)
                 request = NormalizeRequest(
                     tenant=intent.tenant,
                     actor=intent.actor,
@@ -51,12 +51,11 @@ class NormalizationHandlers:
                 return events
 
             async def load(intent_id: str) -> EffectIntent | None:
-                return await load_intent(self.ports.store, intent.tenant, intent_id, cache=self.ports.cache)
+                return await self.ports.intents.load(intent.tenant, intent_id)
 
             where = await place(intent, load, digest=normalized.digest,
                                 effect_class=normalized.effect_class, destination=normalized.destination,
                                 resource=normalized.resource, arguments=normalized.arguments)
             return placed(events, where)
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
+        await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step, trigger=recorded)

@@ -4,17 +4,15 @@ append the decision."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-import msgspec
 from nats.errors import Error as NatsError
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import Decision
-from lockgate.authz.ledger import BudgetContention, BudgetLedger
+from lockgate.authz.ledger import BudgetContention
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.contracts.vocabulary import DecisionOutcome
@@ -25,8 +23,8 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
-from lockgate.runtime.evidence import count_effect, gather
-from lockgate.runtime.intents import Clock, decide_and_append, load_intent
+from lockgate.runtime.evidence import gather
+from lockgate.runtime.intents import Clock
 from lockgate.runtime.service import Retry
 
 #: Deliveries without facts before the intent is paused for missing evidence.
@@ -36,11 +34,6 @@ PAUSE_AFTER = 5
 #: and how far ahead of policy's clock the normalization's stamp may be.
 CARRIED_FACTS_FRESH_S = 5.0
 CLOCK_SKEW_S = 0.5
-
-
-def progress_key(tenant: str, run_id: str, consequence: str) -> str:
-    """Key of one consequence's denials in one run (the digest names the consequence)."""
-    return f"{tenant}.{run_id}.{consequence.removeprefix('sha256:')}"
 
 
 def carried_facts(intent: EffectIntent, now: datetime) -> Facts | None:
@@ -67,12 +60,11 @@ class PolicyHandlers:
         self.ports = ports
         self.bundles = bundles
         self.clock = clock
-        self.ledger = BudgetLedger(ports.budgets, ports.js)
         #: Intents whose decision, appended here, reserved no budget: their end settles
         #: nothing, so their events need no load (bounded, oldest forgotten).
         self._reserved_nothing: OrderedDict[str, None] = OrderedDict()
 
-    def _decided(self, tenant: str, decided: list[Event]) -> Awaitable[None]:
+    def _decided(self, tenant: str, decided: Sequence[Event]) -> Awaitable[None]:
         """Note what this process's decisions reserved, then count denials.
 
         Only a final decision counts: a paused intent is decided again later, perhaps by
@@ -104,9 +96,9 @@ class PolicyHandlers:
                         raise
             return await self._decide(intent, facts, recorded.event_id)
 
-        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
-        await self._decided(recorded.tenant, decided)
+        decided = await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step,
+                                                  trigger=recorded)
+        await self._decided(recorded.tenant, decided.events)
 
     async def _decide(self, intent: EffectIntent, facts: Facts | None, cause: str) -> list[Event]:
         """Permission (Cedar, the progress checkpoint), then admission (budgets), then the event."""
@@ -121,12 +113,12 @@ class PolicyHandlers:
         held: list[str] = []
         try:
             if bundle.config.budgets:
-                left = await self.ledger.remaining(bundle.config.budgets, intent, self.clock())
+                left = await self.ports.budgets.remaining(bundle.config.budgets, intent, self.clock())
                 evidence = replace(evidence, budget_remaining=left)
             decision = evaluate_for(intent, bundle, facts, repeated_denials=repeated, evidence=evidence)
             if decision.outcome in ADMITTED and bundle.config.budgets:
                 cost = evidence.contract.budget_cost if evidence.contract else 1
-                held, exhausted = await self.ledger.reserve(
+                held, exhausted = await self.ports.budgets.reserve(
                     bundle.config.budgets, intent, cost, self.clock())
                 decision = admit(decision, exhausted)
         except (BudgetContention, NatsError, TimeoutError):
@@ -134,7 +126,7 @@ class PolicyHandlers:
             decision = Decision(DecisionOutcome.PAUSE, bundle.revision, ("budgets.unavailable",), ())
         events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
         if not events and held:
-            await self.ledger.settle(held, intent.intent_id, consumed=False)
+            await self.ports.budgets.settle(held, intent.intent_id, consumed=False)
         return events
 
     async def _progress(self, intent: EffectIntent) -> tuple[str, int] | None:
@@ -145,16 +137,9 @@ class PolicyHandlers:
         now, so neither a miss kept in memory nor asking only after Cedar denies would
         give the same answers.
         """
-        try:
-            entry = await self.ports.progress.get(
-                progress_key(intent.tenant, intent.run_id, intent.digest or "")
-            )
-        except KeyNotFoundError:
-            return None
-        seen = msgspec.json.decode(entry.value or b"{}", type=dict[str, str | int])
-        return str(seen.get("facts", "")), int(seen.get("denials", 0))
+        return await self.ports.progress.denials(intent.tenant, intent.run_id, intent.digest or "")
 
-    async def _count_denial(self, tenant: str, decided: list[Event]) -> None:
+    async def _count_denial(self, tenant: str, decided: Sequence[Event]) -> None:
         """Count a policy denial of this consequence in this run (on these facts).
 
         Counted after the decision is stored: a crash in between loses one count,
@@ -165,25 +150,8 @@ class PolicyHandlers:
         event = decided[0]
         if event.outcome != DecisionOutcome.DENY or event.reasons[:1] == ["run.progress-stalled"]:
             return
-        key = progress_key(tenant, event.correlation_id, event.digest)
-        facts_key = digest(dict(event.facts))
-        for _ in range(5):  # compare-and-set: replicas counting at once all count
-            try:
-                entry = await self.ports.progress.get(key)
-                seen = msgspec.json.decode(entry.value or b"{}", type=dict[str, str | int])
-                revision: int | None = entry.revision
-            except KeyNotFoundError:
-                seen, revision = {}, None
-            denials = int(seen.get("denials", 0)) + 1 if seen.get("facts") == facts_key else 1
-            value = msgspec.json.encode({"facts": facts_key, "denials": denials})
-            try:
-                if revision is None:
-                    await self.ports.progress.create(key, value)
-                else:
-                    await self.ports.progress.update(key, value, last=revision)
-                return
-            except KeyWrongLastSequenceError:
-                continue
+        await self.ports.progress.count_denial(tenant, event.correlation_id, event.digest,
+                                               digest(dict(event.facts)))
 
     async def paused(self, recorded: RecordedEvent) -> None:
         """Ask again for the evidence a paused decision lacks; deny once the pause times out."""
@@ -215,9 +183,9 @@ class PolicyHandlers:
                 raise Retry(bundle.config.pause.recheck_s, "still paused")
             return events
 
-        decided = await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
-        await self._decided(recorded.tenant, decided)
+        decided = await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step,
+                                                  trigger=recorded)
+        await self._decided(recorded.tenant, decided.events)
 
     async def settled(self, recorded: RecordedEvent) -> None:
         """Settle what an intent holds once its outcome is known, from the record.
@@ -232,17 +200,16 @@ class PolicyHandlers:
             trigger = decode_event(recorded)
             if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != DecisionOutcome.DENY:
                 return  # allowed, paused or waiting for a reviewer: nothing to settle yet
-        intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id,
-                                   trigger=recorded, cache=self.ports.cache)
+        intent = await self.ports.intents.load(recorded.tenant, recorded.intent_id, trigger=recorded)
         if intent is None:
             return
         bundle = self.bundles.current()
         if intent.state is State.COMPLETED:
             if bundle.uses_prior_effects:
-                await count_effect(self.ports.progress, intent)  # for later decisions
-            await self.ledger.settle(intent.reservations, intent.intent_id, consumed=True)
+                await self.ports.progress.count_effect(intent)  # for later decisions
+            await self.ports.budgets.settle(intent.reservations, intent.intent_id, consumed=True)
         elif intent.state in _GAVE_NOTHING:
-            await self.ledger.settle(intent.reservations, intent.intent_id, consumed=False)
+            await self.ports.budgets.settle(intent.reservations, intent.intent_id, consumed=False)
         # Otherwise still in flight, or uncertain: the budget holds stay. (Intake's
         # in-flight holds are given back by intake, from the same record.)
 

@@ -26,7 +26,7 @@ from lockgate.reconciler.domain import (
     resolve,
 )
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock, decide_and_append
+from lockgate.runtime.intents import Clock
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settlement import backoff_s
 
@@ -65,8 +65,7 @@ class ReconcilerHandlers:
                 intent, event.attempt_id, found, contract, cause=recorded.event_id, now=self.clock()
             )
 
-        await decide_and_append(self.ports.store, recorded.tenant, recorded.intent_id, step,
-                                  trigger=recorded, cache=self.ports.cache)
+        await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step, trigger=recorded)
 
     async def resolve(self, subject: str, body: bytes) -> bytes:
         """An operator's resolution (request/reply); the reply says what was recorded.
@@ -94,7 +93,7 @@ class ReconcilerHandlers:
                            receipt=cmd.receipt, contract=contract, cause=cause, now=self.clock())
 
         try:
-            events = await decide_and_append(self.ports.store, tenant, intent_id, step, cache=self.ports.cache)
+            events = (await self.ports.intents.decide(tenant, intent_id, step)).events
         except ResolutionRefused as refused:
             settled = refused.intent.settlement if refused.intent is not None else None
             if settled is not None and settled.event_id == resolution_id(cause):

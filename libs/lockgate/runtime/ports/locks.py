@@ -1,6 +1,6 @@
-"""Per-resource locks in ``LG_LOCKS``: one compare-and-set to take, one to release.
+"""The locks port: per-resource locks, taken and released by the intent that holds them.
 
-A lock is the key's value (the holder's intent id); a free lock is a key with no value
+``ResourceLocks`` keeps them in ``LG_LOCKS``: one compare-and-set to take, one to release. A lock is the key's value (the holder's intent id); a free lock is a key with no value
 or with a delete marker. Every write names the revision it expects the key to be at,
 so two executors never both take a lock. A key's revision is remembered by the process
 that wrote it last: taking a lock this process released a moment ago (the common case:
@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError
@@ -36,6 +37,27 @@ _REVISIONS_KEPT = 65_536
 #: How long after the bucket's ``max_age`` a message is taken to be gone: the server
 #: removes expired messages on a timer, not at the instant they expire.
 _EXPIRY_SLACK_S = 5.0
+
+
+class Locks(Protocol):
+    """Resource locks: at most one holder per key; a lock expires after ``LOCK_TTL_S``.
+
+    A broker that does not answer raises ``nats.errors.Error``.
+    """
+
+    async def take(self, key: str, holder: bytes) -> bool:
+        """Take the lock for ``holder``; ``False`` while another holds it (taking a lock
+        ``holder`` holds already succeeds)."""
+        ...
+
+    async def release(self, key: str, holder: bytes, *, sweep: bool = False) -> None:
+        """Free the lock if ``holder`` holds it; a lock another holds is left alone.
+        ``sweep``: most likely freed long ago by another process (ask the leader at once)."""
+        ...
+
+    async def holder(self, key: str) -> bytes | None:
+        """Who holds the lock now (``None``: free), as the bucket's leader has it."""
+        ...
 
 
 class _Moved(Exception):
@@ -118,6 +140,11 @@ class ResourceLocks:
         with contextlib.suppress(_Moved):
             await self._write(key, b"", expect=revision, delete=True)
 
+    async def holder(self, key: str) -> bytes | None:
+        """Who holds the lock now (``None``: free), as the bucket's leader has it."""
+        found = await leader_entry(self._js, self._bucket, key)
+        return found.value if found is not None and found.value else None
+
     async def _read(self, key: str) -> tuple[int, bytes]:
         """The key's revision (0 when it has none) and value (empty when free)."""
         try:
@@ -152,3 +179,37 @@ class ResourceLocks:
         written before it was remembered, so it is older than the time since then."""
         return self._max_age_s is not None and (
             self._clock_s() - known[2] > self._max_age_s + _EXPIRY_SLACK_S)
+
+
+class MemoryLocks:
+    """The fake ``Locks``: holders in a dict; a lock taken longer ago than ``max_age_s`` is free."""
+
+    def __init__(self, *, max_age_s: float | None = LOCK_TTL_S,
+                 clock_s: Callable[[], float] = time.monotonic) -> None:
+        self._max_age_s = max_age_s
+        self._clock_s = clock_s
+        #: key → (holder, when taken).
+        self._held: dict[str, tuple[bytes, float]] = {}
+
+    async def take(self, key: str, holder: bytes) -> bool:
+        """Take the lock for ``holder``; ``False`` while another holds it."""
+        current = await self.holder(key)
+        if current not in (None, holder):
+            return False
+        self._held[key] = (holder, self._clock_s())
+        return True
+
+    async def release(self, key: str, holder: bytes, *, sweep: bool = False) -> None:
+        """Free the lock if ``holder`` holds it."""
+        if await self.holder(key) == holder:
+            del self._held[key]
+
+    async def holder(self, key: str) -> bytes | None:
+        """Who holds the lock now (``None``: free, or expired)."""
+        held = self._held.get(key)
+        if held is None:
+            return None
+        if self._max_age_s is not None and self._clock_s() - held[1] > self._max_age_s:
+            del self._held[key]
+            return None
+        return held[0]

@@ -1,10 +1,17 @@
-"""What the model is answered, stored: a candidate's last stored response is its answer."""
+"""The responses port: what the model is answered, stored; a candidate's last stored response
+is its answer.
+
+``ResponseStore`` keeps them in the ``LG_RESPONSES`` stream, one subject per candidate;
+``MemoryResponses`` is the fake.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from typing import Protocol
 
+from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from lockgate.contracts.subjects import response_subject
@@ -12,8 +19,9 @@ from lockgate.core.bounded import KeyedLocks, keep
 from lockgate.core.errors import TransientError
 from lockgate.eventstore.jetstream import CONFLICT_CODES
 from lockgate.intent.aggregate import EffectIntent
-from lockgate.runtime.context import Ports
 from lockgate.runtime.streams import RESPONSES
+
+__all__ = ["MemoryResponses", "ResponseStore", "Responses"]
 
 #: Response subjects an intake process remembers the last stored response of.
 _ANSWERED_KEPT = 65_536
@@ -23,11 +31,24 @@ RESPONSE_TRIES = 10
 RESPONSE_VERSION = "Lockgate-Intent-Version"
 
 
+class Responses(Protocol):
+    """Each candidate's responses, the one from the latest intent version standing.
+
+    Responses that kept conflicting raise ``TransientError`` (``response.contention``); a
+    broker that does not answer raises ``nats.errors.Error``.
+    """
+
+    async def store(self, intent: EffectIntent, data: bytes, msg_id: str) -> None:
+        """Store the response computed from ``intent`` unless one from a later (or the same)
+        version of it is stored already."""
+        ...
+
+
 class ResponseStore:
     """Stores each intent's responses in the ``LG_RESPONSES`` stream, newest version last."""
 
-    def __init__(self, ports: Ports) -> None:
-        self._ports = ports
+    def __init__(self, js: JetStreamContext) -> None:
+        self._js = js
         #: Response subject → the sequence and intent version of the response this process
         #: last stored or read there (``store``).
         self._answered: OrderedDict[str, tuple[int, int]] = OrderedDict()
@@ -51,7 +72,7 @@ class ResponseStore:
                 if last is not None and last[1] >= intent.version:
                     return  # a response from this version or a later one stands
                 try:
-                    ack = await self._ports.js.publish(subject, data, headers={
+                    ack = await self._js.publish(subject, data, headers={
                         "Nats-Msg-Id": msg_id, RESPONSE_VERSION: str(intent.version),
                         "Nats-Expected-Last-Subject-Sequence": str(last[0] if last else 0)})
                 except APIError as exc:
@@ -69,7 +90,27 @@ class ResponseStore:
     async def _last(self, subject: str) -> tuple[int, int] | None:
         """The stored response on ``subject``: its sequence, and the version it was computed from."""
         try:
-            msg = await self._ports.js.get_last_msg(RESPONSES, subject, direct=True)
+            msg = await self._js.get_last_msg(RESPONSES, subject, direct=True)
         except NotFoundError:
             return None
         return int(msg.seq or 0), int((msg.headers or {}).get(RESPONSE_VERSION, "0") or 0)
+
+
+class MemoryResponses:
+    """The fake ``Responses``: the standing response per candidate."""
+
+    def __init__(self) -> None:
+        #: Response subject → (intent version, response).
+        self.standing: dict[str, tuple[int, bytes]] = {}
+
+    async def store(self, intent: EffectIntent, data: bytes, msg_id: str) -> None:
+        """Keep the response unless one from a later (or the same) version stands."""
+        subject = response_subject(intent.tenant, intent.run_id, intent.intent_id)
+        last = self.standing.get(subject)
+        if last is None or last[0] < intent.version:
+            self.standing[subject] = (intent.version, data)
+
+    def answer(self, intent: EffectIntent) -> bytes | None:
+        """The response the model reads for ``intent`` (``None``: none yet)."""
+        found = self.standing.get(response_subject(intent.tenant, intent.run_id, intent.intent_id))
+        return found[1] if found is not None else None
