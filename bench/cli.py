@@ -197,6 +197,8 @@ class Run:
     slices: Slices | None = None
     #: ``--baseline``: both builds' figures (``bench.baseline.figures``).
     baseline: dict[str, object] | None = None
+    #: ``--baseline``: the baseline build's path, counted around its open loop.
+    baseline_path: PathCost | None = None
 
 
 async def run(plan: Plan, root: Path, tree: baseline_bench.Tree | None = None) -> Run:
@@ -318,7 +320,8 @@ async def run(plan: Plan, root: Path, tree: baseline_bench.Tree | None = None) -
         closed_mode = f"closed x{plan.concurrency}"
         turns_mode = f"{closed_mode}, {plan.rounds} x {plan.slice_s:g}s"
         progress(f"throughput in turns: {plan.rounds} rounds of {plan.slice_s:g}s closed-loop slices "
-                 "of the raw chain, the chain with a process per stage, and Lockgate (the projector stopped)")
+                 "of the raw chain, the chain with a process per stage, and Lockgate (the projector stopped)"
+                 + (f", and the baseline {tree.rev} beside them" if tree is not None else ""))
         ledger_open = await ledger_size(system)
         await reseed(system)
         raw_closed = Phase("raw chain", turns_mode)
@@ -411,7 +414,8 @@ async def run(plan: Plan, root: Path, tree: baseline_bench.Tree | None = None) -
             executed = fairness.idle.ok + fairness.busy.ok + fairness.flood.ok
             notes.append(f"fairness: {await ledger_size(system)} notes in the case-notes ledger for "
                          f"{executed} executed responses")
-        return Run(phases, notes, fairness, path, raw_path, hops, read_side, slices, baseline_entry)
+        return Run(phases, notes, fairness, path, raw_path, hops, read_side, slices, baseline_entry,
+                   base_path)
     finally:
         progress("stopping")
         for closer in (proposer.stop() if proposer else None, driver.stop() if driver else None,
@@ -620,6 +624,10 @@ async def _single_run(plan: Plan, args: argparse.Namespace,
               "messages each process published and was delivered, deliveries per durable")
         print(measured.path.table())
         figures.update(measured.path.figures())
+    if measured.baseline_path is not None:
+        print()
+        print("the baseline's path, counted the same way on its own broker (its open loop)")
+        print(measured.baseline_path.table())
     if measured.raw_path is not None:
         print()
         print("the raw chain's path, counted the same way (raw open loop), per chain")
