@@ -55,7 +55,7 @@ async def test_a_report_given_up_leaves_a_sent_intent_to_an_operator(ports: Port
     await abandon(msg, WHY)  # type: ignore[arg-type]  # a redelivery records nothing twice
     intent = await load_intent(ports.store, "tenant-a", h.intent_id)
     assert intent is not None and intent.state is State.NEEDS_OPERATOR
-    assert intent.abandoned == ["executor-reports:report-a1-completed"]
+    assert intent.abandoned == ("executor-reports:report-a1-completed",)
     # A report too broken to name its intent is on no record (its deadline speaks for it),
     # and says so: the kit terminates it as poison.
     with pytest.raises(Unaddressed):

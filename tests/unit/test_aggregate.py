@@ -29,9 +29,9 @@ def test_a_stored_failure_before_send_after_a_withdrawal_does_not_revive_the_int
     h.add(EffectIntent.AttemptFailedBeforeSend, attempt_id="a1", reason="order.stale", detail="")
     intent = h.intent
     assert intent.state is State.WITHDRAWN
-    assert intent.attempts == []  # the authorization after the withdrawal moved nothing either
+    assert intent.attempts == ()  # the authorization after the withdrawal moved nothing either
     assert intent.version == len(h.events)  # ... but the events keep their places
-    assert intent.ignored == ["ExecutionAuthorized", "AttemptFailedBeforeSend"]
+    assert intent.ignored == ("ExecutionAuthorized", "AttemptFailedBeforeSend")
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,15 @@ out of the record as the projector stores it, and mapped onto the API's models (
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 
+import msgspec
 from msgspec.structs import replace
 
 from lockgate.console import domain
 from lockgate.console.answers import event_of, review_detail
 from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.evolve import evolve
 from lockgate.testing.intents import T0, History
 from lockgate.views.projection import IntentViews
 from lockgate.views.rows import (
@@ -30,7 +31,7 @@ def projected(h: History) -> list[Change]:
     changes: list[Change] = []
     intent = None
     for sequence, event in enumerate(h.events, start=101):
-        intent = event.mutate(intent)
+        intent = evolve(intent, event)
         assert intent is not None
         changes.append(IntentViews.change(event, intent, T0, sequence))
     return changes
@@ -103,7 +104,7 @@ def test_a_reviewer_sees_the_raw_evidence_withheld_and_an_operator_sees_it() -> 
     h = History()
     first = h.events[0]
     assert isinstance(first, EffectIntent.CandidateReceived)
-    h.events[0] = dataclasses.replace(first, raw_arguments='{"note": "hello"}',
+    h.events[0] = msgspec.structs.replace(first, raw_arguments='{"note": "hello"}',
                                       provider_item={"id": "item-1"})
     received = timeline_row(projected(h)[0].event)
     shown = event_of(received, evidence=False)

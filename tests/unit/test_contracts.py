@@ -14,6 +14,7 @@ from lockgate.contracts.reasons import MODEL_CODES, REASONS
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event
+from lockgate.intent.upcasters import UPCASTERS
 from lockgate.testing.intents import History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 from lockgate.worlds.casenotes.world import REASONS as WORLD_REASONS
@@ -154,8 +155,8 @@ def test_codec_upcasts_older_class_versions(monkeypatch: pytest.MonkeyPatch) -> 
     def upcast_v1_v2(state: dict[str, object]) -> None:
         state["serializer"] = "upcast:" + str(state["serializer"])
 
-    monkeypatch.setattr(cls, "class_version", 2)
-    monkeypatch.setattr(cls, "upcast_v1_v2", staticmethod(upcast_v1_v2), raising=False)
+    monkeypatch.setattr(cls, "version", 2)
+    monkeypatch.setitem(UPCASTERS, ("CandidateNormalized", 1), upcast_v1_v2)
     upcast = decode_event(stored)
     assert isinstance(upcast, cls) and upcast.serializer == "upcast:jcs"
 

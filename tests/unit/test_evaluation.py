@@ -3,9 +3,10 @@ clean one, and its quality parts count repairs and probes as they are on the rec
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from uuid import UUID
+
+import msgspec
 
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.evaluation import evaluate, render
@@ -22,7 +23,7 @@ def received(call_id: str = "call-1", *, run_id: str = "run-1", follows: str = "
     h = History(call_id=call_id, run_id=run_id, follows=follows)
     first = h.events[0]
     assert isinstance(first, EffectIntent.CandidateReceived)
-    h.events[0] = dataclasses.replace(first, provider=provider, model=model)
+    h.events[0] = msgspec.structs.replace(first, provider=provider, model=model)
     return h
 
 

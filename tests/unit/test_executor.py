@@ -561,7 +561,7 @@ def test_a_refused_report_may_be_recorded_on_a_terminal_intent() -> None:
     forged = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="x", stage="rejected")
     (refused,) = refuse_report(h.intent, forged, "report.token-missing", cause="c", now=T0)
     h.extend([refused])
-    assert h.intent.state is State.COMPLETED and h.intent.ignored == []
+    assert h.intent.state is State.COMPLETED and h.intent.ignored == ()
     assert violations({h.intent_id: h.events}) == []  # neutral: not an event after the end
 
 

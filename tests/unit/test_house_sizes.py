@@ -19,8 +19,6 @@ MAX_FUNCTION_LINES = 80
 
 #: Modules over the bar today, and their length now.
 MODULES_OVER: dict[str, int] = {
-    "libs/lockgate/eventstore/recorder.py": 950,
-    "libs/lockgate/intent/aggregate.py": 1053,
 }
 
 #: Functions over the bar (``module:qualified.name``), and their length: none today.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from lockgate.authz import PolicyBundle
@@ -60,7 +61,7 @@ async def test_a_lineage_walks_back_past_syntax_repairs_and_counts_refusals() ->
     # call-2: refused at intake for its syntax (never got a consequence)
     syntax = History(call_id="call-2", tool="repo.share", follows=denied.intent_id)
     syntax.events[0] = EffectIntent.CandidateRejected(
-        **{k: v for k, v in vars(syntax.events[0]).items()
+        **{k: v for k, v in msgspec.structs.asdict(syntax.events[0]).items()
            if k not in ("arguments", "contract_revision", "holds")},
         reason="tool.arguments.malformed", field=None, detail="")
     store = {h.intent_id: h.intent for h in (denied, syntax)}

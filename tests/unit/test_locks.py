@@ -15,7 +15,7 @@ from lockgate.contracts.messages import DecideReview, NormalizeResult
 from lockgate.contracts.vocabulary import DecisionOutcome, Finding, Resolution
 from lockgate.eventstore.subjects import legacy_type_filter, type_filter
 from lockgate.executor.domain import withdraw
-from lockgate.intent.aggregate import Aggregate, EffectIntent, Stamp
+from lockgate.intent.aggregate import Created, EffectIntent, Stamp
 from lockgate.intent.codec import EVENT_TYPES, fold
 from lockgate.intent.locks import HOLDING, lock_key, may_hold
 from lockgate.normalization.domain import decide as normalize
@@ -97,7 +97,7 @@ def samples(cls: type[EffectIntent.Event]) -> list[dict[str, Any]]:
 def test_every_event_that_can_end_a_hold_is_consumed_by_the_lock_durable() -> None:
     ends: set[str] = set()
     for name, cls in EVENT_TYPES.items():
-        if issubclass(cls, Aggregate.Created):
+        if issubclass(cls, Created):
             continue
         for h in holding().values():
             for fields in samples(cls):

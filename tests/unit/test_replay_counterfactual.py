@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from pathlib import Path
 
@@ -127,7 +126,7 @@ def completed(call_id: str, after: timedelta = timedelta(0)) -> Candidate:
           policy_revision="p", contract_revision=CONTRACT.revision, gate_facts=FACTS, deadline_at=T0)
     h.add(EffectIntent.AttemptSent, attempt_id="a1")
     h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
-    events = tuple(dataclasses.replace(e, timestamp=e.timestamp + after) for e in h.events)
+    events = tuple(msgspec.structs.replace(e, timestamp=e.timestamp + after) for e in h.events)
     return Candidate(h.intent_id, "tenant-a", 1, events)
 
 

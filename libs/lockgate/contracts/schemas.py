@@ -146,7 +146,7 @@ def generate() -> dict[str, str]:
     files: dict[str, str] = {}
     for name, cls in sorted(EVENT_TYPES.items()):
         schema = _schema(cls)
-        schema["x-lockgate-class-version"] = cls.class_version
+        schema["x-lockgate-class-version"] = cls.version
         files[f"events/{name}.json"] = _pretty(schema)
     for name, cls in sorted(WIRE.items()):
         files[f"messages/{name}.json"] = _pretty(_schema(cls))

@@ -41,10 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
-from eventsourcing.domain import EventSourcingError
 
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.evolve import FoldError, evolve
 from lockgate.intent.lineage import refused_for_its_consequence
 
 #: Intake refusals of a call that names no tool its turn offered.
@@ -172,8 +172,8 @@ def _fold(events: Sequence[Event]) -> EffectIntent | None:
     folded: EffectIntent | None = None
     for e in events:
         try:
-            folded = e.mutate(folded)
-        except (EventSourcingError, AssertionError, KeyError):
+            folded = evolve(folded, e)
+        except (FoldError, KeyError):
             break
     return folded
 

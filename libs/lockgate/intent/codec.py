@@ -1,51 +1,27 @@
-"""Lockgate's own mapping of ``EffectIntent`` events to stored bytes (msgspec JSON).
+"""Lockgate's mapping of ``EffectIntent`` events to stored bytes (msgspec JSON).
 
-Services do not use the library's Application or recorders: JetStream is the store
-(``lockgate.eventstore``). The envelope keeps the event's class version; older versions
-are upcast with the event class's ``upcast_vN_vN+1`` static methods, as the library's
-mapper would. A reader that uses the library's projection machinery goes through
-``lockgate.intent.record``, whose mapper is this codec, and names event types by the
-library's topics (``TOPICS``).
+JetStream is the store (``lockgate.eventstore``). An event is stored as the envelope
+``{"v": version, "data": {...}}``, ``data`` being the event's fields by name; older
+versions are read through ``lockgate.intent.upcasters``. An event type is stored under
+its class name, the last token of its subject.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
 import msgspec
-from eventsourcing.utils import get_topic
+from msgspec.structs import force_setattr
 
 from lockgate.eventstore.base import NewEvent, RecordedEvent
 from lockgate.eventstore.subjects import NO_ROUTE
-from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
+from lockgate.intent.events import EVENT_TYPES, Event
+from lockgate.intent.evolve import fold
+from lockgate.intent.upcasters import upcast
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    name: cls
-    for name, cls in vars(EffectIntent).items()
-    if isinstance(cls, type) and issubclass(cls, Event)
-}
-#: The library's topic of each event type (``module:Class.Event``, ``get_topic``).
-TOPICS: dict[str, str] = {name: get_topic(cls) for name, cls in EVENT_TYPES.items()}
-_TYPES_BY_TOPIC = {topic: name for name, topic in TOPICS.items()}
-_TOPIC_PREFIX = INTENT_TOPIC + "."
-
-
-def topic_of(event_type: str) -> str:
-    """The library topic of a stored event type (of a type this code does not know too:
-    it names no class, so mapping it to an event fails loudly instead of skipping it)."""
-    return TOPICS.get(event_type) or _TOPIC_PREFIX + event_type
-
-
-def event_type_of(topic: str) -> str | None:
-    """The stored event type a library topic names; ``None`` for a topic that is not an
-    ``EffectIntent`` event's (another application's)."""
-    known = _TYPES_BY_TOPIC.get(topic)
-    if known is not None:
-        return known
-    return topic[len(_TOPIC_PREFIX):] if topic.startswith(_TOPIC_PREFIX) else None
+__all__ = ["EVENT_TYPES", "EventDecodeError", "decode_event", "encode_event", "fold", "route"]
 
 
 class _Envelope(msgspec.Struct):
@@ -86,7 +62,7 @@ def encode_event(event: Event) -> NewEvent:
         event_type=cls.__name__,
         # The event itself, not msgspec.to_builtins(event): the same bytes, without the
         # intermediate dictionary.
-        data=_encoder.encode({"v": cls.class_version, "data": event}),
+        data=_encoder.encode({"v": cls.version, "data": event}),
         route=route(event),
     )
 
@@ -98,7 +74,7 @@ def route(event: Event) -> str:
 
 
 def decode_event(recorded: RecordedEvent) -> Event:
-    """Return the event object of a stored event, upcast to the current class version.
+    """Return the event object of a stored event, upcast to the current version.
 
     Raises:
         EventDecodeError: unknown type or bytes that do not fit it.
@@ -111,16 +87,13 @@ def decode_event(recorded: RecordedEvent) -> Event:
         return current
     try:
         envelope = _envelope.decode(recorded.data)
-        state = envelope.data  # decoded for this call alone: the upcasters may change it
-        version = envelope.v
-        while version < cls.class_version:
-            getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
-            version += 1
+        data = envelope.data  # decoded for this call alone: the upcasters may change it
+        upcast(recorded.event_type, envelope.v, cls.version, data)
         # The subject is authoritative for identity and position.
-        state["originator_id"] = _uuid(recorded.intent_id)
-        state["originator_version"] = recorded.version
-        return msgspec.convert(state, type=cls, strict=False)
-    except (msgspec.ValidationError, msgspec.DecodeError, AttributeError, ValueError) as exc:
+        data["originator_id"] = _uuid(recorded.intent_id)
+        data["originator_version"] = recorded.version
+        return msgspec.convert(data, type=cls, strict=False)
+    except (msgspec.ValidationError, msgspec.DecodeError, KeyError, ValueError) as exc:
         raise EventDecodeError(f"{recorded.event_type} v{recorded.version}: {exc}") from exc
 
 
@@ -137,20 +110,12 @@ def _decode_current(recorded: RecordedEvent, cls: type[Event]) -> Event | None:
     """
     try:
         stored = _stored.decode(recorded.data)
-        if stored.v != cls.class_version:
+        if stored.v != cls.version:
             return None
         event = _DECODERS[recorded.event_type].decode(stored.data)
-        # The subject is authoritative for identity and position.
-        object.__setattr__(event, "originator_id", _uuid(recorded.intent_id))
-        object.__setattr__(event, "originator_version", recorded.version)
     except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError):
         return None
+    # The subject is authoritative for identity and position; the event is not shared yet.
+    force_setattr(event, "originator_id", _uuid(recorded.intent_id))
+    force_setattr(event, "originator_version", recorded.version)
     return event
-
-
-def fold(events: Iterable[Event]) -> EffectIntent | None:
-    """Rebuild the aggregate from its events (``None`` when there are none)."""
-    folded: EffectIntent | None = None
-    for event in events:
-        folded = event.mutate(folded)
-    return folded

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from eventsourcing.domain import EventSourcingError
 
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import MAY_HAVE_BEEN_SENT, EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.evolve import FoldError, evolve
 from lockgate.intent.locks import lock_key, may_hold
 
 
@@ -99,8 +99,8 @@ class _Trail:
                                  f"{self.folded.state.value} (invariant 6)")
         if self.foldable:
             try:
-                self.folded = e.mutate(self.folded)
-            except (EventSourcingError, AssertionError, KeyError):
+                self.folded = evolve(self.folded, e)
+            except (FoldError, KeyError):
                 # Out of sequence (reported above as not gap-free), or a report of an
                 # attempt no authorization named (the aggregate cannot fold it).
                 self.foldable = False
@@ -325,10 +325,9 @@ def _trace(intent_id: str, events: Sequence[Event]) -> tuple[list[Breach], set[s
     completions = 0
     folded: EffectIntent | None = None
     for e in events:
-        # The aggregate folds in place: what it was before this event is read off first.
         before = folded.state if folded is not None else None
-        with contextlib.suppress(EventSourcingError, AssertionError, KeyError):
-            folded = e.mutate(folded)  # out of sequence, or of no attempt: reported below
+        with contextlib.suppress(FoldError, KeyError):
+            folded = evolve(folded, e)  # out of sequence, or of no attempt: reported below
         if folded is not None:
             view = model_view(folded, None)
             withdrawn = withdrawn or (view is not None and view.status == "withdrawn")

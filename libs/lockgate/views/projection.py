@@ -28,6 +28,7 @@ from lockgate.core.bounded import keep
 from lockgate.core.errors import LockgateError
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.evolve import evolve
 from lockgate.views.rows import (
     BudgetUse,
     EventRow,
@@ -137,7 +138,7 @@ class IntentViews(Projection[TrackingRecorder]):
                 f"at position {tracking.notification_id}, but the views hold v{expected - 1}")
         # Until the write commits, the process remembers nothing of it.
         self._folded.pop(intent_id, None)
-        intent: EffectIntent = event.mutate(before)
+        intent = evolve(before, event)
         created_at = known[1] if known else event.timestamp
         folded[intent_id] = (intent, created_at)
         return self.change(event, intent, created_at, self.position(tracking))
@@ -162,7 +163,7 @@ class IntentViews(Projection[TrackingRecorder]):
                 created_at: datetime | None = None
                 for row in self.views.events_of(intent_id):
                     event = decode_event(recorded(row))
-                    intent = event.mutate(intent)
+                    intent = evolve(intent, event)
                     created_at = created_at or event.timestamp
                     if intent is not None:
                         changes.append(self.change(event, intent, created_at, row.sequence))

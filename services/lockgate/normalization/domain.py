@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import NormalizeResult
@@ -82,8 +83,9 @@ def placed(events: list[Event], place: Place | None) -> list[Event]:
     if place is None:
         return events
     return [
-        dataclasses.replace(e, lineage=place.kind.value, lineage_root=place.root,
-                            lineage_denials=place.denials, predecessor_denied=place.predecessor_denied)
+        msgspec.structs.replace(
+            e, lineage=place.kind.value, lineage_root=place.root, lineage_denials=place.denials,
+            predecessor_denied=place.predecessor_denied)
         if isinstance(e, EffectIntent.CandidateNormalized) else e
         for e in events
     ]
