@@ -19,10 +19,6 @@ only the stream's leader answers. The fast path stays one direct get.
 
 A partitioned deployment keeps its events in K streams (``lockgate.eventstore.partitions``):
 the store sends each load and append to its intent's stream, and scans each in turn.
-
-``DirectGet`` (those requests and their inbox) and ``publish_atomically`` (one message,
-or an atomic batch) are shared with the library's recorder interface on the same stream
-(``lockgate.eventstore.recorder``).
 """
 
 from __future__ import annotations
