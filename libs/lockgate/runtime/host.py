@@ -75,6 +75,7 @@ class ServiceHost(Generic[H]):
         self._bindings: dict[str, Binding] = {}
         self._answers: dict[str, list[Answering]] = {}
         self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
         self._ports: Ports | None = None
         self._handlers: H | None = None
         self._consuming = False
@@ -203,6 +204,7 @@ class ServiceHost(Generic[H]):
         self.endpoint = start_endpoint(self.settings)
         self.tracing = start_tracing(self.settings, self.spec.name)
         self._nc = await connect(self.settings, name=f"lockgate-{self.spec.name}", stop=stop)
+        self._js = self._nc.jetstream()
         self._ports = await ports_for(self._nc, self.settings)
         self._handlers = self._build(self._ports)
         progress = {b.durable.name: b.progress for b in self._bindings.values()}
@@ -217,7 +219,7 @@ class ServiceHost(Generic[H]):
         self._consuming = True
 
     def _ready(self) -> JetStreamContext | None:
-        return self._nc.jetstream() if self._consuming and self._nc is not None else None
+        return self._js if self._consuming else None
 
     async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop asking for messages and taking requests; let running handlers settle theirs
