@@ -130,8 +130,8 @@ class BaselineSystem:
     #: Its processes by name, the broker included.
     pids: dict[str, int] = field(default_factory=dict)
     credentials: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: The file the host's ``lockgate.runtime`` was loaded from.
-    runtime: str = ""
+    #: The file of the ``lockgate.testing.system`` that started it (the baseline's own).
+    system_module: str = ""
     proc: asyncio.subprocess.Process | None = None
 
     async def start(self, bundle_yaml: str, timeout_s: float = 120.0) -> None:
@@ -149,7 +149,7 @@ class BaselineSystem:
                 str(self.monitor_port), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=log, cwd=self.tree.root, env=self.tree.env())
         up = await self._answer(timeout_s)
-        self.url, self.runtime = str(up["url"]), str(up["runtime"])
+        self.url, self.system_module = str(up["url"]), str(up["system_module"])
         self.pids, self.credentials = dict(up["pids"]), dict(up["credentials"])
 
     async def command(self, do: str, timeout_s: float = 60.0, **fields: str) -> dict[str, Any]:

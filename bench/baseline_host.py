@@ -15,13 +15,13 @@ Usage: ``python baseline_host.py ROOT BUNDLE_YAML MONITOR_PORT``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sys
 from pathlib import Path
 
 import msgspec
 
-import lockgate.runtime
 from lockgate.testing.system import System, bundle_copy
 from lockgate.worlds.casenotes.world import World
 
@@ -67,7 +67,7 @@ async def serve(root: Path, bundle_yaml: str, monitor_port: int) -> None:
     try:
         await system.start(timeout_s=90)
         answer(ok=True, url=system.url, pids=pids(system), world_dir=str(system.world_dir),
-               runtime=lockgate.runtime.__file__,
+               system_module=inspect.getfile(System),
                credentials={u: msgspec.structs.asdict(system.credentials(u)) for u in USERS})
         while line := await asyncio.to_thread(sys.stdin.readline):
             command = json.loads(line)

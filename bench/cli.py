@@ -234,6 +234,7 @@ async def run(plan: Plan, root: Path, tree: baseline_bench.Tree | None = None) -
                      "on a nats-server of its own")
             base = baseline_bench.BaselineSystem(tree, root / "baseline", monitor_port=free_port())
             await base.start(raised_limits((tree.root / DEMO_BUNDLE.relative_to(REPO)).read_text()))
+            progress(f"baseline up, started by {base.system_module}")
         nc = await system.connect()  # the raw chain runs as the topology owner
         admin = system.credentials("admin")
         for s, ws in ((spec, [workers]), (fetch_spec, [fetch_workers]), (split_spec, split_workers)):

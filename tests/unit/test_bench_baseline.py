@@ -169,3 +169,17 @@ def test_figures_give_both_builds_and_the_current_over_the_baseline(repo: Path) 
     assert entry["current_over_baseline_cpu"] == 0.5
     assert entry["isolated_processes"] == 14
     assert "current/baseline" in baseline.table(entry)
+
+
+async def test_a_baseline_that_cannot_start_its_system_stops_the_run(repo: Path, tmp_path: Path) -> None:
+    # The fake build has no lockgate.testing.system: its host cannot start a system, and says so.
+    with baseline.materialized("HEAD", repo) as tree:
+        system = baseline.BaselineSystem(tree, tmp_path / "run", monitor_port=0)
+        try:
+            with pytest.raises(baseline.BaselineError, match="exited"):
+                await system.start("limits: []\n")
+        finally:
+            await system.stop()
+        proofs = tree.proofs()
+    assert "No module named 'lockgate.testing'" in (tmp_path / "run" / "log" / "baseline-host.log").read_text()
+    assert [p["isolated"] for p in proofs] == [True]
