@@ -34,7 +34,7 @@ REACHES_WITHIN_S = 60.0
 FRONT = ("mcp-front", "lockgate.client.mcp --http --port 0")
 #: Every kind (status name, module and arguments) that connects to the broker as it starts.
 CONNECTING = CHILDREN
-#: One of each way a process starts: a FastStream service, the read side, a demo
+#: One of each way a process starts: a service host, the read side, a demo
 #: adapter, the MCP adapter, the front door.
 ENTRIES = (("intake", "lockgate.intake"), ("projector", "lockgate.projector"),
            ("adapter.casenotes", "lockgate.worlds.casenotes"), ("adapter.mcp", "lockgate.mcp"), FRONT)

@@ -33,8 +33,8 @@ async def test_a_service_whose_connection_the_server_closed_exits(fresh_server: 
             deadline = time.monotonic() + 30
             while not (await check_status(nc, ["closing"], timeout_s=0.5))["closing"]:
                 assert proc.poll() is None and time.monotonic() < deadline, "the fake never answered"
-            # The server closes the fake's connection; FastStream's pull loop would then spin
-            # without yielding (and never see SIGTERM). The watchdog ends the process instead.
+            # The server closes the fake's connection for good, and nothing would ever pull
+            # or answer again. The watchdog ends the process, so its supervisor restarts it.
             await nc.jetstream().publish("lg.propose.tenant-a.run-1", b"{}")
             while proc.poll() is None:
                 assert time.monotonic() < deadline + 30, "the process neither exited nor recovered"
