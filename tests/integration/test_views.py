@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
 
@@ -139,7 +140,7 @@ def test_a_position_not_past_the_last_is_refused_in_the_same_transaction(views: 
     assert [e.version for e in views.events_of(h.intent_id)] == [1]
     with pytest.raises(ProjectionGap):  # a different event at a version already held
         other = History(arguments={"note": "other"})
-        other.events[0] = type(other.events[0])(**{**vars(other.events[0]), "event_id": "forged"})
+        other.events[0] = msgspec.structs.replace(other.events[0], event_id="forged")
         feed.send(other.events[0])
     assert [e.event_id for e in views.events_of(h.intent_id)] == [h.events[0].event_id]
 

@@ -9,7 +9,6 @@ states, attribute by attribute.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import pytest
 
 from lockgate.eventstore.base import RecordedEvent
@@ -202,13 +202,8 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, set | frozenset):
         return sorted(plain(v) for v in value)
-    names = getattr(value, "__struct_fields__", None)
-    if names is None and dataclasses.is_dataclass(value):
-        names = [f.name for f in dataclasses.fields(value)]
-    if names is None and hasattr(value, "__dict__"):
-        names = list(vars(value))
-    if names is not None:
-        return [type(value).__name__, {n: plain(getattr(value, n)) for n in names}]
+    if isinstance(value, msgspec.Struct):
+        return [type(value).__name__, {n: plain(getattr(value, n)) for n in value.__struct_fields__}]
     return value
 
 
