@@ -105,7 +105,7 @@ class Withdrawal(msgspec.Struct, frozen=True):
     why: str
 
 
-class EffectIntent(Events, msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class EffectIntent(Events, msgspec.Struct, frozen=True, kw_only=True):
     """One candidate's journey from proposal to effect (or to a recorded refusal).
 
     Its first event (received, or rejected by intake) states who, which call and which
