@@ -21,6 +21,7 @@ from lockgate.runtime.ports.adapters import AdapterClient, Adapters, FakeAdapter
 from lockgate.runtime.ports.capabilities import Capabilities, MemoryCapabilities
 from lockgate.runtime.ports.catalogues import Catalogues, KvCatalogues, MemoryCatalogues
 from lockgate.runtime.ports.intents import IntentStore, StoredIntents
+from lockgate.runtime.ports.leases import Leases, MemoryLeases, NatsLeases
 from lockgate.runtime.ports.ledger import (
     Budgets,
     KvBudgets,
@@ -50,13 +51,12 @@ from lockgate.runtime.topology import (
 
 @dataclass(frozen=True)
 class Connection:
-    """The broker under ports built over NATS: for the service host (consumers, status) and
-    for what talks to the broker directly still (intake's run leases and stored responses).
+    """The broker under ports built over NATS, for the service host (consumers, status).
     Handlers reach the world through the ports."""
 
     nc: Client
     js: JetStreamContext
-    #: The ``LG_RUNS`` bucket, for intake's run leases.
+    #: The ``LG_RUNS`` bucket.
     runs: KeyValue
 
 
@@ -90,6 +90,8 @@ class Ports:
     registry: Capabilities
     #: Adapters, asked and answered.
     adapters: Adapters
+    #: Runs' leases and ends (intake's).
+    leases: Leases
     #: The event store the intents are kept in (the service host records abandonments there).
     store: EventStore
     #: The broker under these ports (``None``: in-memory ports).
@@ -139,6 +141,7 @@ class MemoryPorts(Ports):
     progress: MemoryProgress
     registry: MemoryCapabilities
     adapters: FakeAdapters
+    leases: MemoryLeases
     store: EventStore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,13 +153,15 @@ class MemoryPorts(Ports):
         clock_s: Callable[[], float] = time.time,
     ) -> MemoryPorts:
         """Empty fakes; ``contracts`` registered; ``adapters`` as scripted (none answers by
-        default); ``clock_s``: the limits' and locks' clock, in seconds."""
+        default); ``clock_s``: the limits', locks' and leases' clock, in seconds."""
+        responses = MemoryResponses()
         return cls(
             intents=StoredIntents.memory(), runs=MemoryRuns(), catalogues=MemoryCatalogues(),
             budgets=MemoryBudgets(), limits=MemoryLimits(clock_s), locks=MemoryLocks(clock_s=clock_s),
             orders=MemoryOrders(), timers=MemoryTimers(), proposals=MemoryProposals(),
-            responses=MemoryResponses(), progress=MemoryProgress(), registry=MemoryCapabilities(*contracts),
+            responses=responses, progress=MemoryProgress(), registry=MemoryCapabilities(*contracts),
             adapters=adapters if adapters is not None else FakeAdapters(),
+            leases=MemoryLeases(responses, clock_s),
         )
 
 
@@ -189,6 +194,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         progress=KvProgress(await js.key_value(PROGRESS_BUCKET)),
         registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
+        leases=NatsLeases(nc, js, runs),
         store=store,
         connection=Connection(nc, js, runs),
     )

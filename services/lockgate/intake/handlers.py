@@ -53,7 +53,7 @@ from lockgate.intake.domain import (
     reused,
     same_call,
 )
-from lockgate.intake.leases import Leases
+from lockgate.intake.leases import RunEnds
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.runtime import metrics
@@ -105,8 +105,8 @@ class IntakeHandlers:
         #: The bundle whose ``limits`` intake applies (``None``: no limits).
         self.bundles = bundles
         self.limits = ports.limits
-        #: Run leases talk to the broker directly: in-memory ports have none to lend them.
-        self.leases = Leases(ports.nc, ports.js, ports.connection.runs) if ports.connection else None
+        #: Runs' leases and ends.
+        self.leases = RunEnds(ports.leases)
         self.catalogues = Catalogues(ports, clock, bundles)
 
     async def open_run(self, tenant: str, body: bytes) -> bytes:
@@ -144,7 +144,7 @@ class IntakeHandlers:
         )
         await self.ports.runs.open(run)
         try:
-            await self._leases().start(run)
+            await self.leases.start(run)
         except (NatsError, TimeoutError) as exc:
             return msgspec.json.encode(Refusal("service.unavailable", f"the run's lease: {exc}"[:200]))
         return msgspec.json.encode(RunOpened(run_id=run_id, tenant=tenant, actor=req.actor))
@@ -160,8 +160,8 @@ class IntakeHandlers:
         if run is None:
             return msgspec.json.encode(Refusal("run.unknown"))
         why = safe_text(req.why, 200)
-        await self._leases().close(tenant, run.run_id, why)
-        withdrawn = await self._leases().withdraw_waiting(tenant, run.run_id, f"closed: {why}" if why else "closed")
+        await self.leases.close(tenant, run.run_id, why)
+        withdrawn = await self.leases.withdraw_waiting(tenant, run.run_id, f"closed: {why}" if why else "closed")
         return msgspec.json.encode(RunClosed(run_id=run.run_id, withdrawn=withdrawn))
 
     async def lease(self, subject: str, headers: dict[str, str] | None) -> None:
@@ -170,14 +170,14 @@ class IntakeHandlers:
             tenant, run_id = parse_lease(subject)
         except NotACommandSubject:
             return
-        await self._leases().on_lease(tenant, run_id, headers)
+        await self.leases.on_lease(tenant, run_id, headers)
 
     async def open_turn(self, tenant: str, run_id: str, body: bytes) -> bytes:
         """Snapshot the catalogue offered in a new turn and return it."""
         run = await self.ports.runs.get(tenant, run_id)
         if run is None:
             return msgspec.json.encode(Refusal("run.unknown"))
-        ended = await self._leases().ended(run)
+        ended = await self.leases.ended(run)
         if ended is not None:
             return msgspec.json.encode(Refusal("run.ended", ended[:200]))
         try:
@@ -342,16 +342,6 @@ class IntakeHandlers:
             await self.limits.release([k for k in decided.result if k not in kept], intent_id)
         return found
 
-    def _leases(self) -> Leases:
-        """The run leases.
-
-        Raises:
-            RuntimeError: in-memory ports (run leases need a broker).
-        """
-        if self.leases is None:
-            raise RuntimeError("run leases need a broker; in-memory ports have none")
-        return self.leases
-
     def _limits(self) -> tuple[Limit, ...]:
         return self.bundles.current().config.limits if self.bundles is not None else ()
 
@@ -361,7 +351,7 @@ class IntakeHandlers:
         run = await self.ports.runs.get(read.tenant, c.run_id) if read.problem is None else None
         digest_, catalogue, contract = None, None, None
         known_tool, follows = False, Link()
-        ended = await self._leases().ended(run) if run is not None and lookup else None
+        ended = await self.leases.ended(run) if run is not None and lookup else None
         if run is not None and lookup:
             (digest_, catalogue), follows = await asyncio.gather(
                 self.catalogues.of_turn(read.tenant, c.run_id, c.turn_id), self._link(read, intent_id))
