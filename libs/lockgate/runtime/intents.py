@@ -10,7 +10,7 @@ message a consumer gave up on the intent's record.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Generic, TypeVar
@@ -27,6 +27,7 @@ from lockgate.eventstore.base import (
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.evolve import evolve
 from lockgate.runtime import metrics
 from lockgate.runtime.settlement import Abandonment
 
@@ -52,17 +53,14 @@ class Decision(Generic[R]):
     events: tuple[Event, ...]
     #: What the step returned besides its events (``None`` for a plain step).
     result: R
-    #: The history ``before`` folds, kept to work out ``after``.
-    history: tuple[Event, ...] = field(default=(), repr=False)
 
     @cached_property
     def after(self) -> EffectIntent | None:
         """The intent as the record has it after this decision's events."""
-        if not self.events:
-            return self.before
-        # Folded afresh: the aggregate is mutable, and ``before`` must stay as it was.
-        # Becomes ``evolve`` over ``events`` alone once the intent state is immutable.
-        return fold((*self.history, *self.events))
+        after = self.before
+        for event in self.events:  # the state is immutable: ``before`` stays as it was
+            after = evolve(after, event)
+        return after
 
 
 async def decide_and_append(
@@ -139,7 +137,7 @@ async def decide(
         events = tuple(decided)
         if not events:
             if trusted:
-                return Decision(intent, (), result, known.events)
+                return Decision(intent, (), result)
             continue  # nothing to do on a history that may be behind: ask the store
         try:
             history = await store.append(known.history, [encode_event(e) for e in events])
@@ -154,7 +152,7 @@ async def decide(
         metrics.appended(events)
         if cache is not None:
             cache.remember(history, (*known.events, *events))
-        return Decision(intent, events, result, known.events)
+        return Decision(intent, events, result)
 
 
 def _ended(known: Known) -> bool:
