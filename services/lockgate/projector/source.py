@@ -7,14 +7,13 @@ the views have caught up it asks again every ``IDLE_POLL_S``. A broker that does
 answer (restarting, a lost reply) is waited out: the read starts again after the last
 event handed over, never after one read but not yet handed over.
 
-Why not the library's subscription (``ApplicationSubscription`` over ``LockgateRecord``,
-an ordered consumer, which the same ``IntentViews`` also runs under; see
-``tests/integration/test_recorder_library.py``): it needs the grant to create an
-ephemeral consumer on ``LG_EVENTS``, ``$JS.API.CONSUMER.CREATE.LG_EVENTS``, and that
-subject carries no consumer name. Measured on the bundled nats-server: a request on it
-with ``config.name`` set to a service's durable (``intake``) is accepted and *replaces
-that durable's filter* (only ``durable_name`` is refused, error 10020). A role holding
-it could starve or redirect any service's deliveries, so the projector reads without it.
+Why not an ordered consumer (the library's ``ApplicationSubscription`` reads that way): it
+needs the grant to create an ephemeral consumer on ``LG_EVENTS``,
+``$JS.API.CONSUMER.CREATE.LG_EVENTS``, and that subject carries no consumer name. Measured on
+the bundled nats-server: a request on it with ``config.name`` set to a service's durable
+(``intake``) is accepted and *replaces that durable's filter* (only ``durable_name`` is
+refused, error 10020). A role holding it could starve or redirect any service's deliveries,
+so the projector reads without it.
 """
 
 from __future__ import annotations
