@@ -47,8 +47,8 @@ Roles:
 Replies: a role that answers requests gets ``allow_responses`` (one reply to the reply
 subject of each request it received), never a broad ``_INBOX.>`` publish. Edge roles and
 adapters get a private inbox prefix, so no other user can read their replies; their
-client must connect with ``inbox_prefix=role.inbox_prefix``. Services keep ``_INBOX``:
-FastStream pulls on ``_INBOX.<nuid>`` whatever the connection's prefix.
+client must connect with ``inbox_prefix=role.inbox_prefix``. Services keep ``_INBOX``, the
+prefix of the inboxes their pull consumers ask for batches on (``lockgate.runtime.consumer``).
 
 Render a server's ``accounts`` block with::
 
@@ -278,7 +278,7 @@ def replay_role() -> Role:
 #: What each service does on NATS, by name: its spec (``lockgate.runtime.specs``).
 SERVICES: dict[str, ServiceSpec] = {spec.name: spec for spec in specs.SERVICES}
 
-#: Every bucket ``connect_ports`` opens at startup, whatever the service uses.
+#: Every bucket ``ports_for`` opens at startup, whatever the service uses.
 _OPENED_BY_EVERY_SERVICE = (
     CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, LOCKS_BUCKET, PROGRESS_BUCKET,
     BUDGETS_BUCKET,

@@ -164,7 +164,7 @@ class Settings(BaseSettings):
         return self.credentials.js_prefix if self.credentials else JS_API
 
     def connect_options(self) -> dict[str, object]:
-        """Keyword arguments for ``nats.connect`` (``make_broker`` adapts them for FastStream).
+        """Keyword arguments for ``nats.connect``.
 
         The user and password go as options, not in the URLs: nats-py adds the servers a
         cluster announces to its pool as URLs without credentials (it compares them with

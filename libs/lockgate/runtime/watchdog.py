@@ -5,11 +5,11 @@ Two ways a process can be alive and useless, both seen in practice:
 - **Its connection closed for good.** nats-py treats any ``-ERR`` from the server other
   than a stale connection or a permissions violation as fatal and closes the client
   instead of reconnecting (``Client._process_err``); "maximum control line exceeded",
-  sent for a subject longer than the server's ``max_control_line``, is one. FastStream's
-  pull loop then suppresses the ``ConnectionClosedError`` that ``fetch`` raises at once,
-  without ever awaiting, and spins (``PullStreamSubscriber._consume_pull``): the event
-  loop never runs another callback, so the process burns a core and even SIGTERM, which
-  asyncio delivers as a loop callback, is never handled.
+  sent for a subject longer than the server's ``max_control_line``, is one. A pull loop
+  that then suppresses the ``ConnectionClosedError`` raised at once, without ever awaiting,
+  spins (FastStream's did, ``PullStreamSubscriber._consume_pull``, when services ran on
+  it): the event loop never runs another callback, so the process burns a core and even
+  SIGTERM, which asyncio delivers as a loop callback, is never handled.
 - **Its event loop stalled** for any other reason (a busy loop, a blocking call).
 
 A thread sees both where the loop cannot: it checks the connection and a heartbeat the
