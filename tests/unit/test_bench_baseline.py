@@ -17,6 +17,7 @@ import pytest
 
 from bench import baseline
 from bench.cli import parse_args
+from bench.path import PathCost
 from bench.rounds import Slices
 from bench.stats import Phase
 
@@ -149,7 +150,10 @@ def test_figures_give_both_builds_and_the_current_over_the_baseline(repo: Path) 
     current = baseline.Side(
         _phase("lockgate", "open", 10, {}, 0.02),
         _phase("lockgate", "closed", 100, {"intake": 0.5, "nats-server": 0.5, "bench drivers": 9.0,
-                                           "baseline intake": 9.0}, 0.2), None, "lockgate")
+                                           "baseline intake": 9.0}, 0.2),
+        # The raw chains' idle workers share this build's broker alone: no build's cost.
+        PathCost(10, sent={"intake": 10.0, "executor": 12.0, "unnamed": 0.4},
+                 received={"intake": 14.0, "unnamed": 0.8}, deliveries={"intake": 1.0}), "lockgate")
     base = baseline.Side(
         _phase("baseline", "open", 10, {}, 0.04),
         _phase("baseline", "closed", 100, {"baseline intake": 1.5, "baseline nats-server": 0.5,
@@ -163,7 +167,9 @@ def test_figures_give_both_builds_and_the_current_over_the_baseline(repo: Path) 
     assert entry["lockgate_ratio"] == 0.25
     assert entry["split_ratio"] == 0.3333
     assert entry["current"] == {"per_s": 120.0, "cpu_ms_per_candidate": 10.0, "p50_ms": 20.0,
-                                "p99_ms": 20.0, "lockgate_ratio": 0.3, "split_ratio": 0.4}
+                                "p99_ms": 20.0, "messages_per_candidate": 22.0,
+                                "deliveries_per_candidate": 1.0, "stored_per_candidate": 0.0,
+                                "lockgate_ratio": 0.3, "split_ratio": 0.4}
     assert entry["ratio_rounds"] == [1.2, 1.5, 1.0]
     assert entry["current_over_baseline_per_s"] == 1.2
     assert entry["current_over_baseline_cpu"] == 0.5
