@@ -1,7 +1,9 @@
-"""Service handlers against a real broker and store, with scripted adapters.
+"""Service handlers where the broker itself is what is checked: held JetStream triggers
+acknowledged, the SDK's request/reply, bucket round trips and stored responses' order.
 
 Each test builds a history in the JetStream store, runs one handler as its consumer
-would, and reads back what was appended.
+would, and reads back what was appended. What a handler decides is tested on in-memory
+ports (tests/unit/test_*_handlers.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import msgspec
@@ -18,24 +20,16 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import NoKeysError, NotFoundError
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from lockgate.adapters.client import AdapterUnavailable
-from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
 from lockgate.client.sdk import Gateway, OutcomeSettled
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     AttemptReport,
     Describe,
-    NotResolved,
-    OpenRun,
-    QueryResult,
-    Recorded,
     ResolveOutcome,
-    RunOpened,
-    TurnOpened,
 )
 from lockgate.core.ids import derived_id, random_id
 from lockgate.eventstore.base import RecordedEvent
@@ -46,27 +40,21 @@ from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import encode_event
-from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.intents import load_intent
 from lockgate.runtime.ports.runs import KvRuns
-from lockgate.runtime.service import Retry, settle
+from lockgate.runtime.service import settle
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, RUNS_BUCKET
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
-from lockgate.worlds.items.adapter import PUBLISH_CONTRACT
 
 SETTINGS = Settings(adapter_timeout_s=0.3, manage_topology=True)
 BUNDLES = BundleSource(SETTINGS.policy_dir)
 #: The executor's report-token key in these tests.
 KEY = b"k" * 32
-#: The case-notes world's facts about an open case the actor may write to.
-OPEN_FACTS: dict[str, str | int | bool] = {
-    "exists": True, "tenant": "tenant-a", "status": "open", "writes_suspended": False,
-    "actor_may_add_note": True, "sensitive": False, "version": 4}
 
 
 def executor_handlers(ports: Ports) -> ExecutorHandlers:
@@ -118,13 +106,6 @@ async def store_history(ports: Ports, h: History) -> RecordedEvent:
     return history.events[-1]
 
 
-async def answering(nc: Client, verb: str, answer: Callable[[bytes], Awaitable[object]]) -> object:
-    async def reply(msg: Msg) -> None:
-        await msg.respond(msgspec.json.encode(await answer(msg.data)))
-
-    return await nc.subscribe(f"lg.adapter.case.add_note.{verb}", cb=reply)
-
-
 def unknown_history() -> History:
     h = History().normalized().decided("allow")
     h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
@@ -136,128 +117,6 @@ def unknown_history() -> History:
 async def register(ports: Ports) -> None:
     kv = await ports.js.key_value(CAPABILITIES_BUCKET)
     await kv.put(CONTRACT.name, msgspec.json.encode(Describe(contract=CONTRACT, adapter="absent")))
-
-
-# case.add_note's recovery allows the same intent again once its note is proven absent.
-@pytest.mark.parametrize(("finding", "state"), [("found", State.COMPLETED), ("absent", State.ALLOWED)])
-async def test_reconciler_records_what_the_query_found(ports: Ports, nc: Client, finding: str,
-                                                       state: State) -> None:
-    await register(ports)
-    last = await store_history(ports, unknown_history())
-    queries: list[bytes] = []
-
-    async def answer(data: bytes) -> QueryResult:
-        queries.append(data)
-        return QueryResult(finding=finding, receipt={"note_id": "n1"} if finding == "found" else {})
-
-    sub = await answering(nc, "query", answer)
-    try:
-        await ReconcilerHandlers(ports, lambda: T0).unknown(last, deliveries=1)
-    finally:
-        await sub.unsubscribe()  # type: ignore[attr-defined]
-    intent = await load_intent(ports.store, "tenant-a", last.intent_id)
-    assert intent is not None and intent.state is state
-    assert b'"intent_key":"k1"' in queries[0]  # asked by the intent's identity
-
-
-async def test_reconciler_waits_when_nobody_answers(ports: Ports) -> None:
-    last = await store_history(ports, unknown_history())
-    with pytest.raises(Retry):
-        await ReconcilerHandlers(ports, lambda: T0).unknown(last, deliveries=3)
-    intent = await load_intent(ports.store, "tenant-a", last.intent_id)
-    assert intent is not None and intent.state is State.UNKNOWN
-
-
-async def test_normalization_retries_then_gives_up_as_unavailable(ports: Ports) -> None:
-    await register(ports)
-    h = History(contract_revision=CONTRACT.revision)
-    last = await store_history(ports, h)
-    handlers = NormalizationHandlers(ports, lambda: T0)
-    with pytest.raises(AdapterUnavailable):  # no adapter answers: nak and try again
-        await handlers.received(last, deliveries=1)
-    assert (await load_intent(ports.store, "tenant-a", h.intent_id)).state is State.PROPOSED  # type: ignore[union-attr]
-    await handlers.received(last, deliveries=GIVE_UP_AFTER)
-    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
-    assert intent is not None and intent.state is State.REJECTED
-    assert intent.reason == "capability.unavailable"
-
-
-async def test_normalization_records_the_facts_answered_with_it(ports: Ports, nc: Client) -> None:
-    await register(ports)
-    h = History(contract_revision=CONTRACT.revision)
-    last = await store_history(ports, h)
-    asked: list[dict[str, object]] = []
-
-    async def normalize(data: bytes) -> object:
-        asked.append(msgspec.json.decode(data))
-        return {"arguments": {"case_id": "case-123", "note": "hello"},
-                "resource": {"type": "case", "id": "case-123", "tenant": "tenant-a"},
-                "destination": "case-notes:tenant-a/case-123",
-                "facts": {"facts": OPEN_FACTS, "revision": "4"}}
-
-    sub = await answering(nc, "normalize", normalize)
-    try:
-        await NormalizationHandlers(ports, lambda: T0).received(last, deliveries=1)
-    finally:
-        await sub.unsubscribe()  # type: ignore[attr-defined]
-    assert [a["with_facts"] for a in asked] == [True]
-    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
-    assert intent is not None and intent.state is State.NORMALIZED
-    assert intent.normalized_facts == OPEN_FACTS
-
-
-async def test_review_expires_at_its_deadline_not_before(ports: Ports) -> None:
-    h = History().normalized().decided("require_approval")
-    h.add(EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
-          contract_revision="rev-1", summary="s", expires_at=T0 + timedelta(seconds=60))
-    last = await store_history(ports, h)
-    early = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=30), review_ttl_s=60)
-    with pytest.raises(Retry) as timer:
-        await early.review_opened(last)
-    assert 29 < timer.value.delay_s < 31
-    late = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=61), review_ttl_s=60)
-    await late.review_opened(last)
-    intent = await load_intent(ports.store, "tenant-a", h.intent_id)
-    assert intent is not None and intent.state is State.DENIED and intent.reason == "review.expired"
-
-
-async def test_a_turn_offers_only_capabilities_whose_adapter_is_alive(ports: Ports) -> None:
-    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
-    with contextlib.suppress(NoKeysError):
-        for key in await kv.keys():
-            await kv.delete(key)
-    stale = T0 - timedelta(seconds=60)
-    await kv.put("case.add_note", msgspec.json.encode(Describe(CONTRACT, "casenotes", alive_at=T0)))
-    await kv.put("item.publish", msgspec.json.encode(Describe(PUBLISH_CONTRACT, "items", alive_at=stale)))
-    intake = IntakeHandlers(ports, SETTINGS, lambda: T0 + timedelta(seconds=2))
-    opened = msgspec.json.decode(
-        await intake.open_run("tenant-a", msgspec.json.encode(OpenRun(tenant="tenant-a", actor="user-42"))),
-        type=RunOpened)
-    turn = msgspec.json.decode(await intake.open_turn("tenant-a", opened.run_id, b"{}"), type=TurnOpened)
-    assert [t.name for t in turn.tools] == ["case.add_note"]  # the items adapter went quiet
-
-
-async def test_a_turn_opened_again_under_its_id_answers_with_its_first_snapshot(ports: Ports) -> None:
-    """A turn is one snapshot: opening it again (a retry whose answer was lost, another
-    intake) answers with the catalogue it was opened with, so intake may keep it."""
-    kv = await ports.js.key_value(CAPABILITIES_BUCKET)
-    with contextlib.suppress(NoKeysError):
-        for key in await kv.keys():
-            await kv.delete(key)
-    await kv.put("case.add_note", msgspec.json.encode(Describe(CONTRACT, "casenotes", alive_at=T0)))
-    intake = IntakeHandlers(ports, SETTINGS, lambda: T0 + timedelta(seconds=2))
-    opened = msgspec.json.decode(
-        await intake.open_run("tenant-a", msgspec.json.encode(OpenRun(tenant="tenant-a", actor="user-42"))),
-        type=RunOpened)
-    first = msgspec.json.decode(
-        await intake.open_turn("tenant-a", opened.run_id, b'{"turn_id": "turn-7"}'), type=TurnOpened)
-    await kv.put("item.publish", msgspec.json.encode(Describe(PUBLISH_CONTRACT, "items", alive_at=T0)))
-    other = IntakeHandlers(ports, SETTINGS, lambda: T0 + timedelta(seconds=2))  # a replica
-    again = msgspec.json.decode(
-        await other.open_turn("tenant-a", opened.run_id, b'{"turn_id": "turn-7"}'), type=TurnOpened)
-    assert again == first and [t.name for t in again.tools] == ["case.add_note"]
-    fresh = msgspec.json.decode(await other.open_turn("tenant-a", opened.run_id, b"{}"), type=TurnOpened)
-    assert sorted(t.name for t in fresh.tools) == ["case.add_note", "item.publish"]
 
 
 def authorized_on_its_trigger(attempt_id: str = "a1", *, call_id: str = "call-1") -> History:
@@ -323,66 +182,6 @@ async def test_a_report_the_timer_holder_did_not_record_leaves_the_timer_to_run_
                                               attempt_id=attempt, stage="completed")))
     await nc.flush()
     assert (await ports.js.consumer_info("LG_EVENTS", durable)).num_ack_pending == 1
-
-
-# -- an operator racing the automatic reconciler ---------------------------------------------
-
-
-async def test_an_operator_racing_the_reconciler_is_refused_with_the_finding_that_settled_it(
-    ports: Ports, nc: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The reconciler records Reconciled(confirmed) between the operator's load and append:
-    the operator's command is decided again on the new history and refused, with the
-    reconciler's finding and receipt, never lost and never recorded on top."""
-    await register(ports)
-    last = await store_history(ports, unknown_history())
-
-    async def found(_: bytes) -> QueryResult:
-        return QueryResult(finding="found", receipt={"note_id": "n7"})
-
-    sub = await answering(nc, "query", found)
-    reconciler = ReconcilerHandlers(ports, lambda: T0)
-    lookup = ports.registry.get
-    raced: list[bool] = []
-
-    async def lookup_while_the_reconciler_runs(capability: str) -> object:
-        if not raced:  # the operator's step, after its load: the reconciler gets there first
-            raced.append(True)
-            await reconciler.unknown(last, deliveries=1)
-        return await lookup(capability)
-
-    monkeypatch.setattr(ports.registry, "get", lookup_while_the_reconciler_runs)
-    command = ResolveOutcome(finding="absent", why="not in the CRM")
-    try:
-        reply = await reconciler.resolve(subjects.resolve("tenant-a", last.intent_id, "ops-1"),
-                                         msgspec.json.encode(command))
-    finally:
-        await sub.unsubscribe()  # type: ignore[attr-defined]
-    answer = msgspec.json.decode(reply, type=NotResolved)
-    assert (answer.error, answer.settled_by, answer.finding, answer.by) == (
-        "reconcile.already-settled", "Reconciled", "confirmed", "reconciler")
-    assert answer.receipt == {"note_id": "n7"} and answer.state == "completed"
-    stored = [e.event_type for e in (await ports.store.load("tenant-a", last.intent_id)).events]
-    assert stored.count("Reconciled") == 1
-
-
-async def test_an_operator_resolution_is_recorded_once_and_a_repeat_says_so(ports: Ports) -> None:
-    await register(ports)
-    last = await store_history(ports, unknown_history())
-    reconciler = ReconcilerHandlers(ports, lambda: T0)
-    command = msgspec.json.encode(ResolveOutcome(finding="absent", why="checked"))
-    as_ops1 = subjects.resolve("tenant-a", last.intent_id, "ops-1")
-    first = msgspec.json.decode(await reconciler.resolve(as_ops1, command), type=Recorded)
-    again = msgspec.json.decode(await reconciler.resolve(as_ops1, command),
-                                type=Recorded)  # its reply was lost: the same answer
-    assert first == again == Recorded("Reconciled")
-    other = ResolveOutcome(finding="confirmed", why="saw it")
-    answer = msgspec.json.decode(
-        await reconciler.resolve(subjects.resolve("tenant-a", last.intent_id, "ops-2"),
-                                 msgspec.json.encode(other)),
-        type=NotResolved)
-    assert (answer.error, answer.by, answer.finding) == (
-        "reconcile.already-settled", "operator:ops-1", "absent")
 
 
 async def test_the_sdk_raises_what_settled_an_outcome(ports: Ports, nc: Client) -> None:
