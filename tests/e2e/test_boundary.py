@@ -18,10 +18,10 @@ import pytest
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeout
 
-from lockgate.adapters.claims import report_msg_id
 from lockgate.client.sdk import Gateway, Refused
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import AttemptReport, DecideReview
+from lockgate.contracts.proofs import report_msg_id
 from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore

@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk, worker
-from lockgate.adapters.claims import ClaimClient, report_msg_id, report_token
+from lockgate.adapters.claims import ClaimClient
 from lockgate.adapters.sdk import Adapter, Completed, SendBoundary, serve
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
@@ -34,6 +34,7 @@ from lockgate.contracts.messages import (
     QueryResult,
     Refusal,
 )
+from lockgate.contracts.proofs import report_msg_id, report_token
 from lockgate.contracts.vocabulary import QueryFinding, ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims

@@ -19,7 +19,6 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters import sdk
-from lockgate.adapters.claims import report_token
 from lockgate.adapters.sdk import serve
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import (
@@ -30,6 +29,7 @@ from lockgate.contracts.messages import (
     NormalizeResult,
     QueryResult,
 )
+from lockgate.contracts.proofs import report_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims
 from lockgate.intent import EffectIntent, encode_event

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockgate.adapters.claims import DEADLINE_MARGIN_S, report_token, too_late, write_by
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import AttemptReport, Claim, ClaimAnswer, ExecutionOrder
+from lockgate.contracts.proofs import DEADLINE_MARGIN_S, report_token, too_late, write_by
 from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict, ReportStage
 from lockgate.executor.claims import decide_claim
 from lockgate.executor.domain import on_deadline, on_report, withdraw

@@ -16,7 +16,6 @@ from datetime import timedelta
 import msgspec
 import pytest
 
-from lockgate.adapters.claims import report_token
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
@@ -28,6 +27,7 @@ from lockgate.contracts.messages import (
     FactsRequest,
     Withdraw,
 )
+from lockgate.contracts.proofs import report_token
 from lockgate.contracts.responses import ModelResponse
 from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.ids import derived_id

@@ -32,9 +32,10 @@ from lockgate.adapters.api import (
     SendBoundary,
     bounded,
 )
-from lockgate.adapters.claims import ClaimUnanswered, report_msg_id
+from lockgate.adapters.claims import ClaimUnanswered
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import AttemptReport, Claim, ClaimAnswer, ExecutionOrder
+from lockgate.contracts.proofs import report_msg_id
 from lockgate.contracts.vocabulary import ClaimVerdict, ReportStage
 from lockgate.core.ids import random_id
 from lockgate.runtime import metrics

@@ -33,7 +33,7 @@ from lockgate.adapters.api import (
     SendBoundary,
     bounded,
 )
-from lockgate.adapters.claims import DEADLINE_MARGIN_S, ClaimClient, ClaimUnanswered
+from lockgate.adapters.claims import ClaimClient, ClaimUnanswered
 from lockgate.adapters.functions import (
     CapabilityFunction,
     Context,
@@ -51,6 +51,7 @@ from lockgate.adapters.worker import (
     run_adapter,
     serve,
 )
+from lockgate.contracts.proofs import DEADLINE_MARGIN_S
 from lockgate.contracts.subjects import adapter as request_subject
 from lockgate.contracts.subjects import interrupt as interrupt_subject
 from lockgate.contracts.subjects import order as exec_subject

@@ -38,10 +38,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from lockgate.adapters.api import bounded
-from lockgate.adapters.claims import report_token, too_late, write_by
 from lockgate.contracts import subjects
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Claim, ClaimAnswer, ExecutionOrder
+from lockgate.contracts.proofs import report_token, too_late, write_by
 from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import EventStore, EventStoreUnavailable

@@ -9,11 +9,11 @@ from typing import Any
 
 import msgspec
 
-from lockgate.adapters.claims import report_token
 from lockgate.authz import Decision
 from lockgate.authz.engine import PolicyBundle
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import AttemptReport, ExecutionOrder, Facts
+from lockgate.contracts.proofs import report_token
 from lockgate.contracts.vocabulary import (
     AttemptStage,
     DecisionOutcome,
