@@ -17,7 +17,6 @@ from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import encode_event
-from lockgate.normalization.domain import consequence
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.ports.adapters import FakeAdapters
@@ -65,7 +64,12 @@ async def test_canonical_arguments_their_digest_and_the_facts_are_stored() -> No
     intent = await intent_of(ports, h)
     assert intent.state is State.NORMALIZED
     assert intent.normalized_arguments == {"case_id": "case-123", "note": "hello"}
-    assert intent.digest == digest(consequence(h.intent, CONTRACT, NORMALIZED))
+    assert intent.digest == digest({
+        "tenant": "tenant-a", "actor": "user-42", "capability": "case.add_note",
+        "contract_revision": CONTRACT.revision, "effect_class": "write",
+        "arguments": {"case_id": "case-123", "note": "hello"},
+        "resource": {"type": "case", "id": "case-123", "tenant": "tenant-a"},
+        "destination": "case-notes:tenant-a/case-123"})
     assert intent.normalized_facts == OPEN_FACTS
 
 
