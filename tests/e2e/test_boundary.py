@@ -25,8 +25,16 @@ from lockgate.contracts.proofs import report_msg_id
 from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent, Stamp, State
+from lockgate.intent.aggregate import Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import (
+    ApprovalRefused,
+    EffectCompleted,
+    Event,
+    ReportRefused,
+    ReviewApproved,
+    Withdrawn,
+)
 from lockgate.runtime.topology import (
     BUDGETS_BUCKET,
     CAPABILITIES_BUCKET,
@@ -59,7 +67,7 @@ async def as_user(system: System, user: str) -> tuple[Client, list[str]]:
     return await system.connect(user, error_cb=on_error), violations
 
 
-async def history(system: System, tenant: str, intent_id: str) -> list[EffectIntent.Event]:
+async def history(system: System, tenant: str, intent_id: str) -> list[Event]:
     nc = await system.connect()
     try:
         return [decode_event(e) for e in (await JetStreamEventStore(nc).load(tenant, intent_id)).events]
@@ -175,9 +183,9 @@ async def test_the_recorded_reviewer_is_the_authenticated_one_and_not_the_propos
     done = await gw.run(tenant="tenant-a", run_id=run_id).wait(candidate)
     assert done.status == "executed"
     events = await history(system, "tenant-a", candidate)
-    refusals = [e for e in events if isinstance(e, EffectIntent.ApprovalRefused)]
+    refusals = [e for e in events if isinstance(e, ApprovalRefused)]
     assert [(e.reviewer, e.reason) for e in refusals] == [("user-42", "review.self-approval")]
-    (approved,) = [e for e in events if isinstance(e, EffectIntent.ReviewApproved)]
+    (approved,) = [e for e in events if isinstance(e, ReviewApproved)]
     assert approved.reviewer == "alice"
     assert (world.invocations, len(world.ledger())) == (before[0] + 1, before[1] + 1)
 
@@ -207,13 +215,13 @@ async def test_withdraw_is_scoped_to_the_run_that_proposed(
     stopped = await gw.run(tenant="tenant-a", run_id=run_id).withdraw(candidate)
     assert stopped.status == "withdrawn"
     (withdrawn,) = [e for e in await history(system, "tenant-a", candidate)
-                    if isinstance(e, EffectIntent.Withdrawn)]
+                    if isinstance(e, Withdrawn)]
     assert withdrawn.by == "agent-tenant-a"
 
     _, second = await awaiting_review(gw)
     assert (await operator.withdraw("tenant-a", second)).status == "withdrawn"  # any run
     (by_operator,) = [e for e in await history(system, "tenant-a", second)
-                      if isinstance(e, EffectIntent.Withdrawn)]
+                      if isinstance(e, Withdrawn)]
     assert by_operator.by == "operator-ops"
 
 
@@ -262,7 +270,7 @@ async def test_forged_approval_with_a_service_credential_is_caught_at_the_gate(
         loaded = await store.load("tenant-a", candidate)
         intent = fold(decode_event(e) for e in loaded.events)
         assert intent is not None and intent.review_id is not None
-        forged = EffectIntent.ReviewApproved.next(
+        forged = ReviewApproved.next(
             intent, Stamp(now=T0, event_id=uuid.uuid4().hex, causation_id="forged"),
             review_id=intent.review_id, reviewer="mallory", digest="sha256:" + "f" * 64,
             policy_revision=intent.policy_revision or "", contract_revision=intent.contract_revision)
@@ -306,7 +314,7 @@ async def test_a_forged_report_published_first_does_not_take_the_genuine_reports
     done = await gw.run(tenant="tenant-a", run_id=run_id).wait(candidate, timeout_s=20)
     assert done.status == "executed"
     events = await history(system, "tenant-a", candidate)
-    assert [e.reason for e in events if isinstance(e, EffectIntent.ReportRefused)]
-    (completed,) = [e for e in events if isinstance(e, EffectIntent.EffectCompleted)]
+    assert [e.reason for e in events if isinstance(e, ReportRefused)]
+    (completed,) = [e for e in events if isinstance(e, EffectCompleted)]
     assert completed.receipt.get("note_id") != "forged"
     assert len(world.ledger()) == before + 1

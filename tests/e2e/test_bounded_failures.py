@@ -16,8 +16,14 @@ from lockgate.client.sdk import Gateway, Run, Turn
 from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event, State
+from lockgate.intent.aggregate import INTENT_TOPIC, Event, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import (
+    CandidateReceived,
+    CandidateRejected,
+    ProcessingAbandoned,
+    ReportRefused,
+)
 from lockgate.runtime.topology import RUNS_BUCKET
 from lockgate.testing.intents import T0
 from lockgate.testing.invariants import by_intent, violations
@@ -62,9 +68,9 @@ async def test_intake_gives_up_a_candidate_it_keeps_failing_on_and_says_so(
     turn = Turn(Run(gw, run_id, TENANT, "user-42"), "turn-1", "", ())
     response = await turn.propose(tool="case.add_note", arguments='{"note": "x"}', timeout_s=WAIT_S)
     assert (response.status, response.code) == ("rejected", "proposal.invalid")
-    events = await history_until(system, response.candidate_id, EffectIntent.CandidateRejected)
+    events = await history_until(system, response.candidate_id, CandidateRejected)
     rejected = events[0]
-    assert isinstance(rejected, EffectIntent.CandidateRejected)
+    assert isinstance(rejected, CandidateRejected)
     assert rejected.reason == "candidate.unprocessable"
     assert rejected.detail.startswith("intake: failed 5 times") and "ValidationError" in rejected.detail
     # Intake kept serving everyone else meanwhile.
@@ -80,7 +86,7 @@ async def test_a_service_gives_up_an_event_it_keeps_failing_on_and_the_model_is_
     run_id = f"corrupt-{uuid.uuid4().hex[:8]}"
     await corrupt_run(system, run_id)
     intent_id = intent_id_for(TENANT, run_id, "call-1")
-    received = EffectIntent.CandidateReceived(
+    received = CandidateReceived(
         originator_id=uuid.UUID(hex=intent_id), originator_version=1, timestamp=T0,
         originator_topic=INTENT_TOPIC, event_id=derived_id("test", intent_id), correlation_id=run_id,
         causation_id="test", tenant=TENANT, run_id=run_id, turn_id="turn-1", call_id="call-1",
@@ -94,9 +100,9 @@ async def test_a_service_gives_up_an_event_it_keeps_failing_on_and_the_model_is_
     finally:
         await nc.close()
 
-    events = await history_until(system, intent_id, EffectIntent.ProcessingAbandoned)
+    events = await history_until(system, intent_id, ProcessingAbandoned)
     abandoned = events[-1]
-    assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+    assert isinstance(abandoned, ProcessingAbandoned)
     assert abandoned.durable == "normalization" and "ValidationError" in abandoned.cause
     intent = fold(events)
     assert intent is not None and (intent.state, intent.reason) == (State.REFUSED, "candidate.unprocessable")
@@ -134,7 +140,7 @@ async def test_an_adapters_unreadable_reports_are_refused_on_the_intent_their_su
         deadline = asyncio.get_running_loop().time() + WAIT_S
         while True:
             events = [decode_event(e) for e in (await store.load(TENANT, done.candidate_id)).events]
-            refused = sorted(e.reason for e in events if isinstance(e, EffectIntent.ReportRefused))
+            refused = sorted(e.reason for e in events if isinstance(e, ReportRefused))
             if len(refused) >= 2:
                 break
             assert asyncio.get_running_loop().time() < deadline, events

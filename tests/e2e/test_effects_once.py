@@ -20,8 +20,8 @@ from lockgate.client.sdk import Gateway, Run
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import Event, ExecutionAuthorized, OutcomeUnknown, Reconciled
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System, running
 from lockgate.worlds.casenotes.world import DEMO_CREDENTIAL as CASE_CREDENTIAL
@@ -47,7 +47,7 @@ def items(system: System) -> ItemsWorld:
     return ItemsWorld(system.items_dir)
 
 
-async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Event]:
+async def events_of(system: System, candidate_id: str) -> list[Event]:
     nc = await system.connect()
     try:
         history = await JetStreamEventStore(nc).load("tenant-a", candidate_id)
@@ -56,8 +56,8 @@ async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Even
     return [decode_event(r) for r in history.events]
 
 
-def authorizations(events: list[EffectIntent.Event]) -> list[EffectIntent.ExecutionAuthorized]:
-    return [e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)]
+def authorizations(events: list[Event]) -> list[ExecutionAuthorized]:
+    return [e for e in events if isinstance(e, ExecutionAuthorized)]
 
 
 async def propose(gw: Gateway, tool: str, call_id: str) -> tuple[Run, asyncio.Task[ModelResponse]]:
@@ -94,8 +94,8 @@ async def executed_after_unknown(
              else await run.wait(first.candidate_id, past="outcome_unknown", timeout_s=60))
     assert (final.status, final.code) == ("executed", "operation.executed")
     kinds = [type(e) for e in await events_of(system, final.candidate_id)]
-    assert EffectIntent.OutcomeUnknown in kinds
-    assert kinds.index(EffectIntent.OutcomeUnknown) < kinds.index(EffectIntent.Reconciled)
+    assert OutcomeUnknown in kinds
+    assert kinds.index(OutcomeUnknown) < kinds.index(Reconciled)
     return final
 
 
@@ -130,7 +130,7 @@ async def test_q_lost_response_is_reconciled_not_repeated(
     assert items.invocations("Q") - calls == 1
     events = await events_of(system, final.candidate_id)
     assert len(authorizations(events)) == 1  # no second attempt was dispatched
-    (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
+    (reconciled,) = [e for e in events if isinstance(e, Reconciled)]
     assert (reconciled.finding, reconciled.resolution, reconciled.by) == (
         "confirmed", "completed", "reconciler")
 
@@ -162,7 +162,7 @@ async def test_q_absent_after_a_crash_is_retried_as_the_same_intent(
     first_try, second_try = authorizations(events)
     assert first_try.intent_key == second_try.intent_key  # same intent, same key
     assert first_try.attempt_id != second_try.attempt_id
-    (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
+    (reconciled,) = [e for e in events if isinstance(e, Reconciled)]
     assert (reconciled.finding, reconciled.resolution) == ("absent", "retry")
 
 
@@ -188,7 +188,7 @@ async def test_q_write_held_up_past_its_deadline_never_lands_beside_the_retry(
     events = await events_of(system, final.candidate_id)
     first_try, second_try = authorizations(events)
     assert first_try.intent_key == second_try.intent_key
-    (reconciled,) = [e for e in events if isinstance(e, EffectIntent.Reconciled)]
+    (reconciled,) = [e for e in events if isinstance(e, Reconciled)]
     assert (reconciled.finding, reconciled.resolution) == ("absent", "retry")
 
 
@@ -239,7 +239,7 @@ async def test_an_operator_settles_what_no_query_can(
         assert final.status == "executed"
     finally:
         await system.restart(ADAPTER)
-    (reconciled,) = [e for e in await events_of(system, candidate_id) if isinstance(e, EffectIntent.Reconciled)]
+    (reconciled,) = [e for e in await events_of(system, candidate_id) if isinstance(e, Reconciled)]
     assert (reconciled.by, reconciled.why, reconciled.resolution) == (
         "operator:ops", "the item is visible in space-1", "completed")
     assert len(mine(items.publications(), candidate_id)) == 1

@@ -21,8 +21,9 @@ from lockgate.contracts.subjects import INVALID_RUN, UNROUTABLE_TENANT, response
 from lockgate.core.ids import intent_id_for, random_id, reused_call_id_intent
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intake.domain import stand_in
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import CandidateReceived, CandidateRejected
 from lockgate.runtime.topology import RESPONSES
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
@@ -70,9 +71,9 @@ async def answer(system: System, tenant: str, run_id: str, intent_id: str) -> Mo
         await nc.close()
 
 
-def rejection(events: list[Event]) -> EffectIntent.CandidateRejected:
+def rejection(events: list[Event]) -> CandidateRejected:
     first = events[0]
-    assert isinstance(first, EffectIntent.CandidateRejected), first
+    assert isinstance(first, CandidateRejected), first
     return first
 
 
@@ -222,5 +223,5 @@ async def test_a_call_id_reused_with_other_bytes_is_refused_on_its_own_record(
     assert await turn.propose(tool="case.add_note", arguments='{"note": "second"}', call_id="same") == other
     assert len(world.ledger()) - writes == 1
     own = await recorded(system, TENANT, first.candidate_id)
-    assert isinstance(own[0], EffectIntent.CandidateReceived)
+    assert isinstance(own[0], CandidateReceived)
     assert own[0].candidate_digest == first.candidate_digest

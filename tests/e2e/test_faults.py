@@ -8,14 +8,15 @@ import msgspec
 
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
 from lockgate.intent.codec import fold
+from lockgate.intent.events import CandidateRejected, Event
 from lockgate.testing.invariants import by_intent, violations
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 
 
-async def stored_intents(system: System) -> dict[str, list[EffectIntent.Event]]:
+async def stored_intents(system: System) -> dict[str, list[Event]]:
     nc = await system.connect()
     try:
         return by_intent([e async for e in JetStreamEventStore(nc).scan()])
@@ -37,7 +38,7 @@ async def test_unreadable_candidate_is_rejected_on_the_record(system: System, gw
         await asyncio.sleep(0.1)
     (events,) = new.values()
     (rejected,) = events
-    assert isinstance(rejected, EffectIntent.CandidateRejected)
+    assert isinstance(rejected, CandidateRejected)
     assert rejected.reason == "candidate.malformed" and rejected.run_id == run.id
 
 

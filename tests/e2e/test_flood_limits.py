@@ -13,8 +13,8 @@ from lockgate.client.sdk import Gateway
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import random_id
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import CandidateRejected, Event, ReviewRequested
 from lockgate.runtime.topology import BUDGETS_BUCKET
 from lockgate.testing.system import System, bundle_copy, running
 from lockgate.worlds.casenotes.world import World
@@ -62,7 +62,7 @@ async def until_released(system: System) -> None:
         await asyncio.sleep(0.1)
 
 
-async def stored(system: System, candidate_id: str) -> list[EffectIntent.Event]:
+async def stored(system: System, candidate_id: str) -> list[Event]:
     nc = await system.connect()
     try:
         return [decode_event(e) for e in (await JetStreamEventStore(nc).load(
@@ -73,7 +73,7 @@ async def stored(system: System, candidate_id: str) -> list[EffectIntent.Event]:
 
 async def reason(system: System, response: ModelResponse) -> str:
     first = (await stored(system, response.candidate_id))[0]
-    assert isinstance(first, EffectIntent.CandidateRejected), first
+    assert isinstance(first, CandidateRejected), first
     return first.reason
 
 
@@ -93,7 +93,7 @@ async def test_past_a_limit_the_model_is_told_to_wait_and_nothing_runs(
 
     # The waiting one ends (its reviewer refuses): its place is given back from the record.
     review = next(e for e in await stored(system, waiting.candidate_id)
-                  if isinstance(e, EffectIntent.ReviewRequested))
+                  if isinstance(e, ReviewRequested))
     reviewer = await system.person("reviewer-alice")
     try:
         await reviewer.decide_review(tenant="tenant-a", candidate_id=waiting.candidate_id,

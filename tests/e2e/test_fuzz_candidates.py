@@ -33,8 +33,8 @@ from lockgate.contracts.subjects import propose_subject, response_subject
 from lockgate.core.ids import intent_id_for, random_id, reused_call_id_intent
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intake.domain import read_candidate
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import Event
 from lockgate.operations.status import CHILDREN, check_status
 from lockgate.runtime.topology import RESPONSES
 from lockgate.testing.invariants import by_intent, violations
@@ -104,7 +104,7 @@ async def until_stored(nc: Client, run_id: str, intent_id: str) -> bool:
     return True
 
 
-async def first_event(nc: Client, tenant: str, intent_id: str) -> EffectIntent.Event | None:
+async def first_event(nc: Client, tenant: str, intent_id: str) -> Event | None:
     history = await JetStreamEventStore(nc).load(tenant, intent_id)
     return decode_event(history.events[0]) if history.events else None
 

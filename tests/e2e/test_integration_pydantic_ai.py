@@ -35,8 +35,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from lockgate.client.sdk import Gateway
 from lockgate.integrations import GovernedRun, Outcome
 from lockgate.integrations.pydantic_ai import GovernedTools
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import CandidateReceived
 from lockgate.operations.deployment import RunInfo, write_run_info
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
@@ -118,14 +118,14 @@ async def decide(system: System, verb: str, candidate_id: str, *options: str) ->
     return said
 
 
-async def received(system: System, candidate_id: str) -> EffectIntent.CandidateReceived:
+async def received(system: System, candidate_id: str) -> CandidateReceived:
     nc = await system.connect()
     try:
         history = await system.store(nc).load(TENANT, candidate_id)
     finally:
         await nc.close()
     (event,) = [e for e in map(decode_event, history.events)
-                if isinstance(e, EffectIntent.CandidateReceived)]
+                if isinstance(e, CandidateReceived)]
     return event
 
 

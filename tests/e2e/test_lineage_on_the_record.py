@@ -15,8 +15,15 @@ import pytest
 
 from lockgate.client.sdk import Gateway, Refused
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import (
+    CandidateNormalized,
+    CandidateReceived,
+    CandidateRejected,
+    PolicyDecided,
+    ReviewRequested,
+)
 from lockgate.testing.system import System
 from lockgate.views.store import open_views
 from lockgate.worlds.casenotes.world import World
@@ -60,19 +67,19 @@ async def test_a_correction_in_the_turn_is_linked_to_the_refused_call_and_keeps_
     fixed = await turn.propose(tool=NOTE, arguments=note("first try"))
     assert fixed.status == "executed" and len(world.ledger()) == writes + 1
 
-    rejected = await first_of(system, first.candidate_id, EffectIntent.CandidateRejected)
+    rejected = await first_of(system, first.candidate_id, CandidateRejected)
     assert rejected.raw_arguments == broken  # the text exactly as received, kept as evidence
     assert (rejected.provider, rejected.model) == ("anthropic.messages", "m-7")
     assert rejected.provider_item == {"type": "tool_use", "id": "toolu_1", "name": NOTE}
-    received = await first_of(system, fixed.candidate_id, EffectIntent.CandidateReceived)
+    received = await first_of(system, fixed.candidate_id, CandidateReceived)
     assert (received.follows, received.follows_how) == (first.candidate_id, "automatic")
-    normalized = await first_of(system, fixed.candidate_id, EffectIntent.CandidateNormalized)
+    normalized = await first_of(system, fixed.candidate_id, CandidateNormalized)
     assert (normalized.lineage, normalized.lineage_root, normalized.lineage_denials) == (
         "repair", first.candidate_id, 0)
 
     other_turn = await run.open_turn()   # another turn: no automatic link
     later = await other_turn.propose(tool=NOTE, arguments=note("unrelated"))
-    assert (await first_of(system, later.candidate_id, EffectIntent.CandidateReceived)).follows == ""
+    assert (await first_of(system, later.candidate_id, CandidateReceived)).follows == ""
 
     views = open_views(var_dir=system.root)
     try:
@@ -103,16 +110,16 @@ async def test_a_reviewers_denial_flows_to_the_same_consequence_and_not_to_a_nar
     again = await turn.propose(tool=NOTE, arguments='{ "note" : "Escalate to legal and the press." }',
                                call_id="ask-2", follows="ask-1")
     assert again.status == "unavailable"
-    decided = await first_of(system, again.candidate_id, EffectIntent.PolicyDecided)
+    decided = await first_of(system, again.candidate_id, PolicyDecided)
     assert decided.reasons == ["lineage.denied-before"]
     assert not [e for e in await events_of(system, again.candidate_id)
-                if isinstance(e, EffectIntent.ReviewRequested)]   # the reviewer is not asked again
+                if isinstance(e, ReviewRequested)]   # the reviewer is not asked again
 
     # Other bytes: a new branch, reviewed afresh (an approval or a denial never crosses it).
     other = await turn.propose(tool=NOTE, arguments=note("Escalate to legal."), call_id="ask-3",
                                follows="ask-2")
     assert other.status == "pending_approval"
-    normalized = await first_of(system, other.candidate_id, EffectIntent.CandidateNormalized)
+    normalized = await first_of(system, other.candidate_id, CandidateNormalized)
     assert normalized.lineage == "branch" and normalized.lineage_denials == 2
     assert (world.invocations, len(world.ledger())) == writes
 
@@ -125,7 +132,7 @@ async def test_probing_a_forbidden_action_is_stopped_and_repairing_syntax_is_not
     statuses = []
     for i, spelling in enumerate(["Reopen it.", "reopen it", "REOPEN IT", "Re-open it.", "re open"]):
         answer = await turn.propose(tool=NOTE, arguments=note(spelling), call_id=f"probe-{i}")
-        statuses.append((await first_of(system, answer.candidate_id, EffectIntent.PolicyDecided)).reasons)
+        statuses.append((await first_of(system, answer.candidate_id, PolicyDecided)).reasons)
     # Each spelling is another consequence (another digest), linked to the refused one before it.
     assert statuses[:3] == [["case.closed"]] * 3
     assert statuses[3:] == [["run.progress-stalled"]] * 2
@@ -137,7 +144,7 @@ async def test_probing_a_forbidden_action_is_stopped_and_repairing_syntax_is_not
     writes = len(world.ledger())
     done = await t.propose(tool=NOTE, arguments=note("finally right"), call_id="fix-9")
     assert done.status == "executed" and len(world.ledger()) == writes + 1
-    normalized = await first_of(system, done.candidate_id, EffectIntent.CandidateNormalized)
+    normalized = await first_of(system, done.candidate_id, CandidateNormalized)
     assert (normalized.lineage, normalized.lineage_denials) == ("repair", 0)
 
 
@@ -146,7 +153,7 @@ async def test_a_declared_predecessor_must_be_a_candidate_of_the_run(system: Sys
     turn = await run.open_turn()
     answer = await turn.propose(tool=NOTE, arguments=note("x"), follows="never-proposed")
     assert (answer.status, answer.code) == ("rejected", "proposal.invalid")
-    rejected = await first_of(system, answer.candidate_id, EffectIntent.CandidateRejected)
+    rejected = await first_of(system, answer.candidate_id, CandidateRejected)
     assert rejected.reason == "lineage.unknown-predecessor"
 
 
@@ -160,10 +167,10 @@ async def test_a_turn_offers_what_the_run_may_touch_and_a_withheld_tool_is_not_o
     writes = len(world.ledger())
     refused = await turn.propose(tool=NOTE, arguments=note("x"))
     assert (refused.status, refused.code) == ("rejected", "proposal.invalid")
-    assert (await first_of(system, refused.candidate_id, EffectIntent.CandidateRejected)).reason == (
+    assert (await first_of(system, refused.candidate_id, CandidateRejected)).reason == (
         "tool.not-offered")
     unknown = await turn.propose(tool="case.export_all_notes", arguments="{}")
-    assert (await first_of(system, unknown.candidate_id, EffectIntent.CandidateRejected)).reason == (
+    assert (await first_of(system, unknown.candidate_id, CandidateRejected)).reason == (
         "tool.unknown")
     assert len(world.ledger()) == writes
 
@@ -184,7 +191,7 @@ async def test_a_run_offers_only_the_capabilities_its_agent_uses(
     for name in sorted(others):
         refused = await turn.propose(tool=name, arguments="{}")
         assert (refused.status, refused.code) == ("rejected", "proposal.invalid")
-        assert (await first_of(system, refused.candidate_id, EffectIntent.CandidateRejected)).reason == (
+        assert (await first_of(system, refused.candidate_id, CandidateRejected)).reason == (
             "tool.not-offered")
     assert len(world.ledger()) == writes
     with pytest.raises(Refused) as bad:

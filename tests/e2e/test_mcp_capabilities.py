@@ -26,8 +26,16 @@ import yaml
 
 from lockgate.client.sdk import Gateway, Run
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import (
+    CandidateNormalized,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    OutcomeUnknown,
+    Reconciled,
+    ReviewRequested,
+)
 from lockgate.mcp import subjects as mcp_subjects
 from lockgate.testing.system import REPO, System, running
 from lockgate.worlds.mcpservers import HttpServerProcess, State, arm, stdio_command
@@ -171,8 +179,8 @@ async def test_a_mapped_draft_is_offered_and_executes_through_the_pipeline(syste
     assert (drafts[0]["visibility"], bool(drafts[0]["notify"]), drafts[0]["title"]) == (
         "private", False, "Q3 plan")
     recorded = await events(system, response.candidate_id)
-    normalized = next(e for e in recorded if isinstance(e, EffectIntent.CandidateNormalized))
-    authorized = next(e for e in recorded if isinstance(e, EffectIntent.ExecutionAuthorized))
+    normalized = next(e for e in recorded if isinstance(e, CandidateNormalized))
+    authorized = next(e for e in recorded if isinstance(e, ExecutionAuthorized))
     # The record shows which mapping and which snapshot the intent used.
     assert normalized.resource["mcp_mapping"] == answer["revision"]
     assert normalized.resource["mcp_tool_digest"].startswith("sha256:")
@@ -198,7 +206,7 @@ async def test_a_description_change_quarantines_and_the_gate_refuses_the_old_app
     pending = await turn.propose(tool="board.publish", arguments='{"title": "Launch", "body": "We ship today."}')
     assert pending.status == "pending_approval"
     review = next(e for e in await events(system, pending.candidate_id)
-                  if isinstance(e, EffectIntent.ReviewRequested))
+                  if isinstance(e, ReviewRequested))
 
     # A rug pull: the same tool, a new description with instructions in it.
     arm(state(system, "q"), "change_description", tool="create_item")
@@ -218,7 +226,7 @@ async def test_a_description_change_quarantines_and_the_gate_refuses_the_old_app
     await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                                  review_id=review.review_id, digest=review.digest, approve=True)
     await run.wait(pending.candidate_id, timeout_s=30)
-    refused = [e for e in await events(system, pending.candidate_id) if isinstance(e, EffectIntent.GateRefused)]
+    refused = [e for e in await events(system, pending.candidate_id) if isinstance(e, GateRefused)]
     assert [e.reason for e in refused] == ["gate.mapping-changed"]
     assert items(system, "q") == []
 
@@ -240,19 +248,19 @@ async def test_a_lost_response_is_unknown_then_reconciled_by_query_exactly_once(
     turn = await run.open_turn()
     pending = await turn.propose(tool="board.publish", arguments='{"title": "Once", "body": "Exactly once."}')
     review = next(e for e in await events(system, pending.candidate_id)
-                  if isinstance(e, EffectIntent.ReviewRequested))
+                  if isinstance(e, ReviewRequested))
     await reviewer.decide_review(tenant="tenant-a", candidate_id=pending.candidate_id,
                                  review_id=review.review_id, digest=review.digest, approve=True)
 
     async def settled() -> list[Any]:
         recorded = await events(system, pending.candidate_id)
-        return recorded if any(isinstance(e, EffectIntent.Reconciled) for e in recorded) else []
+        return recorded if any(isinstance(e, Reconciled) for e in recorded) else []
 
     recorded = await until(settled, timeout_s=60)
-    assert any(isinstance(e, EffectIntent.OutcomeUnknown) for e in recorded)
-    reconciled = next(e for e in recorded if isinstance(e, EffectIntent.Reconciled))
+    assert any(isinstance(e, OutcomeUnknown) for e in recorded)
+    reconciled = next(e for e in recorded if isinstance(e, Reconciled))
     assert (str(reconciled.finding), str(reconciled.resolution)) == ("confirmed", "completed")
-    authorized = [e for e in recorded if isinstance(e, EffectIntent.ExecutionAuthorized)]
+    authorized = [e for e in recorded if isinstance(e, ExecutionAuthorized)]
     published = items(system, "q")
     assert len(authorized) == 1 and len(published) == 1
     assert published[0]["key"] == authorized[0].intent_key
@@ -270,12 +278,12 @@ async def test_a_lost_response_on_the_draft_server_still_makes_one_draft(system:
 
     async def ended() -> list[Any]:
         recorded = await events(system, response.candidate_id)
-        done = any(isinstance(e, (EffectIntent.Reconciled, EffectIntent.EffectCompleted)) for e in recorded)
+        done = any(isinstance(e, (Reconciled, EffectCompleted)) for e in recorded)
         return recorded if done else []
 
     recorded = await until(ended, timeout_s=60)
     drafts = items(system, "p")[before:]
-    authorized = [e for e in recorded if isinstance(e, EffectIntent.ExecutionAuthorized)]
+    authorized = [e for e in recorded if isinstance(e, ExecutionAuthorized)]
     assert len(drafts) == 1 and drafts[0]["title"] == "Lost once"
     assert {drafts[0]["key"]} == {e.intent_key for e in authorized}
     assert (await run.wait(response.candidate_id, past="outcome_unknown", timeout_s=30)).status == "executed"

@@ -24,8 +24,8 @@ import pytest
 
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import ReviewDenied, Withdrawn
 from lockgate.testing.frameworks import child_env, lockgate_command, review
 from lockgate.testing.mcp_front import ACTOR, TENANT, Front, http_front
 from lockgate.testing.system import REPO, System
@@ -483,7 +483,7 @@ async def test_sdk_task_denied_in_the_handshake_era_fails_with_the_denial(
     assert payload["isError"] is True
     assert structured(payload) == structured(status)
     assert structured(status)["status"] not in ("executed", "pending_approval")
-    assert any(isinstance(e, EffectIntent.ReviewDenied) for e in await recorded(system, candidate_id))
+    assert any(isinstance(e, ReviewDenied) for e in await recorded(system, candidate_id))
     assert len(notes_on(world, SENSITIVE)) == before
 
 
@@ -505,7 +505,7 @@ async def test_sdk_task_denied_in_the_stateless_era_completes_with_the_denial(
     assert outcome["result"]["isError"] is True
     assert structured(outcome["result"]) == structured(status)
     assert structured(status)["status"] not in ("executed", "pending_approval")
-    assert any(isinstance(e, EffectIntent.ReviewDenied) for e in await recorded(system, candidate_id))
+    assert any(isinstance(e, ReviewDenied) for e in await recorded(system, candidate_id))
     assert len(notes_on(world, SENSITIVE)) == before
 
 
@@ -520,7 +520,7 @@ async def test_sdk_task_cancelled_withdraws_the_candidate_and_writes_nothing(
         task = await task_until(client, task_id)
         outcome = (await client.ask("task-result", taskId=task_id))["outcome"]
     assert task["status"] == outcome["status"] == "cancelled"
-    assert any(isinstance(e, EffectIntent.Withdrawn) for e in await recorded(system, candidate_id))
+    assert any(isinstance(e, Withdrawn) for e in await recorded(system, candidate_id))
     assert len(notes_on(world, SENSITIVE)) == before
 
 

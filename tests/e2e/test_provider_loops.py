@@ -19,7 +19,7 @@ from lockgate.client.providers import samples as s
 from lockgate.client.sdk import Gateway, Run, Turn
 from lockgate.core.ids import intent_id_for, random_id
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import CandidateReceived, CandidateRejected, Event
 from lockgate.testing.invariants import by_intent
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
@@ -40,7 +40,7 @@ async def new_turn(gw: Gateway) -> Turn:
     return await (await open_run(gw)).open_turn()
 
 
-async def stored(system: System) -> dict[str, list[EffectIntent.Event]]:
+async def stored(system: System) -> dict[str, list[Event]]:
     nc = await system.connect()
     try:
         return by_intent([e async for e in JetStreamEventStore(nc).scan()])
@@ -48,7 +48,7 @@ async def stored(system: System) -> dict[str, list[EffectIntent.Event]]:
         await nc.close()
 
 
-async def first_event(system: System, turn: Turn, call_id: str) -> EffectIntent.Event:
+async def first_event(system: System, turn: Turn, call_id: str) -> Event:
     intent = intent_id_for("tenant-a", turn.run.id, call_id)
     deadline = asyncio.get_running_loop().time() + 10
     while True:
@@ -117,7 +117,7 @@ async def test_the_record_keeps_provider_model_and_item(provider: str, system: S
     await providers.propose_response(turn, provider, raw)
     for call in parsed.calls:
         received = await first_event(system, turn, call.call_id)
-        assert isinstance(received, EffectIntent.CandidateReceived)
+        assert isinstance(received, CandidateReceived)
         assert received.provider == provider
         assert received.model == parsed.model
         assert received.provider_item == call.provider_item
@@ -134,7 +134,7 @@ async def test_duplicate_keys_reach_intake_and_are_refused(system: System, gw: G
     (answer,) = outcome.answers
     assert answer.response.status == "rejected"
     rejected = await first_event(system, turn, "toolu_dup")
-    assert isinstance(rejected, EffectIntent.CandidateRejected)
+    assert isinstance(rejected, CandidateRejected)
     assert rejected.reason == "tool.arguments.duplicate"
     assert len(world.ledger()) == before
     (user,) = outcome.messages()
@@ -176,7 +176,7 @@ async def test_a_stream_cut_mid_argument_writes_nothing(provider: str, system: S
     (answer,) = outcome.answers
     assert answer.call.failure == "stream.truncated"
     assert answer.response.status == "rejected"
-    assert isinstance(await first_event(system, turn, answer.call.call_id), EffectIntent.CandidateRejected)
+    assert isinstance(await first_event(system, turn, answer.call.call_id), CandidateRejected)
     assert len(world.ledger()) == before
     check_results(provider, outcome.messages())
 
@@ -187,7 +187,7 @@ async def test_a_cut_stream_is_recorded_with_its_cause(provider: str, system: Sy
     outcome = await providers.propose_stream(turn, provider, events_of(cut_stream(provider), provider))
     (answer,) = outcome.answers
     rejected = await first_event(system, turn, answer.call.call_id)
-    assert isinstance(rejected, EffectIntent.CandidateRejected)
+    assert isinstance(rejected, CandidateRejected)
     assert rejected.reason == "stream.truncated"
     assert rejected.provider == provider
     assert rejected.raw_arguments == answer.call.arguments
@@ -220,7 +220,7 @@ async def test_a_cancelled_stream_writes_nothing_and_tells_the_model_nothing(
     (answer,) = outcome.answers
     assert answer.call.failure == "stream.cancelled"
     assert outcome.messages() == []  # the model never finished it: nothing to answer
-    assert isinstance(await first_event(system, turn, answer.call.call_id), EffectIntent.CandidateRejected)
+    assert isinstance(await first_event(system, turn, answer.call.call_id), CandidateRejected)
     assert len(world.ledger()) == before
 
 
@@ -230,7 +230,7 @@ async def test_a_cancelled_stream_is_recorded_as_cancelled(system: System, gw: G
     stop = asyncio.Event()
     outcome = await examples.anthropic_streamed_step(turn, stopped_midway(streamed, stop, middle), stop)
     rejected = await first_event(system, turn, outcome.answers[0].call.call_id)
-    assert isinstance(rejected, EffectIntent.CandidateRejected) and rejected.reason == "stream.cancelled"
+    assert isinstance(rejected, CandidateRejected) and rejected.reason == "stream.cancelled"
 
 
 def hosted_search_response() -> bytes:
@@ -250,7 +250,7 @@ async def test_an_unknown_item_is_on_the_record_and_never_runs(system: System, g
     (answer,) = outcome.answers
     assert (answer.call.failure, answer.response.status) == ("provider.unknown-item", "rejected")
     assert outcome.tool_results() == []
-    assert isinstance(await first_event(system, turn, answer.call.call_id), EffectIntent.CandidateRejected)
+    assert isinstance(await first_event(system, turn, answer.call.call_id), CandidateRejected)
     assert len(world.ledger()) == before
 
 
@@ -258,7 +258,7 @@ async def test_an_unknown_item_is_recorded_with_its_cause(system: System, gw: Ga
     turn = await new_turn(gw)
     outcome = await providers.propose_response(turn, "openai.responses", hosted_search_response())
     rejected = await first_event(system, turn, outcome.answers[0].call.call_id)
-    assert isinstance(rejected, EffectIntent.CandidateRejected)
+    assert isinstance(rejected, CandidateRejected)
     assert rejected.reason == "provider.unknown-item"
 
 

@@ -41,6 +41,17 @@ from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
+from lockgate.intent.events import (
+    AttemptFailedBeforeSend,
+    ExecutionAuthorized,
+    GateRefused,
+    InterruptionRequested,
+    OutcomeUnknown,
+    Reconciled,
+    ReportRefused,
+    WithdrawalRequested,
+    Withdrawn,
+)
 from lockgate.operations.status import CHILDREN
 from lockgate.runtime.specs import ENDS_HOLD
 from lockgate.runtime.topology import LOCKS_BUCKET
@@ -444,13 +455,13 @@ class Settled:
         paths: Counter[str] = Counter()
         for intent_id in self.candidates:
             for e in self.histories.get(intent_id, []):
-                if isinstance(e, EffectIntent.Reconciled):
+                if isinstance(e, Reconciled):
                     paths[f"Reconciled:{e.finding}/{e.resolution}"] += 1
-                elif isinstance(e, (EffectIntent.GateRefused, EffectIntent.AttemptFailedBeforeSend)):
+                elif isinstance(e, (GateRefused, AttemptFailedBeforeSend)):
                     paths[f"{type(e).__name__}:{e.reason}"] += 1
-                elif isinstance(e, (EffectIntent.OutcomeUnknown, EffectIntent.ExecutionAuthorized,
-                                    EffectIntent.WithdrawalRequested, EffectIntent.Withdrawn,
-                                    EffectIntent.InterruptionRequested, EffectIntent.ReportRefused)):
+                elif isinstance(e, (OutcomeUnknown, ExecutionAuthorized,
+                                    WithdrawalRequested, Withdrawn,
+                                    InterruptionRequested, ReportRefused)):
                     paths[type(e).__name__] += 1
         return paths
 

@@ -29,8 +29,8 @@ from lockgate.cli.app import main
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import Describe
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import CandidateNormalized, CandidateReceived, ReviewRequested
 from lockgate.replay.counterfactual import counterfactual
 from lockgate.replay.fixtures import FIXTURE_MISSING
 from lockgate.replay.record import Candidate, Selection, Sources, candidates
@@ -82,7 +82,7 @@ async def _record(system: System) -> Recorded:
                 finally:
                     await nc.close()
                 review = next(e for e in map(decode_event, history.events)
-                              if isinstance(e, EffectIntent.ReviewRequested))
+                              if isinstance(e, ReviewRequested))
                 await alice.decide_review(tenant="tenant-a", candidate_id=answer.candidate_id,
                                           review_id=review.review_id, digest=review.digest, approve=True)
                 assert (await run.wait(answer.candidate_id)).status == "executed"
@@ -269,9 +269,9 @@ async def test_missing_facts_stop_the_intent_on_the_record(
     """Normalization answered by a declared fixture, no facts anywhere: policy cannot ask
     the world, and the fixture world gives the intent up with the missing fixture as cause."""
     (candidate,) = _candidates(system, (recorded.executed,))
-    first, normalized = candidate.first, candidate.of(EffectIntent.CandidateNormalized)[0]
-    assert isinstance(first, EffectIntent.CandidateReceived)
-    assert isinstance(normalized, EffectIntent.CandidateNormalized)
+    first, normalized = candidate.first, candidate.of(CandidateNormalized)[0]
+    assert isinstance(first, CandidateReceived)
+    assert isinstance(normalized, CandidateNormalized)
     declared = tmp_path / "fixtures.yaml"
     declared.write_text(json.dumps({"normalize": [{
         "capability": first.tool, "tenant": first.tenant, "actor": first.actor,
@@ -384,7 +384,7 @@ async def test_the_replay_user_reads_runs_and_contracts(
 ) -> None:
     (candidate,) = _candidates(system, (recorded.executed,))
     first = candidate.first
-    assert isinstance(first, EffectIntent.CandidateReceived)
+    assert isinstance(first, CandidateReceived)
     run = await deployment.run("tenant-a", first.run_id)
     assert run is not None and run.context == {"case_id": "case-123"}
     contract = await deployment.contract("case.add_note")

@@ -10,8 +10,15 @@ import pytest
 
 from lockgate.client.sdk import Gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import (
+    CandidateNormalized,
+    EffectCompleted,
+    Event,
+    NormalizationFailed,
+    PolicyDecided,
+    ReviewRequested,
+)
 from lockgate.testing.system import System
 from lockgate.worlds.repo.sandbox import SandboxSettings, SandboxUnavailable, run_sandboxed
 from lockgate.worlds.repo.world import World
@@ -38,7 +45,7 @@ def repo(system: System) -> World:
     return World(system.repo_dir)
 
 
-async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Event]:
+async def events_of(system: System, candidate_id: str) -> list[Event]:
     nc = await system.connect()
     try:
         history = await JetStreamEventStore(nc).load("tenant-a", candidate_id)
@@ -47,14 +54,14 @@ async def events_of(system: System, candidate_id: str) -> list[EffectIntent.Even
     return [decode_event(recorded) for recorded in history.events]
 
 
-async def one(system: System, candidate_id: str, kind: type[EffectIntent.Event]) -> EffectIntent.Event:
+async def one(system: System, candidate_id: str, kind: type[Event]) -> Event:
     [event] = [e for e in await events_of(system, candidate_id) if isinstance(e, kind)]
     return event
 
 
-async def approve(system: System, reviewer: Gateway, candidate_id: str) -> EffectIntent.ReviewRequested:
-    review = await one(system, candidate_id, EffectIntent.ReviewRequested)
-    assert isinstance(review, EffectIntent.ReviewRequested)
+async def approve(system: System, reviewer: Gateway, candidate_id: str) -> ReviewRequested:
+    review = await one(system, candidate_id, ReviewRequested)
+    assert isinstance(review, ReviewRequested)
     decided = await reviewer.decide_review(tenant="tenant-a", candidate_id=candidate_id,
                                            review_id=review.review_id, digest=review.digest,
                                            approve=True)
@@ -74,7 +81,7 @@ async def test_a_file_is_read_as_untrusted_text_under_one_name(
     assert (done.result["path"], done.result["revision"]) == ("docs/report.md", "r3")
     plain = await turn.propose(tool="repo.read_file", arguments='{"path": "docs/report.md"}')
     assert plain.status == "executed"
-    digests = [(await one(system, c, EffectIntent.CandidateNormalized)).digest  # type: ignore[attr-defined]
+    digests = [(await one(system, c, CandidateNormalized)).digest  # type: ignore[attr-defined]
                for c in (done.candidate_id, plain.candidate_id)]
     assert digests[0] == digests[1]
     assert [r["path"] for r in repo.reads()][-2:] == ["docs/report.md", "docs/report.md"]
@@ -95,7 +102,7 @@ async def test_a_way_out_of_the_workspace_is_rejected_and_nothing_is_read(
     resp = await turn.propose(tool="repo.read_file", arguments=f'{{"path": "{path}"}}')
     assert (resp.status, resp.code, resp.field) == ("rejected", code, "path")
     assert (repo.invocations("read_file"), len(repo.reads())) == before
-    failed = await one(system, resp.candidate_id, EffectIntent.NormalizationFailed)
+    failed = await one(system, resp.candidate_id, NormalizationFailed)
     assert failed.reason == code  # type: ignore[attr-defined]
 
 
@@ -107,10 +114,10 @@ async def test_allowed_tests_run_in_the_sandbox_and_the_record_keeps_both_decisi
     done = await turn.propose(tool="repo.run_tests", arguments='{"command": "python -m pytest -q"}')
     assert (done.status, done.code) == ("executed", "operation.executed")
     assert done.result is not None and done.result["passed"] is True
-    decided = await one(system, done.candidate_id, EffectIntent.PolicyDecided)
+    decided = await one(system, done.candidate_id, PolicyDecided)
     assert decided.outcome == "allow"  # type: ignore[attr-defined]
     assert decided.facts["command"] == "python -m pytest -q"  # type: ignore[attr-defined]
-    completed = await one(system, done.candidate_id, EffectIntent.EffectCompleted)
+    completed = await one(system, done.candidate_id, EffectCompleted)
     receipt = completed.receipt  # type: ignore[attr-defined]
     assert (receipt["sandbox_established"], receipt["sandbox_network"]) == ("true", "none")
     assert (receipt["sandbox_timed_out"], receipt["exit_code"]) == ("false", "0")
@@ -152,7 +159,7 @@ async def test_a_publication_waits_for_its_own_review_and_posts_once(
                                  arguments=f'{{"artifact": "{artifact}"}}')
     assert (publish.status, publish.code) == ("pending_approval", "approval.pending")
     assert len(repo.board_posts()) == posts  # nothing reached the board
-    review = await one(system, publish.candidate_id, EffectIntent.ReviewRequested)
+    review = await one(system, publish.candidate_id, ReviewRequested)
     assert review.review_id != first_review.review_id  # type: ignore[attr-defined]
     assert "external-review-board" in review.summary  # type: ignore[attr-defined]
     assert review.shown["title"] == "Compensation review (confidential)"  # type: ignore[attr-defined]
@@ -201,8 +208,8 @@ async def test_the_seed_sequence_is_one_lineage_from_reading_to_disclosure(
                                  arguments=json.dumps({"artifact": prepared.result["artifact"]}))
     # The summary's approval does not cover its publication: its own review, nothing posted.
     assert publish.status == "pending_approval"
-    publish_review = await one(system, publish.candidate_id, EffectIntent.ReviewRequested)
-    assert isinstance(publish_review, EffectIntent.ReviewRequested)
+    publish_review = await one(system, publish.candidate_id, ReviewRequested)
+    assert isinstance(publish_review, ReviewRequested)
     assert publish_review.digest != summary_review.digest
     assert len(repo.board_posts()) == posts
     await approve(system, reviewer, publish.candidate_id)
@@ -213,7 +220,7 @@ async def test_the_seed_sequence_is_one_lineage_from_reading_to_disclosure(
     for answer in (wrong, read, summary, publish):
         events = await events_of(system, answer.candidate_id)
         first = events[0]
-        normalized = [e for e in events if isinstance(e, EffectIntent.CandidateNormalized)]
+        normalized = [e for e in events if isinstance(e, CandidateNormalized)]
         steps[answer.candidate_id] = (
             getattr(first, "follows", ""), normalized[0].lineage if normalized else None,
             normalized[0].effect_class if normalized else None)
@@ -284,7 +291,7 @@ async def test_planted_repository_code_reads_no_credential_and_writes_nothing_ou
     assert found["wrote"] == [] and sum(found["write"].values()) == len(planted)
     assert not [p for p in planted if p.exists()]
     assert found["processes"] <= 4 and found["broker"].startswith("refused:")
-    completed = await one(system, done.candidate_id, EffectIntent.EffectCompleted)
+    completed = await one(system, done.candidate_id, EffectCompleted)
     receipt = completed.receipt  # type: ignore[attr-defined]
     assert (receipt["sandbox_filesystem"], receipt["sandbox_user_namespaces"]) == ("private", "disabled")
     assert str(system.root) not in receipt["sandbox_visible"]

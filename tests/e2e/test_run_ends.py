@@ -13,8 +13,8 @@ import pytest
 
 from lockgate.client.sdk import Gateway, PermissionDenied, Refused, Run, connect
 from lockgate.contracts.subjects import lease_subject
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import CandidateRejected, Withdrawn
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 
@@ -22,11 +22,11 @@ TENANT = "tenant-a"
 NOTE = "case.add_note"
 
 
-async def withdrawal_of(system: System, candidate_id: str) -> EffectIntent.Withdrawn:
+async def withdrawal_of(system: System, candidate_id: str) -> Withdrawn:
     nc = await system.connect()
     try:
         for event in map(decode_event, (await system.store(nc).load(TENANT, candidate_id)).events):
-            if isinstance(event, EffectIntent.Withdrawn):
+            if isinstance(event, Withdrawn):
                 return event
     finally:
         await nc.close()
@@ -68,7 +68,7 @@ async def test_a_closed_run_withdraws_what_it_left_waiting_and_takes_nothing_mor
         first_event = decode_event((await system.store(nc).load(TENANT, refused.candidate_id)).events[0])
     finally:
         await nc.close()
-    assert isinstance(first_event, EffectIntent.CandidateRejected) and first_event.reason == "run.ended"
+    assert isinstance(first_event, CandidateRejected) and first_event.reason == "run.ended"
     assert len(world.ledger()) == before
     # Closing again changes nothing.
     assert (await run.close()).withdrawn == {}

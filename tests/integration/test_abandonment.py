@@ -12,8 +12,14 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from lockgate.contracts.messages import AttemptReport
-from lockgate.intent.aggregate import EffectIntent, Stamp, State
+from lockgate.intent.aggregate import Stamp, State
 from lockgate.intent.codec import decode_event, encode_event
+from lockgate.intent.events import (
+    AttemptSent,
+    EffectCompleted,
+    ExecutionAuthorized,
+    ProcessingAbandoned,
+)
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.intents import load_intent
 from lockgate.runtime.service import Unaddressed, abandon_event, abandon_report
@@ -33,9 +39,9 @@ async def ports(nc: Client) -> AsyncIterator[Ports]:
 
 def sent_history() -> History:
     h = History().normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
-    return h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    return h.add(AttemptSent, attempt_id="a1")
 
 
 def message(subject: str, data: bytes, headers: dict[str, str] | None = None, seq: int = 9) -> object:
@@ -67,7 +73,7 @@ async def test_an_event_given_up_is_recorded_even_when_its_aggregate_does_not_fo
     history = await ports.store.append(await ports.store.load("tenant-a", h.intent_id),
                                        [encode_event(e) for e in h.events])
     # An event that decodes but does not apply: an attempt the intent never authorized.
-    broken = EffectIntent.EffectCompleted.next(
+    broken = EffectCompleted.next(
         h.intent, Stamp(now=T0, event_id="broken", causation_id="c"), attempt_id="nope", receipt={},
         result={}, provenance={})
     history = await ports.store.append(history, [encode_event(broken)])
@@ -78,7 +84,7 @@ async def test_an_event_given_up_is_recorded_even_when_its_aggregate_does_not_fo
     stored = (await ports.store.load("tenant-a", h.intent_id)).events
     assert [e.event_type for e in stored][-1] == "ProcessingAbandoned"
     abandoned = decode_event(stored[-1])
-    assert isinstance(abandoned, EffectIntent.ProcessingAbandoned) and abandoned.trigger == "broken"
+    assert isinstance(abandoned, ProcessingAbandoned) and abandoned.trigger == "broken"
     # Giving up a ProcessingAbandoned itself records nothing more: that would never end.
     again = message(f"lg.evt.tenant-a.{h.intent_id}.{stored[-1].version}.ProcessingAbandoned",
                     stored[-1].data, {"Nats-Msg-Id": stored[-1].event_id}, seq=stored[-1].sequence)

@@ -38,7 +38,17 @@ from lockgate.contracts.proofs import report_msg_id, report_token
 from lockgate.contracts.vocabulary import QueryFinding, ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims
-from lockgate.intent import EffectIntent, Event, Stamp, decode_event, encode_event, fold
+from lockgate.intent import Event, Stamp, decode_event, encode_event, fold
+from lockgate.intent.events import (
+    AttemptFailedBeforeSend,
+    AttemptSent,
+    CandidateNormalized,
+    CandidateReceived,
+    EffectCompleted,
+    ExecutionAuthorized,
+    PolicyDecided,
+    WithdrawalRequested,
+)
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
 from lockgate.worlds.casenotes import CONTRACT, DEMO_CREDENTIAL, CaseNotesAdapter, World
 
@@ -88,7 +98,7 @@ class Intent:
     async def up_to_policy(self) -> int:
         """Received, normalized, allowed; returns the last version."""
         await self._store(
-            EffectIntent.CandidateReceived(
+            CandidateReceived(
                 originator_id=uuid.UUID(hex=self.intent_id),
                 originator_version=1,
                 timestamp=NOW,
@@ -110,7 +120,7 @@ class Intent:
             )
         )
         await self.append(
-            EffectIntent.CandidateNormalized,
+            CandidateNormalized,
             arguments=self.arguments,
             resource={"type": "case", "id": self.case_id, "tenant": self.tenant},
             destination=f"case-notes:{self.tenant}/{self.case_id}",
@@ -120,7 +130,7 @@ class Intent:
             contract_revision=CONTRACT.revision,
         )
         return await self.append(
-            EffectIntent.PolicyDecided,
+            PolicyDecided,
             outcome="allow",
             policy_revision="p1",
             reasons=[],
@@ -133,7 +143,7 @@ class Intent:
     async def authorize(self, attempt_id: str, version: int = 1, deadline_s: float = 30) -> int:
         """Record ExecutionAuthorized for ``attempt_id``; returns its version."""
         return await self.append(
-            EffectIntent.ExecutionAuthorized,
+            ExecutionAuthorized,
             attempt_id=attempt_id,
             intent_key=self.key,
             digest=self.digest,
@@ -474,7 +484,7 @@ async def test_authorized_order_is_executed_once_and_reported(served: Env) -> No
     assert completed.token and [msg_id for _, msg_id in await served.reports(intent.intent_id)] == [
         report_msg_id(intent.att(1), ReportStage.COMPLETED, completed.token)]
     # The crossing is on the record, claimed before the write, naming the worker's try.
-    sent = [e for e in await intent.recorded() if isinstance(e, EffectIntent.AttemptSent)]
+    sent = [e for e in await intent.recorded() if isinstance(e, AttemptSent)]
     assert len(sent) == 1 and sent[0].claimant.startswith("test-adapter:")
     assert sdk.invocations[CAPABILITY] == before + 1
     assert served.world.invocations == 1
@@ -630,7 +640,7 @@ async def test_order_of_a_superseded_attempt_is_stale(served: Env) -> None:
     await intent.up_to_policy()
     first = await intent.authorize(intent.att(1))
     await intent.append(
-        EffectIntent.AttemptFailedBeforeSend, attempt_id=intent.att(1), reason="x", detail=""
+        AttemptFailedBeforeSend, attempt_id=intent.att(1), reason="x", detail=""
     )
     await intent.authorize(intent.att(2))
 
@@ -645,8 +655,8 @@ async def test_order_of_a_completed_intent_is_stale(served: Env) -> None:
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
-    await intent.append(EffectIntent.AttemptSent, attempt_id=intent.att(1))
-    await intent.append(EffectIntent.EffectCompleted, attempt_id=intent.att(1), receipt={}, result={},
+    await intent.append(AttemptSent, attempt_id=intent.att(1))
+    await intent.append(EffectCompleted, attempt_id=intent.att(1), receipt={}, result={},
                         provenance={})
 
     await served.publish(intent.order(intent.att(1), version))
@@ -801,7 +811,7 @@ async def test_an_order_whose_withdrawal_was_requested_is_withdrawn_at_its_bound
     intent = served.intent()
     await intent.up_to_policy()
     version = await intent.authorize(intent.att(1))
-    await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
+    await intent.append(WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
 
     await served.publish(intent.order(intent.att(1), version))
     await served.settled()
@@ -841,7 +851,7 @@ async def test_a_withdrawal_requested_while_the_worker_runs_stops_it_at_its_boun
     await env.publish(intent.order(intent.att(1), version))
     await asyncio.wait_for(adapter.entered.wait(), 5)
 
-    await intent.append(EffectIntent.WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
+    await intent.append(WithdrawalRequested, attempt_id=intent.att(1), by="runtime", why="")
     adapter.go.set()
     await env.wait_for_event(intent, "Withdrawn")
     await env.settled()
@@ -870,7 +880,7 @@ async def test_no_worker_crosses_an_attempt_past_its_deadline(served: Env) -> No
     version = await intent.authorize(intent.att(1), deadline_s=sdk.DEADLINE_MARGIN_S / 2)
     await served.publish(intent.order(intent.att(1), version))
     await served.settled()
-    failed = [e for e in await intent.recorded() if isinstance(e, EffectIntent.AttemptFailedBeforeSend)]
+    failed = [e for e in await intent.recorded() if isinstance(e, AttemptFailedBeforeSend)]
     assert [f.reason for f in failed] == ["order.expired"]
     assert served.world.invocations == 0
 

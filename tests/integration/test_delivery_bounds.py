@@ -28,8 +28,9 @@ from lockgate.contracts.vocabulary import ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.subjects import event_subject
 from lockgate.executor.app import create_app as executor_app
-from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.aggregate import Event, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import ProcessingAbandoned, ReportRefused
 from lockgate.normalization.app import create_app as normalization_app
 from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.settings import Settings
@@ -109,7 +110,7 @@ async def until_abandoned(
     deadline = time.monotonic() + WAIT_S
     while True:
         events = [decode_event(e) for e in (await store.load("tenant-a", intent_id)).events]
-        if any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events):
+        if any(isinstance(e, ProcessingAbandoned) for e in events):
             return events, proc
         assert time.monotonic() < deadline, (deaths.read_text() if deaths.exists() else "no deaths")
         if proc.poll() is not None:
@@ -143,7 +144,7 @@ async def test_a_message_that_kills_its_process_every_time_is_given_up_on_the_re
         deadline = time.monotonic() + WAIT_S
         events, proc = await until_abandoned(store, h.intent_id, proc, restart, deaths)
         abandoned = events[-1]
-        assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+        assert isinstance(abandoned, ProcessingAbandoned)
         assert (abandoned.durable, abandoned.deliveries) == ("executor-gate", 4)
         assert "delivered 4 times" in abandoned.cause
         intent = fold(events)
@@ -198,9 +199,9 @@ async def test_an_unreadable_stored_event_is_given_up_on_the_intent_its_subject_
         ack = await js.publish(event_subject("tenant-a", intent_id, 1, "CandidateReceived"), POISON,
                                headers={"Nats-Msg-Id": "poison-1"})
         store = JetStreamEventStore(nc)
-        events = await stored_until(store, intent_id, EffectIntent.ProcessingAbandoned)
+        events = await stored_until(store, intent_id, ProcessingAbandoned)
         (abandoned,) = events
-        assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+        assert isinstance(abandoned, ProcessingAbandoned)
         assert (abandoned.durable, abandoned.trigger, abandoned.deliveries) == ("normalization", "poison-1", 1)
         assert abandoned.cause.startswith("unreadable event: EventDecodeError")
         await drained(js, EVENTS, "normalization", ack.seq)
@@ -230,9 +231,9 @@ async def test_unreadable_and_unaddressed_reports_are_refused_on_the_intent_thei
         # On a subject whose intent nobody stored: no record to put it on.
         stray = await js.publish(report_subject(CAPABILITY, uuid.uuid4().hex), b"\xff",
                                  headers={"Nats-Msg-Id": "stray"})
-        events = await stored_until(store, h.intent_id, EffectIntent.ReportRefused, count=2)
+        events = await stored_until(store, h.intent_id, ReportRefused, count=2)
         refused = [(e.attempt_id, e.stage, e.reason) for e in events
-                   if isinstance(e, EffectIntent.ReportRefused)]
+                   if isinstance(e, ReportRefused)]
         assert sorted(refused) == [("", ReportStage.OTHER, "report.unaddressed"),
                                    ("", ReportStage.OTHER, "report.unreadable")]
         assert fold(events).state is State.NORMALIZED  # type: ignore[union-attr]
@@ -268,7 +269,7 @@ async def test_a_message_that_kills_its_process_is_given_up_after_three_deaths_i
     try:
         events, proc = await until_abandoned(store, h.intent_id, proc, restart, deaths)
         abandoned = events[-1]
-        assert isinstance(abandoned, EffectIntent.ProcessingAbandoned)
+        assert isinstance(abandoned, ProcessingAbandoned)
         assert abandoned.durable == "executor-gate"
         assert "took its process down 3 times in a row" in abandoned.cause
         # The first delivery and three redeliveries went down; the fifth was given up unrun.

@@ -32,7 +32,8 @@ from lockgate.contracts.messages import (
 from lockgate.contracts.proofs import report_token
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.claims import serve_claims
-from lockgate.intent import EffectIntent, encode_event
+from lockgate.intent import encode_event
+from lockgate.intent.events import CandidateNormalized, ExecutionAuthorized, PolicyDecided
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, EXEC, REPORTS, ensure_topology
 from lockgate.testing.intents import History
 from lockgate.worlds.items import (
@@ -92,14 +93,14 @@ class Intent:
     async def authorized(self, attempt_id: str) -> int:
         """Normalized, allowed and authorized; returns the authorization's version."""
         h = self.history
-        h.add(EffectIntent.CandidateNormalized, arguments=self.arguments, resource=self.resource,
+        h.add(CandidateNormalized, arguments=self.arguments, resource=self.resource,
               destination=f"items-{SERVER[self.capability]}:tenant-a/{self.space_id}",
               effect_class=CONTRACTS[self.capability].effect_class.value, digest=self.digest,
               serializer="jcs", contract_revision=CONTRACTS[self.capability].revision)
-        h.add(EffectIntent.PolicyDecided, outcome="allow", policy_revision="p1", reasons=[],
+        h.add(PolicyDecided, outcome="allow", policy_revision="p1", reasons=[],
               determining=["items.members-publish"], facts={"version": 1}, digest=self.digest,
               reservations=[])
-        h.add(EffectIntent.ExecutionAuthorized, attempt_id=attempt_id, intent_key=self.key,
+        h.add(ExecutionAuthorized, attempt_id=attempt_id, intent_key=self.key,
               digest=self.digest, policy_revision="p1",
               contract_revision=CONTRACTS[self.capability].revision,
               gate_facts={"version": 1, "status": "open"},

@@ -21,8 +21,8 @@ from lockgate.authz.limits import FloodState, Hold, flood_key
 from lockgate.authz.source import BundleSource
 from lockgate.core.ids import random_id
 from lockgate.intake.handlers import IntakeHandlers
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import NormalizationFailed
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import BUDGETS_BUCKET
@@ -113,7 +113,7 @@ async def test_holds_are_released_from_the_record_whatever_the_bundle_says_now(
     h = History(holds=(key, "limit=per-actor.tenant-a_user-42"))  # and a key from before
     await (await budgets(ports)).put(key, msgspec.json.encode(FloodState(holds={
         "someone-else": Hold(1e12, "u", "r"), h.intent_id: Hold(1e12, "user-42", "r")})))
-    h.add(EffectIntent.NormalizationFailed, reason="argument.note.empty", field="note", detail="")
+    h.add(NormalizationFailed, reason="argument.note.empty", field="note", detail="")
     history = await ports.store.append(await ports.store.load("tenant-a", h.intent_id),
                                        [encode_event(e) for e in h.events])
     # The bundle that took the hold is gone: this one has no limits at all.

@@ -11,6 +11,7 @@ from lockgate.core.ids import random_id
 from lockgate.eventstore.base import ConcurrencyConflict
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import CandidateNormalized, CandidateReceived, ProcessingAbandoned
 from lockgate.runtime.context import MemoryPorts, Ports, ports_for
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment
@@ -41,7 +42,7 @@ async def stored(ports: Ports, h: History, upto: int) -> None:
 async def interlope(ports: Ports, h: History) -> None:
     """Another writer appends to the intent (a neutral event of its own)."""
     history = await ports.store.load("tenant-a", h.intent_id, at_least=1)
-    await ports.store.append(history, [encode_event(EffectIntent.ProcessingAbandoned(
+    await ports.store.append(history, [encode_event(ProcessingAbandoned(
         originator_id=h.events[0].originator_id, originator_version=history.version + 1,
         timestamp=T0, event_id=random_id(), correlation_id="", causation_id="x",
         durable="elsewhere", trigger=random_id(), cause="c", deliveries=1))])
@@ -151,7 +152,7 @@ async def test_load_and_events_of_an_unknown_intent(ports: Ports) -> None:
     assert await ports.intents.events("tenant-a", h.intent_id) == ()
     await stored(ports, h, 2)
     assert [type(e) for e in await ports.intents.events("tenant-a", h.intent_id, at_least=2)] == [
-        EffectIntent.CandidateReceived, EffectIntent.CandidateNormalized]
+        CandidateReceived, CandidateNormalized]
     latest = await ports.intents.load("tenant-a", h.intent_id, latest=True)
     assert latest is not None and latest.version == 2
     assert await ports.intents.tenant_of(h.intent_id) == "tenant-a"

@@ -8,7 +8,7 @@ import msgspec
 
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import QueryRequest
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import EffectCompleted
 from lockgate.replay.fixtures import FIXTURE_MISSING, Fixtures
 from lockgate.replay.record import Candidate, Known
 from lockgate.replay.world import FixtureWorld
@@ -20,7 +20,7 @@ POLICIES = Path(__file__).resolve().parents[2] / "deploy" / "policies"
 
 def _executed() -> Candidate:
     h = History(contract_revision=CONTRACT.revision).normalized(digest="sha256:d1")
-    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={"note_id": "n1"}, result={}, provenance={})
+    h.add(EffectCompleted, attempt_id="a1", receipt={"note_id": "n1"}, result={}, provenance={})
     return Candidate(h.intent_id, "tenant-a", 1, tuple(h.events))
 
 

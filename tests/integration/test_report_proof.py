@@ -28,8 +28,15 @@ from lockgate.contracts.vocabulary import ReportStage
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.executor.app import create_app
 from lockgate.executor.domain import report_token
-from lockgate.intent.aggregate import EffectIntent, Stamp, State
+from lockgate.intent.aggregate import Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import (
+    AttemptSent,
+    Event,
+    ExecutionAuthorized,
+    ProcessingAbandoned,
+    ReportRefused,
+)
 from lockgate.operations.natsserver import NatsServer
 from lockgate.runtime.keys import report_key
 from lockgate.runtime.settings import Settings
@@ -66,7 +73,7 @@ async def authorized(run: Running) -> tuple[History, ExecutionOrder]:
     # Authorized on policy's decision, as the gate does: the gate's durable, handed that
     # decision, finds the attempt open and its order not sent by this process, and sends it.
     trigger = h.events[-1].event_id
-    h.extend([EffectIntent.ExecutionAuthorized.next(
+    h.extend([ExecutionAuthorized.next(
         h.intent, Stamp(now=datetime.now(UTC), event_id=f"auth-{h.intent_id}", causation_id=trigger),
         attempt_id=f"att-{h.intent_id}", intent_key="k1", digest="sha256:d1", policy_revision="p",
         contract_revision="rev-1", gate_facts={}, deadline_at=datetime.now(UTC) + timedelta(minutes=5))])
@@ -98,8 +105,8 @@ async def cross(run: Running, order: ExecutionOrder, claimant: str = "adapter-1"
     return (await ClaimClient(run.nc, CAPABILITY).claim(Claim(order=order, claimant=claimant))).verdict
 
 
-async def events_until(run: Running, h: History, done: type[EffectIntent.Event], count: int = 1,
-                       timeout_s: float = 10.0) -> list[EffectIntent.Event]:
+async def events_until(run: Running, h: History, done: type[Event], count: int = 1,
+                       timeout_s: float = 10.0) -> list[Event]:
     deadline = time.monotonic() + timeout_s
     while True:
         events = [decode_event(e) for e in (await run.store.load("tenant-a", h.intent_id)).events]
@@ -123,8 +130,8 @@ async def test_forged_reports_are_refused_and_recorded_the_state_unchanged(
     await publish(executor, genuine, capability="item.publish")  # another capability's user
     await publish(executor, genuine, subject_intent=other)  # on another intent's subject
 
-    events = await events_until(executor, h, EffectIntent.ReportRefused, count=4)
-    refused = [e for e in events if isinstance(e, EffectIntent.ReportRefused)]
+    events = await events_until(executor, h, ReportRefused, count=4)
+    refused = [e for e in events if isinstance(e, ReportRefused)]
     assert sorted(e.reason for e in refused) == [
         "report.capability-mismatch", "report.intent-mismatch", "report.token-mismatch",
         "report.token-missing"]
@@ -138,9 +145,9 @@ async def test_forged_reports_are_refused_and_recorded_the_state_unchanged(
     # a claim with a forged token crosses nothing and records nothing
     assert await cross(executor, msgspec.structs.replace(order, report_token="0" * 64)) == "refused"
     assert await cross(executor, order) == "crossed"  # and then the real adapter
-    events = await events_until(executor, h, EffectIntent.AttemptSent)
-    assert sum(isinstance(e, EffectIntent.ReportRefused) for e in events) == 4
-    assert sum(isinstance(e, EffectIntent.AttemptSent) for e in events) == 1
+    events = await events_until(executor, h, AttemptSent)
+    assert sum(isinstance(e, ReportRefused) for e in events) == 4
+    assert sum(isinstance(e, AttemptSent) for e in events) == 1
     assert fold(events).state is State.SENT  # type: ignore[union-attr]
 
     stored = b"".join(e.data for e in (await executor.store.load("tenant-a", h.intent_id)).events)
@@ -160,7 +167,7 @@ async def test_redelivered_orders_and_a_restarted_executor_keep_the_same_tokens(
     await restarted.start()
     try:
         assert await cross(executor, order) == "crossed"
-        await events_until(executor, h, EffectIntent.AttemptSent)
+        await events_until(executor, h, AttemptSent)
     finally:
         await restarted.stop()
     assert (executor.var_dir / "secrets" / "report.key").read_bytes() == key
@@ -183,9 +190,9 @@ async def test_a_report_stage_nobody_knows_is_refused_as_other_and_the_executor_
     while (await js.stream_info(REPORTS)).state.messages:  # a work queue: acked is gone
         assert time.monotonic() < deadline, "reports left unacknowledged"
         await asyncio.sleep(0.05)
-    events = await events_until(executor, h, EffectIntent.AttemptSent)
-    refused = [e for e in events if isinstance(e, EffectIntent.ReportRefused)]
+    events = await events_until(executor, h, AttemptSent)
+    refused = [e for e in events if isinstance(e, ReportRefused)]
     assert [(e.attempt_id, e.stage, e.reason) for e in refused] == [
         (order.attempt_id, ReportStage.OTHER, "report.token-mismatch")]
-    assert not any(isinstance(e, EffectIntent.ProcessingAbandoned) for e in events)
+    assert not any(isinstance(e, ProcessingAbandoned) for e in events)
     assert fold(events).state is State.SENT  # type: ignore[union-attr]

@@ -38,8 +38,15 @@ from lockgate.eventstore.jetstream import recorded_event as stored
 from lockgate.executor.domain import report_token
 from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
 from lockgate.intake.handlers import IntakeHandlers
-from lockgate.intent.aggregate import EffectIntent, Stamp, State
+from lockgate.intent.aggregate import Stamp, State
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import (
+    AttemptSent,
+    EffectCompleted,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    Withdrawn,
+)
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports, ports_for
@@ -108,10 +115,10 @@ async def store_history(ports: Ports, h: History) -> RecordedEvent:
 
 def unknown_history() -> History:
     h = History().normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    return h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+    h.add(AttemptSent, attempt_id="a1")
+    return h.add(OutcomeUnknown, attempt_id="a1", evidence="silence")
 
 
 async def register(ports: Ports) -> None:
@@ -123,7 +130,7 @@ def authorized_on_its_trigger(attempt_id: str = "a1", *, call_id: str = "call-1"
     """Policy allowed, and the gate authorized ``attempt_id`` on that decision (its trigger)."""
     h = History(call_id=call_id).normalized().decided("allow")
     trigger = h.events[-1].event_id
-    return h.extend([EffectIntent.ExecutionAuthorized.next(
+    return h.extend([ExecutionAuthorized.next(
         h.intent, Stamp(now=T0, event_id=derived_id("gate", trigger), causation_id=trigger),
         attempt_id=attempt_id, intent_key="k1", digest="sha256:d1", policy_revision="p",
         contract_revision="rev-1", gate_facts={}, deadline_at=T0 + timedelta(seconds=30))])
@@ -255,11 +262,11 @@ async def test_intake_marks_a_tool_done_in_a_run_once(ports: Ports) -> None:
 def completed(run_id: str, call_id: str) -> History:
     """An executed call of ``case.add_note`` in ``run_id``."""
     h = History(run_id=run_id, call_id=call_id).normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={},
           deadline_at=T0 + timedelta(seconds=30))
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    h.add(AttemptSent, attempt_id="a1")
+    return h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
 
 
 async def test_a_response_from_an_earlier_version_never_stands_over_a_later_one(ports: Ports) -> None:
@@ -268,7 +275,7 @@ async def test_a_response_from_an_earlier_version_never_stands_over_a_later_one(
     run_id = f"run-{random_id()[:8]}"
     h = History(run_id=run_id).normalized().decided("allow")
     earlier = h.intent
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={},
           deadline_at=T0 + timedelta(seconds=30))
     later = h.intent
@@ -284,7 +291,7 @@ async def test_a_response_from_an_earlier_version_never_stands_over_a_later_one(
     run_id = f"run-{random_id()[:8]}"
     h2 = History(run_id=run_id).normalized().decided("allow")
     first = h2.intent
-    h2.add(EffectIntent.Withdrawn, by="r", why="")
+    h2.add(Withdrawn, by="r", why="")
     second = h2.intent
     subject = subjects.response_subject("tenant-a", run_id, h2.intent_id)
     await other._store_response(first, b'{"status": "first"}', "m-first")

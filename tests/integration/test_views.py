@@ -18,7 +18,17 @@ import msgspec
 import pytest
 from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
 
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import (
+    AttemptSent,
+    EffectCompleted,
+    Event,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    PolicyDecided,
+    ReviewApproved,
+    ReviewRequested,
+    Withdrawn,
+)
 from lockgate.testing import postgres
 from lockgate.testing.intents import T0, History
 from lockgate.views.projection import IntentViews, ProjectionGap
@@ -62,7 +72,7 @@ class Feed:
         self.projection = IntentViews(views)
         self.position = start
 
-    def send(self, *events: EffectIntent.Event) -> None:
+    def send(self, *events: Event) -> None:
         for event in events:
             self.position += 1
             self.projection.process_event(event, Tracking(SOURCE, self.position))
@@ -73,20 +83,20 @@ class Feed:
 
 
 def authorized(h: History) -> History:
-    return h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1",
+    return h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1",
                  digest="sha256:d1", policy_revision="pol-1", contract_revision="rev-1",
                  gate_facts={}, deadline_at=T0 + timedelta(seconds=30))
 
 
 def executed(call_id: str = "call-1", **kw: Any) -> History:
     h = authorized(History(call_id=call_id, **kw).normalized().decided("allow"))
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={"note_id": "n1"},
+    h.add(AttemptSent, attempt_id="a1")
+    return h.add(EffectCompleted, attempt_id="a1", receipt={"note_id": "n1"},
                  result={"note_id": "n1"}, provenance={"adapter": "casenotes"})
 
 
 def review(h: History, review_id: str = "rv-1") -> History:
-    return h.add(EffectIntent.ReviewRequested, review_id=review_id, digest=h.intent.digest or "",
+    return h.add(ReviewRequested, review_id=review_id, digest=h.intent.digest or "",
                  policy_revision="pol-1", contract_revision="rev-1",
                  summary="Adds a note to case-123, visible to the case team",
                  expires_at=T0 + timedelta(hours=1), action="Add a note to case case-123",
@@ -176,7 +186,7 @@ def test_the_review_queue_holds_what_waits_for_a_person_and_nothing_else(views: 
     feed = Feed(views)
     waiting = feed.history(review(History(call_id="c1").normalized().decided("require_approval")))
     approved = review(History(call_id="c2").normalized().decided("require_approval"), "rv-2")
-    approved.add(EffectIntent.ReviewApproved, review_id="rv-2", reviewer="alice",
+    approved.add(ReviewApproved, review_id="rv-2", reviewer="alice",
                  digest="sha256:d1", policy_revision="pol-1", contract_revision="rev-1")
     feed.history(approved)
     stale = review(History(call_id="c3").normalized().decided("require_approval"), "rv-3")
@@ -193,7 +203,7 @@ def test_the_review_queue_holds_what_waits_for_a_person_and_nothing_else(views: 
     (done,) = views.reviews(status="approved")
     assert (done.review_id, done.decided_by) == ("rv-2", "alice")
     assert [r.review_id for r in views.reviews(status="superseded")] == ["rv-3"]
-    withdrawn = stale.add(EffectIntent.Withdrawn, by="runtime", why="no longer needed")
+    withdrawn = stale.add(Withdrawn, by="runtime", why="no longer needed")
     feed.send(withdrawn.events[-1])
     assert [r.review_id for r in views.reviews()] == ["rv-1"]
 
@@ -201,14 +211,14 @@ def test_the_review_queue_holds_what_waits_for_a_person_and_nothing_else(views: 
 def test_unknown_outcomes_denials_runs_and_budgets_are_read_off_the_record(views: Views) -> None:
     feed = Feed(views)
     unknown = authorized(History(call_id="u1").normalized().decided("allow"))
-    unknown.add(EffectIntent.AttemptSent, attempt_id="a1")
-    unknown.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="deadline passed after send")
+    unknown.add(AttemptSent, attempt_id="a1")
+    unknown.add(OutcomeUnknown, attempt_id="a1", evidence="deadline passed after send")
     feed.history(unknown)
     feed.history(History(call_id="d1").normalized().decided("deny", ["case.closed"]))
     feed.history(History(call_id="d2").normalized().decided("deny", ["case.closed"]))
     feed.history(executed("e1", run_id="run-2"))
     spend = History(call_id="b1").normalized()
-    spend.extend([EffectIntent.PolicyDecided.next(
+    spend.extend([PolicyDecided.next(
         spend.intent, spend.stamp(), outcome="allow", policy_revision="pol-1", reasons=[],
         determining=[], facts={}, digest="sha256:d1", reservations=["notes-per-day"])])
     feed.history(spend)
@@ -221,7 +231,7 @@ def test_unknown_outcomes_denials_runs_and_budgets_are_read_off_the_record(views
     (budget,) = views.budgets()
     assert (budget.budget, budget.reserved, budget.consumed, budget.released) == (
         "notes-per-day", 1, 0, 0)
-    feed.send(*spend.add(EffectIntent.Withdrawn, by="runtime", why="").events[-1:])
+    feed.send(*spend.add(Withdrawn, by="runtime", why="").events[-1:])
     (budget,) = views.budgets()
     assert (budget.reserved, budget.released) == (0, 1)
 

@@ -15,7 +15,13 @@ from lockgate.contracts.proofs import DEADLINE_MARGIN_S, report_token, too_late,
 from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict, ReportStage
 from lockgate.executor.claims import decide_claim
 from lockgate.executor.domain import on_deadline, on_report, withdraw
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
+from lockgate.intent.events import (
+    AttemptFailedBeforeSend,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    WithdrawalRequested,
+)
 from lockgate.runtime.settlement import Settlement, backoff_s, settle_as
 from lockgate.testing.intents import T0, History
 
@@ -77,7 +83,7 @@ DEADLINE = T0 + timedelta(seconds=30)
 
 def authorized(deadline_s: float = 30.0) -> History:
     return History().normalized().decided("allow").add(
-        EffectIntent.ExecutionAuthorized, attempt_id=ATTEMPT, intent_key="key-1", digest="sha256:d1",
+        ExecutionAuthorized, attempt_id=ATTEMPT, intent_key="key-1", digest="sha256:d1",
         policy_revision="p1", contract_revision="rev-1", gate_facts={"version": 1},
         deadline_at=T0 + timedelta(seconds=deadline_s))
 
@@ -137,7 +143,7 @@ def test_a_claim_without_the_executors_token_or_of_another_capability_records_no
 
 def test_a_withdrawal_before_the_boundary_withdraws_the_intent_and_refuses() -> None:
     h = authorized()
-    h.add(EffectIntent.WithdrawalRequested, attempt_id=ATTEMPT, by="runtime", why="")
+    h.add(WithdrawalRequested, attempt_id=ATTEMPT, by="runtime", why="")
     events, answer = claim(h)
     assert kinds(events) == ["Withdrawn"]
     assert (answer.verdict, answer.reason) == (ClaimVerdict.REFUSED, "order.withdrawn")
@@ -165,12 +171,12 @@ def test_one_claimant_crosses_unless_the_remote_deduplicates() -> None:
 
 def test_a_settled_or_superseded_attempt_is_stale_and_nothing_is_recorded() -> None:
     h = authorized()
-    h.add(EffectIntent.AttemptFailedBeforeSend, attempt_id=ATTEMPT, reason="x", detail="")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="att-2", intent_key="key-1", digest="sha256:d1",
+    h.add(AttemptFailedBeforeSend, attempt_id=ATTEMPT, reason="x", detail="")
+    h.add(ExecutionAuthorized, attempt_id="att-2", intent_key="key-1", digest="sha256:d1",
           policy_revision="p1", contract_revision="rev-1", gate_facts={"version": 1}, deadline_at=DEADLINE)
     assert claim(h)[1].reason == "order.stale"
     done = authorized()
-    done.add(EffectIntent.OutcomeUnknown, attempt_id=ATTEMPT, evidence="silence")
+    done.add(OutcomeUnknown, attempt_id=ATTEMPT, evidence="silence")
     events, answer = claim(done)
     assert (events, answer.reason) == ([], "order.stale")
 
@@ -187,7 +193,7 @@ def test_a_record_that_ends_before_the_authorization_leaves_the_claim_unchecked(
 def test_a_write_without_crossing_is_recorded_sent_and_a_waiting_withdrawal_becomes_an_interruption(
 ) -> None:
     h = authorized()
-    h.add(EffectIntent.WithdrawalRequested, attempt_id=ATTEMPT, by="runtime", why="")
+    h.add(WithdrawalRequested, attempt_id=ATTEMPT, by="runtime", why="")
     events, answer = claim(h, written=True)
     assert kinds(events) == ["AttemptSent", "InterruptionRequested"]
     assert answer.verdict is ClaimVerdict.CROSSED and h.intent.interruption_requested

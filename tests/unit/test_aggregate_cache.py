@@ -9,6 +9,7 @@ from lockgate.eventstore.memory import MemoryEventStore
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 from lockgate.intent.cache import AggregateCache
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import GateRefused, Withdrawn
 from lockgate.runtime.intents import decide_and_append, load_intent
 from lockgate.testing.intents import T0, History
 
@@ -76,7 +77,7 @@ async def known_allowed_then_withdrawn() -> tuple[CountingStore, AggregateCache,
     history = await stored(store, h.events)
     cache.remember(history, tuple(h.events))
     later = History().normalized().decided("allow")
-    later.add(EffectIntent.Withdrawn, by="runtime", why="")
+    later.add(Withdrawn, by="runtime", why="")
     await stored(store, later.events)
     return store, cache, h
 
@@ -104,7 +105,7 @@ async def test_a_decision_on_a_stale_history_conflicts_and_is_made_again_on_the_
         assert intent is not None
         if intent.state is not State.ALLOWED:
             return []
-        return [EffectIntent.GateRefused.next(intent, Stamp(T0, "refused", "c"),
+        return [GateRefused.next(intent, Stamp(T0, "refused", "c"),
                                               reason="gate.policy-changed", gate_facts={})]
 
     assert await decide_and_append(store, "tenant-a", h.intent_id, step, cache=cache) == []

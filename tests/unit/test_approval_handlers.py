@@ -29,6 +29,7 @@ from lockgate.core.ids import intent_id_for
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import PolicyDecided, ReviewRequested
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settings import Settings
@@ -64,7 +65,7 @@ async def store(ports: MemoryPorts, h: History) -> RecordedEvent:
 async def under_review(ports: MemoryPorts) -> tuple[History, EffectIntent]:
     """Policy required approval and approval opened the review; the intent as stored."""
     h = History().normalized()
-    h.add(EffectIntent.PolicyDecided, outcome=DecisionOutcome.REQUIRE_APPROVAL, policy_revision="pol-1",
+    h.add(PolicyDecided, outcome=DecisionOutcome.REQUIRE_APPROVAL, policy_revision="pol-1",
           reasons=[], determining=[], facts=OPEN_FACTS, digest=h.intent.digest or "", reservations=[])
     await approval(ports).decided(await store(ports, h))
     intent = await ports.intents.load("tenant-a", h.intent_id)
@@ -185,7 +186,7 @@ async def test_an_edit_proposes_a_new_candidate_and_closes_the_review_once(ports
 
 async def test_review_expires_at_its_deadline_not_before(ports: MemoryPorts) -> None:
     h = History().normalized().decided("require_approval")
-    h.add(EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
+    h.add(ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
           contract_revision="rev-1", summary="s", expires_at=T0 + timedelta(seconds=60))
     last = await store(ports, h)
     early = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=30), review_ttl_s=60)

@@ -8,21 +8,28 @@ import pytest
 
 from lockgate.archiver.domain import archived, may_archive
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import (
+    EffectCompleted,
+    Event,
+    ExecutionAuthorized,
+    IntentArchived,
+    ReportRefused,
+)
 from lockgate.testing.intents import T0, History
 from lockgate.views.rows import intent_row
 
 
 def executed() -> History:
     h = History().normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={},
           deadline_at=T0 + timedelta(seconds=30))
-    return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    return h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
 
 
-def stored(event: EffectIntent.Event, tenant: str = "tenant-a") -> EffectIntent.Event:
+def stored(event: Event, tenant: str = "tenant-a") -> Event:
     """Through the codec, as a service loading the store would read it."""
     new = encode_event(event)
     return decode_event(RecordedEvent(tenant, event.originator_id.hex, event.originator_version,
@@ -47,7 +54,7 @@ def test_after_the_events_it_changes_nothing_but_the_mark() -> None:
     after = h.intent
     assert (after.state, after.receipt, after.archived) == (before.state, before.receipt, True)
     assert after.version == before.version + 1
-    late = EffectIntent.ReportRefused.next(after, h.stamp(), attempt_id="", stage="other",
+    late = ReportRefused.next(after, h.stamp(), attempt_id="", stage="other",
                                            reason="report.unproven", adapter="x")
     assert fold([stored(h.events[-1]), late]) is not None  # a late neutral event still folds
 
@@ -60,7 +67,7 @@ def test_only_an_ended_intent_the_views_hold_whole_may_leave() -> None:
     assert may_archive(done, intent_row(done, created_at=T0, last_sequence=9)) is None
     behind = intent_row(History().normalized().decided("deny").intent, created_at=T0, last_sequence=3)
     denied = History().normalized().decided("deny").add(
-        EffectIntent.ReportRefused, attempt_id="", stage="other", reason="r", adapter="a").intent
+        ReportRefused, attempt_id="", stage="other", reason="r", adapter="a").intent
     assert may_archive(denied, behind) == "views behind"
     h = executed()
     h.extend([archived(h.intent, now=T0)])
@@ -69,4 +76,4 @@ def test_only_an_ended_intent_the_views_hold_whole_may_leave() -> None:
 
 def test_it_is_not_an_event_a_deciding_function_builds() -> None:
     with pytest.raises(TypeError):
-        EffectIntent.IntentArchived.next(executed().intent, History().stamp())  # type: ignore[call-arg]
+        IntentArchived.next(executed().intent, History().stamp())  # type: ignore[call-arg]

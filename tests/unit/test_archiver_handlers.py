@@ -16,8 +16,8 @@ from nats.js.client import JetStreamContext
 from lockgate.archiver.app import Archiver
 from lockgate.archiver.domain import archived, may_archive
 from lockgate.eventstore.memory import MemoryEventStore
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event, encode_event
+from lockgate.intent.events import IntentArchived, Withdrawn
 from lockgate.testing.intents import T0, History
 from lockgate.views.projection import IntentViews
 from lockgate.views.rows import IntentRow
@@ -114,7 +114,7 @@ async def test_a_round_marks_and_purges_what_ended_and_leaves_what_lives(views: 
     events = (await store.load("tenant-a", gone.intent_id)).events
     assert [e.event_type for e in events][-1] == "IntentArchived"
     mark = decode_event(events[-1])
-    assert isinstance(mark, EffectIntent.IntentArchived) and mark.archived_versions == 3
+    assert isinstance(mark, IntentArchived) and mark.archived_versions == 3
     assert purges.asked == [("LG_EVENTS", f"lg.evt.tenant-a.{gone.intent_id}.>", events[-1].sequence)]
     assert [e.event_type for e in (await store.load("tenant-a", stays.intent_id)).events][-1] == "PolicyDecided"
     assert archiver.archived == 1
@@ -133,7 +133,7 @@ async def test_an_intent_the_views_have_not_seen_whole_stays(views: Views) -> No
     h = ended()
     await stored(store, views, h)
     history = await store.load("tenant-a", h.intent_id)
-    late = EffectIntent.Withdrawn.next(h.intent, h.stamp(), by="r", why="")
+    late = Withdrawn.next(h.intent, h.stamp(), by="r", why="")
     await store.append(history, [encode_event(late)])  # stored after the views read
     archiver = Archiver(store, cast(JetStreamContext, purges), views, after_s=3600)
     assert await archiver.round(NOW) == 0

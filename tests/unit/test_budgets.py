@@ -15,8 +15,20 @@ from lockgate.contracts.vocabulary import DecisionOutcome, Settles
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.eventstore.subjects import event_subject
 from lockgate.executor.domain import on_report
-from lockgate.intent.aggregate import EffectIntent, Event, Stamp
+from lockgate.intent.aggregate import Event, Stamp
 from lockgate.intent.codec import decode_event, encode_event, route
+from lockgate.intent.events import (
+    AttemptInterrupted,
+    AttemptRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    PolicyDecided,
+    ProcessingAbandoned,
+    ReviewDenied,
+    ReviewExpired,
+    Withdrawn,
+)
 from lockgate.runtime.topology import durable
 from lockgate.testing.intents import T0, History
 
@@ -88,21 +100,21 @@ def test_remaining_is_what_the_budget_still_admits_not_counting_ones_own_hold() 
 def _ended(*, reservations: list[str]) -> list[Event]:
     """Every event that can end an intent, built on an intent with ``reservations``."""
     h = History().normalized()
-    decided = h.extend([EffectIntent.PolicyDecided.next(
+    decided = h.extend([PolicyDecided.next(
         h.intent, h.stamp(), outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
         determining=[], facts={}, digest="sha256:d1", reservations=reservations)])
     intent = decided.intent
     stamp = Stamp(now=T0, event_id="e", causation_id="c")
     return [
-        EffectIntent.GateRefused.next(intent, stamp, reason="gate.x", gate_facts={}),
-        EffectIntent.Withdrawn.next(intent, stamp, by="r", why=""),
-        EffectIntent.ReviewExpired.next(intent, stamp, review_id="r1"),
-        EffectIntent.ReviewDenied.next(intent, stamp, review_id="r1", reviewer="rev", reason="no"),
-        EffectIntent.ProcessingAbandoned.next(intent, stamp, durable="d", trigger="t", cause="x",
+        GateRefused.next(intent, stamp, reason="gate.x", gate_facts={}),
+        Withdrawn.next(intent, stamp, by="r", why=""),
+        ReviewExpired.next(intent, stamp, review_id="r1"),
+        ReviewDenied.next(intent, stamp, review_id="r1", reviewer="rev", reason="no"),
+        ProcessingAbandoned.next(intent, stamp, durable="d", trigger="t", cause="x",
                                               deliveries=5),
-        EffectIntent.AttemptRejected.next(intent, stamp, attempt_id="a1", reason="x", detail=""),
-        EffectIntent.AttemptInterrupted.next(intent, stamp, attempt_id="a1", detail=""),
-        EffectIntent.EffectCompleted.next(intent, stamp, attempt_id="a1", receipt={}, result={},
+        AttemptRejected.next(intent, stamp, attempt_id="a1", reason="x", detail=""),
+        AttemptInterrupted.next(intent, stamp, attempt_id="a1", detail=""),
+        EffectCompleted.next(intent, stamp, attempt_id="a1", receipt={}, result={},
                                           provenance={}),
     ]
 
@@ -121,13 +133,13 @@ def test_an_end_is_routed_to_policy_exactly_when_the_intent_holds_budget() -> No
 
 def test_a_completed_effect_is_routed_to_policy_when_the_bundle_counts_effects() -> None:
     h = History().normalized().decided("allow").add(
-        EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+        ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
         policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
     report = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1",
                            stage="completed")
     for counts, routed in ((False, Settles.NOTHING), (True, Settles.BUDGET)):
         (completed,) = on_report(h.intent, report, None, cause="c", now=T0, counts_effects=counts)
-        assert isinstance(completed, EffectIntent.EffectCompleted)
+        assert isinstance(completed, EffectCompleted)
         assert route(completed) == routed
 
 

@@ -10,7 +10,7 @@ from msgspec.structs import replace
 
 from lockgate.console import domain
 from lockgate.console.answers import event_of, review_detail
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import CandidateReceived, ReviewRequested
 from lockgate.intent.evolve import evolve
 from lockgate.testing.intents import T0, History
 from lockgate.views.projection import IntentViews
@@ -42,7 +42,7 @@ def awaiting_review(**received: object) -> History:
         arguments={"case_id": "case-123", "note": "hello", "size": 3},
         destination="case-notes:tenant-a/case-123").decided(
         "require_approval", reasons=["notes.visible-outside", "notes.large"])
-    return h.add(EffectIntent.ReviewRequested, review_id="rv-1", digest=h.intent.digest or "",
+    return h.add(ReviewRequested, review_id="rv-1", digest=h.intent.digest or "",
                  policy_revision="pol-1", contract_revision="rev-1", summary="Adds a note",
                  expires_at=T0 + timedelta(hours=1), action="Add a note", visible_to="the case team",
                  shown={"note": "hello"}, preconditions=(), recovery=())
@@ -103,7 +103,7 @@ def test_the_latest_normalization_is_the_one_shown() -> None:
 def test_a_reviewer_sees_the_raw_evidence_withheld_and_an_operator_sees_it() -> None:
     h = History()
     first = h.events[0]
-    assert isinstance(first, EffectIntent.CandidateReceived)
+    assert isinstance(first, CandidateReceived)
     h.events[0] = msgspec.structs.replace(first, raw_arguments='{"note": "hello"}',
                                       provider_item={"id": "item-1"})
     received = timeline_row(projected(h)[0].event)

@@ -12,8 +12,8 @@ from lockgate.contracts import schemas
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.reasons import MODEL_CODES, REASONS
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event
+from lockgate.intent.events import CandidateNormalized, CandidateRejected, Event
 from lockgate.intent.upcasters import UPCASTERS
 from lockgate.testing.intents import History
 from lockgate.worlds.casenotes.adapter import CONTRACT
@@ -123,7 +123,7 @@ def test_schemas_are_generated_from_the_code() -> None:
     assert on_disk == generated, "run: python -m lockgate.contracts.schemas"
 
 
-def recorded(event: EffectIntent.Event, intent_id: str, data: bytes | None = None) -> RecordedEvent:
+def recorded(event: Event, intent_id: str, data: bytes | None = None) -> RecordedEvent:
     new = encode_event(event)
     return RecordedEvent("tenant-a", intent_id, event.originator_version, new.event_type,
                          new.event_id, data if data is not None else new.data, 1)
@@ -150,7 +150,7 @@ def test_codec_upcasts_older_class_versions(monkeypatch: pytest.MonkeyPatch) -> 
     h = History().normalized()
     old = h.events[-1]
     stored = recorded(old, h.intent_id)
-    cls = EffectIntent.CandidateNormalized
+    cls = CandidateNormalized
 
     def upcast_v1_v2(state: dict[str, object]) -> None:
         state["serializer"] = "upcast:" + str(state["serializer"])
@@ -163,7 +163,7 @@ def test_codec_upcasts_older_class_versions(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_model_view_discloses_only_model_controlled_fields() -> None:
     h = History()
-    h.events[0] = EffectIntent.CandidateRejected(
+    h.events[0] = CandidateRejected(
         originator_id=h.events[0].originator_id, originator_version=1,
         timestamp=h.events[0].timestamp, originator_topic=h.events[0].originator_topic,  # type: ignore[attr-defined]
         event_id="e", correlation_id="r", causation_id="c", tenant="tenant-a", run_id="run-1",
@@ -181,7 +181,7 @@ def test_model_view_discloses_only_model_controlled_fields() -> None:
 def test_a_value_the_offered_schema_refuses_is_told_by_its_field(field: str, seen: tuple[object, ...]) -> None:
     h = History()
     first = h.events[0]
-    h.events[0] = EffectIntent.CandidateRejected(
+    h.events[0] = CandidateRejected(
         originator_id=first.originator_id, originator_version=1, timestamp=first.timestamp,
         originator_topic=first.originator_topic,  # type: ignore[attr-defined]
         event_id="e", correlation_id="r", causation_id="c", tenant="tenant-a", run_id="run-1",

@@ -11,7 +11,18 @@ import msgspec
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.evaluation import evaluate, render
 from lockgate.evaluation.report import as_json
-from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
+from lockgate.intent.aggregate import INTENT_TOPIC, Event
+from lockgate.intent.events import (
+    AttemptSent,
+    CandidateReceived,
+    CandidateRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    Reconciled,
+    ReviewApproved,
+    ReviewRequested,
+    Withdrawn,
+)
 from lockgate.testing.intents import T0, History
 
 PROVIDER, MODEL = "anthropic.messages", "m-1"
@@ -22,7 +33,7 @@ def received(call_id: str = "call-1", *, run_id: str = "run-1", follows: str = "
     """A candidate intake accepted, proposed by ``provider``'s ``model``."""
     h = History(call_id=call_id, run_id=run_id, follows=follows)
     first = h.events[0]
-    assert isinstance(first, EffectIntent.CandidateReceived)
+    assert isinstance(first, CandidateReceived)
     h.events[0] = msgspec.structs.replace(first, provider=provider, model=model)
     return h
 
@@ -31,7 +42,7 @@ def rejected(call_id: str, reason: str, field: str | None = None, *, run_id: str
              follows: str = "") -> tuple[str, list[Event]]:
     """A candidate intake refused (its only event)."""
     intent_id = intent_id_for("tenant-a", run_id, call_id)
-    return intent_id, [EffectIntent.CandidateRejected(
+    return intent_id, [CandidateRejected(
         originator_id=UUID(hex=intent_id), originator_version=1, timestamp=T0,
         originator_topic=INTENT_TOPIC, event_id=derived_id("t", intent_id, "1"),
         correlation_id=run_id, causation_id="msg-1", tenant="tenant-a", run_id=run_id,
@@ -41,15 +52,15 @@ def rejected(call_id: str, reason: str, field: str | None = None, *, run_id: str
 
 
 def authorize(h: History, digest: str | None = None) -> History:
-    return h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1",
+    return h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1",
                  digest=digest or h.intent.digest,
                  policy_revision="pol-1", contract_revision="rev-1", gate_facts={},
                  deadline_at=T0 + timedelta(seconds=30))
 
 
 def executed(h: History) -> History:
-    authorize(h).add(EffectIntent.AttemptSent, attempt_id="a1")
-    return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    authorize(h).add(AttemptSent, attempt_id="a1")
+    return h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
 
 
 def write(h: History, key: str = "k1") -> dict[str, str]:
@@ -89,7 +100,7 @@ def test_an_adapter_invocation_with_no_decision_at_all_is_caught() -> None:
 
 
 def test_an_invocation_with_no_authorization_and_a_write_under_another_key_are_caught() -> None:
-    h = received().normalized().decided("allow").add(EffectIntent.AttemptSent, attempt_id="a9")
+    h = received().normalized().decided("allow").add(AttemptSent, attempt_id="a9")
     broken = failed(evaluate({h.intent_id: h.events}, [write(h, key="k-forged")]))
     assert broken["invocation.authorized"] == [h.intent_id]
 
@@ -110,10 +121,10 @@ def test_an_authorization_for_another_digest_than_the_consequence_is_caught() ->
 
 def test_a_self_approval_is_no_eligible_approval() -> None:
     h = received(call_id="call-s").normalized().decided("require_approval")
-    h.add(EffectIntent.ReviewRequested, review_id="rv-1", digest="sha256:d1",
+    h.add(ReviewRequested, review_id="rv-1", digest="sha256:d1",
           policy_revision="pol-1", contract_revision="rev-1", summary="s",
           expires_at=T0 + timedelta(hours=1))
-    h.add(EffectIntent.ReviewApproved, review_id="rv-1", reviewer="user-42", digest="sha256:d1",
+    h.add(ReviewApproved, review_id="rv-1", reviewer="user-42", digest="sha256:d1",
           policy_revision="pol-1", contract_revision="rev-1")
     executed(h)
     broken = failed(evaluate({h.intent_id: h.events}, [write(h)]))
@@ -122,10 +133,10 @@ def test_a_self_approval_is_no_eligible_approval() -> None:
 
 def test_an_approval_after_the_review_expired_is_no_eligible_approval() -> None:
     h = received(call_id="call-e").normalized().decided("require_approval")
-    h.add(EffectIntent.ReviewRequested, review_id="rv-1", digest="sha256:d1",
+    h.add(ReviewRequested, review_id="rv-1", digest="sha256:d1",
           policy_revision="pol-1", contract_revision="rev-1", summary="s",
           expires_at=T0 + timedelta(seconds=4))
-    h.add(EffectIntent.ReviewApproved, review_id="rv-1", reviewer="alice", digest="sha256:d1",
+    h.add(ReviewApproved, review_id="rv-1", reviewer="alice", digest="sha256:d1",
           policy_revision="pol-1", contract_revision="rev-1")
     executed(h)
     assert "invocation.approval" in failed(evaluate({h.intent_id: h.events}, [write(h)]))
@@ -133,10 +144,10 @@ def test_an_approval_after_the_review_expired_is_no_eligible_approval() -> None:
 
 def test_an_approved_review_then_an_effect_passes() -> None:
     h = received(call_id="call-r").normalized().decided("require_approval")
-    h.add(EffectIntent.ReviewRequested, review_id="rv-1", digest="sha256:d1",
+    h.add(ReviewRequested, review_id="rv-1", digest="sha256:d1",
           policy_revision="pol-1", contract_revision="rev-1", summary="s",
           expires_at=T0 + timedelta(hours=1))
-    h.add(EffectIntent.ReviewApproved, review_id="rv-1", reviewer="alice", digest="sha256:d1",
+    h.add(ReviewApproved, review_id="rv-1", reviewer="alice", digest="sha256:d1",
           policy_revision="pol-1", contract_revision="rev-1")
     executed(h)
     assert evaluate({h.intent_id: h.events}, [write(h)]).containment.passed
@@ -146,14 +157,14 @@ def test_a_duplicate_effect_is_caught_in_the_world_and_on_the_record() -> None:
     h = executed(received().normalized().decided("allow"))
     assert failed(evaluate({h.intent_id: h.events}, [write(h), write(h)]))["effect.once"] == [
         h.intent_id]
-    h.add(EffectIntent.Reconciled, attempt_id="a1", finding="confirmed", receipt={}, by="r",
+    h.add(Reconciled, attempt_id="a1", finding="confirmed", receipt={}, by="r",
           why="", resolution="completed")
     assert "effect.once" in failed(evaluate({h.intent_id: h.events}, [write(h)]))
 
 
 def test_a_withdrawn_effect_that_happened_is_caught() -> None:
     h = authorize(received().normalized().decided("allow"))
-    h.add(EffectIntent.Withdrawn, by="runtime", why="")
+    h.add(Withdrawn, by="runtime", why="")
     broken = failed(evaluate({h.intent_id: h.events}, [write(h)]))
     assert broken["effect.not-withdrawn"] == [h.intent_id]
     assert "record.design" in broken  # the invariants' checker agrees (invariant 6)

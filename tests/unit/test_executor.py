@@ -26,7 +26,25 @@ from lockgate.executor.domain import (
     report_token,
     withdraw,
 )
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
+from lockgate.intent.events import (
+    AttemptAcknowledged,
+    AttemptFailedBeforeSend,
+    AttemptSent,
+    EffectCompleted,
+    Event,
+    ExecutionAuthorized,
+    GateRefused,
+    InterruptionRequested,
+    OutcomeUnknown,
+    PolicyDecided,
+    Reconciled,
+    ReportRefused,
+    ReviewApproved,
+    ReviewRequested,
+    WithdrawalRequested,
+    Withdrawn,
+)
 from lockgate.reconciler.domain import ResolutionRefused, not_resolved, reconcile, resolve
 from lockgate.testing.intents import T0, History
 from lockgate.testing.invariants import violations
@@ -46,7 +64,7 @@ def allowed() -> History:
 
 
 def run_gate(h: History, decision: Decision = ALLOW, contract: CapabilityContract | None = CONTRACT,
-             now_offset_s: float = 10) -> list[EffectIntent.Event]:
+             now_offset_s: float = 10) -> list[Event]:
     return gate(h.intent, contract, FACTS, decision, cause="c1", now=T0 + timedelta(seconds=now_offset_s))
 
 
@@ -57,7 +75,7 @@ def authorized() -> History:
 
 def test_gate_authorizes_with_a_stable_key_and_fresh_facts() -> None:
     (event,) = run_gate(allowed())
-    assert isinstance(event, EffectIntent.ExecutionAuthorized)
+    assert isinstance(event, ExecutionAuthorized)
     assert event.gate_facts == {"exists": True, "version": 3}
     assert event.policy_revision == "pol-2"
     (again,) = run_gate(allowed())
@@ -66,13 +84,13 @@ def test_gate_authorizes_with_a_stable_key_and_fresh_facts() -> None:
 
 def test_gate_refuses_when_policy_now_denies() -> None:
     (event,) = run_gate(allowed(), DENY)
-    assert isinstance(event, EffectIntent.GateRefused) and event.reason == "case.closed"
+    assert isinstance(event, GateRefused) and event.reason == "case.closed"
 
 
 def test_gate_refuses_a_changed_mapping() -> None:
     other = CapabilityContract(name="case.add_note", description="changed", argument_schema={})
     (event,) = run_gate(allowed(), contract=other)
-    assert isinstance(event, EffectIntent.GateRefused) and event.reason == "gate.mapping-changed"
+    assert isinstance(event, GateRefused) and event.reason == "gate.mapping-changed"
 
 
 def test_gate_does_nothing_unless_allowed() -> None:
@@ -84,20 +102,20 @@ def test_gate_does_nothing_unless_allowed() -> None:
 def test_gate_requires_an_unexpired_approval_bound_to_the_digest() -> None:
     h = History(contract_revision=CONTRACT.revision).normalized(
         contract_revision=CONTRACT.revision).decided("require_approval")
-    h.add(EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="pol-1",
+    h.add(ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="pol-1",
           contract_revision=CONTRACT.revision, summary="s", expires_at=T0 + timedelta(seconds=60))
-    h.add(EffectIntent.ReviewApproved, review_id="r1", reviewer="rev", digest="sha256:d1",
+    h.add(ReviewApproved, review_id="r1", reviewer="rev", digest="sha256:d1",
           policy_revision="pol-1", contract_revision=CONTRACT.revision)
     approval_needed = Decision("require_approval", "pol-1", (), ())
-    assert isinstance(run_gate(h, approval_needed)[0], EffectIntent.ExecutionAuthorized)
+    assert isinstance(run_gate(h, approval_needed)[0], ExecutionAuthorized)
     (late,) = run_gate(h, approval_needed, now_offset_s=61)
-    assert isinstance(late, EffectIntent.GateRefused) and late.reason == "gate.review-expired"
+    assert isinstance(late, GateRefused) and late.reason == "gate.review-expired"
 
 
 def test_order_matches_the_authorization() -> None:
     h = authorized()
     authorization = h.events[-1]
-    assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
+    assert isinstance(authorization, ExecutionAuthorized)
     order = order_for(h.intent, authorization, key=KEY)
     assert order is not None
     assert (order.attempt_id, order.intent_key, order.digest) == (
@@ -106,7 +124,7 @@ def test_order_matches_the_authorization() -> None:
     assert order.arguments == {"case_id": "case-123", "note": "hello"}
 
 
-def report(h: History, stage: str, **kw: object) -> list[EffectIntent.Event]:
+def report(h: History, stage: str, **kw: object) -> list[Event]:
     attempt = h.intent.current_attempt
     assert attempt is not None
     r = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
@@ -118,7 +136,7 @@ def crossed(h: History) -> History:
     """The current attempt's boundary claimed, as the executor records a claim it granted."""
     attempt = h.intent.current_attempt
     assert attempt is not None
-    return h.add(EffectIntent.AttemptSent, attempt_id=attempt.attempt_id, claimant="w1")
+    return h.add(AttemptSent, attempt_id=attempt.attempt_id, claimant="w1")
 
 
 def test_reports_move_the_attempt_and_duplicates_do_nothing() -> None:
@@ -143,7 +161,7 @@ def test_rejection_after_send_fails_the_intent_without_retry() -> None:
 def test_oversized_results_are_not_stored_whole() -> None:
     h = authorized()
     (done,) = report(h, "completed", result={"blob": "x" * 10_000})
-    assert isinstance(done, EffectIntent.EffectCompleted)
+    assert isinstance(done, EffectCompleted)
     assert done.result["withheld"] == "too-large" and "blob" not in done.result
 
 
@@ -157,11 +175,11 @@ def test_results_are_checked_against_the_contract_schema_and_carry_provenance() 
     attempt = h.intent.current_attempt
     assert attempt is not None
 
-    def completed(result: dict[str, object]) -> EffectIntent.EffectCompleted:
+    def completed(result: dict[str, object]) -> EffectCompleted:
         r = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
                           stage="completed", result=result, adapter="casenotes")
         (event,) = on_report(h.intent, r, strict, cause="c", now=T0)
-        assert isinstance(event, EffectIntent.EffectCompleted)
+        assert isinstance(event, EffectCompleted)
         return event
 
     assert completed({"note_id": "n1"}).result == {"note_id": "n1"}
@@ -186,7 +204,7 @@ def test_silence_after_send_is_unknown_never_failed() -> None:
     assert attempt is not None
     crossed(h)
     (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(seconds=41))
-    assert isinstance(unknown, EffectIntent.OutcomeUnknown)
+    assert isinstance(unknown, OutcomeUnknown)
     h.extend([unknown])
     assert h.intent.state is State.UNKNOWN
     assert run_gate(h) == []  # no new attempt from uncertainty
@@ -234,7 +252,7 @@ def test_retry_after_proven_absence_reuses_the_intent_key() -> None:
     h.extend(reconcile(h.intent, first.attempt_id, QueryResult(finding="absent"), RETRYABLE,
                        cause="q", now=T0))
     (again,) = run_gate(h)
-    assert isinstance(again, EffectIntent.ExecutionAuthorized)
+    assert isinstance(again, ExecutionAuthorized)
     assert again.attempt_id != first.attempt_id
     assert again.intent_key == h.intent.intent_key
 
@@ -255,7 +273,7 @@ def test_operator_resolution_needs_who_and_why() -> None:
                       receipt={}, contract=CONTRACT, cause="c", now=T0)
     h.extend([done])
     assert h.intent.state is State.FAILED  # never happened, and the contract forbids retry
-    assert isinstance(done, EffectIntent.Reconciled) and done.by == "operator:ops-1"
+    assert isinstance(done, Reconciled) and done.by == "operator:ops-1"
     with pytest.raises(ResolutionRefused):
         resolve(h.intent, finding="confirmed", by="x", why="y", receipt={}, contract=CONTRACT,
                 cause="c2", now=T0)
@@ -269,7 +287,7 @@ def view(h: History) -> tuple[str, str] | None:
 def test_withdrawal_before_any_order_is_withdrawn() -> None:
     h = allowed()
     (stopped,) = withdraw(h.intent, by="runtime", why="user changed their mind", cause="w", now=T0)
-    assert isinstance(stopped, EffectIntent.Withdrawn)
+    assert isinstance(stopped, Withdrawn)
     assert run_gate(h.extend([stopped])) == []
     assert view(h) == ("withdrawn", "proposal.withdrawn")
 
@@ -280,13 +298,13 @@ def test_withdrawal_of_an_authorized_attempt_is_only_requested() -> None:
     attempt = h.intent.current_attempt
     assert attempt is not None
     (requested,) = withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0)
-    assert isinstance(requested, EffectIntent.WithdrawalRequested)
+    assert isinstance(requested, WithdrawalRequested)
     assert requested.attempt_id == attempt.attempt_id
     h.extend([requested])
     assert h.intent.state is State.AUTHORIZED and h.intent.withdrawal_requested
     assert view(h) == ("withdrawal_requested", "operation.withdrawal-requested")
     assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
-    authorization = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
+    authorization = next(e for e in h.events if isinstance(e, ExecutionAuthorized))
     assert order_for(h.intent, authorization, key=KEY) is None  # an order not yet published stays so
 
 
@@ -295,7 +313,7 @@ def test_a_not_sent_claim_after_a_withdrawal_request_is_withdrawn(stage: str) ->
     h = authorized()
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     (done,) = report(h, stage, reason="order.withdrawn")
-    assert isinstance(done, EffectIntent.Withdrawn) and (done.by, done.why) == ("runtime", "stop")
+    assert isinstance(done, Withdrawn) and (done.by, done.why) == ("runtime", "stop")
     h.extend([done])
     assert view(h) == ("withdrawn", "proposal.withdrawn")
     assert run_gate(h) == []  # and no second attempt
@@ -305,7 +323,7 @@ def test_a_not_sent_claim_without_a_withdrawal_is_a_failure_before_send() -> Non
     h = authorized()
     assert report(h, "withdrawn") == []  # nobody asked: not evidence of anything
     (failed,) = report(h, "refused_order", reason="order.stale")
-    assert isinstance(failed, EffectIntent.AttemptFailedBeforeSend)
+    assert isinstance(failed, AttemptFailedBeforeSend)
 
 
 @pytest.mark.parametrize("stage", ["acknowledged", "observed"])
@@ -314,7 +332,7 @@ def test_progress_after_a_withdrawal_request_becomes_an_interruption(stage: str)
     h = authorized()
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     crossed, interruption = report(h, stage)
-    assert isinstance(interruption, EffectIntent.InterruptionRequested)
+    assert isinstance(interruption, InterruptionRequested)
     assert interruption.originator_version == crossed.originator_version + 1
     assert interruption.event_id != crossed.event_id
     h.extend([crossed, interruption])
@@ -332,7 +350,7 @@ def test_a_withdrawal_request_then_silence_is_unknown_never_withdrawn() -> None:
     assert attempt is not None
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1))
-    assert isinstance(unknown, EffectIntent.OutcomeUnknown) and "withdrawal" in unknown.evidence
+    assert isinstance(unknown, OutcomeUnknown) and "withdrawal" in unknown.evidence
     h.extend([unknown])
     assert view(h) == ("outcome_unknown", "operation.outcome-unknown")
 
@@ -360,7 +378,7 @@ def test_an_operator_resolving_a_withdrawal_request_as_absent_withdraws_it() -> 
     h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
     (done,) = resolve(h.intent, finding="absent", by="ops-1", why="not in the CRM", receipt={},
                       contract=RETRYABLE, cause="c", now=T0)
-    assert isinstance(done, EffectIntent.Reconciled) and done.resolution == "withdrawn"
+    assert isinstance(done, Reconciled) and done.resolution == "withdrawn"
     assert h.extend([done]).intent.state is State.WITHDRAWN
 
 
@@ -372,7 +390,7 @@ def test_a_not_sent_claim_after_the_deadline_settles_a_withdrawal_request() -> N
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
     h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
     (done,) = report(h, "withdrawn", reason="order.withdrawn")
-    assert isinstance(done, EffectIntent.Withdrawn)
+    assert isinstance(done, Withdrawn)
     # ... but not when an adapter had crossed before the deadline
     h = authorized()
     h.extend(withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0))
@@ -386,7 +404,7 @@ def test_withdrawal_after_the_send_boundary_asks_for_an_interruption() -> None:
     h = authorized()
     crossed(h)
     (interrupt,) = withdraw(h.intent, by="runtime", why="", cause="w", now=T0)
-    assert isinstance(interrupt, EffectIntent.InterruptionRequested)
+    assert isinstance(interrupt, InterruptionRequested)
     h.extend([interrupt])
     assert h.intent.state is State.SENT and h.intent.interruption_requested
     assert withdraw(h.intent, by="runtime", why="", cause="w2", now=T0) == []
@@ -399,7 +417,7 @@ def test_no_report_takes_a_withdrawn_intent_out_of_its_terminal_state(stage: str
     h = authorized()
     attempt = h.intent.current_attempt
     assert attempt is not None
-    h.add(EffectIntent.Withdrawn, by="runtime", why="")  # as an older executor recorded it
+    h.add(Withdrawn, by="runtime", why="")  # as an older executor recorded it
     late = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id=attempt.attempt_id,
                          stage=stage, receipt={"note_id": "n1"})
     assert on_report(h.intent, late, CONTRACT, cause="late", now=T0) == []
@@ -436,7 +454,7 @@ def test_late_completion_report_settles_an_unknown_outcome() -> None:
     assert attempt is not None
     h.extend(on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1)))
     (settled,) = report(h, "completed", receipt={"note_id": "n1"})
-    assert isinstance(settled, EffectIntent.Reconciled) and settled.finding == "confirmed"
+    assert isinstance(settled, Reconciled) and settled.finding == "confirmed"
 
 
 def test_attempt_stages_follow_the_remote_system() -> None:
@@ -445,13 +463,13 @@ def test_attempt_stages_follow_the_remote_system() -> None:
     assert attempt is not None
     crossed(h)
     (ack,) = report(h, "acknowledged", receipt={"remote_ref": "job-7"})
-    assert isinstance(ack, EffectIntent.AttemptAcknowledged) and ack.remote_ref == "job-7"
+    assert isinstance(ack, AttemptAcknowledged) and ack.remote_ref == "job-7"
     h.extend([ack])
     h.extend(report(h, "observed"))
     assert h.intent.attempt(attempt.attempt_id).stage == "observed"
     assert report(h, "acknowledged") == []  # never backwards
     (unknown,) = on_deadline(h.intent, attempt.attempt_id, cause="d", now=T0 + timedelta(hours=1))
-    assert isinstance(unknown, EffectIntent.OutcomeUnknown) and "send boundary" in unknown.evidence
+    assert isinstance(unknown, OutcomeUnknown) and "send boundary" in unknown.evidence
 
 
 def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
@@ -467,7 +485,7 @@ def test_an_interruption_is_recorded_only_when_one_was_requested() -> None:
 
 def test_the_gate_refuses_when_a_budget_hold_is_gone() -> None:
     (event,) = gate(allowed().intent, CONTRACT, FACTS, ALLOW, cause="c", now=T0, budget_held=False)
-    assert isinstance(event, EffectIntent.GateRefused) and event.reason == "gate.budget-missing"
+    assert isinstance(event, GateRefused) and event.reason == "gate.budget-missing"
 
 
 def test_an_operator_resolving_what_the_reconciler_settled_is_told_its_finding() -> None:
@@ -509,7 +527,7 @@ def signed(h: History, stage: str, *, attempt_id: str | None = None, **kw: objec
 def test_each_order_carries_a_token_bound_to_its_tenant_intent_attempt_and_capability() -> None:
     h = authorized()
     authorization = h.events[-1]
-    assert isinstance(authorization, EffectIntent.ExecutionAuthorized)
+    assert isinstance(authorization, ExecutionAuthorized)
     order = order_for(h.intent, authorization, key=KEY)
     assert order is not None
     parts = ("tenant-a", h.intent_id, authorization.attempt_id, "case.add_note")
@@ -549,7 +567,7 @@ def test_a_refused_report_is_recorded_once_per_attempt_stage_and_reason_and_chan
         h.extend(events)
         recorded += events
     assert len(recorded) == 6  # (its attempt, or none) x (completed, sent, other)
-    assert all(isinstance(e, EffectIntent.ReportRefused) and len(e.adapter) == 64 for e in recorded)
+    assert all(isinstance(e, ReportRefused) and len(e.adapter) == 64 for e in recorded)
     assert {(e.attempt_id, e.stage) for e in recorded} >= {("", "other")}  # type: ignore[attr-defined]
     assert h.intent.state is state and [a.stage for a in h.intent.attempts] == stages
     assert not any("t1" in repr(e) for e in recorded)  # what the forger sent is not kept
@@ -571,12 +589,12 @@ def test_withdrawing_an_unknown_outcome_keeps_it_from_being_tried_again() -> Non
     attempt = h.intent.current_attempt
     assert attempt is not None
     (requested,) = withdraw(h.intent, by="runtime", why="stop", cause="w", now=T0)
-    assert isinstance(requested, EffectIntent.WithdrawalRequested)
+    assert isinstance(requested, WithdrawalRequested)
     h.extend([requested])
     assert view(h) == ("outcome_unknown", "operation.outcome-unknown")
     (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
                            cause="q", now=T0)
-    assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"
+    assert isinstance(settled, Reconciled) and settled.resolution == "withdrawn"
     assert h.extend([settled]).intent.state is State.WITHDRAWN and run_gate(h) == []
 
 
@@ -590,7 +608,7 @@ def test_an_interrupted_attempt_proven_absent_is_not_tried_again() -> None:
     assert withdraw(h.intent, by="runtime", why="again", cause="w2", now=T0) == []
     (settled,) = reconcile(h.intent, attempt.attempt_id, QueryResult(finding="absent"), RETRYABLE,
                            cause="q", now=T0)
-    assert isinstance(settled, EffectIntent.Reconciled) and settled.resolution == "withdrawn"
+    assert isinstance(settled, Reconciled) and settled.resolution == "withdrawn"
 
 
 # -- the gate's decision, when nothing it depends on changed ---------------------------------
@@ -606,7 +624,7 @@ def decided_on(facts: Facts, bundle: PolicyBundle = DEMO) -> History:
     """Normalized, then decided by ``bundle`` on ``facts`` as policy would record it."""
     h = History().normalized()
     decision = judge(bundle, h.intent, facts, Evidence(run=RUN))
-    return h.add(EffectIntent.PolicyDecided, outcome=decision.outcome, policy_revision=bundle.revision,
+    return h.add(PolicyDecided, outcome=decision.outcome, policy_revision=bundle.revision,
                  reasons=list(decision.reasons), determining=list(decision.determining),
                  facts=dict(facts.facts), digest=h.intent.digest or "", reservations=[])
 

@@ -34,8 +34,22 @@ from lockgate.core.ids import derived_id
 from lockgate.eventstore.base import AggregateHistory, EventStore, NewEvent, RecordedEvent
 from lockgate.executor.domain import order_for
 from lockgate.executor.handlers import AttemptDue, ExecutorHandlers
-from lockgate.intent.aggregate import EffectIntent, Stamp, State
+from lockgate.intent.aggregate import Stamp, State
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import (
+    AttemptInterrupted,
+    AttemptRejected,
+    AttemptSent,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    InterruptionRequested,
+    OutcomeUnknown,
+    ProcessingAbandoned,
+    Reconciled,
+    WithdrawalRequested,
+    Withdrawn,
+)
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.ports.adapters import FakeAdapters
 from lockgate.runtime.ports.intents import StoredIntents
@@ -90,14 +104,14 @@ async def stored_types(ports: MemoryPorts, h: History) -> list[str]:
 
 def authorized_history() -> History:
     h = History().normalized().decided("allow")
-    return h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1",
+    return h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1",
                  digest="sha256:d1", policy_revision="p", contract_revision="rev-1",
                  gate_facts={}, deadline_at=T0 + timedelta(seconds=30))
 
 
 def order_of(h: History) -> ExecutionOrder:
     """The order the executor dispatched for ``h``'s authorized attempt."""
-    authorized = next(e for e in h.events if isinstance(e, EffectIntent.ExecutionAuthorized))
+    authorized = next(e for e in h.events if isinstance(e, ExecutionAuthorized))
     order = order_for(h.intent, authorized, key=KEY)
     assert order is not None
     return order
@@ -107,7 +121,7 @@ def authorized_on_its_trigger(attempt_id: str = "a1") -> History:
     """Policy allowed, and the gate authorized ``attempt_id`` on that decision (its trigger)."""
     h = History().normalized().decided("allow")
     trigger = h.events[-1].event_id
-    return h.extend([EffectIntent.ExecutionAuthorized.next(
+    return h.extend([ExecutionAuthorized.next(
         h.intent, Stamp(now=T0, event_id=derived_id("gate", trigger), causation_id=trigger),
         attempt_id=attempt_id, intent_key="k1", digest="sha256:d1", policy_revision="p",
         contract_revision="rev-1", gate_facts={}, deadline_at=T0 + timedelta(seconds=30))])
@@ -125,9 +139,9 @@ async def store_with_trigger(ports: MemoryPorts, h: History) -> RecordedEvent:
 
 async def test_withdrawing_a_sent_attempt_asks_its_adapter_to_stop(ports: MemoryPorts) -> None:
     h = History().normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    h.add(AttemptSent, attempt_id="a1")
     await store_history(ports, h)
     subject = subjects.withdraw("tenant-a", h.intent.run_id, h.intent_id, "agent-tenant-a")
     reply = await executor_handlers(ports).withdraw(subject, msgspec.json.encode(Withdraw(why="stop")))
@@ -172,7 +186,7 @@ async def test_a_claim_after_a_withdrawal_request_is_refused_and_the_intent_with
 ) -> None:
     h = authorized_history()
     order = order_of(h)
-    h.add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="runtime", why="")
+    h.add(WithdrawalRequested, attempt_id="a1", by="runtime", why="")
     await store_history(ports, h)
     assert await ports.locks.take(LOCK, h.intent_id.encode())
     answer = msgspec.json.decode(await executor_handlers(ports).claim(
@@ -287,7 +301,7 @@ async def test_a_trigger_handed_again_sends_no_order_once_a_withdrawal_was_reque
 ) -> None:
     h = authorized_on_its_trigger()
     trigger = await store_with_trigger(ports, h)
-    h.extend([EffectIntent.WithdrawalRequested.next(
+    h.extend([WithdrawalRequested.next(
         h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), attempt_id="a1", by="runtime", why="")])
     await store_history(ports, h)
     with pytest.raises(AttemptDue):  # the deadline is still ahead
@@ -317,24 +331,24 @@ def ended_by(name: str, call_id: str = "call-1") -> History:
     h = authorized_history()
     if name == "GateRefused":
         return History(call_id=call_id).normalized().decided("allow").add(
-            EffectIntent.GateRefused, reason="gate.policy-changed", gate_facts={})
+            GateRefused, reason="gate.policy-changed", gate_facts={})
     if name == "Withdrawn":
-        return History().normalized().decided("allow").add(EffectIntent.Withdrawn, by="r", why="")
+        return History().normalized().decided("allow").add(Withdrawn, by="r", why="")
     if name == "ProcessingAbandoned":  # the gate gave up on an allowed intent it had locked
         return History().normalized().decided("allow").add(
-            EffectIntent.ProcessingAbandoned, durable="executor-gate", trigger="t", cause="boom",
+            ProcessingAbandoned, durable="executor-gate", trigger="t", cause="boom",
             deliveries=5)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    h.add(AttemptSent, attempt_id="a1")
     if name == "EffectCompleted":
-        return h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={},
+        return h.add(EffectCompleted, attempt_id="a1", receipt={}, result={},
                      provenance={})
     if name == "AttemptRejected":
-        return h.add(EffectIntent.AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
+        return h.add(AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
     if name == "AttemptInterrupted":
-        h.add(EffectIntent.InterruptionRequested, attempt_id="a1", by="r", why="")
-        return h.add(EffectIntent.AttemptInterrupted, attempt_id="a1", detail="")
-    h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
-    return h.add(EffectIntent.Reconciled, attempt_id="a1", finding="confirmed", receipt={},
+        h.add(InterruptionRequested, attempt_id="a1", by="r", why="")
+        return h.add(AttemptInterrupted, attempt_id="a1", detail="")
+    h.add(OutcomeUnknown, attempt_id="a1", evidence="silence")
+    return h.add(Reconciled, attempt_id="a1", finding="confirmed", receipt={},
                  by="reconciler", why="found", resolution="completed")
 
 
@@ -385,9 +399,9 @@ async def test_a_lock_left_by_a_crash_right_after_the_append_is_released_by_the_
 
 async def test_an_event_that_leaves_the_hold_in_place_keeps_the_lock(ports: MemoryPorts) -> None:
     h = authorized_history()
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
-    h.add(EffectIntent.Reconciled, attempt_id="a1", finding="absent", receipt={}, by="reconciler",
+    h.add(AttemptSent, attempt_id="a1")
+    h.add(OutcomeUnknown, attempt_id="a1", evidence="silence")
+    h.add(Reconciled, attempt_id="a1", finding="absent", receipt={}, by="reconciler",
           why="absent", resolution="retry")
     last = await store_history(ports, h)
     await ports.locks.take(LOCK, h.intent_id.encode())
@@ -412,7 +426,7 @@ async def test_the_gate_frees_a_lock_it_took_for_an_intent_withdrawn_meanwhile(
     async def facts(_: FactsRequest) -> Facts:
         assert await ports.locks.holder(LOCK) == h.intent_id.encode()  # held, under the lock
         stored = await ports.store.load("tenant-a", h.intent_id)
-        await ports.store.append(stored, [encode_event(EffectIntent.Withdrawn.next(
+        await ports.store.append(stored, [encode_event(Withdrawn.next(
             h.intent, Stamp(now=T0, event_id="w1", causation_id="w"), by="runtime", why=""))])
         return Facts(facts=OPEN_FACTS, revision="4")
 
@@ -456,12 +470,12 @@ def serialized(*, completed: bool) -> History:
     attempt sent and, if ``completed``, completed."""
     h = History(contract_revision=CONTRACT.revision).normalized(
         contract_revision=CONTRACT.revision).decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision=CONTRACT.revision, gate_facts={},
           deadline_at=T0 + timedelta(seconds=30))
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    h.add(AttemptSent, attempt_id="a1")
     if completed:
-        h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+        h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
     return h
 
 
@@ -518,7 +532,7 @@ async def test_a_trigger_handed_again_frees_a_lock_left_with_an_intent_that_ende
 
 async def test_a_report_without_a_valid_token_is_refused_on_the_record(ports: MemoryPorts) -> None:
     h = authorized_history()
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    h.add(AttemptSent, attempt_id="a1")
     await store_history(ports, h)
     await deliver(executor_handlers(ports), AttemptReport(
         tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1", stage=ReportStage.COMPLETED,

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent import codec
-from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.aggregate import Event, Stamp, State
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import AttemptSent
 from lockgate.intent.evolve import (
     FoldError,
     NotAFirstEvent,
@@ -63,7 +64,7 @@ def test_an_event_of_another_intent_or_out_of_place_is_refused_with_lockgates_er
     h = completed()
     intent = fold(h.events[:3])
     assert intent is not None
-    other = EffectIntent.AttemptSent.next(intent, Stamp(now=T0, event_id="x", causation_id="y"),
+    other = AttemptSent.next(intent, Stamp(now=T0, event_id="x", causation_id="y"),
                                           attempt_id="a1")
     with pytest.raises(OriginatorVersionError):
         fold([*h.events[:2], other])
@@ -96,7 +97,7 @@ def test_an_event_after_a_terminal_state_moves_the_version_alone() -> None:
 def test_an_event_naming_no_attempt_is_refused_and_changes_nothing() -> None:
     h = History().normalized().decided("allow")
     intent = h.intent
-    sent = EffectIntent.AttemptSent.next(intent, h.stamp(), attempt_id="nope")
+    sent = AttemptSent.next(intent, h.stamp(), attempt_id="nope")
     with pytest.raises(KeyError):
         evolve(intent, sent)
     assert intent.state is State.ALLOWED

@@ -27,8 +27,8 @@ from lockgate.intake.parsing import (
     nesting_within,
     parse_arguments,
 )
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import fold
+from lockgate.intent.events import CandidateReceived, CandidateRejected, Event
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 CONTRACT = CapabilityContract(
@@ -50,7 +50,7 @@ CATALOGUE = Catalogue(tools=(Tool(CONTRACT.name, CONTRACT.description, CONTRACT.
 
 
 def decide(arguments: str, tool: str = "case.add_note", candidate: dict[str, object] | None = None,
-           **over: object) -> EffectIntent.Event:
+           **over: object) -> Event:
     c = Candidate(run_id="run-1", turn_id="turn-1", call_id="call-1", tool=tool, arguments=arguments,
                   **(candidate or {}))  # type: ignore[arg-type]
     fields: dict[str, object] = dict(
@@ -63,7 +63,7 @@ def decide(arguments: str, tool: str = "case.add_note", candidate: dict[str, obj
 
 
 def rejected(event: object) -> tuple[str, str | None]:
-    assert isinstance(event, EffectIntent.CandidateRejected), event
+    assert isinstance(event, CandidateRejected), event
     return event.reason, event.field
 
 
@@ -134,7 +134,7 @@ def test_parser_never_raises(raw: str) -> None:
 
 def test_valid_candidate_is_received_with_parsed_arguments() -> None:
     event = decide('{"note": "hi"}')
-    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert isinstance(event, CandidateReceived)
     assert event.arguments == {"note": "hi"}
     assert event.contract_revision == CONTRACT.revision
     assert event.actor == "user-42"  # from the run, never from the candidate
@@ -170,7 +170,7 @@ def test_a_call_is_judged_against_its_turn_even_when_the_capability_changed_sinc
     changed = CapabilityContract(name="case.add_note", description="changed",
                                  argument_schema={"type": "object", "properties": {}})
     event = decide('{"note":"x"}', contract=changed)
-    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert isinstance(event, CandidateReceived)
     assert event.contract_revision == CONTRACT.revision != changed.revision
     assert rejected(decide('{"note": 5}', contract=None)) == ("tool.arguments.invalid", "note")
 
@@ -197,7 +197,7 @@ def test_the_evidence_a_runtime_reports_is_kept_bounded() -> None:
     item = {"type": "tool_use", "id": "toolu_1", "name": "case.add_note", "input": {"note": "x"}}
     event = decide('{"note":"x"}', candidate=dict(provider="anthropic.messages", model="m-1",
                                                    provider_item=item))
-    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert isinstance(event, CandidateReceived)
     assert (event.provider, event.model, event.provider_item) == ("anthropic.messages", "m-1", item)
     huge = {"blob": "x" * 20_000}
     kept = decide('{"note":"x"}', candidate=dict(provider_item=huge)).provider_item
@@ -221,7 +221,7 @@ def test_an_assembly_failure_outside_the_vocabulary_is_a_malformed_candidate() -
 
 def test_lineage_is_recorded_and_an_unknown_predecessor_refused() -> None:
     event = decide('{"note":"x"}', follows="f" * 32, follows_how="declared")
-    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert isinstance(event, CandidateReceived)
     assert (event.follows, event.follows_how) == ("f" * 32, "declared")
     assert rejected(decide('{"note":"x"}', unknown_predecessor=True))[0] == "lineage.unknown-predecessor"
 

@@ -29,8 +29,16 @@ from lockgate.core.ids import call_digest, intent_id_for, reused_call_id_intent
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intake.leases import RunEnds
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
 from lockgate.intent.codec import decode_event, encode_event
+from lockgate.intent.events import (
+    AttemptSent,
+    CandidateReceived,
+    CandidateRejected,
+    EffectCompleted,
+    Event,
+    ExecutionAuthorized,
+)
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.ports.leases import MARKER_HEADER
 from lockgate.runtime.settings import Settings
@@ -83,7 +91,7 @@ async def propose(intake: IntakeHandlers, run_id: str, *, call_id: str = "call-1
     return intent_id_for("tenant-a", run_id, call_id)
 
 
-async def stored(ports: MemoryPorts, intent_id: str) -> list[EffectIntent.Event]:
+async def stored(ports: MemoryPorts, intent_id: str) -> list[Event]:
     return [decode_event(e) for e in (await ports.store.load("tenant-a", intent_id)).events]
 
 
@@ -95,7 +103,7 @@ def all_events(ports: MemoryPorts) -> list[RecordedEvent]:
 async def rejection(ports: MemoryPorts, intent_id: str) -> tuple[str, str | None]:
     """The one event on ``intent_id``, a rejection: its reason and field."""
     (event,) = await stored(ports, intent_id)
-    assert isinstance(event, EffectIntent.CandidateRejected), event
+    assert isinstance(event, CandidateRejected), event
     return event.reason, event.field
 
 
@@ -157,7 +165,7 @@ async def test_a_candidate_accepted_is_stored_as_received(intake: IntakeHandlers
     turn = await open_turn(intake, run_id)
     intent_id = await propose(intake, run_id)
     (event,) = await stored(ports, intent_id)
-    assert isinstance(event, EffectIntent.CandidateReceived)
+    assert isinstance(event, CandidateReceived)
     assert (event.tool, event.arguments, event.actor) == ("case.add_note", {"note": "hello"}, "user-42")
     assert (event.catalogue_digest, event.contract_revision) == (turn.catalogue_digest, CONTRACT.revision)
 
@@ -315,11 +323,11 @@ async def test_a_completed_call_is_answered_and_marks_its_tool_done_in_the_run(
     intake: IntakeHandlers, ports: MemoryPorts,
 ) -> None:
     h = History(run_id="run-1").normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={},
           deadline_at=T0 + timedelta(seconds=30))
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    h.add(AttemptSent, attempt_id="a1")
+    h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
     assert h.intent.state is State.COMPLETED
     await intake.respond(await as_stored(ports, h))
     answer = ports.responses.answer(h.intent)

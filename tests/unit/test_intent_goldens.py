@@ -21,8 +21,35 @@ import msgspec
 import pytest
 
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
+from lockgate.intent.aggregate import INTENT_TOPIC, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import (
+    ApprovalRefused,
+    AttemptAcknowledged,
+    AttemptFailedBeforeSend,
+    AttemptInterrupted,
+    AttemptRejected,
+    AttemptSent,
+    CandidateRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    IntentArchived,
+    InterruptionRequested,
+    NormalizationFailed,
+    OutcomeUnknown,
+    PolicyDecided,
+    ProcessingAbandoned,
+    Reconciled,
+    ReportRefused,
+    ResultObserved,
+    ReviewApproved,
+    ReviewDenied,
+    ReviewExpired,
+    ReviewRequested,
+    WithdrawalRequested,
+    Withdrawn,
+)
 from lockgate.testing.intents import T0, History
 
 DATA = Path(__file__).parent / "data"
@@ -37,7 +64,7 @@ def normalized(**facts: str | int | bool) -> History:
 
 
 def authorize(h: History, attempt_id: str) -> History:
-    return h.add(EffectIntent.ExecutionAuthorized, attempt_id=attempt_id, intent_key="k1",
+    return h.add(ExecutionAuthorized, attempt_id=attempt_id, intent_key="k1",
                  digest="sha256:d1", policy_revision="pol-1", contract_revision="rev-1",
                  gate_facts={"case_state": "open", "n": 3, "ok": True},
                  deadline_at=T0 + timedelta(seconds=30))
@@ -45,70 +72,70 @@ def authorize(h: History, attempt_id: str) -> History:
 
 def reviewed() -> History:
     h = normalized(case_state="open").decided("require_approval", reasons=["policy.review"])
-    h.add(EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="pol-1",
+    h.add(ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="pol-1",
           contract_revision="rev-1", summary="add a note", expires_at=T0 + timedelta(hours=1),
           action="add note", visible_to="case", shown={"note": "hello"}, preconditions=("open",),
           recovery=("delete it",))
-    return h.add(EffectIntent.ApprovalRefused, review_id="r1", reviewer="eve", reason="self",
+    return h.add(ApprovalRefused, review_id="r1", reviewer="eve", reason="self",
                  policy_revision="pol-1", determining=["p1"])
 
 
 def completed() -> History:
-    h = reviewed().add(EffectIntent.ReviewApproved, review_id="r1", reviewer="bob",
+    h = reviewed().add(ReviewApproved, review_id="r1", reviewer="bob",
                        digest="sha256:d1", policy_revision="pol-1", contract_revision="rev-1")
-    h = authorize(h, "a1").add(EffectIntent.AttemptAcknowledged, attempt_id="a1", remote_ref="r-1")
-    h.add(EffectIntent.AttemptSent, attempt_id="a1", claimant="w-1")
-    h.add(EffectIntent.ResultObserved, attempt_id="a1")
-    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={"note_id": "n-1"},
+    h = authorize(h, "a1").add(AttemptAcknowledged, attempt_id="a1", remote_ref="r-1")
+    h.add(AttemptSent, attempt_id="a1", claimant="w-1")
+    h.add(ResultObserved, attempt_id="a1")
+    h.add(EffectCompleted, attempt_id="a1", receipt={"note_id": "n-1"},
           result={"note_id": "n-1", "n": [1, 2]}, provenance={"adapter": "casenotes"})
     # After the end: ignored, then neutral ones (applied).
-    h.add(EffectIntent.AttemptFailedBeforeSend, attempt_id="a1", reason="order.stale", detail="")
-    h.add(EffectIntent.ReportRefused, attempt_id="a1", stage="sent", reason="report.unproven",
+    h.add(AttemptFailedBeforeSend, attempt_id="a1", reason="order.stale", detail="")
+    h.add(ReportRefused, attempt_id="a1", stage="sent", reason="report.unproven",
           adapter="casenotes")
-    return h.add(EffectIntent.ProcessingAbandoned, durable="d", trigger="t", cause="c", deliveries=3)
+    return h.add(ProcessingAbandoned, durable="d", trigger="t", cause="c", deliveries=3)
 
 
 def retried() -> History:
     h = normalized().decided("pause", reasons=["policy.paused"]).decided("pause").decided("allow")
-    h = authorize(h, "a1").add(EffectIntent.AttemptFailedBeforeSend, attempt_id="a1",
+    h = authorize(h, "a1").add(AttemptFailedBeforeSend, attempt_id="a1",
                                reason="adapter.down", detail="x")
-    h = authorize(h, "a2").add(EffectIntent.AttemptSent, attempt_id="a2")
-    h.add(EffectIntent.OutcomeUnknown, attempt_id="a2", evidence="silence")
-    h.add(EffectIntent.Reconciled, attempt_id="a2", finding="absent", receipt={}, by="ops",
+    h = authorize(h, "a2").add(AttemptSent, attempt_id="a2")
+    h.add(OutcomeUnknown, attempt_id="a2", evidence="silence")
+    h.add(Reconciled, attempt_id="a2", finding="absent", receipt={}, by="ops",
           why="looked", resolution="retry")
-    h = authorize(h, "a3").add(EffectIntent.ResultObserved, attempt_id="a3")
-    return h.add(EffectIntent.AttemptRejected, attempt_id="a3", reason="remote.refused", detail="no")
+    h = authorize(h, "a3").add(ResultObserved, attempt_id="a3")
+    return h.add(AttemptRejected, attempt_id="a3", reason="remote.refused", detail="no")
 
 
 def reconciled(resolution: str, finding: str = "absent") -> Callable[[], History]:
     def build() -> History:
-        h = authorize(normalized().decided("allow"), "a1").add(EffectIntent.AttemptSent, attempt_id="a1")
-        h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="timeout")
-        return h.add(EffectIntent.Reconciled, attempt_id="a1", finding=finding,
+        h = authorize(normalized().decided("allow"), "a1").add(AttemptSent, attempt_id="a1")
+        h.add(OutcomeUnknown, attempt_id="a1", evidence="timeout")
+        return h.add(Reconciled, attempt_id="a1", finding=finding,
                      receipt={"note_id": "n-9"}, by="ops", why="checked", resolution=resolution)
     return build
 
 
 def withdrawn() -> History:
     h = authorize(normalized().decided("allow"), "a1")
-    h.add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="user-42", why="changed my mind")
-    return h.add(EffectIntent.Withdrawn, by="user-42", why="changed my mind")
+    h.add(WithdrawalRequested, attempt_id="a1", by="user-42", why="changed my mind")
+    return h.add(Withdrawn, by="user-42", why="changed my mind")
 
 
 def interrupted() -> History:
-    h = authorize(normalized().decided("allow"), "a1").add(EffectIntent.AttemptSent, attempt_id="a1")
-    h.add(EffectIntent.InterruptionRequested, attempt_id="a1", by="ops", why="stop")
-    return h.add(EffectIntent.AttemptInterrupted, attempt_id="a1", detail="stopped")
+    h = authorize(normalized().decided("allow"), "a1").add(AttemptSent, attempt_id="a1")
+    h.add(InterruptionRequested, attempt_id="a1", by="ops", why="stop")
+    return h.add(AttemptInterrupted, attempt_id="a1", detail="stopped")
 
 
 def abandoned_in_flight() -> History:
     h = authorize(normalized().decided("allow"), "a1")
-    h.add(EffectIntent.ProcessingAbandoned, durable="d", trigger="t1", cause="c", deliveries=5)
-    return h.add(EffectIntent.ProcessingAbandoned, durable="d", trigger="t2", cause="c", deliveries=5)
+    h.add(ProcessingAbandoned, durable="d", trigger="t1", cause="c", deliveries=5)
+    return h.add(ProcessingAbandoned, durable="d", trigger="t2", cause="c", deliveries=5)
 
 
 def abandoned_early() -> History:
-    return normalized().add(EffectIntent.ProcessingAbandoned, durable="p", trigger="9", cause="boom",
+    return normalized().add(ProcessingAbandoned, durable="p", trigger="9", cause="boom",
                             deliveries=5)
 
 
@@ -127,7 +154,7 @@ def review_ended(cls: type[Event], **fields: Any) -> Callable[[], History]:
 def rejected() -> History:
     h = History(holds=("hold-1", "hold-2"), follows="0" * 32)
     first = h.events[0]
-    h.events[0] = EffectIntent.CandidateRejected(
+    h.events[0] = CandidateRejected(
         originator_id=first.originator_id, originator_version=1, timestamp=T0,
         originator_topic=INTENT_TOPIC, event_id="e1", correlation_id="run-1", causation_id="m1",
         tenant="tenant-a", run_id="run-1", turn_id="turn-1", call_id="call-1", actor="user-42",
@@ -135,19 +162,19 @@ def rejected() -> History:
         reason="candidate.unknown-tool", field="name", detail="", retry_after_s=2.5,
         raw_arguments="{}", provider="openai", model="m", provider_item={"type": "function_call"},
         follows="1" * 32, follows_how="automatic")
-    return h.add(EffectIntent.ProcessingAbandoned, durable="d", trigger="t", cause="c", deliveries=3)
+    return h.add(ProcessingAbandoned, durable="d", trigger="t", cause="c", deliveries=3)
 
 
 def received_with_evidence() -> History:
     h = History(holds=("hold-1",), follows="0" * 32)
-    return h.add(EffectIntent.NormalizationFailed, reason="argument.note.invalid", field="note",
+    return h.add(NormalizationFailed, reason="argument.note.invalid", field="note",
                  detail="too long")
 
 
 def archived() -> History:
     h = completed()
     intent = h.intent
-    return h.extend([EffectIntent.IntentArchived(
+    return h.extend([IntentArchived(
         originator_id=intent.id, originator_version=intent.version + 1, timestamp=T0,
         originator_topic=INTENT_TOPIC, event_id="arch", correlation_id="run-1", causation_id="x",
         tenant="tenant-a", run_id="run-1", turn_id="turn-1", call_id="call-1", actor="user-42",
@@ -169,15 +196,15 @@ HISTORIES: dict[str, Callable[[], History]] = {
     "reconciled not executed": reconciled("not_executed"),
     "reconciled operator": reconciled("operator"),
     "abandoned in flight": abandoned_in_flight, "abandoned early": abandoned_early,
-    "denied": ended(EffectIntent.PolicyDecided, outcome="deny", policy_revision="pol-1",
+    "denied": ended(PolicyDecided, outcome="deny", policy_revision="pol-1",
                     reasons=["case.closed"], determining=["p2"], facts={"case_state": "closed"},
                     digest="sha256:d1", reservations=["b1", "b2"]),
-    "gate refused": ended(EffectIntent.GateRefused, reason="gate.stale", gate_facts={"x": 1}),
-    "review denied": review_ended(EffectIntent.ReviewDenied, review_id="r1", reviewer="bob",
+    "gate refused": ended(GateRefused, reason="gate.stale", gate_facts={"x": 1}),
+    "review denied": review_ended(ReviewDenied, review_id="r1", reviewer="bob",
                                   reason="no"),
-    "review edited": review_ended(EffectIntent.ReviewDenied, review_id="r1", reviewer="bob",
+    "review edited": review_ended(ReviewDenied, review_id="r1", reviewer="bob",
                                   reason="edit", edited_into="2" * 32, edited_call_id="call-2"),
-    "review expired": review_ended(EffectIntent.ReviewExpired, review_id="r1"),
+    "review expired": review_ended(ReviewExpired, review_id="r1"),
     "rejected": rejected, "normalization failed": received_with_evidence,
     "archived": archived, "archived alone": archived_alone,
 }

@@ -9,8 +9,9 @@ import pytest
 
 from lockgate.contracts.vocabulary import DecisionOutcome, Finding, Resolution, Settles
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
 from lockgate.intent.codec import EVENT_TYPES, EventDecodeError, decode_event, encode_event, fold
+from lockgate.intent.events import EffectCompleted, PolicyDecided, Reconciled
 from lockgate.intent.upcasters import UPCASTERS
 from tests.unit.test_intent_goldens import completed
 
@@ -37,14 +38,14 @@ def stored(event_type: str, version: int, data: bytes) -> RecordedEvent:
 
 def test_a_version_1_policy_decision_reads_with_no_budgets() -> None:
     e = decode_event(stored("PolicyDecided", 3, POLICY_DECIDED_V1))
-    assert isinstance(e, EffectIntent.PolicyDecided)
+    assert isinstance(e, PolicyDecided)
     assert (e.outcome, e.reservations, e.facts) == (DecisionOutcome.ALLOW, [], {"case_state": "open"})
     assert e.originator_id == UUID(hex=INTENT) and e.originator_version == 3
 
 
 def test_a_version_1_completion_reads_with_no_provenance_and_settles_its_budget() -> None:
     e = decode_event(stored("EffectCompleted", 8, EFFECT_COMPLETED_V1))
-    assert isinstance(e, EffectIntent.EffectCompleted)
+    assert isinstance(e, EffectCompleted)
     assert (e.provenance, e.receipt, e.settles) == ({}, {"note_id": "n-1"}, Settles.BUDGET)
 
 
@@ -56,7 +57,7 @@ def test_a_version_1_reconciliation_reads_with_the_resolution_it_meant(
 ) -> None:
     data = RECONCILED_V1.replace(b'"confirmed"', b'"%s"' % finding.encode())
     e = decode_event(stored("Reconciled", 7, data))
-    assert isinstance(e, EffectIntent.Reconciled)
+    assert isinstance(e, Reconciled)
     assert (e.finding, e.resolution) == (Finding(finding), resolution)
 
 
@@ -75,7 +76,7 @@ def test_a_stored_version_with_no_upcaster_is_refused() -> None:
 
 def test_an_old_history_folds_to_what_its_events_meant() -> None:
     h = completed()
-    n = next(i for i, e in enumerate(h.events, start=1) if isinstance(e, EffectIntent.EffectCompleted))
+    n = next(i for i, e in enumerate(h.events, start=1) if isinstance(e, EffectCompleted))
     records = [RecordedEvent("tenant-a", h.intent_id, e.originator_version, type(e).__name__,
                              e.event_id, encode_event(e).data, i)
                for i, e in enumerate(h.events[:n - 1], start=1)]

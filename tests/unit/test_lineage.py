@@ -10,6 +10,7 @@ import pytest
 from lockgate.authz import PolicyBundle
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import CandidateNormalized, CandidateRejected
 from lockgate.intent.lineage import Kind, compare, place
 from lockgate.normalization.domain import placed
 from lockgate.policy.domain import evaluate_for
@@ -60,7 +61,7 @@ async def test_a_lineage_walks_back_past_syntax_repairs_and_counts_refusals() ->
     denied = earlier("call-1").decided(DecisionOutcome.DENY, ["repo.forbidden"])
     # call-2: refused at intake for its syntax (never got a consequence)
     syntax = History(call_id="call-2", tool="repo.share", follows=denied.intent_id)
-    syntax.events[0] = EffectIntent.CandidateRejected(
+    syntax.events[0] = CandidateRejected(
         **{k: v for k, v in msgspec.structs.asdict(syntax.events[0]).items()
            if k not in ("arguments", "contract_revision", "holds")},
         reason="tool.arguments.malformed", field=None, detail="")
@@ -111,5 +112,5 @@ def test_normalization_records_the_place_on_its_event() -> None:
     h = History(follows="f" * 32)
     events = placed(h.normalized().events[1:], Place(Kind.NARROWING, "f" * 32, 2, False))
     (event,) = events
-    assert isinstance(event, EffectIntent.CandidateNormalized)
+    assert isinstance(event, CandidateNormalized)
     assert (event.lineage, event.lineage_root, event.lineage_denials) == ("narrowing", "f" * 32, 2)

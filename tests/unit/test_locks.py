@@ -15,8 +15,18 @@ from lockgate.contracts.messages import DecideReview, NormalizeResult
 from lockgate.contracts.vocabulary import DecisionOutcome, Finding, Resolution
 from lockgate.eventstore.subjects import legacy_type_filter, type_filter
 from lockgate.executor.domain import withdraw
-from lockgate.intent.aggregate import Created, EffectIntent, Stamp
+from lockgate.intent.aggregate import Created, Stamp
 from lockgate.intent.codec import EVENT_TYPES, fold
+from lockgate.intent.events import (
+    AttemptSent,
+    CandidateNormalized,
+    Event,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    ReviewApproved,
+    ReviewRequested,
+    WithdrawalRequested,
+)
 from lockgate.intent.locks import HOLDING, lock_key, may_hold
 from lockgate.normalization.domain import decide as normalize
 from lockgate.policy.domain import record
@@ -50,29 +60,29 @@ def holding() -> dict[str, History]:
     """One history for every way an intent can hold its resource."""
     def authorized() -> History:
         return History().normalized().decided("allow").add(
-            EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+            ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
             policy_revision="p", contract_revision="rev-1", gate_facts={},
             deadline_at=T0 + timedelta(seconds=30))
 
     reviewed = History().normalized().decided("require_approval").add(
-        EffectIntent.ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
+        ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
         contract_revision="rev-1", summary="s", expires_at=T0 + timedelta(days=7)).add(
-        EffectIntent.ReviewApproved, review_id="r1", reviewer="rev", digest="sha256:d1",
+        ReviewApproved, review_id="r1", reviewer="rev", digest="sha256:d1",
         policy_revision="p", contract_revision="rev-1")
     histories = {
         "allowed": History().normalized().decided("allow"),
         "approved": reviewed,
         "authorized": authorized(),
         "withdrawal-requested": authorized().add(
-            EffectIntent.WithdrawalRequested, attempt_id="a1", by="r", why=""),
-        "sent": authorized().add(EffectIntent.AttemptSent, attempt_id="a1"),
-        "unknown": authorized().add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="e"),
+            WithdrawalRequested, attempt_id="a1", by="r", why=""),
+        "sent": authorized().add(AttemptSent, attempt_id="a1"),
+        "unknown": authorized().add(OutcomeUnknown, attempt_id="a1", evidence="e"),
     }
     assert {h.intent.state for h in histories.values()} == HOLDING
     return histories
 
 
-def samples(cls: type[EffectIntent.Event]) -> list[dict[str, Any]]:
+def samples(cls: type[Event]) -> list[dict[str, Any]]:
     """Field values for ``cls``: every combination of the deciding fields' values."""
     hints = typing.get_type_hints(cls)
     fixed: dict[str, Any] = {}
@@ -134,7 +144,7 @@ def test_the_lock_key_is_a_valid_bucket_key_per_tenant_and_resource() -> None:
     h = History().normalized()
     assert lock_key(h.intent) == "tenant-a.case.case-123"
     odd = History(tenant="tenant-b").add(
-        EffectIntent.CandidateNormalized, arguments={}, resource={"type": "file", "id": "a b/ü"},
+        CandidateNormalized, arguments={}, resource={"type": "file", "id": "a b/ü"},
         destination="d", effect_class="write", digest="sha256:d", serializer="jcs",
         contract_revision="rev-1")
     assert lock_key(odd.intent) == "tenant-b.file.a_b/_"

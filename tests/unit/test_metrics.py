@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from lockgate.contracts.reasons import REASON_CLASSES, REASONS, reason_class
 from lockgate.contracts.vocabulary import AttemptStage, DecisionOutcome
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import AttemptSent, ExecutionAuthorized
 from lockgate.runtime import metrics
 from lockgate.runtime.service import Retry, settle
 from lockgate.testing.intents import History
@@ -94,12 +94,12 @@ def test_appended_events_are_counted_by_what_they_say() -> None:
 
 def test_attempt_events_count_as_the_stage_they_reach() -> None:
     history = History(call_id="metrics-2").normalized().decided()
-    authorized = EffectIntent.ExecutionAuthorized.next(
+    authorized = ExecutionAuthorized.next(
         history.intent, history.stamp(), attempt_id="a-1", intent_key="k", digest="sha256:d1",
         policy_revision="pol-1", contract_revision="rev-1", gate_facts={},
         deadline_at=history.stamp().now,
     )
-    sent = EffectIntent.AttemptSent.next(history.extend([authorized]).intent, history.stamp(),
+    sent = AttemptSent.next(history.extend([authorized]).intent, history.stamp(),
                                          attempt_id="a-1")
     before = {stage: value("lockgate_attempt_transitions_total", stage=stage)
               for stage in ("authorized", "sent")}

@@ -20,6 +20,7 @@ from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import encode_event
+from lockgate.intent.events import AttemptSent, EffectCompleted, ExecutionAuthorized, GateRefused
 from lockgate.policy.handlers import (
     CARRIED_FACTS_FRESH_S,
     CLOCK_SKEW_S,
@@ -166,10 +167,10 @@ async def test_an_effect_that_happened_consumes_its_hold(ports: MemoryPorts, tmp
     await handlers.normalized(await store_history(ports, h), deliveries=1)
     (key,) = (await state_of(ports, h)).reservations
     h.events[:] = await ports.intents.events("tenant-a", h.intent_id)  # the decision as stored
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    h.add(AttemptSent, attempt_id="a1")
+    h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
     await handlers.settled(await store_history(ports, h))
     counter = ports.budgets.counters[key]
     assert counter.holds == {} and counter.count == 1  # used, no longer held
@@ -184,7 +185,7 @@ async def test_an_effect_that_did_not_happen_gives_its_budget_back(
     await handlers.normalized(await store_history(ports, h), deliveries=1)
     (key,) = (await state_of(ports, h)).reservations
     h.events[:] = await ports.intents.events("tenant-a", h.intent_id)  # the decision as stored
-    h.add(EffectIntent.GateRefused, reason="gate.policy-changed", gate_facts={})
+    h.add(GateRefused, reason="gate.policy-changed", gate_facts={})
     await handlers.settled(await store_history(ports, h))
     counter = ports.budgets.counters[key]
     assert counter.holds == {} and counter.count == 0

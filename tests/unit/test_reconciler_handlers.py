@@ -17,6 +17,13 @@ from lockgate.contracts.messages import (
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import decode_event, encode_event
+from lockgate.intent.events import (
+    AttemptSent,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    Reconciled,
+    WithdrawalRequested,
+)
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.ports.adapters import FakeAdapters
@@ -30,12 +37,12 @@ def unknown_history(*, asked_to_stop: bool = False) -> History:
     """Attempt a1 of case.add_note sent, its outcome unknown (``asked_to_stop``: withdrawn
     while its order was out)."""
     h = History().normalized().decided("allow")
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
+    h.add(AttemptSent, attempt_id="a1")
     if asked_to_stop:
-        h.add(EffectIntent.WithdrawalRequested, attempt_id="a1", by="user-42", why="changed my mind")
-    return h.add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+        h.add(WithdrawalRequested, attempt_id="a1", by="user-42", why="changed my mind")
+    return h.add(OutcomeUnknown, attempt_id="a1", evidence="silence")
 
 
 def ports_answering(answer: QueryResult | None) -> MemoryPorts:
@@ -68,7 +75,7 @@ async def test_the_query_s_finding_is_recorded(finding: str, state: State, resol
     intent = await state_of(ports, last.intent_id)
     assert intent.state is state
     reconciled = decode_event((await ports.store.load("tenant-a", last.intent_id)).events[-1])
-    assert isinstance(reconciled, EffectIntent.Reconciled)
+    assert isinstance(reconciled, Reconciled)
     assert (reconciled.resolution, reconciled.by) == (resolution, "reconciler")
 
 

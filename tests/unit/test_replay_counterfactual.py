@@ -11,7 +11,7 @@ import pytest
 from lockgate.authz import PolicyBundle
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.vocabulary import DecisionOutcome
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import AttemptSent, EffectCompleted, ExecutionAuthorized, PolicyDecided
 from lockgate.replay.counterfactual import Decided, counterfactual
 from lockgate.replay.record import Candidate, Known, Sources, demo_contracts
 from lockgate.replay.report import changes_table, summary
@@ -41,7 +41,7 @@ def allowed(*, data_classes: tuple[str, ...] | None = CONTRACT.data_classes, rea
     """A note normalized under the case-notes contract and decided on ``FACTS``."""
     h = History(contract_revision=CONTRACT.revision).normalized(
         contract_revision=CONTRACT.revision, data_classes=data_classes)
-    h.add(EffectIntent.PolicyDecided, outcome=DecisionOutcome(outcome), policy_revision="p", reasons=list(reasons),
+    h.add(PolicyDecided, outcome=DecisionOutcome(outcome), policy_revision="p", reasons=list(reasons),
           determining=["case-notes.members-add-notes", "case-notes.unattended-unless-sensitive"], facts=FACTS,
           digest="sha256:d1", reservations=[])
     return Candidate(h.intent_id, "tenant-a", 1, tuple(h.events))
@@ -120,12 +120,12 @@ def completed(call_id: str, after: timedelta = timedelta(0)) -> Candidate:
     """A note of run-1 decided and completed, its events ``after`` the usual times."""
     h = History(call_id=call_id, contract_revision=CONTRACT.revision).normalized(
         contract_revision=CONTRACT.revision, data_classes=CONTRACT.data_classes)
-    h.add(EffectIntent.PolicyDecided, outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
+    h.add(PolicyDecided, outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
           determining=[], facts=FACTS, digest="sha256:d1", reservations=[])
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision=CONTRACT.revision, gate_facts=FACTS, deadline_at=T0)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
+    h.add(AttemptSent, attempt_id="a1")
+    h.add(EffectCompleted, attempt_id="a1", receipt={}, result={}, provenance={})
     events = tuple(msgspec.structs.replace(e, timestamp=e.timestamp + after) for e in h.events)
     return Candidate(h.intent_id, "tenant-a", 1, events)
 

@@ -8,7 +8,14 @@ import pytest
 
 from lockgate.contracts.messages import ExecutionOrder, FactsRequest, NormalizeRequest, QueryRequest
 from lockgate.contracts.vocabulary import DecisionOutcome, QueryFinding, ReportStage
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import (
+    AttemptRejected,
+    AttemptSent,
+    EffectCompleted,
+    ExecutionAuthorized,
+    NormalizationFailed,
+    PolicyDecided,
+)
 from lockgate.replay.fixtures import FIXTURE_MISSING, Fixtures
 from lockgate.replay.record import Candidate, ReplayError, Selection
 from lockgate.testing.intents import T0, History
@@ -18,13 +25,13 @@ RESOURCE = {"type": "case", "id": "case-123", "tenant": "tenant-a"}
 
 def executed() -> Candidate:
     h = History().normalized()
-    h.add(EffectIntent.PolicyDecided, outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
+    h.add(PolicyDecided, outcome=DecisionOutcome.ALLOW, policy_revision="p", reasons=[],
           determining=["permit"], facts={"exists": True, "version": "v1"}, digest="sha256:d1", reservations=[])
-    h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={"exists": True, "version": "v2"},
           deadline_at=T0)
-    h.add(EffectIntent.AttemptSent, attempt_id="a1")
-    h.add(EffectIntent.EffectCompleted, attempt_id="a1", receipt={"note_id": "n1"}, result={"note_id": "n1"},
+    h.add(AttemptSent, attempt_id="a1")
+    h.add(EffectCompleted, attempt_id="a1", receipt={"note_id": "n1"}, result={"note_id": "n1"},
           provenance={})
     return Candidate(h.intent_id, "tenant-a", 1, tuple(h.events))
 
@@ -67,7 +74,7 @@ def test_a_query_no_fixture_answers_is_a_missing_fixture_not_absent() -> None:
     """Only the record can say an effect is absent (it was rejected); a consequence it does
     not know is a question nobody answered."""
     rejected = History(call_id="call-2").normalized(digest="sha256:d2")
-    rejected.add(EffectIntent.AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
+    rejected.add(AttemptRejected, attempt_id="a1", reason="case.closed", detail="")
     fixtures = Fixtures.recorded([executed(), Candidate(rejected.intent_id, "tenant-a", 2, tuple(rejected.events))])
     ask = QueryRequest(tenant="tenant-a", intent_id="i" * 32, intent_key="k", arguments={})
     found = fixtures.answer_query("case.add_note", ask, "sha256:d1")
@@ -80,7 +87,7 @@ def test_a_query_no_fixture_answers_is_a_missing_fixture_not_absent() -> None:
 
 
 def test_the_services_own_failures_are_no_answer() -> None:
-    h = History().add(EffectIntent.NormalizationFailed, reason="capability.unavailable", field=None, detail="")
+    h = History().add(NormalizationFailed, reason="capability.unavailable", field=None, detail="")
     fixtures = Fixtures.recorded([Candidate(h.intent_id, "tenant-a", 1, tuple(h.events))])
     assert fixtures.normalize == {}
 

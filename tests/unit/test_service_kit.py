@@ -15,6 +15,7 @@ from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
 from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import EventDecodeError, encode_event
+from lockgate.intent.events import CandidateNormalized, Event, ExecutionAuthorized
 from lockgate.runtime.intents import abandonment, decide_and_append
 from lockgate.runtime.service import BOUNDS, Bounds, Failures, Guard, Retry, Unaddressed, settle
 from lockgate.runtime.settlement import Abandonment, backoff_s, is_transient
@@ -81,8 +82,8 @@ def test_backoff_grows_and_is_capped() -> None:
     assert backoff_s(1025, base_s=1.0, cap_s=60.0) == backoff_s(10**6) * 4 == 60.0
 
 
-def normalized_after(intent: EffectIntent, event_id: str, offset: int = 1) -> EffectIntent.Event:
-    return EffectIntent.CandidateNormalized.next(
+def normalized_after(intent: EffectIntent, event_id: str, offset: int = 1) -> Event:
+    return CandidateNormalized.next(
         intent, Stamp(now=intent.modified_on, event_id=event_id, causation_id="c", offset=offset),
         arguments={},
         resource={}, destination="", effect_class="write", digest=f"sha256:{event_id}",
@@ -95,7 +96,7 @@ async def test_decide_and_append_retries_the_whole_step_on_conflict() -> None:
     history = await store.append(await store.load("tenant-a", h.intent_id), [encode_event(h.events[0])])
     seen_versions: list[int] = []
 
-    async def step(intent: EffectIntent | None) -> list[EffectIntent.Event]:
+    async def step(intent: EffectIntent | None) -> list[Event]:
         assert intent is not None
         seen_versions.append(intent.version)
         if len(seen_versions) == 1:  # another writer gets in between load and append
@@ -115,7 +116,7 @@ async def test_decide_and_append_gives_up_after_repeated_conflicts() -> None:
     await store.append(await store.load("tenant-a", h.intent_id), [encode_event(h.events[0])])
     tries = 0
 
-    async def step(intent: EffectIntent | None) -> list[EffectIntent.Event]:
+    async def step(intent: EffectIntent | None) -> list[Event]:
         nonlocal tries
         tries += 1
         assert intent is not None
@@ -307,7 +308,7 @@ def test_abandonment_before_dispatch_refuses_and_after_it_needs_an_operator() ->
     assert view is not None and (view.status, view.code) == ("unavailable", "operation.unavailable")
 
     sent = History().normalized().decided("allow")
-    sent.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
+    sent.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
              policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
     sent.extend(abandonment(sent.intent, Abandonment("executor-dispatch", "x", 5), "e2", T0))
     assert sent.intent.state is State.NEEDS_OPERATOR  # the order may be out: never "failed"

@@ -25,8 +25,9 @@ from lockgate.executor.app import create_app as executor_app
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.intake.app import create_app as intake_app
 from lockgate.intake.handlers import IntakeHandlers
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
 from lockgate.intent.codec import EVENT_TYPES
+from lockgate.intent.events import CandidateReceived, PolicyDecided
 from lockgate.normalization.app import create_app as normalization_app
 from lockgate.normalization.handlers import NormalizationHandlers
 from lockgate.operations import roles, status
@@ -183,7 +184,7 @@ def test_a_decision_reaches_only_the_consumers_that_act_on_its_outcome() -> None
     handed = {
         outcome: {c.name for spec in SERVICES for c in spec.consumes if any(
             covers(f, event_subject(TENANT, INTENT, 3, "PolicyDecided", outcome)) for f in c.filters)}
-        for outcome in every_route(EffectIntent.PolicyDecided)
+        for outcome in every_route(PolicyDecided)
     }
     assert handed == {
         "allow": {"executor-gate"},
@@ -295,7 +296,7 @@ def test_a_spec_names_each_reaction_after_its_field() -> None:
 
 
 def test_a_spec_refuses_a_consumer_without_events_and_a_reaction_bound_twice() -> None:
-    received = EffectIntent.CandidateReceived
+    received = CandidateReceived
     ok = Consumer("a", "same", (received,))
     with pytest.raises(ValueError):
         Consumer("b", "react")  # on the events stream, handed nothing

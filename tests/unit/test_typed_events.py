@@ -14,17 +14,24 @@ from lockgate.contracts.vocabulary import Finding, Resolution
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Stamp
 from lockgate.intent.codec import decode_event, encode_event
+from lockgate.intent.events import (
+    AttemptSent,
+    CandidateRejected,
+    ProcessingAbandoned,
+    Reconciled,
+    Withdrawn,
+)
 from lockgate.testing.intents import T0, History
 
 STAMP = Stamp(now=T0, event_id="e1", causation_id="c1")
 
 #: Builds that name a field wrong, leave one out, or leave out the stamp.
 WRONG: dict[str, Callable[[EffectIntent], object]] = {
-    "a misspelt field": lambda i: EffectIntent.AttemptSent.next(
+    "a misspelt field": lambda i: AttemptSent.next(
         i, STAMP, atempt_id="a1"),  # type: ignore[call-arg]
-    "a missing field": lambda i: EffectIntent.AttemptSent.next(i, STAMP),  # type: ignore[call-arg]
-    "no stamp": lambda i: EffectIntent.AttemptSent.next(i, attempt_id="a1"),  # type: ignore[call-arg]
-    "a misspelt field of an event built whole": lambda i: EffectIntent.ProcessingAbandoned(
+    "a missing field": lambda i: AttemptSent.next(i, STAMP),  # type: ignore[call-arg]
+    "no stamp": lambda i: AttemptSent.next(i, attempt_id="a1"),  # type: ignore[call-arg]
+    "a misspelt field of an event built whole": lambda i: ProcessingAbandoned(
         uuid4(), 2, datetime.now(UTC), "e", "run-1", "c", durable="d", trigger="t",
         cause="x", delivery=1),  # type: ignore[call-arg]
 }
@@ -38,14 +45,14 @@ def test_a_wrong_field_fails_where_the_event_is_built(build: Callable[[EffectInt
 
 def test_the_fields_given_by_name_are_the_fields_stored() -> None:
     h = History().normalized()
-    event = EffectIntent.Reconciled.next(
+    event = Reconciled.next(
         h.intent, STAMP, attempt_id="a1", finding=Finding.CONFIRMED, receipt={"id": "n-1"},
         by="ops", why="seen", resolution=Resolution.COMPLETED)
     stored = encode_event(event)
     read = decode_event(RecordedEvent("tenant-a", h.intent_id, event.originator_version,
                                       stored.event_type, stored.event_id, stored.data, 1))
     assert read == event
-    assert isinstance(read, EffectIntent.Reconciled)
+    assert isinstance(read, Reconciled)
     assert (read.attempt_id, read.finding, read.receipt, read.by, read.why, read.resolution) == (
         "a1", Finding.CONFIRMED, {"id": "n-1"}, "ops", "seen", Resolution.COMPLETED)
 
@@ -54,13 +61,13 @@ def test_next_refuses_an_event_that_creates_an_intent() -> None:
     """Its envelope has the aggregate's topic in it: it follows nothing."""
     h = History()
     with pytest.raises(TypeError, match="creates an intent"):
-        EffectIntent.CandidateRejected.next(
+        CandidateRejected.next(
             h.intent, Stamp(now=T0, event_id="e", causation_id="c"), tenant="t")  # type: ignore[call-arg]
 
 
 def test_next_fills_the_envelope_from_the_state_and_the_stamp() -> None:
     h = History().normalized()
-    event = EffectIntent.Withdrawn.next(
+    event = Withdrawn.next(
         h.intent, Stamp(now=T0, event_id="e9", causation_id="c9", offset=2), by="ops", why="no")
     assert (event.originator_id, event.originator_version, event.timestamp) == (
         h.intent.id, h.intent.version + 2, T0)

@@ -18,8 +18,16 @@ from lockgate.contracts.vocabulary import (
 )
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.domain import on_report, refuse_report, report_token
-from lockgate.intent.aggregate import EffectIntent, State
+from lockgate.intent.aggregate import State
 from lockgate.intent.codec import decode_event, encode_event
+from lockgate.intent.events import (
+    Event,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    PolicyDecided,
+    Reconciled,
+    ReportRefused,
+)
 from lockgate.reconciler.domain import ResolutionRefused, reconcile, resolve
 from lockgate.testing.intents import T0, History
 
@@ -43,7 +51,7 @@ def test_the_values_of_every_vocabulary_are_listed_here() -> None:
 
 def authorized() -> History:
     h = History().normalized().decided(DecisionOutcome.ALLOW)
-    return h.add(EffectIntent.ExecutionAuthorized, attempt_id="a1", intent_key="k", digest="sha256:d1",
+    return h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k", digest="sha256:d1",
                  policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
 
 
@@ -71,7 +79,7 @@ def test_a_forged_report_with_an_unknown_stage_is_refused_as_other() -> None:
     h = authorized()
     forged = msgspec.json.decode(wire_report(h, "teleported", token="0" * 64), type=AttemptReport)
     (refused,) = refuse_report(h.intent, forged, "report.token-mismatch", cause="c", now=T0)
-    assert isinstance(refused, EffectIntent.ReportRefused)
+    assert isinstance(refused, ReportRefused)
     assert (refused.attempt_id, refused.stage, refused.reason) == ("a1", "other", "report.token-mismatch")
     h.extend([refused])
     assert h.intent.refused_reports == {("a1", ReportStage.OTHER, "report.token-mismatch")}
@@ -84,7 +92,7 @@ def test_a_report_built_in_process_with_an_unknown_stage_is_refused_as_other_too
     raw = AttemptReport(tenant="tenant-a", intent_id=h.intent_id, attempt_id="a1",
                         stage="teleported")  # type: ignore[arg-type]
     (refused,) = refuse_report(h.intent, raw, "report.token-missing", cause="c", now=T0)
-    assert isinstance(refused, EffectIntent.ReportRefused) and refused.stage is ReportStage.OTHER
+    assert isinstance(refused, ReportRefused) and refused.stage is ReportStage.OTHER
 
 
 def test_a_proven_report_with_an_unknown_stage_changes_nothing() -> None:
@@ -95,7 +103,7 @@ def test_a_proven_report_with_an_unknown_stage_changes_nothing() -> None:
 
 
 def test_an_adapters_unreadable_query_finding_is_no_evidence() -> None:
-    h = authorized().add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+    h = authorized().add(OutcomeUnknown, attempt_id="a1", evidence="silence")
     found = msgspec.json.decode(b'{"finding": "probably", "receipt": {}}', type=QueryResult)
     assert found.finding is QueryFinding.UNKNOWN
     assert reconcile(h.intent, "a1", found, None, cause="q", now=T0) == []
@@ -103,14 +111,14 @@ def test_an_adapters_unreadable_query_finding_is_no_evidence() -> None:
 
 
 def test_an_operators_unknown_finding_is_refused_with_its_reason_code() -> None:
-    h = authorized().add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+    h = authorized().add(OutcomeUnknown, attempt_id="a1", evidence="silence")
     with pytest.raises(ResolutionRefused) as refused:
         resolve(h.intent, finding="probably", by="ops", why="looked", receipt={}, contract=None,
                 cause="r", now=T0)
     assert refused.value.code == "reconcile.bad-finding"
 
 
-def stored(event: EffectIntent.Event) -> RecordedEvent:
+def stored(event: Event) -> RecordedEvent:
     new = encode_event(event)
     return RecordedEvent(tenant="tenant-a", intent_id=event.originator_id.hex,
                          version=event.originator_version, event_id=new.event_id,
@@ -118,9 +126,9 @@ def stored(event: EffectIntent.Event) -> RecordedEvent:
 
 
 def test_an_enum_field_is_stored_as_its_plain_string() -> None:
-    def decided(outcome: str) -> EffectIntent.Event:
+    def decided(outcome: str) -> Event:
         return History().normalized().add(
-            EffectIntent.PolicyDecided, outcome=outcome, policy_revision="p", reasons=[],
+            PolicyDecided, outcome=outcome, policy_revision="p", reasons=[],
             determining=[], facts={}, digest="d", reservations=[]).events[-1]
 
     with_member = decided(DecisionOutcome.REQUIRE_APPROVAL)
@@ -128,12 +136,12 @@ def test_an_enum_field_is_stored_as_its_plain_string() -> None:
     assert stored(with_member).data == stored(with_text).data
     assert b'"outcome":"require_approval"' in stored(with_member).data
     decoded = decode_event(stored(with_text))
-    assert isinstance(decoded, EffectIntent.PolicyDecided)
+    assert isinstance(decoded, PolicyDecided)
     assert decoded.outcome is DecisionOutcome.REQUIRE_APPROVAL and decoded == with_member
 
 
 def test_an_old_reconciliation_reads_with_its_resolution() -> None:
-    h = authorized().add(EffectIntent.OutcomeUnknown, attempt_id="a1", evidence="silence")
+    h = authorized().add(OutcomeUnknown, attempt_id="a1", evidence="silence")
     version = len(h.events) + 1
     v1 = msgspec.json.encode({"v": 1, "data": {
         "originator_id": str(UUID(hex=h.intent_id)), "originator_version": version,
@@ -142,7 +150,7 @@ def test_an_old_reconciliation_reads_with_its_resolution() -> None:
         "by": "ops", "why": "looked"}})
     old = decode_event(RecordedEvent(tenant="tenant-a", intent_id=h.intent_id, version=version,
                                      event_id="e", event_type="Reconciled", data=v1, sequence=1))
-    assert isinstance(old, EffectIntent.Reconciled)
+    assert isinstance(old, Reconciled)
     assert (old.finding, old.resolution) == (Finding.ABSENT, Resolution.OPERATOR)
     assert old.resolution is Resolution.OPERATOR
     assert h.extend([old]).intent.state is State.NEEDS_OPERATOR

@@ -44,6 +44,13 @@ import msgspec
 
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.events import (
+    CandidateNormalized,
+    CandidateReceived,
+    CandidateRejected,
+    NormalizationFailed,
+    PolicyDecided,
+)
 from lockgate.intent.evolve import FoldError, evolve
 from lockgate.intent.lineage import refused_for_its_consequence
 
@@ -145,17 +152,17 @@ def candidate(intent_id: str, events: Sequence[Event]) -> Candidate | None:
     if not events:
         return None
     first = events[0]
-    if not isinstance(first, (EffectIntent.CandidateReceived, EffectIntent.CandidateRejected)):
+    if not isinstance(first, (CandidateReceived, CandidateRejected)):
         return None
-    rejected = first.reason if isinstance(first, EffectIntent.CandidateRejected) else ""
-    field = first.field if isinstance(first, EffectIntent.CandidateRejected) else None
+    rejected = first.reason if isinstance(first, CandidateRejected) else ""
+    field = first.field if isinstance(first, CandidateRejected) else None
     form_refusal, normalized, kind, stalled = "", False, "", False
     for e in events[1:]:
-        if isinstance(e, EffectIntent.NormalizationFailed) and e.reason.startswith("argument."):
+        if isinstance(e, NormalizationFailed) and e.reason.startswith("argument."):
             form_refusal, field = e.reason, e.field
-        elif isinstance(e, EffectIntent.CandidateNormalized):
+        elif isinstance(e, CandidateNormalized):
             normalized, kind = True, e.lineage
-        elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.DENY:
+        elif isinstance(e, PolicyDecided) and e.outcome == DecisionOutcome.DENY:
             stalled = stalled or STALLED in e.reasons
     intent = _fold(events)
     by_consequence = intent is not None and not rejected and refused_for_its_consequence(intent)

@@ -45,7 +45,8 @@ from lockgate.core.errors import LockgateError
 from lockgate.core.ids import random_id
 from lockgate.evaluation.ledgers import world_writes
 from lockgate.evaluation.quality import Part
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
+from lockgate.intent.events import PolicyDecided
 
 #: The provider name the scripted agent's candidates carry (their model is the task's).
 PROVIDER = "scripted"
@@ -378,7 +379,7 @@ def with_record(result: SuiteResult, histories: Mapping[str, Sequence[Event]]) -
         first = events[0]
         run = (getattr(first, "tenant", ""), getattr(first, "run_id", ""))
         for e in events:
-            if isinstance(e, EffectIntent.PolicyDecided):
+            if isinstance(e, PolicyDecided):
                 revisions.setdefault(run, set()).add(e.policy_revision)
     tasks = [msgspec.structs.replace(t, policy_revisions=sorted(revisions.get((t.tenant, t.run_id),
                                                                               set())))

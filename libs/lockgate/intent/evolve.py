@@ -23,7 +23,8 @@ from lockgate.contracts.vocabulary import (
     Resolution,
 )
 from lockgate.core.errors import LockgateError
-from lockgate.intent.events import Event, Events
+from lockgate.intent import events as ev
+from lockgate.intent.events import Event
 from lockgate.intent.state import (
     MAY_HAVE_BEEN_SENT,
     TERMINAL,
@@ -129,7 +130,7 @@ def _attempts(s: EffectIntent, attempt_id: str, **changes: Any) -> tuple[Attempt
 
 # -- first events -------------------------------------------------------------------------
 
-def _received(e: Events.CandidateReceived) -> EffectIntent:
+def _received(e: ev.CandidateReceived) -> EffectIntent:
     # The raw text and the provider's item stay in the event (evidence an operator
     # reads there); the intent keeps what decisions and views use.
     return EffectIntent(
@@ -142,7 +143,7 @@ def _received(e: Events.CandidateReceived) -> EffectIntent:
         candidate_digest=e.candidate_digest, intake_holds=tuple(e.holds))
 
 
-def _rejected(e: Events.CandidateRejected) -> EffectIntent:
+def _rejected(e: ev.CandidateRejected) -> EffectIntent:
     return EffectIntent(
         id=e.originator_id, version=e.originator_version, created_on=e.timestamp,
         modified_on=e.timestamp, tenant=e.tenant, run_id=e.run_id, turn_id=e.turn_id,
@@ -153,7 +154,7 @@ def _rejected(e: Events.CandidateRejected) -> EffectIntent:
         candidate_digest=e.candidate_digest, retry_after_s=e.retry_after_s)
 
 
-def _archived_alone(e: Events.IntentArchived) -> EffectIntent:
+def _archived_alone(e: ev.IntentArchived) -> EffectIntent:
     """The history starts at the mark: the ended intent, as far as deciding needs it."""
     return EffectIntent(
         id=e.originator_id, version=e.originator_version, created_on=e.timestamp,
@@ -170,7 +171,7 @@ def _archived_alone(e: Events.IntentArchived) -> EffectIntent:
 # (``replace`` called here, not through a helper: a second keyword layer per event was
 # a sixth of a fold).
 
-def _normalized(s: EffectIntent, e: Events.CandidateNormalized) -> EffectIntent:
+def _normalized(s: EffectIntent, e: ev.CandidateNormalized) -> EffectIntent:
     return replace(
         s, version=e.originator_version, modified_on=e.timestamp,
         state=State.NORMALIZED, normalized_arguments=e.arguments, normalized_facts=e.facts,
@@ -180,12 +181,12 @@ def _normalized(s: EffectIntent, e: Events.CandidateNormalized) -> EffectIntent:
         predecessor_denied=e.predecessor_denied, contract_revision=e.contract_revision)
 
 
-def _normalization_failed(s: EffectIntent, e: Events.NormalizationFailed) -> EffectIntent:
+def _normalization_failed(s: EffectIntent, e: ev.NormalizationFailed) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.REJECTED, reason=e.reason, field=e.field)
 
 
-def _policy_decided(s: EffectIntent, e: Events.PolicyDecided) -> EffectIntent:
+def _policy_decided(s: EffectIntent, e: ev.PolicyDecided) -> EffectIntent:
     state, reason, paused_at = State.NORMALIZED, s.reason, s.paused_at
     if e.outcome == DecisionOutcome.DENY:
         state, reason = State.DENIED, e.reasons[0] if e.reasons else "policy.denied"
@@ -202,36 +203,36 @@ def _policy_decided(s: EffectIntent, e: Events.PolicyDecided) -> EffectIntent:
                    paused_at=paused_at)
 
 
-def _review_requested(s: EffectIntent, e: Events.ReviewRequested) -> EffectIntent:
+def _review_requested(s: EffectIntent, e: ev.ReviewRequested) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.AWAITING_APPROVAL, review_id=e.review_id,
                    review_expires_at=e.expires_at, review=e)
 
 
-def _review_approved(s: EffectIntent, e: Events.ReviewApproved) -> EffectIntent:
+def _review_approved(s: EffectIntent, e: ev.ReviewApproved) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.ALLOWED, approval_digest=e.digest)
 
 
-def _review_denied(s: EffectIntent, e: Events.ReviewDenied) -> EffectIntent:
+def _review_denied(s: EffectIntent, e: ev.ReviewDenied) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.DENIED, reason="review.edited" if e.edited_into else "review.denied",
                    edited_into=e.edited_into or None)
 
 
-def _approval_refused(s: EffectIntent, e: Events.ApprovalRefused) -> EffectIntent:
+def _approval_refused(s: EffectIntent, e: ev.ApprovalRefused) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    refused_approvals={**s.refused_approvals, e.reviewer: e.reason})
 
 
-def _review_expired(s: EffectIntent, e: Events.ReviewExpired) -> EffectIntent:
+def _review_expired(s: EffectIntent, e: ev.ReviewExpired) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.DENIED, reason="review.expired")
 
 
 # -- the gate, the adapters' reports, withdrawal and reconciliation -----------------------
 
-def _authorized(s: EffectIntent, e: Events.ExecutionAuthorized) -> EffectIntent:
+def _authorized(s: EffectIntent, e: ev.ExecutionAuthorized) -> EffectIntent:
     attempt = Attempt(
         attempt_id=e.attempt_id, authorized_version=e.originator_version,
         deadline_at=e.deadline_at, authorized_by=e.causation_id, intent_key=e.intent_key,
@@ -241,19 +242,19 @@ def _authorized(s: EffectIntent, e: Events.ExecutionAuthorized) -> EffectIntent:
                    attempts=(*s.attempts, attempt))
 
 
-def _gate_refused(s: EffectIntent, e: Events.GateRefused) -> EffectIntent:
+def _gate_refused(s: EffectIntent, e: ev.GateRefused) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.REFUSED, reason=e.reason)
 
 
-def _sent(s: EffectIntent, e: Events.AttemptSent) -> EffectIntent:
+def _sent(s: EffectIntent, e: ev.AttemptSent) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.SENT, crossed=True,
                          claimant=e.claimant)
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.SENT, attempts=attempts)
 
 
-def _acknowledged(s: EffectIntent, e: Events.AttemptAcknowledged) -> EffectIntent:
+def _acknowledged(s: EffectIntent, e: ev.AttemptAcknowledged) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.ACKNOWLEDGED, crossed=True)
     # An authorized intent is sent: its ``sent`` report may still be on its way.
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
@@ -261,20 +262,20 @@ def _acknowledged(s: EffectIntent, e: Events.AttemptAcknowledged) -> EffectInten
                    attempts=attempts)
 
 
-def _observed(s: EffectIntent, e: Events.ResultObserved) -> EffectIntent:
+def _observed(s: EffectIntent, e: ev.ResultObserved) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.OBSERVED, crossed=True)
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.SENT if s.state is State.AUTHORIZED else s.state,
                    attempts=attempts)
 
 
-def _interrupted(s: EffectIntent, e: Events.AttemptInterrupted) -> EffectIntent:
+def _interrupted(s: EffectIntent, e: ev.AttemptInterrupted) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.INTERRUPTED)
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.INTERRUPTED, reason="attempt.interrupted", attempts=attempts)
 
 
-def _completed(s: EffectIntent, e: Events.EffectCompleted) -> EffectIntent:
+def _completed(s: EffectIntent, e: ev.EffectCompleted) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.COMPLETED, crossed=True)
     settlement = Settlement(
         "EffectCompleted", e.attempt_id, Finding.CONFIRMED, Resolution.COMPLETED,
@@ -284,19 +285,19 @@ def _completed(s: EffectIntent, e: Events.EffectCompleted) -> EffectIntent:
                    attempts=attempts, settlement=settlement)
 
 
-def _attempt_rejected(s: EffectIntent, e: Events.AttemptRejected) -> EffectIntent:
+def _attempt_rejected(s: EffectIntent, e: ev.AttemptRejected) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.REJECTED, reason=e.reason)
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.FAILED, reason=e.reason, attempts=attempts)
 
 
-def _failed_before_send(s: EffectIntent, e: Events.AttemptFailedBeforeSend) -> EffectIntent:
+def _failed_before_send(s: EffectIntent, e: ev.AttemptFailedBeforeSend) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.FAILED_BEFORE_SEND, reason=e.reason)
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.ALLOWED, attempts=attempts)
 
 
-def _unknown(s: EffectIntent, e: Events.OutcomeUnknown) -> EffectIntent:
+def _unknown(s: EffectIntent, e: ev.OutcomeUnknown) -> EffectIntent:
     attempts = _attempts(s, e.attempt_id, stage=AttemptStage.UNKNOWN)
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.UNKNOWN, attempts=attempts)
@@ -311,7 +312,7 @@ _ABSENT_ENDS: dict[Resolution, tuple[State, str | None]] = {
 }
 
 
-def _reconciled(s: EffectIntent, e: Events.Reconciled) -> EffectIntent:
+def _reconciled(s: EffectIntent, e: ev.Reconciled) -> EffectIntent:
     settlement = Settlement("Reconciled", e.attempt_id, e.finding, e.resolution, e.by,
                             dict(e.receipt), e.timestamp, e.event_id)
     if e.resolution == Resolution.COMPLETED:
@@ -326,29 +327,29 @@ def _reconciled(s: EffectIntent, e: Events.Reconciled) -> EffectIntent:
                    attempts=attempts, settlement=settlement)
 
 
-def _withdrawal_requested(s: EffectIntent, e: Events.WithdrawalRequested) -> EffectIntent:
+def _withdrawal_requested(s: EffectIntent, e: ev.WithdrawalRequested) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    withdrawal=Withdrawal(e.attempt_id, e.by, e.why))
 
 
-def _withdrawn(s: EffectIntent, e: Events.Withdrawn) -> EffectIntent:
+def _withdrawn(s: EffectIntent, e: ev.Withdrawn) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    state=State.WITHDRAWN, reason="proposal.withdrawn")
 
 
-def _interruption_requested(s: EffectIntent, e: Events.InterruptionRequested) -> EffectIntent:
+def _interruption_requested(s: EffectIntent, e: ev.InterruptionRequested) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    interruption_requested=True)
 
 
 # -- the record's upkeep ------------------------------------------------------------------
 
-def _report_refused(s: EffectIntent, e: Events.ReportRefused) -> EffectIntent:
+def _report_refused(s: EffectIntent, e: ev.ReportRefused) -> EffectIntent:
     return replace(s, version=e.originator_version, modified_on=e.timestamp,
                    refused_reports=s.refused_reports | {(e.attempt_id, e.stage, e.reason)})
 
 
-def _abandoned(s: EffectIntent, e: Events.ProcessingAbandoned) -> EffectIntent:
+def _abandoned(s: EffectIntent, e: ev.ProcessingAbandoned) -> EffectIntent:
     state, reason = s.state, s.reason
     if state.terminal or state is State.NEEDS_OPERATOR:
         pass  # a settled intent keeps its state: the event only says what was given up
@@ -361,43 +362,43 @@ def _abandoned(s: EffectIntent, e: Events.ProcessingAbandoned) -> EffectIntent:
                    reason=reason)
 
 
-def _archived(s: EffectIntent, e: Events.IntentArchived) -> EffectIntent:
+def _archived(s: EffectIntent, e: ev.IntentArchived) -> EffectIntent:
     """After the intent's events the mark changes nothing but says it is archived."""
     return replace(s, version=e.originator_version, modified_on=e.timestamp, archived=True)
 
 
-_ARCHIVED = Events.IntentArchived
+_ARCHIVED = ev.IntentArchived
 #: The first events: each makes the intent it starts.
 _CREATORS: dict[type[Event], Callable[[Any], EffectIntent]] = {
-    Events.CandidateReceived: _received,
-    Events.CandidateRejected: _rejected,
-    Events.IntentArchived: _archived_alone,
+    ev.CandidateReceived: _received,
+    ev.CandidateRejected: _rejected,
+    ev.IntentArchived: _archived_alone,
 }
 #: Every other event, by its type: the function that folds it (its argument is that type).
 _EVOLVERS: dict[type[Event], Callable[[EffectIntent, Any], EffectIntent]] = {
-    Events.CandidateNormalized: _normalized,
-    Events.NormalizationFailed: _normalization_failed,
-    Events.PolicyDecided: _policy_decided,
-    Events.ReviewRequested: _review_requested,
-    Events.ReviewApproved: _review_approved,
-    Events.ReviewDenied: _review_denied,
-    Events.ApprovalRefused: _approval_refused,
-    Events.ReviewExpired: _review_expired,
-    Events.ExecutionAuthorized: _authorized,
-    Events.GateRefused: _gate_refused,
-    Events.AttemptSent: _sent,
-    Events.AttemptAcknowledged: _acknowledged,
-    Events.ResultObserved: _observed,
-    Events.AttemptInterrupted: _interrupted,
-    Events.EffectCompleted: _completed,
-    Events.AttemptRejected: _attempt_rejected,
-    Events.AttemptFailedBeforeSend: _failed_before_send,
-    Events.OutcomeUnknown: _unknown,
-    Events.Reconciled: _reconciled,
-    Events.WithdrawalRequested: _withdrawal_requested,
-    Events.Withdrawn: _withdrawn,
-    Events.InterruptionRequested: _interruption_requested,
-    Events.ReportRefused: _report_refused,
-    Events.ProcessingAbandoned: _abandoned,
-    Events.IntentArchived: _archived,
+    ev.CandidateNormalized: _normalized,
+    ev.NormalizationFailed: _normalization_failed,
+    ev.PolicyDecided: _policy_decided,
+    ev.ReviewRequested: _review_requested,
+    ev.ReviewApproved: _review_approved,
+    ev.ReviewDenied: _review_denied,
+    ev.ApprovalRefused: _approval_refused,
+    ev.ReviewExpired: _review_expired,
+    ev.ExecutionAuthorized: _authorized,
+    ev.GateRefused: _gate_refused,
+    ev.AttemptSent: _sent,
+    ev.AttemptAcknowledged: _acknowledged,
+    ev.ResultObserved: _observed,
+    ev.AttemptInterrupted: _interrupted,
+    ev.EffectCompleted: _completed,
+    ev.AttemptRejected: _attempt_rejected,
+    ev.AttemptFailedBeforeSend: _failed_before_send,
+    ev.OutcomeUnknown: _unknown,
+    ev.Reconciled: _reconciled,
+    ev.WithdrawalRequested: _withdrawal_requested,
+    ev.Withdrawn: _withdrawn,
+    ev.InterruptionRequested: _interruption_requested,
+    ev.ReportRefused: _report_refused,
+    ev.ProcessingAbandoned: _abandoned,
+    ev.IntentArchived: _archived,
 }

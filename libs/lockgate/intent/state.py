@@ -22,7 +22,6 @@ from lockgate.contracts.vocabulary import (
     ReportStage,
     Resolution,
 )
-from lockgate.intent.events import Events
 from lockgate.intent.events.review import ReviewRequested
 
 
@@ -105,12 +104,11 @@ class Withdrawal(msgspec.Struct, frozen=True):
     why: str
 
 
-class EffectIntent(Events, msgspec.Struct, frozen=True, kw_only=True):
+class EffectIntent(msgspec.Struct, frozen=True, kw_only=True):
     """One candidate's journey from proposal to effect (or to a recorded refusal).
 
     Its first event (received, or rejected by intake) states who, which call and which
-    bytes; what later events fill in starts empty. Every event type is reachable as a
-    class attribute (``EffectIntent.PolicyDecided``).
+    bytes; what later events fill in starts empty. The events are ``lockgate.intent.events``.
     """
 
     id: UUID

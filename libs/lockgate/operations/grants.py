@@ -17,7 +17,7 @@ from lockgate.contracts import subjects
 from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import type_filter
 
-#: The inbox prefix of trusted processes (nats-py's and FastStream's default).
+#: The inbox prefix of trusted processes (nats-py's default).
 SERVICE_INBOX = "_INBOX"
 #: The account of the trusted processes; the only one with JetStream.
 SERVICES_ACCOUNT = "LOCKGATE"

@@ -33,6 +33,7 @@ from lockgate.contracts.messages import Facts, RunContext
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
+from lockgate.intent.events import CandidateNormalized, EffectCompleted, PolicyDecided, Reconciled
 from lockgate.policy.domain import evaluate_for
 from lockgate.replay.record import Candidate, Provenance, Sources
 
@@ -122,22 +123,22 @@ class _Recorded:
     """What policy decided on, as the record holds it."""
 
     intent: EffectIntent
-    normalized: EffectIntent.CandidateNormalized
-    decision: EffectIntent.PolicyDecided
+    normalized: CandidateNormalized
+    decision: PolicyDecided
 
 
 def _decided_on(candidate: Candidate) -> _Recorded | None:
     """The intent policy decided on, and its recorded decision (the last one that was not a pause)."""
     before: list[Event] = []
     normalized: EffectIntent | None = None
-    consequence: EffectIntent.CandidateNormalized | None = None
-    decision: EffectIntent.PolicyDecided | None = None
+    consequence: CandidateNormalized | None = None
+    decision: PolicyDecided | None = None
     for event in candidate.events:
         if normalized is None:
             before.append(event)
-            if isinstance(event, EffectIntent.CandidateNormalized):
+            if isinstance(event, CandidateNormalized):
                 normalized, consequence = fold(before), event
-        elif isinstance(event, EffectIntent.PolicyDecided) and (
+        elif isinstance(event, PolicyDecided) and (
                 decision is None or event.outcome != DecisionOutcome.PAUSE):
             decision = event
     if normalized is None or consequence is None or decision is None or normalized.state is not State.NORMALIZED:
@@ -181,8 +182,8 @@ def _completions(record: Sequence[Candidate]) -> dict[tuple[str, str, str], list
         final = candidate.final()
         if final is None or final.state is not State.COMPLETED:
             continue
-        at = next((e.timestamp for e in candidate.events if isinstance(e, EffectIntent.EffectCompleted) or (
-            isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED)), None)
+        at = next((e.timestamp for e in candidate.events if isinstance(e, EffectCompleted) or (
+            isinstance(e, Reconciled) and e.resolution == Resolution.COMPLETED)), None)
         if at is not None:
             done.setdefault((final.tenant, final.run_id, final.tool), []).append(at)
     return done

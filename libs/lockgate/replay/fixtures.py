@@ -58,7 +58,17 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.vocabulary import QueryFinding, ReportStage, Resolution
 from lockgate.core.canonical import digest
-from lockgate.intent.aggregate import EffectIntent
+from lockgate.intent.events import (
+    AttemptRejected,
+    CandidateNormalized,
+    CandidateReceived,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    NormalizationFailed,
+    PolicyDecided,
+    Reconciled,
+)
 from lockgate.replay.record import Candidate, ReplayError
 
 #: The reason a replayed intent stops with when its world has no answer.
@@ -186,16 +196,16 @@ class Fixtures:
     def add_recorded(self, candidate: Candidate) -> None:
         """Add what ``candidate``'s record answers."""
         first = candidate.first
-        if not isinstance(first, EffectIntent.CandidateReceived):
+        if not isinstance(first, CandidateReceived):
             return  # refused by intake: nothing was asked of a world
         ask = normalize_key(first.tool, first.tenant, first.actor, first.arguments)
-        normalized: EffectIntent.CandidateNormalized | None = None
+        normalized: CandidateNormalized | None = None
         for event in candidate.events:
-            if isinstance(event, EffectIntent.CandidateNormalized):
+            if isinstance(event, CandidateNormalized):
                 normalized = event
                 self.normalize.setdefault(ask, NormalizeResult(
                     arguments=event.arguments, resource=event.resource, destination=event.destination))
-            elif isinstance(event, EffectIntent.NormalizationFailed) and (
+            elif isinstance(event, NormalizationFailed) and (
                     event.reason not in _NOT_ADAPTER_ANSWERS):
                 self.normalize.setdefault(ask, NormalizeResult(reason=event.reason, field=event.field))
         if normalized is None:
@@ -203,16 +213,16 @@ class Fixtures:
         resource = facts_key(first.tool, first.tenant, first.actor, normalized.resource)
         seen = self.facts.setdefault(resource, [])
         for event in candidate.events:
-            if isinstance(event, EffectIntent.PolicyDecided) and event.facts:
+            if isinstance(event, PolicyDecided) and event.facts:
                 seen.append(Facts(facts=dict(event.facts)))
-            elif isinstance(event, EffectIntent.ExecutionAuthorized | EffectIntent.GateRefused) and (
+            elif isinstance(event, ExecutionAuthorized | GateRefused) and (
                     event.gate_facts):
                 seen.append(Facts(facts=dict(event.gate_facts)))
-            elif isinstance(event, EffectIntent.EffectCompleted):
+            elif isinstance(event, EffectCompleted):
                 self.effects.setdefault(normalized.digest, Effect(dict(event.receipt), dict(event.result)))
-            elif isinstance(event, EffectIntent.Reconciled) and event.resolution == Resolution.COMPLETED:
+            elif isinstance(event, Reconciled) and event.resolution == Resolution.COMPLETED:
                 self.effects.setdefault(normalized.digest, Effect(dict(event.receipt)))
-            elif isinstance(event, EffectIntent.AttemptRejected):
+            elif isinstance(event, AttemptRejected):
                 self.effects.setdefault(normalized.digest, Effect(rejected=event.reason))
         if not seen:
             del self.facts[resource]

@@ -21,6 +21,7 @@ from lockgate.contracts.messages import RunContext
 from lockgate.core.errors import LockgateError
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, fold
+from lockgate.intent.events import CandidateReceived, CandidateRejected
 from lockgate.views.rows import IntentRow, iso, recorded
 
 if TYPE_CHECKING:
@@ -109,10 +110,10 @@ class Candidate:
     events: tuple[Event, ...]
 
     @property
-    def first(self) -> EffectIntent.CandidateReceived | EffectIntent.CandidateRejected | None:
+    def first(self) -> CandidateReceived | CandidateRejected | None:
         """Its first event, the candidate as intake recorded it (``None``: an archived stub)."""
         head = self.events[0] if self.events else None
-        if isinstance(head, EffectIntent.CandidateReceived | EffectIntent.CandidateRejected):
+        if isinstance(head, CandidateReceived | CandidateRejected):
             return head
         return None
 

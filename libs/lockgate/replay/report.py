@@ -8,7 +8,18 @@ from pathlib import Path
 
 from lockgate.authz import PolicyBundle
 from lockgate.core.canonical import digest
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
+from lockgate.intent.events import (
+    CandidateNormalized,
+    CandidateReceived,
+    CandidateRejected,
+    EffectCompleted,
+    PolicyDecided,
+    ReviewApproved,
+    ReviewDenied,
+    ReviewExpired,
+    ReviewRequested,
+)
 from lockgate.replay.counterfactual import Decided
 from lockgate.replay.fixtures import Fixtures, Miss
 from lockgate.replay.record import Candidate, Deployment, Known, Provenance, Sources
@@ -83,24 +94,24 @@ def _review(events: Sequence[Event]) -> str:
     """What the record says the reviewers did (the last decision of the last review)."""
     said = ""
     for event in events:
-        if isinstance(event, EffectIntent.ReviewRequested):
+        if isinstance(event, ReviewRequested):
             said = "waiting"
-        elif isinstance(event, EffectIntent.ReviewApproved):
+        elif isinstance(event, ReviewApproved):
             said = f"approved by {event.reviewer}"
-        elif isinstance(event, EffectIntent.ReviewDenied):
+        elif isinstance(event, ReviewDenied):
             said = f"{'edited' if event.edited_into else 'denied'} by {event.reviewer}"
-        elif isinstance(event, EffectIntent.ReviewExpired):
+        elif isinstance(event, ReviewExpired):
             said = "expired"
     return said
 
 
-def _decision(events: Sequence[Event]) -> EffectIntent.PolicyDecided | None:
-    decided = [e for e in events if isinstance(e, EffectIntent.PolicyDecided)]
+def _decision(events: Sequence[Event]) -> PolicyDecided | None:
+    decided = [e for e in events if isinstance(e, PolicyDecided)]
     return decided[-1] if decided else None
 
 
 def _digest(events: Sequence[Event]) -> str:
-    normalized = [e for e in events if isinstance(e, EffectIntent.CandidateNormalized)]
+    normalized = [e for e in events if isinstance(e, CandidateNormalized)]
     return normalized[-1].digest if normalized else ""
 
 
@@ -119,7 +130,7 @@ def row(replayed: Replayed, grounds: str = "as recorded") -> Row:
         state=str(final.state) if final else "", reason=(final.reason or "") if final else "",
         decision=str(now.outcome) if now else "", determining=tuple(now.determining) if now else (),
         digest=_digest(replayed.events),
-        executed=any(isinstance(e, EffectIntent.EffectCompleted) for e in replayed.events),
+        executed=any(isinstance(e, EffectCompleted) for e in replayed.events),
         stopped=replayed.stopped, grounds=grounds,
     )
 
@@ -134,11 +145,11 @@ async def grounds(candidate: Candidate, sources: Sources) -> str:
     if first is None:
         return "as recorded"
     apart: list[str] = []
-    if not (isinstance(first, EffectIntent.CandidateRejected) and first.reason == "run.unknown"):
+    if not (isinstance(first, CandidateRejected) and first.reason == "run.unknown"):
         _, source, _ = await sources.run_read_at(first.tenant, first.run_id, first.actor, candidate.received_at)
         if source != Provenance.RECORDED:
             apart.append(f"{source or 'no'} run")
-    if isinstance(first, EffectIntent.CandidateReceived):
+    if isinstance(first, CandidateReceived):
         hit = await sources.found_contract(first.tool)
         if hit is None:
             apart.append("no contract")

@@ -79,6 +79,7 @@ from lockgate.intake.domain import read_candidate
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import CandidateReceived, CandidateRejected, ExecutionAuthorized
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
 from lockgate.operations.natsserver import NatsServer
 from lockgate.policy.handlers import PAUSE_AFTER, PolicyHandlers
@@ -292,7 +293,7 @@ class FixtureWorld:
             body = Refusal("adapter.malformed-request", str(exc)[:200])
         return body
 
-    async def _execute(self, recorded: RecordedEvent, event: EffectIntent.ExecutionAuthorized) -> None:
+    async def _execute(self, recorded: RecordedEvent, event: ExecutionAuthorized) -> None:
         """Hand the order of an authorized attempt to the fixture adapter; record its reports."""
         intent = await load_intent(self.ports.store, recorded.tenant, recorded.intent_id, trigger=recorded)
         order = order_for(intent, event, key=self.services.report_key) if intent is not None else None
@@ -326,7 +327,7 @@ class FixtureWorld:
             return Replayed(source, "", "", (), stopped="archived: its first event is no longer on record")
         self._now = source.received_at
         run_id = self._run_id(first.tenant, first.run_id)
-        if isinstance(first, EffectIntent.CandidateReceived) and first.tool not in self._contracts:
+        if isinstance(first, CandidateReceived) and first.tool not in self._contracts:
             return Replayed(source, run_id, "", (), stopped=f"{FIXTURE_MISSING}: no contract for {first.tool}")
         for contract in self._contracts.values():  # the fixture adapter's heartbeat, at this time
             await self._register(contract)
@@ -336,7 +337,7 @@ class FixtureWorld:
         raw = first.raw_arguments
         if digest_bytes(raw.encode("utf-8", "surrogatepass")) != first.raw_digest:
             # Bounded on the record: a candidate received whole is its parsed arguments again.
-            if not isinstance(first, EffectIntent.CandidateReceived):
+            if not isinstance(first, CandidateReceived):
                 return Replayed(source, run_id, "", (),
                                 stopped=f"{FIXTURE_MISSING}: the recorded argument text is incomplete")
             raw = json.dumps(first.arguments, ensure_ascii=False)
@@ -364,7 +365,7 @@ class FixtureWorld:
             return None
         return self._calls.get(first.follows)
 
-    async def _open(self, first: EffectIntent.CandidateReceived | EffectIntent.CandidateRejected) -> str:
+    async def _open(self, first: CandidateReceived | CandidateRejected) -> str:
         """Open the candidate's run and turn in the fixture world; why not, if they cannot be."""
         self._calls[intent_id_for(first.tenant, first.run_id, first.call_id)] = first.call_id
         key = (first.tenant, first.run_id)
@@ -418,7 +419,7 @@ class FixtureWorld:
                         return f"waiting: {exc}"
                     except (AdapterRefused, AdapterUnavailable, LockgateError) as exc:
                         gave_up = gave_up or await self._abandon(recorded, f"replay-{consumer}", exc)
-                if isinstance(event, EffectIntent.ExecutionAuthorized):
+                if isinstance(event, ExecutionAuthorized):
                     await self._execute(recorded, event)
 
     def _handed(self, event: Event) -> list[tuple[str, Reaction]]:
@@ -457,9 +458,9 @@ class FixtureWorld:
         return cause
 
 
-def _reason(first: EffectIntent.CandidateReceived | EffectIntent.CandidateRejected) -> str:
+def _reason(first: CandidateReceived | CandidateRejected) -> str:
     """Intake's recorded refusal of a candidate ("" for one it received)."""
-    return first.reason if isinstance(first, EffectIntent.CandidateRejected) else ""
+    return first.reason if isinstance(first, CandidateRejected) else ""
 
 
 class ReplayWiringError(LockgateError):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
-from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
@@ -165,10 +163,8 @@ class MemoryPorts(Ports):
         )
 
 
-__all__ = ["Connection", "MemoryPorts", "Ports", "Service", "connect_ports", "ports_for"]
+__all__ = ["Connection", "MemoryPorts", "Ports", "ports_for"]
 
-
-H = TypeVar("H")
 
 
 async def ports_for(nc: Client, settings: Settings) -> Ports:
@@ -198,54 +194,3 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         store=store,
         connection=Connection(nc, js, runs),
     )
-
-
-async def connect_ports(broker: NatsBroker, settings: Settings) -> Ports:
-    """Connect ``broker`` and build the ports over its connection."""
-    nc: Client = await broker.connect()
-    return await ports_for(nc, settings)
-
-
-class Service(Generic[H]):
-    """A service's handlers, built from its ports when the broker connects.
-
-    Subscribers start only after the startup hooks ran, so a handler never sees a
-    service without its ports.
-    """
-
-    def __init__(self, build: Callable[[Ports], H]) -> None:
-        self._build = build
-        self._handlers: H | None = None
-        self._ports: Ports | None = None
-
-    @property
-    def handlers(self) -> H:
-        """The handlers.
-
-        Raises:
-            RuntimeError: used before the service connected.
-        """
-        if self._handlers is None:
-            raise RuntimeError("service used before it connected")
-        return self._handlers
-
-    @property
-    def connected(self) -> Ports | None:
-        """The ports, or ``None`` while the service has not connected yet."""
-        return self._ports
-
-    @property
-    def ports(self) -> Ports:
-        """The ports the handlers were built with.
-
-        Raises:
-            RuntimeError: used before the service connected.
-        """
-        if self._ports is None:
-            raise RuntimeError("service used before it connected")
-        return self._ports
-
-    async def start(self, broker: NatsBroker, settings: Settings) -> None:
-        """Connect and build the handlers."""
-        self._ports = await connect_ports(broker, settings)
-        self._handlers = self._build(self._ports)

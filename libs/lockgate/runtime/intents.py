@@ -27,6 +27,7 @@ from lockgate.eventstore.base import (
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp
 from lockgate.intent.cache import AggregateCache, Known
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import ProcessingAbandoned
 from lockgate.intent.evolve import evolve
 from lockgate.runtime import metrics
 from lockgate.runtime.settlement import Abandonment
@@ -213,7 +214,7 @@ def abandonment(intent: EffectIntent, why: Abandonment, trigger: str, now: datet
     if f"{why.durable}:{trigger}" in intent.abandoned:
         return []
     return [
-        EffectIntent.ProcessingAbandoned.next(
+        ProcessingAbandoned.next(
             intent, Stamp(now=now, event_id=derived_id("abandoned", why.durable, trigger),
                           causation_id=trigger), durable=why.durable, trigger=trigger, cause=why.cause,
             deliveries=why.deliveries,
@@ -246,7 +247,7 @@ async def record_abandonment(
         elif any(e.event_id == derived_id("abandoned", why.durable, trigger) for e in history.events):
             events = []
         else:
-            events = [EffectIntent.ProcessingAbandoned(
+            events = [ProcessingAbandoned(
                 originator_id=UUID(hex=intent_id), originator_version=history.version + 1,
                 timestamp=clock(), event_id=derived_id("abandoned", why.durable, trigger),
                 correlation_id="", causation_id=trigger, durable=why.durable, trigger=trigger,

@@ -45,7 +45,22 @@ from prometheus_client.exposition import start_wsgi_server
 from lockgate.contracts.reasons import reason_class
 from lockgate.contracts.responses import STATUSES
 from lockgate.contracts.vocabulary import AttemptStage
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
+from lockgate.intent.events import (
+    AttemptAcknowledged,
+    AttemptFailedBeforeSend,
+    AttemptInterrupted,
+    AttemptRejected,
+    AttemptSent,
+    CandidateReceived,
+    CandidateRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    OutcomeUnknown,
+    PolicyDecided,
+    Reconciled,
+    ResultObserved,
+)
 from lockgate.runtime.settings import Settings
 
 log = logging.getLogger("lockgate.metrics")
@@ -226,15 +241,15 @@ def answered(status: str, reason: str | None) -> None:
 
 #: The stage an attempt reaches with each event (the executor appends them).
 STAGE_OF: dict[type[Event], AttemptStage] = {
-    EffectIntent.ExecutionAuthorized: AttemptStage.AUTHORIZED,
-    EffectIntent.AttemptSent: AttemptStage.SENT,
-    EffectIntent.AttemptAcknowledged: AttemptStage.ACKNOWLEDGED,
-    EffectIntent.ResultObserved: AttemptStage.OBSERVED,
-    EffectIntent.EffectCompleted: AttemptStage.COMPLETED,
-    EffectIntent.AttemptRejected: AttemptStage.REJECTED,
-    EffectIntent.AttemptInterrupted: AttemptStage.INTERRUPTED,
-    EffectIntent.AttemptFailedBeforeSend: AttemptStage.FAILED_BEFORE_SEND,
-    EffectIntent.OutcomeUnknown: AttemptStage.UNKNOWN,
+    ExecutionAuthorized: AttemptStage.AUTHORIZED,
+    AttemptSent: AttemptStage.SENT,
+    AttemptAcknowledged: AttemptStage.ACKNOWLEDGED,
+    ResultObserved: AttemptStage.OBSERVED,
+    EffectCompleted: AttemptStage.COMPLETED,
+    AttemptRejected: AttemptStage.REJECTED,
+    AttemptInterrupted: AttemptStage.INTERRUPTED,
+    AttemptFailedBeforeSend: AttemptStage.FAILED_BEFORE_SEND,
+    OutcomeUnknown: AttemptStage.UNKNOWN,
 }
 
 
@@ -246,13 +261,13 @@ def appended(events: Iterable[Event]) -> None:
         stage = STAGE_OF.get(kind)
         if stage is not None:
             _transitions(stage.value).inc()
-        elif isinstance(event, EffectIntent.PolicyDecided):
+        elif isinstance(event, PolicyDecided):
             _decisions(event.outcome.value, reason_class(event.reasons[0] if event.reasons else None)).inc()
-        elif isinstance(event, EffectIntent.CandidateReceived):
+        elif isinstance(event, CandidateReceived):
             _recorded("received", "none").inc()
-        elif isinstance(event, EffectIntent.CandidateRejected):
+        elif isinstance(event, CandidateRejected):
             _recorded("rejected", reason_class(event.reason)).inc()
-        elif isinstance(event, EffectIntent.Reconciled):
+        elif isinstance(event, Reconciled):
             _reconciliations(event.resolution.value).inc()
 
 

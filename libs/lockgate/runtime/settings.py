@@ -192,6 +192,5 @@ class Settings(BaseSettings):
         user, password = (creds.user, creds.password) if creds else (self.nats_user, self.nats_password)
         if not user:
             return urls
-        # Credentials in the URL work the same for nats-py and FastStream.
         auth = f"{quote(user, safe='')}:{quote(password or '', safe='')}@"
         return [u.replace("://", "://" + auth, 1) if "@" not in u else u for u in urls]

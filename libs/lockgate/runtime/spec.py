@@ -23,7 +23,8 @@ from dataclasses import dataclass, fields
 from lockgate.contracts import channels
 from lockgate.contracts.channels import Channel
 from lockgate.eventstore.subjects import PREFIX, legacy_type_filter, type_filter
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
+from lockgate.intent.events import ProcessingAbandoned
 from lockgate.runtime.streams import EVENTS
 
 #: Unacknowledged messages a shared durable holds (delivered and not yet settled, or
@@ -65,7 +66,7 @@ def give_up_from(max_deliver: int) -> int | None:
 
 #: What every consumer may append whatever its spec says: giving a message up is
 #: recorded on its intent (``lockgate.runtime.service``, invariant 7 of docs/design.md).
-GIVING_UP: tuple[type[Event], ...] = (EffectIntent.ProcessingAbandoned,)
+GIVING_UP: tuple[type[Event], ...] = (ProcessingAbandoned,)
 
 #: What every process answers, whatever its spec says: ``lg.status.<its status name>``.
 EVERY_PROCESS_ANSWERS: tuple[Channel, ...] = (channels.STATUS,)

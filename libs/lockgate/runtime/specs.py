@@ -18,7 +18,36 @@ from dataclasses import dataclass
 
 from lockgate.contracts import channels
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution, Settles
-from lockgate.intent.aggregate import EffectIntent, Event
+from lockgate.intent.aggregate import Event
+from lockgate.intent.events import (
+    ApprovalRefused,
+    AttemptAcknowledged,
+    AttemptFailedBeforeSend,
+    AttemptInterrupted,
+    AttemptRejected,
+    AttemptSent,
+    CandidateNormalized,
+    CandidateReceived,
+    CandidateRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    IntentArchived,
+    InterruptionRequested,
+    NormalizationFailed,
+    OutcomeUnknown,
+    PolicyDecided,
+    ProcessingAbandoned,
+    Reconciled,
+    ReportRefused,
+    ResultObserved,
+    ReviewApproved,
+    ReviewDenied,
+    ReviewExpired,
+    ReviewRequested,
+    WithdrawalRequested,
+    Withdrawn,
+)
 from lockgate.runtime.spec import TIMERS, AdapterSpec, Answer, Consumer, ServiceSpec
 from lockgate.runtime.streams import (
     BUDGETS_BUCKET,
@@ -34,22 +63,22 @@ from lockgate.runtime.streams import (
 
 #: Events the model learns of: intake answers the agent runtime when one is recorded.
 MODEL_VISIBLE: tuple[type[Event], ...] = (
-    EffectIntent.CandidateRejected,
-    EffectIntent.NormalizationFailed,
-    EffectIntent.PolicyDecided,
-    EffectIntent.ReviewRequested,
-    EffectIntent.ReviewDenied,
-    EffectIntent.ReviewExpired,
-    EffectIntent.GateRefused,
-    EffectIntent.EffectCompleted,
-    EffectIntent.AttemptRejected,
-    EffectIntent.OutcomeUnknown,
-    EffectIntent.Reconciled,
-    EffectIntent.Withdrawn,
-    EffectIntent.WithdrawalRequested,
-    EffectIntent.InterruptionRequested,
-    EffectIntent.AttemptInterrupted,
-    EffectIntent.ProcessingAbandoned,
+    CandidateRejected,
+    NormalizationFailed,
+    PolicyDecided,
+    ReviewRequested,
+    ReviewDenied,
+    ReviewExpired,
+    GateRefused,
+    EffectCompleted,
+    AttemptRejected,
+    OutcomeUnknown,
+    Reconciled,
+    Withdrawn,
+    WithdrawalRequested,
+    InterruptionRequested,
+    AttemptInterrupted,
+    ProcessingAbandoned,
 )
 
 #: Events after which an intent may no longer hold its resource lock
@@ -57,13 +86,13 @@ MODEL_VISIBLE: tuple[type[Event], ...] = (
 #: record, whatever happened to the process that appended it. A unit test derives this
 #: list from the aggregate, so an event that can end a hold cannot be left out.
 ENDS_HOLD: tuple[type[Event], ...] = (
-    EffectIntent.GateRefused,
-    EffectIntent.EffectCompleted,
-    EffectIntent.AttemptRejected,
-    EffectIntent.AttemptInterrupted,
-    EffectIntent.Withdrawn,
-    EffectIntent.Reconciled,
-    EffectIntent.ProcessingAbandoned,
+    GateRefused,
+    EffectCompleted,
+    AttemptRejected,
+    AttemptInterrupted,
+    Withdrawn,
+    Reconciled,
+    ProcessingAbandoned,
 )
 
 #: Of those, the ones only the executor's own consumers append, the gate (``GateRefused``)
@@ -72,10 +101,10 @@ ENDS_HOLD: tuple[type[Event], ...] = (
 #: again, finds the hold ended on the record and frees it then. So the lock durable is not
 #: handed them; a unit test checks each is appended by no other reaction.
 ENDS_HOLD_BY_TRIGGER: tuple[type[Event], ...] = (
-    EffectIntent.GateRefused,
-    EffectIntent.EffectCompleted,
-    EffectIntent.AttemptRejected,
-    EffectIntent.AttemptInterrupted,
+    GateRefused,
+    EffectCompleted,
+    AttemptRejected,
+    AttemptInterrupted,
 )
 
 #: The events that end a hold elsewhere (a withdrawal answered on request, the reconciler,
@@ -86,17 +115,17 @@ ENDS_HOLD_ELSEWHERE: tuple[type[Event], ...] = tuple(
 #: Every event that can end an intent (a ``PolicyDecided`` only when it denies): budget
 #: holds are settled from the record.
 ENDS_INTENT: tuple[type[Event], ...] = (
-    EffectIntent.EffectCompleted,
-    EffectIntent.Reconciled,
-    EffectIntent.AttemptRejected,
-    EffectIntent.GateRefused,
-    EffectIntent.Withdrawn,
-    EffectIntent.ReviewDenied,
-    EffectIntent.ReviewExpired,
-    EffectIntent.AttemptInterrupted,
-    EffectIntent.ProcessingAbandoned,
-    EffectIntent.NormalizationFailed,
-    EffectIntent.PolicyDecided,
+    EffectCompleted,
+    Reconciled,
+    AttemptRejected,
+    GateRefused,
+    Withdrawn,
+    ReviewDenied,
+    ReviewExpired,
+    AttemptInterrupted,
+    ProcessingAbandoned,
+    NormalizationFailed,
+    PolicyDecided,
 )
 
 # How many deliveries each consumer with timers may take for one message: its longest
@@ -142,14 +171,14 @@ INTAKE = IntakeSpec(
     candidate=Consumer("intake", "candidate", channel=channels.PROPOSE, stream=CANDIDATES),
     # A decision to allow or to ask a reviewer is not news to the model: what follows is.
     respond=Consumer("intake-responses", "respond", MODEL_VISIBLE,
-                     routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY, DecisionOutcome.PAUSE)),)),
+                     routes=((PolicyDecided, (DecisionOutcome.DENY, DecisionOutcome.PAUSE)),)),
     # Runs' leases: a close, or the server's marker on a lease that ran out, ends a run
     # (lockgate.intake.leases); what it left waiting is withdrawn.
     lease=Consumer("intake-run-ends", "lease", channel=channels.LEASE, stream=LEASES),
     open_run=Answer(channels.RUN_OPEN, "open_run"),
     close_run=Answer(channels.RUN_CLOSE, "close_run"),
     open_turn=Answer(channels.TURN, "open_turn"),
-    appends=(EffectIntent.CandidateReceived, EffectIntent.CandidateRejected),
+    appends=(CandidateReceived, CandidateRejected),
     # LG_BUDGETS: the flood limits (rates, in-flight caps) intake admits by.
     reads=(CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, BUDGETS_BUCKET),
     lists=(CAPABILITIES_BUCKET,),
@@ -168,8 +197,8 @@ class NormalizationSpec(ServiceSpec):
 
 NORMALIZATION = NormalizationSpec(
     "normalization",
-    received=Consumer("normalization", "received", (EffectIntent.CandidateReceived,)),
-    appends=(EffectIntent.CandidateNormalized, EffectIntent.NormalizationFailed),
+    received=Consumer("normalization", "received", (CandidateReceived,)),
+    appends=(CandidateNormalized, NormalizationFailed),
     reads=(CAPABILITIES_BUCKET, RUNS_BUCKET),
     asks=(channels.ADAPTER_NORMALIZE,),
 )
@@ -185,15 +214,15 @@ class PolicySpec(ServiceSpec):
 
 POLICY = PolicySpec(
     "policy",
-    normalized=Consumer("policy", "normalized", (EffectIntent.CandidateNormalized,)),
-    paused=Consumer("policy-pauses", "paused", (EffectIntent.PolicyDecided,),
-                    routes=((EffectIntent.PolicyDecided, (DecisionOutcome.PAUSE,)),),
+    normalized=Consumer("policy", "normalized", (CandidateNormalized,)),
+    paused=Consumer("policy-pauses", "paused", (PolicyDecided,),
+                    routes=((PolicyDecided, (DecisionOutcome.PAUSE,)),),
                     max_ack_pending=TIMERS, timers=True, deliveries=PAUSE_DELIVERIES),
     # Handed an intent's end only when it holds something of policy's (its route).
     settled=Consumer("policy-budgets", "settled", ENDS_INTENT,
-                     routes=((EffectIntent.PolicyDecided, (DecisionOutcome.DENY,)),
+                     routes=((PolicyDecided, (DecisionOutcome.DENY,)),
                              *((e, (Settles.BUDGET,)) for e in ENDS_INTENT if e.routed_by == "settles"))),
-    appends=(EffectIntent.PolicyDecided,),
+    appends=(PolicyDecided,),
     reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
     writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
     asks=(channels.ADAPTER_FACTS,),
@@ -212,19 +241,19 @@ class ApprovalSpec(ServiceSpec):
 
 APPROVAL = ApprovalSpec(
     "approval",
-    decided=Consumer("approval", "decided", (EffectIntent.PolicyDecided,),
-                     routes=((EffectIntent.PolicyDecided, (DecisionOutcome.REQUIRE_APPROVAL,)),)),
-    review_opened=Consumer("approval-expiry", "review_opened", (EffectIntent.ReviewRequested,),
+    decided=Consumer("approval", "decided", (PolicyDecided,),
+                     routes=((PolicyDecided, (DecisionOutcome.REQUIRE_APPROVAL,)),)),
+    review_opened=Consumer("approval-expiry", "review_opened", (ReviewRequested,),
                            max_ack_pending=TIMERS, timers=True, deliveries=EXPIRY_DELIVERIES),
     show=Answer(channels.REVIEW_SHOW, "show"),
     decide=Answer(channels.REVIEW_DECIDE, "decide"),
     edit=Answer(channels.REVIEW_EDIT, "edit"),
     appends=(
-        EffectIntent.ReviewRequested,
-        EffectIntent.ReviewApproved,
-        EffectIntent.ReviewDenied,
-        EffectIntent.ReviewExpired,
-        EffectIntent.ApprovalRefused,
+        ReviewRequested,
+        ReviewApproved,
+        ReviewDenied,
+        ReviewExpired,
+        ApprovalRefused,
     ),
     # Runs for the reviewer's scope; capabilities for how a consequence reads.
     reads=(RUNS_BUCKET, CAPABILITIES_BUCKET),
@@ -251,10 +280,10 @@ EXECUTOR = ExecutorSpec(
     # OutcomeUnknown; handed again after a crash, it sends an order left unsent.
     ready=Consumer(
         "executor-gate", "ready",
-        (EffectIntent.PolicyDecided, EffectIntent.ReviewApproved,
-         EffectIntent.AttemptFailedBeforeSend, EffectIntent.Reconciled),
-        routes=((EffectIntent.PolicyDecided, (DecisionOutcome.ALLOW,)),
-                (EffectIntent.Reconciled, (Resolution.RETRY,))),
+        (PolicyDecided, ReviewApproved,
+         AttemptFailedBeforeSend, Reconciled),
+        routes=((PolicyDecided, (DecisionOutcome.ALLOW,)),
+                (Reconciled, (Resolution.RETRY,))),
         max_ack_pending=TIMERS, timers=True, deliveries=GATE_DELIVERIES,
     ),
     report=Consumer("executor-reports", "report", channel=channels.REPORT, stream=REPORTS),
@@ -264,21 +293,21 @@ EXECUTOR = ExecutorSpec(
     withdraw=Answer(channels.WITHDRAW, "withdraw"),
     claim=Answer(channels.CLAIM, "claim"),
     appends=(
-        EffectIntent.ExecutionAuthorized,
-        EffectIntent.GateRefused,
-        EffectIntent.AttemptSent,
-        EffectIntent.EffectCompleted,
-        EffectIntent.AttemptRejected,
-        EffectIntent.AttemptFailedBeforeSend,
-        EffectIntent.OutcomeUnknown,
-        EffectIntent.Reconciled,
-        EffectIntent.Withdrawn,
-        EffectIntent.InterruptionRequested,
-        EffectIntent.AttemptAcknowledged,
-        EffectIntent.ResultObserved,
-        EffectIntent.AttemptInterrupted,
-        EffectIntent.WithdrawalRequested,
-        EffectIntent.ReportRefused,
+        ExecutionAuthorized,
+        GateRefused,
+        AttemptSent,
+        EffectCompleted,
+        AttemptRejected,
+        AttemptFailedBeforeSend,
+        OutcomeUnknown,
+        Reconciled,
+        Withdrawn,
+        InterruptionRequested,
+        AttemptAcknowledged,
+        ResultObserved,
+        AttemptInterrupted,
+        WithdrawalRequested,
+        ReportRefused,
     ),
     reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
     writes=(LOCKS_BUCKET,),
@@ -297,10 +326,10 @@ class ReconcilerSpec(ServiceSpec):
 RECONCILER = ReconcilerSpec(
     "reconciler",
     # It asks again (Retry) while no adapter answers its query.
-    unknown=Consumer("reconciler", "unknown", (EffectIntent.OutcomeUnknown,), timers=True,
+    unknown=Consumer("reconciler", "unknown", (OutcomeUnknown,), timers=True,
                      deliveries=RECONCILE_DELIVERIES),
     resolve=Answer(channels.RESOLVE, "resolve"),
-    appends=(EffectIntent.Reconciled,),
+    appends=(Reconciled,),
     reads=(CAPABILITIES_BUCKET,),
     asks=(channels.ADAPTER_QUERY,),
 )
@@ -323,30 +352,30 @@ ADAPTERS: tuple[AdapterSpec, ...] = (CASENOTES, ITEMS, REPO, MCP)
 
 #: Events appended by the read side's processes (``status.READ_SIDE``), not a service.
 READ_SIDE_APPENDS: dict[str, tuple[type[Event], ...]] = {
-    "archiver": (EffectIntent.IntentArchived,),
+    "archiver": (IntentArchived,),
 }
 
 #: Events no durable is handed, and why that is right.
 UNCONSUMED: dict[type[Event], str] = {
-    EffectIntent.ExecutionAuthorized: (
+    ExecutionAuthorized: (
         "the gate that appends it publishes the attempt's order at once, and holds the "
         "trigger it authorized on as the attempt's timer (handed again at the deadline, "
         "and after a crash before the order went out); adapters are handed the order"),
-    EffectIntent.IntentArchived: (
+    IntentArchived: (
         "the archiver's mark after an ended intent, kept as its identity; the projector "
         "folds it with every other event, and a service that loads the intent reads it"),
-    EffectIntent.ApprovalRefused: (
+    ApprovalRefused: (
         "on the record for the audit; the review stays open, and another reviewer's "
         "decision is what moves the intent on"),
-    EffectIntent.AttemptSent: (
+    AttemptSent: (
         "progress of an attempt, on the record; the attempt's deadline (from "
         "ExecutionAuthorized) turns the silence after it into OutcomeUnknown"),
-    EffectIntent.AttemptAcknowledged: (
+    AttemptAcknowledged: (
         "progress of an attempt, on the record; its end (EffectCompleted, AttemptRejected, "
         "OutcomeUnknown) is what others react to"),
-    EffectIntent.ResultObserved: (
+    ResultObserved: (
         "progress of an attempt, on the record; the receipt's check that follows it ends "
         "the attempt"),
-    EffectIntent.ReportRefused: (
+    ReportRefused: (
         "a report that proved nothing, kept for the audit; it changes no state"),
 }

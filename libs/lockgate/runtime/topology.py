@@ -3,7 +3,7 @@
 The streams' and buckets' names are ``lockgate.runtime.streams``'; the durables are
 derived from the services' specs (``lockgate.runtime.specs``).
 
-FastStream's ``declare=True`` overwrites an existing stream's configuration with its
+A client that declares streams (FastStream's ``declare=True``) overwrites an existing stream's configuration with its
 own defaults, and nats-py binds an existing durable without applying a new config;
 so Lockgate owns its topology here and services only bind to it.
 """

@@ -10,6 +10,7 @@ from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event, Stamp
 from lockgate.intent.codec import fold
+from lockgate.intent.events import CandidateNormalized, CandidateReceived, PolicyDecided
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -23,7 +24,7 @@ class History:
                  holds: tuple[str, ...] = (), follows: str = "") -> None:
         self.intent_id = intent_id_for(tenant, run_id, call_id)
         self.events: list[Event] = [
-            EffectIntent.CandidateReceived(
+            CandidateReceived(
                 originator_id=UUID(hex=self.intent_id), originator_version=1, timestamp=T0,
                 originator_topic=INTENT_TOPIC, event_id=derived_id("t", self.intent_id, "1"),
                 correlation_id=run_id, causation_id="msg-1", tenant=tenant, run_id=run_id,
@@ -67,7 +68,7 @@ class History:
                    destination: str = "case-notes:tenant-a/case-123", effect_class: str = "write",
                    **lineage: Any) -> History:
         """Record a normalization (by default of the note into case-123)."""
-        return self.extend([EffectIntent.CandidateNormalized.next(
+        return self.extend([CandidateNormalized.next(
             self.intent, self.stamp(),
             arguments=arguments if arguments is not None else {"case_id": "case-123", "note": "hello"},
             resource=resource if resource is not None else {"type": "case", "id": "case-123",
@@ -79,7 +80,7 @@ class History:
     def decided(self, outcome: str = DecisionOutcome.ALLOW, reasons: list[str] | None = None,
                 policy_revision: str = "pol-1") -> History:
         """Record a policy decision (``outcome``: a ``DecisionOutcome`` or its value)."""
-        return self.extend([EffectIntent.PolicyDecided.next(
+        return self.extend([PolicyDecided.next(
             self.intent, self.stamp(), outcome=DecisionOutcome(outcome),
             policy_revision=policy_revision, reasons=reasons or [], determining=[], facts={},
             digest=self.intent.digest or "", reservations=[],

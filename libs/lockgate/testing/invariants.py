@@ -20,6 +20,30 @@ from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import MAY_HAVE_BEEN_SENT, EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import (
+    AttemptAcknowledged,
+    AttemptInterrupted,
+    AttemptRejected,
+    AttemptSent,
+    CandidateNormalized,
+    CandidateReceived,
+    CandidateRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    NormalizationFailed,
+    OutcomeUnknown,
+    PolicyDecided,
+    ProcessingAbandoned,
+    Reconciled,
+    ResultObserved,
+    ReviewApproved,
+    ReviewDenied,
+    ReviewExpired,
+    ReviewRequested,
+    WithdrawalRequested,
+    Withdrawn,
+)
 from lockgate.intent.evolve import FoldError, evolve
 from lockgate.intent.locks import lock_key, may_hold
 
@@ -76,7 +100,7 @@ class _Trail:
 
     intent_id: str
     problems: list[str] = field(default_factory=list)
-    normalized: EffectIntent.CandidateNormalized | None = None
+    normalized: CandidateNormalized | None = None
     allowed_digests: set[str] = field(default_factory=set)
     #: An outcome is unknown (and not since proven absent): no new attempt may start.
     uncertain: bool = False
@@ -108,33 +132,33 @@ class _Trail:
             view = model_view(self.folded, None)
             if view is not None and view.status == "withdrawn":
                 self.told_withdrawn = True
-        if isinstance(e, EffectIntent.ProcessingAbandoned) and before is not None and not (
+        if isinstance(e, ProcessingAbandoned) and before is not None and not (
             before.terminal or before in MAY_HAVE_BEEN_SENT or before is State.NEEDS_OPERATOR
         ):
             self.terminal_refusal = True  # given up before any order could be out
 
     def judge(self, e: Event) -> None:
         """Note what ``e`` means for the invariants: a digest allowed, a refusal, an authorization, an outcome."""
-        if isinstance(e, EffectIntent.CandidateNormalized):
+        if isinstance(e, CandidateNormalized):
             self.normalized = e
-        elif isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.ALLOW or isinstance(e, EffectIntent.ReviewApproved):
+        elif isinstance(e, PolicyDecided) and e.outcome == DecisionOutcome.ALLOW or isinstance(e, ReviewApproved):
             self.allowed_digests.add(e.digest)
-        elif isinstance(e, (EffectIntent.CandidateRejected, EffectIntent.NormalizationFailed,
-                            EffectIntent.ReviewDenied, EffectIntent.ReviewExpired,
-                            EffectIntent.GateRefused)) or isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.DENY:
+        elif isinstance(e, (CandidateRejected, NormalizationFailed,
+                            ReviewDenied, ReviewExpired,
+                            GateRefused)) or isinstance(e, PolicyDecided) and e.outcome == DecisionOutcome.DENY:
             self.terminal_refusal = True
-        elif isinstance(e, EffectIntent.ExecutionAuthorized):
+        elif isinstance(e, ExecutionAuthorized):
             self.authorized(e)
-        elif isinstance(e, EffectIntent.OutcomeUnknown):
+        elif isinstance(e, OutcomeUnknown):
             self.uncertain = True
-        elif isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.RETRY:
+        elif isinstance(e, Reconciled) and e.resolution == Resolution.RETRY:
             self.uncertain = False  # proven absent, and the contract allows the same intent again
-        elif isinstance(e, EffectIntent.EffectCompleted) or (
-            isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED
+        elif isinstance(e, EffectCompleted) or (
+            isinstance(e, Reconciled) and e.resolution == Resolution.COMPLETED
         ):
             self.completed += 1
 
-    def authorized(self, e: EffectIntent.ExecutionAuthorized) -> None:
+    def authorized(self, e: ExecutionAuthorized) -> None:
         """An authorization must follow a normalization and an allowed digest (1), no unknown
         outcome (4) and no refusal (5)."""
         if self.normalized is None:
@@ -232,9 +256,9 @@ CONTAINMENT: dict[str, str] = {
 
 #: Events by which an adapter says it acted on an attempt's order: it crossed the send
 #: boundary, or reported what the world did with the request.
-_INVOKED = (EffectIntent.AttemptSent, EffectIntent.AttemptAcknowledged,
-            EffectIntent.ResultObserved, EffectIntent.EffectCompleted,
-            EffectIntent.AttemptRejected, EffectIntent.AttemptInterrupted)
+_INVOKED = (AttemptSent, AttemptAcknowledged,
+            ResultObserved, EffectCompleted,
+            AttemptRejected, AttemptInterrupted)
 
 
 class Breach(msgspec.Struct, frozen=True, kw_only=True):
@@ -282,7 +306,7 @@ def breaches(
         where = (str(entry.get("world", "world")), str(entry.get("ledger", "writes")))
         writes[(intent_id, *where)] += 1
         history = histories.get(intent_id)
-        if not history or not isinstance(history[0], EffectIntent.CandidateReceived):
+        if not history or not isinstance(history[0], CandidateReceived):
             found.append(Breach(invariant="invocation.candidate", intent_id=intent_id,
                                 detail=f"a write in {'/'.join(where)} for no candidate intake accepted"))
         elif str(entry.get("idempotency_key", "")) not in keys.get(intent_id, set()):
@@ -312,13 +336,13 @@ def _trace(intent_id: str, events: Sequence[Event]) -> tuple[list[Breach], set[s
     def breach(invariant: str, detail: str) -> None:
         found.append(Breach(invariant=invariant, intent_id=intent_id, detail=detail))
 
-    accepted = bool(events) and isinstance(events[0], EffectIntent.CandidateReceived)
-    normalized: EffectIntent.CandidateNormalized | None = None
-    decision: EffectIntent.PolicyDecided | None = None
-    review: EffectIntent.ReviewRequested | None = None
-    approval: EffectIntent.ReviewApproved | None = None
+    accepted = bool(events) and isinstance(events[0], CandidateReceived)
+    normalized: CandidateNormalized | None = None
+    decision: PolicyDecided | None = None
+    review: ReviewRequested | None = None
+    approval: ReviewApproved | None = None
     budget_missing = False
-    authorized: dict[str, EffectIntent.ExecutionAuthorized] = {}
+    authorized: dict[str, ExecutionAuthorized] = {}
     keys: set[str] = set()
     withdrawn = False
     stopped = False  # a withdrawal was asked for or done: no order may start from here
@@ -331,21 +355,21 @@ def _trace(intent_id: str, events: Sequence[Event]) -> tuple[list[Breach], set[s
         if folded is not None:
             view = model_view(folded, None)
             withdrawn = withdrawn or (view is not None and view.status == "withdrawn")
-        if isinstance(e, EffectIntent.CandidateNormalized):
+        if isinstance(e, CandidateNormalized):
             normalized = e
-        elif isinstance(e, EffectIntent.PolicyDecided):
+        elif isinstance(e, PolicyDecided):
             decision = e
-        elif isinstance(e, EffectIntent.ReviewRequested):
+        elif isinstance(e, ReviewRequested):
             review, approval = e, None
-        elif isinstance(e, EffectIntent.ReviewApproved):
+        elif isinstance(e, ReviewApproved):
             approval = e
-        elif isinstance(e, (EffectIntent.ReviewDenied, EffectIntent.ReviewExpired)):
+        elif isinstance(e, (ReviewDenied, ReviewExpired)):
             approval = None
-        elif isinstance(e, EffectIntent.GateRefused) and e.reason == "gate.budget-missing":
+        elif isinstance(e, GateRefused) and e.reason == "gate.budget-missing":
             budget_missing = True
-        elif isinstance(e, (EffectIntent.WithdrawalRequested, EffectIntent.Withdrawn)):
+        elif isinstance(e, (WithdrawalRequested, Withdrawn)):
             stopped = True
-        elif isinstance(e, EffectIntent.ExecutionAuthorized):
+        elif isinstance(e, ExecutionAuthorized):
             authorized[e.attempt_id] = e
             keys.add(e.intent_key)
             if before is not State.ALLOWED or stopped:
@@ -354,8 +378,8 @@ def _trace(intent_id: str, events: Sequence[Event]) -> tuple[list[Breach], set[s
             actor = folded.actor if folded is not None else ""
             _authorization(breach, e, normalized, decision, review, approval, actor,
                            budget_missing)
-        if isinstance(e, EffectIntent.EffectCompleted) or (
-                isinstance(e, EffectIntent.Reconciled) and e.resolution == Resolution.COMPLETED):
+        if isinstance(e, EffectCompleted) or (
+                isinstance(e, Reconciled) and e.resolution == Resolution.COMPLETED):
             completions += 1
         if isinstance(e, _INVOKED):
             if not accepted:
@@ -372,11 +396,11 @@ def _trace(intent_id: str, events: Sequence[Event]) -> tuple[list[Breach], set[s
 
 def _authorization(
     breach: Callable[[str, str], None],
-    e: EffectIntent.ExecutionAuthorized,
-    normalized: EffectIntent.CandidateNormalized | None,
-    decision: EffectIntent.PolicyDecided | None,
-    review: EffectIntent.ReviewRequested | None,
-    approval: EffectIntent.ReviewApproved | None,
+    e: ExecutionAuthorized,
+    normalized: CandidateNormalized | None,
+    decision: PolicyDecided | None,
+    review: ReviewRequested | None,
+    approval: ReviewApproved | None,
     actor: str,
     budget_missing: bool,
 ) -> None:
@@ -409,10 +433,10 @@ def _authorization(
 
 
 def _ineligible(
-    e: EffectIntent.ExecutionAuthorized,
-    normalized: EffectIntent.CandidateNormalized | None,
-    review: EffectIntent.ReviewRequested | None,
-    approval: EffectIntent.ReviewApproved | None,
+    e: ExecutionAuthorized,
+    normalized: CandidateNormalized | None,
+    review: ReviewRequested | None,
+    approval: ReviewApproved | None,
     actor: str,
 ) -> str:
     """Why an approval does not make an authorization eligible ("" when it does)."""

@@ -26,8 +26,8 @@ from lockgate.client.sdk import Gateway
 from lockgate.client.sdk import connect as connect_gateway
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.partitions import SINGLE, Partitions
-from lockgate.intent.aggregate import EffectIntent
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import ReviewRequested
 from lockgate.operations.deployment import (
     Credentials,
     Deployment,
@@ -164,14 +164,14 @@ class System:
         return self.deployment.of(user)
 
     async def review_requested(self, tenant: str, intent_id: str,
-                               timeout_s: float = 10.0) -> EffectIntent.ReviewRequested:
+                               timeout_s: float = 10.0) -> ReviewRequested:
         """The review an intent waits on, once it is on the record (polled with a deadline)."""
         nc = await self.connect()
         try:
             deadline = time.monotonic() + timeout_s
             while True:
                 for event in map(decode_event, (await self.store(nc).load(tenant, intent_id)).events):
-                    if isinstance(event, EffectIntent.ReviewRequested):
+                    if isinstance(event, ReviewRequested):
                         return event
                 if time.monotonic() > deadline:
                     raise AssertionError(f"no review was requested for {intent_id}")

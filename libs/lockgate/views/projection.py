@@ -28,6 +28,7 @@ from lockgate.core.bounded import keep
 from lockgate.core.errors import LockgateError
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event, encode_event, fold
+from lockgate.intent.events import IntentArchived, PolicyDecided, ReviewRequested
 from lockgate.intent.evolve import evolve
 from lockgate.views.rows import (
     BudgetUse,
@@ -128,7 +129,7 @@ class IntentViews(Projection[TrackingRecorder]):
         expected = (before.version if before else 0) + 1
         if event.originator_version < expected and self._holds(event):
             return None  # handed over again (a redelivery, a replay): applied once already
-        if before is None and isinstance(event, EffectIntent.IntentArchived):
+        if before is None and isinstance(event, IntentArchived):
             # Views started after the intent left the hot store: it begins at its mark
             # (what came before is in the store that projected it then, not here).
             expected = event.originator_version
@@ -181,13 +182,13 @@ class IntentViews(Projection[TrackingRecorder]):
             event_id=event.event_id, recorded_at=iso(event.timestamp), data=stored.data.decode(),
         )
         opened = review = None
-        if isinstance(event, EffectIntent.ReviewRequested):
+        if isinstance(event, ReviewRequested):
             opened = opened_review(event, intent)
         changed = review_change(event, intent)
         if changed is not None and hasattr(event, "review_id"):
             review = (str(event.review_id), changed[0], changed[1])
         budgets: tuple[BudgetUse, ...] = ()
-        if intent.reservations and (isinstance(event, EffectIntent.PolicyDecided)
+        if intent.reservations and (isinstance(event, PolicyDecided)
                                     or intent.state.terminal):
             status = budget_status(intent)
             budgets = tuple(BudgetUse(tenant=intent.tenant, intent_id=intent.intent_id,

@@ -17,6 +17,13 @@ import msgspec
 from lockgate.contracts.disclosure import model_view
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.events import (
+    ApprovalRefused,
+    ReviewApproved,
+    ReviewDenied,
+    ReviewExpired,
+    ReviewRequested,
+)
 
 #: The model-facing status of an intent the model has not been told about yet.
 IN_PROGRESS = "in_progress"
@@ -254,21 +261,21 @@ def review_change(event: Event, intent: EffectIntent) -> tuple[str, dict[str, st
     the expiry closes it. A refused approval leaves it waiting (the reason is kept).
     """
     at = iso(event.timestamp)
-    if isinstance(event, EffectIntent.ReviewApproved):
+    if isinstance(event, ReviewApproved):
         return "approved", {"decided_by": event.reviewer, "decided_at": at, "reason": None}
-    if isinstance(event, EffectIntent.ReviewDenied):
+    if isinstance(event, ReviewDenied):
         if event.edited_into:  # the reviewer changed the call: the new candidate is named
             return "edited", {"decided_by": event.reviewer, "decided_at": at,
                               "reason": event.reason, "edited_into": event.edited_into}
         return "denied", {"decided_by": event.reviewer, "decided_at": at, "reason": event.reason}
-    if isinstance(event, EffectIntent.ReviewExpired):
+    if isinstance(event, ReviewExpired):
         return "expired", {"decided_by": None, "decided_at": at, "reason": "review.expired"}
-    if isinstance(event, EffectIntent.ApprovalRefused):
+    if isinstance(event, ApprovalRefused):
         return "waiting", {"decided_by": None, "decided_at": None, "reason": event.reason}
     return None
 
 
-def opened_review(event: EffectIntent.ReviewRequested, intent: EffectIntent) -> ReviewRow:
+def opened_review(event: ReviewRequested, intent: EffectIntent) -> ReviewRow:
     """The row of the review ``event`` opens."""
     return ReviewRow(
         review_id=event.review_id, tenant=intent.tenant, intent_id=intent.intent_id,

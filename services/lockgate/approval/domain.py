@@ -13,6 +13,13 @@ from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.events import (
+    ApprovalRefused,
+    ReviewApproved,
+    ReviewDenied,
+    ReviewExpired,
+    ReviewRequested,
+)
 
 SUMMARY_MAX_CHARS = 600
 
@@ -67,7 +74,7 @@ def request_review(
         return []
     read = reading(intent, contract)
     return [
-        EffectIntent.ReviewRequested.next(
+        ReviewRequested.next(
             intent,
             Stamp(now=now, event_id=derived_id("approval", cause), causation_id=cause),
             review_id=derived_id("review", intent.intent_id, intent.digest or ""),
@@ -95,7 +102,7 @@ def expire(intent: EffectIntent, review_id: str, *, cause: str, now: datetime) -
     ):
         return []
     return [
-        EffectIntent.ReviewExpired.next(
+        ReviewExpired.next(
             intent, Stamp(now=now, event_id=derived_id("expiry", cause), causation_id=cause),
             review_id=review_id,
         )
@@ -163,7 +170,7 @@ def decide_review(
             if intent.refused_approvals.get(reviewer) == reason:
                 raise ReviewProblem(reason)  # the same refusal is on the record already
             return [
-                EffectIntent.ApprovalRefused.next(
+                ApprovalRefused.next(
                     intent, replace(stamp, event_id=derived_id("approval-refused", cause, reason)),
                     review_id=cmd.review_id, reviewer=reviewer, reason=reason,
                     policy_revision=permission.revision if permission else "",
@@ -171,7 +178,7 @@ def decide_review(
                 )
             ]
         return [
-            EffectIntent.ReviewApproved.next(
+            ReviewApproved.next(
                 intent, stamp,
                 review_id=cmd.review_id,
                 reviewer=reviewer,
@@ -181,7 +188,7 @@ def decide_review(
             )
         ]
     return [
-        EffectIntent.ReviewDenied.next(
+        ReviewDenied.next(
             intent, stamp, review_id=cmd.review_id, reviewer=reviewer, reason=cmd.reason[:300],
         )
     ]
@@ -226,7 +233,7 @@ def record_edit(intent: EffectIntent, cmd: EditReview, candidate: Candidate, *, 
                 cause: str, now: datetime) -> list[Event]:
     """``ReviewDenied`` naming the candidate the edit made: these bytes will not run."""
     stamp = Stamp(now=now, event_id=derived_id("review-edit", cause), causation_id=cause)
-    return [EffectIntent.ReviewDenied.next(
+    return [ReviewDenied.next(
         intent, stamp, review_id=cmd.review_id, reviewer=reviewer,
         reason=cmd.reason[:300] or "edited by the reviewer",
         edited_into=intent_id_for(intent.tenant, candidate.run_id, candidate.call_id),

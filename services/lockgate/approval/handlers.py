@@ -25,6 +25,7 @@ from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import ApprovalRefused, PolicyDecided, ReviewRequested
 from lockgate.runtime.context import Ports
 from lockgate.runtime.intents import Clock
 from lockgate.runtime.service import Retry
@@ -45,7 +46,7 @@ class ApprovalHandlers:
     async def decided(self, recorded: RecordedEvent) -> None:
         """Open a review when policy required one."""
         decided = decode_event(recorded)
-        if not isinstance(decided, EffectIntent.PolicyDecided) or (
+        if not isinstance(decided, PolicyDecided) or (
             decided.outcome != DecisionOutcome.REQUIRE_APPROVAL
         ):
             return  # most decisions need no human: no load, nothing to do
@@ -64,7 +65,7 @@ class ApprovalHandlers:
     async def review_opened(self, recorded: RecordedEvent) -> None:
         """Expire the review at its deadline (the message comes back then)."""
         event = decode_event(recorded)
-        if not isinstance(event, EffectIntent.ReviewRequested):
+        if not isinstance(event, ReviewRequested):
             return  # outside this durable's filter: nothing to expire
         remaining = (event.expires_at - self.clock()).total_seconds()
         if remaining > 0:
@@ -120,7 +121,7 @@ class ApprovalHandlers:
             intent = decided.after
             state = intent.state.value if intent else "unknown"
             return msgspec.json.encode(Refusal("review.closed", state))
-        if isinstance(events[0], EffectIntent.ApprovalRefused):
+        if isinstance(events[0], ApprovalRefused):
             return msgspec.json.encode(Refusal(events[0].reason, "approval not permitted"))
         return msgspec.json.encode(Recorded(type(events[0]).__name__))
 

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent
+from lockgate.intent.events import IntentArchived
 from lockgate.views.rows import IntentRow
 
 
@@ -25,9 +26,9 @@ def may_archive(intent: EffectIntent, row: IntentRow) -> str | None:
     return None
 
 
-def archived(intent: EffectIntent, *, now: datetime) -> EffectIntent.IntentArchived:
+def archived(intent: EffectIntent, *, now: datetime) -> IntentArchived:
     """The mark appended after ``intent``'s last event, before the events ahead of it go."""
-    return EffectIntent.IntentArchived(
+    return IntentArchived(
         originator_id=intent.id, originator_version=intent.version + 1, timestamp=now,
         originator_topic=INTENT_TOPIC,
         event_id=derived_id("archived", intent.intent_id, str(intent.version)),

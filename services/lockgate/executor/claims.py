@@ -46,6 +46,12 @@ from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import EventStore, EventStoreUnavailable
 from lockgate.intent.aggregate import Attempt, EffectIntent, Event, Stamp, State
+from lockgate.intent.events import (
+    AttemptFailedBeforeSend,
+    AttemptSent,
+    InterruptionRequested,
+    Withdrawn,
+)
 from lockgate.runtime.intents import Clock
 from lockgate.runtime.ports.intents import IntentStore, StoredIntents
 
@@ -167,11 +173,11 @@ def _written(asked: _OnRecord) -> _Decided:
         return _refused("order.stale", f"written, but the attempt is {attempt.stage}")
     cause = asked.claim.claimant
     stamp = asked.stamp("claim", cause)
-    events: list[Event] = [EffectIntent.AttemptSent.next(
+    events: list[Event] = [AttemptSent.next(
         intent, stamp, attempt_id=attempt.attempt_id, claimant=asked.claim.claimant)]
     withdrawal = intent.withdrawal
     if withdrawal is not None and not intent.interruption_requested:
-        events.append(EffectIntent.InterruptionRequested.next(
+        events.append(InterruptionRequested.next(
             intent, replace(stamp, event_id=derived_id("claim", attempt.attempt_id, cause, "interrupt"),
                             offset=2),
             attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why))
@@ -182,7 +188,7 @@ def _mismatched(asked: _OnRecord, problem: str) -> _Decided:
     """An order that differs from its authorization: refused; an open attempt also fails before send."""
     if not asked.open_now:
         return _refused("order.mismatch", problem)
-    return [EffectIntent.AttemptFailedBeforeSend.next(
+    return [AttemptFailedBeforeSend.next(
         asked.intent, asked.stamp("claim-refused", "mismatch"),
         attempt_id=asked.attempt.attempt_id, reason="order.mismatch", detail=bounded(problem),
     )], _answer(ClaimVerdict.REFUSED, "order.mismatch", problem)
@@ -205,18 +211,18 @@ def _first_claim(asked: _OnRecord) -> _Decided:
     intent, attempt = asked.intent, asked.attempt
     withdrawal = intent.withdrawal
     if withdrawal is not None:
-        return [EffectIntent.Withdrawn.next(
+        return [Withdrawn.next(
             intent, asked.stamp("claim-withdrawn"), by=withdrawal.by, why=withdrawal.why,
         )], _answer(ClaimVerdict.REFUSED, "order.withdrawn",
                     "a withdrawal was requested before the order was sent")
     if too_late(attempt.deadline_at, asked.now):
-        return [EffectIntent.AttemptFailedBeforeSend.next(
+        return [AttemptFailedBeforeSend.next(
             intent, asked.stamp("claim-refused", "expired"),
             attempt_id=attempt.attempt_id, reason="order.expired",
             detail="the attempt's deadline passed before its send boundary",
         )], _answer(ClaimVerdict.REFUSED, "order.expired",
                     "the attempt's deadline passed before its send boundary")
-    return asked.crossed([EffectIntent.AttemptSent.next(
+    return asked.crossed([AttemptSent.next(
         intent, asked.stamp("claim", asked.claim.claimant),
         attempt_id=attempt.attempt_id, claimant=asked.claim.claimant,
     )])

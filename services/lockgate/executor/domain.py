@@ -25,6 +25,22 @@ from lockgate.contracts.vocabulary import (
 from lockgate.core.ids import derived_id
 from lockgate.core.validation import validator
 from lockgate.intent.aggregate import Attempt, EffectIntent, Event, Stamp, State
+from lockgate.intent.events import (
+    AttemptAcknowledged,
+    AttemptFailedBeforeSend,
+    AttemptInterrupted,
+    AttemptRejected,
+    EffectCompleted,
+    ExecutionAuthorized,
+    GateRefused,
+    InterruptionRequested,
+    OutcomeUnknown,
+    Reconciled,
+    ReportRefused,
+    ResultObserved,
+    WithdrawalRequested,
+    Withdrawn,
+)
 
 #: Attempts that failed before their send boundary are retried at most this often.
 MAX_ATTEMPTS = 3
@@ -45,7 +61,7 @@ _OPEN = _IN_FLIGHT | {AttemptStage.AUTHORIZED}
 def _refuse(
     intent: EffectIntent, reason: str, facts: dict[str, str | int | bool], stamp: Stamp
 ) -> list[Event]:
-    return [EffectIntent.GateRefused.next(intent, stamp, reason=reason, gate_facts=facts)]
+    return [GateRefused.next(intent, stamp, reason=reason, gate_facts=facts)]
 
 
 def decided_before(bundle: PolicyBundle, intent: EffectIntent, facts: Facts) -> Decision | None:
@@ -117,7 +133,7 @@ def gate(
         reason = decision.reasons[0] if decision.reasons else "gate.policy-changed"
         return _refuse(intent, reason, used, stamp)
     return [
-        EffectIntent.ExecutionAuthorized.next(
+        ExecutionAuthorized.next(
             intent, stamp,
             attempt_id=derived_id("attempt", intent.intent_id, str(len(intent.attempts) + 1)),
             intent_key=derived_id("intent-key", intent.intent_id, intent.digest or ""),
@@ -164,7 +180,7 @@ def refuse_report(
     if (attempt_id, stage, reason) in intent.refused_reports:
         return []
     event_id = derived_id("report-refused", intent.intent_id, attempt_id, stage, reason)
-    return [EffectIntent.ReportRefused.next(
+    return [ReportRefused.next(
         intent, Stamp(now=now, event_id=event_id, causation_id=cause),
         attempt_id=attempt_id, stage=stage, reason=reason,
         adapter=report.adapter[:64],
@@ -172,7 +188,7 @@ def refuse_report(
 
 
 def order_for(
-    intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized, *, key: bytes
+    intent: EffectIntent, authorized: ExecutionAuthorized, *, key: bytes
 ) -> ExecutionOrder | None:
     """The execution order for an authorization, if it is still the current attempt.
 
@@ -264,7 +280,7 @@ def on_report(
             return [crossing]
         # Progress on an attempt never claimed (an adapter that wrote without crossing):
         # too late to withdraw, so ask it to stop instead.
-        return [crossing, EffectIntent.InterruptionRequested.next(
+        return [crossing, InterruptionRequested.next(
             intent, replace(stamp, event_id=derived_id("report", cause, "interrupt"), offset=2),
             attempt_id=attempt.attempt_id, by=withdrawal.by, why=withdrawal.why,
         )]
@@ -274,7 +290,7 @@ def on_report(
         # The boundary was claimed as not crossed after the withdrawal was on record:
         # no worker can send this attempt any more (from the deadline's OutcomeUnknown
         # too: the claim is the evidence the record was waiting for).
-        return [EffectIntent.Withdrawn.next(intent, stamp, by=withdrawal.by, why=withdrawal.why)]
+        return [Withdrawn.next(intent, stamp, by=withdrawal.by, why=withdrawal.why)]
     if reported is ReportStage.COMPLETED:
         return _completed(intent, attempt, report, contract, stamp, counts_effects=counts_effects)
     return _ended(intent, attempt, report, reported, stamp)
@@ -289,11 +305,11 @@ def _crossing(
     record (``lockgate.adapters.claims``), never an adapter's say-so after the fact.
     """
     if reported is ReportStage.ACKNOWLEDGED and attempt.stage in (AttemptStage.AUTHORIZED, AttemptStage.SENT):
-        return EffectIntent.AttemptAcknowledged.next(
+        return AttemptAcknowledged.next(
             intent, stamp, attempt_id=attempt.attempt_id,
             remote_ref=report.receipt.get("remote_ref", "")[:256])
     if reported is ReportStage.OBSERVED and attempt.stage in _OPEN:
-        return EffectIntent.ResultObserved.next(intent, stamp, attempt_id=attempt.attempt_id)
+        return ResultObserved.next(intent, stamp, attempt_id=attempt.attempt_id)
     return None
 
 
@@ -312,7 +328,7 @@ def _completed(
         }
         settles = Settles.BUDGET if counts_effects or intent.reservations else Settles.NOTHING
         return [
-            EffectIntent.EffectCompleted.next(
+            EffectCompleted.next(
                 intent, stamp, attempt_id=attempt.attempt_id, receipt=receipt,
                 result=checked_result(report.result, contract), provenance=provenance,
                 settles=settles,
@@ -321,7 +337,7 @@ def _completed(
     if attempt.stage is AttemptStage.UNKNOWN:
         # A late report is evidence: it settles the unknown outcome.
         return [
-            EffectIntent.Reconciled.next(
+            Reconciled.next(
                 intent, stamp, attempt_id=attempt.attempt_id, finding=Finding.CONFIRMED,
                 receipt=receipt, by="adapter-report",
                 why="the adapter reported completion after the deadline",
@@ -338,11 +354,11 @@ def _ended(
     detail = report.detail[:DETAIL_MAX_CHARS]
     stage = attempt.stage
     if reported is ReportStage.INTERRUPTED and stage in _IN_FLIGHT and intent.interruption_requested:
-        return [EffectIntent.AttemptInterrupted.next(
+        return [AttemptInterrupted.next(
             intent, stamp, attempt_id=attempt.attempt_id, detail=detail)]
     if reported is ReportStage.REJECTED and stage in _OPEN:
         return [
-            EffectIntent.AttemptRejected.next(
+            AttemptRejected.next(
                 intent, stamp, attempt_id=attempt.attempt_id,
                 reason=report.reason or "remote.rejected", detail=detail,
             )
@@ -351,7 +367,7 @@ def _ended(
         stage is AttemptStage.AUTHORIZED
     ):
         return [
-            EffectIntent.AttemptFailedBeforeSend.next(
+            AttemptFailedBeforeSend.next(
                 intent, stamp, attempt_id=attempt.attempt_id,
                 reason=report.reason or f"adapter.{reported}", detail=detail,
             )
@@ -388,7 +404,7 @@ def on_deadline(
            if intent.withdrawal_requested else "")
     )
     return [
-        EffectIntent.OutcomeUnknown.next(
+        OutcomeUnknown.next(
             intent, Stamp(now=now, event_id=derived_id("deadline", cause), causation_id=cause),
             attempt_id=attempt_id, evidence=evidence,
         )
@@ -411,17 +427,17 @@ def withdraw(intent: EffectIntent, *, by: str, why: str, cause: str, now: dateti
     stamp = Stamp(now=now, event_id=derived_id("withdraw", cause), causation_id=cause)
     why = why[:DETAIL_MAX_CHARS]
     if intent.state in _WITHDRAWABLE:
-        return [EffectIntent.Withdrawn.next(intent, stamp, by=by, why=why)]
+        return [Withdrawn.next(intent, stamp, by=by, why=why)]
     current = intent.current_attempt
     if current is None:
         return []
     if intent.withdrawal_requested or intent.interruption_requested:
         return []
     if intent.state in _ORDER_MAY_BE_OUT:
-        return [EffectIntent.WithdrawalRequested.next(
+        return [WithdrawalRequested.next(
             intent, stamp, attempt_id=current.attempt_id, by=by, why=why)]
     if intent.state is State.SENT:
-        return [EffectIntent.InterruptionRequested.next(
+        return [InterruptionRequested.next(
             intent, stamp, attempt_id=current.attempt_id, by=by, why=why)]
     return []
 

@@ -33,6 +33,12 @@ from lockgate.executor.domain import (
 )
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import (
+    ExecutionAuthorized,
+    InterruptionRequested,
+    PolicyDecided,
+    Reconciled,
+)
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
@@ -108,9 +114,9 @@ class ExecutorHandlers:
             AttemptDue: the attempt this trigger authorized is open and not yet due.
         """
         trigger = decode_event(recorded)
-        if isinstance(trigger, EffectIntent.PolicyDecided) and trigger.outcome != DecisionOutcome.ALLOW:
+        if isinstance(trigger, PolicyDecided) and trigger.outcome != DecisionOutcome.ALLOW:
             return  # denied, paused, or waiting for a reviewer: not the gate's turn
-        if isinstance(trigger, EffectIntent.Reconciled) and trigger.resolution != Resolution.RETRY:
+        if isinstance(trigger, Reconciled) and trigger.resolution != Resolution.RETRY:
             return  # settled, or waiting for an operator
 
         # A lock taken by a run of the step stays taken when a conflict runs it again.
@@ -158,7 +164,7 @@ class ExecutorHandlers:
         after, events, held = decided.after, decided.events, decided.result
         if after is None:
             return None
-        authorized = next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)), None)
+        authorized = next((e for e in events if isinstance(e, ExecutionAuthorized)), None)
         if authorized is not None:
             await self._send_order(after, authorized)
         elif held and not events and may_hold(after):
@@ -228,11 +234,11 @@ class ExecutorHandlers:
 
     async def _authorization(
         self, recorded: RecordedEvent, attempt_id: str
-    ) -> EffectIntent.ExecutionAuthorized | None:
+    ) -> ExecutionAuthorized | None:
         """The ``ExecutionAuthorized`` of ``attempt_id`` on the record."""
         events = await self.ports.intents.events(recorded.tenant, recorded.intent_id,
                                                  at_least=recorded.version)
-        return next((e for e in events if isinstance(e, EffectIntent.ExecutionAuthorized)
+        return next((e for e in events if isinstance(e, ExecutionAuthorized)
                      and e.attempt_id == attempt_id), None)
 
     async def _budget_held(self, intent: EffectIntent) -> bool:
@@ -349,7 +355,7 @@ class ExecutorHandlers:
         attempt finish, and its report says how it ended.
         """
         for event in events:
-            if isinstance(event, EffectIntent.InterruptionRequested):
+            if isinstance(event, InterruptionRequested):
                 await self.ports.orders.interrupt(intent.tool, intent.intent_id, event.attempt_id)
 
     async def claim(self, subject: str, body: bytes) -> bytes:
@@ -365,7 +371,7 @@ class ExecutorHandlers:
         return msgspec.json.encode(claimed.answer)
 
     async def _send_order(
-        self, intent: EffectIntent, authorized: EffectIntent.ExecutionAuthorized
+        self, intent: EffectIntent, authorized: ExecutionAuthorized
     ) -> None:
         """Hand on the order of an authorized attempt (once per attempt id)."""
         order = order_for(intent, authorized, key=self._report_key)

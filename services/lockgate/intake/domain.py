@@ -26,6 +26,7 @@ from lockgate.core.text import safe_text
 from lockgate.core.validation import validator
 from lockgate.intake.parsing import decode_candidate, parse_arguments
 from lockgate.intent.aggregate import INTENT_TOPIC, EffectIntent, Event
+from lockgate.intent.events import CandidateReceived, CandidateRejected
 
 #: Characters of a detail kept on the record (operators read it; models never do).
 DETAIL_MAX_CHARS = 300
@@ -231,7 +232,7 @@ def decide_candidate(
     verdict = verdict or assess(inputs)
     if verdict.reason is not None or verdict.arguments is None:
         return reject(common, verdict.reason or "tool.arguments.malformed", verdict.field, verdict.detail)
-    return EffectIntent.CandidateReceived(
+    return CandidateReceived(
         arguments=verdict.arguments, contract_revision=verdict.contract_revision,
         holds=tuple(holds), **common
     )
@@ -269,7 +270,7 @@ class FirstEventFields(TypedDict):
 def reject(common: FirstEventFields, reason: str, field: str | None, detail: str, *,
            retry_after_s: float | None = None) -> Event:
     """``CandidateRejected`` with the envelope fields ``common``."""
-    return EffectIntent.CandidateRejected(
+    return CandidateRejected(
         reason=reason, field=field, detail=safe_text(detail, DETAIL_MAX_CHARS),
         retry_after_s=retry_after_s, **common
     )

@@ -56,6 +56,7 @@ from lockgate.intake.domain import (
 from lockgate.intake.leases import RunEnds
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import PolicyDecided
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.intents import Clock
@@ -412,7 +413,7 @@ class IntakeHandlers:
         knows the revision of, so a release is one compare-and-set per limit).
         """
         event = decode_event(recorded)
-        if isinstance(event, EffectIntent.PolicyDecided) and event.outcome not in (
+        if isinstance(event, PolicyDecided) and event.outcome not in (
             DecisionOutcome.DENY, DecisionOutcome.PAUSE
         ):
             return  # the next step (review or execution) is what the model learns of

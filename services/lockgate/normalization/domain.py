@@ -12,6 +12,7 @@ from lockgate.contracts.messages import NormalizeResult
 from lockgate.core.canonical import SERIALIZER_ID, digest
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.events import CandidateNormalized, NormalizationFailed
 from lockgate.intent.lineage import Place
 
 
@@ -46,24 +47,24 @@ def decide(
     stamp = Stamp(now=now, event_id=derived_id("normalization", cause), causation_id=cause)
     if contract is None or contract.revision != intent.contract_revision:
         return [
-            EffectIntent.NormalizationFailed.next(
+            NormalizationFailed.next(
                 intent, stamp, reason="capability.changed", field=None, detail=""
             )
         ]
     if result is None:
         return [
-            EffectIntent.NormalizationFailed.next(
+            NormalizationFailed.next(
                 intent, stamp, reason="capability.unavailable", field=None, detail=""
             )
         ]
     if result.reason is not None:
         return [
-            EffectIntent.NormalizationFailed.next(
+            NormalizationFailed.next(
                 intent, stamp, reason=result.reason, field=result.field, detail=""
             )
         ]
     return [
-        EffectIntent.CandidateNormalized.next(
+        CandidateNormalized.next(
             intent, stamp,
             arguments=result.arguments,
             resource=result.resource,
@@ -86,6 +87,6 @@ def placed(events: list[Event], place: Place | None) -> list[Event]:
         msgspec.structs.replace(
             e, lineage=place.kind.value, lineage_root=place.root, lineage_denials=place.denials,
             predecessor_denied=place.predecessor_denied)
-        if isinstance(e, EffectIntent.CandidateNormalized) else e
+        if isinstance(e, CandidateNormalized) else e
         for e in events
     ]

@@ -6,6 +6,7 @@ from lockgate.adapters.client import AdapterUnavailable
 from lockgate.contracts.messages import NormalizeRequest, NormalizeResult
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.events import CandidateNormalized
 from lockgate.intent.lineage import place
 from lockgate.normalization.domain import decide, placed
 from lockgate.runtime.context import Ports
@@ -46,7 +47,7 @@ class NormalizationHandlers:
                     if deliveries < GIVE_UP_AFTER:
                         raise
             events = decide(intent, contract, result, cause=recorded.event_id, now=self.clock())
-            normalized = next((e for e in events if isinstance(e, EffectIntent.CandidateNormalized)), None)
+            normalized = next((e for e in events if isinstance(e, CandidateNormalized)), None)
             if normalized is None or not intent.follows:
                 return events
 

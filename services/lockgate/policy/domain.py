@@ -12,6 +12,7 @@ from lockgate.contracts.messages import Facts
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.events import PolicyDecided
 from lockgate.intent.lineage import Kind
 
 #: Outcomes that let an intent go on, and so take budget.
@@ -72,7 +73,7 @@ def record(
     ):
         return []
     return [
-        EffectIntent.PolicyDecided.next(
+        PolicyDecided.next(
             intent,
             Stamp(now=now, event_id=derived_id("policy", cause), causation_id=cause),
             outcome=decision.outcome,
@@ -93,7 +94,7 @@ def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now:
     if (now - intent.paused_at).total_seconds() < bundle.config.pause.timeout_s:
         return []
     return [
-        EffectIntent.PolicyDecided.next(
+        PolicyDecided.next(
             intent, Stamp(now=now, event_id=derived_id("pause-expired", cause), causation_id=cause),
             outcome=DecisionOutcome.DENY, policy_revision=bundle.revision,
             reasons=["policy.pause-expired"],

@@ -21,6 +21,7 @@ from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import PolicyDecided
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
@@ -71,7 +72,7 @@ class PolicyHandlers:
         another replica, perhaps with a budget.
         """
         for event in decided:
-            if isinstance(event, EffectIntent.PolicyDecided):
+            if isinstance(event, PolicyDecided):
                 if event.reservations or event.outcome is DecisionOutcome.PAUSE:
                     self._reserved_nothing.pop(event.originator_id.hex, None)
                 else:
@@ -145,7 +146,7 @@ class PolicyHandlers:
         Counted after the decision is stored: a crash in between loses one count,
         never adds one.
         """
-        if not decided or not isinstance(decided[0], EffectIntent.PolicyDecided):
+        if not decided or not isinstance(decided[0], PolicyDecided):
             return
         event = decided[0]
         if event.outcome != DecisionOutcome.DENY or event.reasons[:1] == ["run.progress-stalled"]:
@@ -156,7 +157,7 @@ class PolicyHandlers:
     async def paused(self, recorded: RecordedEvent) -> None:
         """Ask again for the evidence a paused decision lacks; deny once the pause times out."""
         trigger = decode_event(recorded)
-        if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != DecisionOutcome.PAUSE:
+        if not isinstance(trigger, PolicyDecided) or trigger.outcome != DecisionOutcome.PAUSE:
             return
         bundle = self.bundles.current()
 
@@ -175,7 +176,7 @@ class PolicyHandlers:
                 raise Retry(bundle.config.pause.recheck_s, "evidence still missing") from None
             events = await self._decide(intent, facts, recorded.event_id)
             again = [e for e in events
-                     if isinstance(e, EffectIntent.PolicyDecided) and e.outcome == DecisionOutcome.PAUSE]
+                     if isinstance(e, PolicyDecided) and e.outcome == DecisionOutcome.PAUSE]
             if again:  # still waiting (a budget, say): no new event, ask again later
                 expired = expire_pause(intent, bundle, cause=recorded.event_id, now=self.clock())
                 if expired:
@@ -198,7 +199,7 @@ class PolicyHandlers:
             return  # decided here, with no budget held: nothing to settle, nothing to count
         if recorded.event_type in _ONLY_IF_DENIED:
             trigger = decode_event(recorded)
-            if not isinstance(trigger, EffectIntent.PolicyDecided) or trigger.outcome != DecisionOutcome.DENY:
+            if not isinstance(trigger, PolicyDecided) or trigger.outcome != DecisionOutcome.DENY:
                 return  # allowed, paused or waiting for a reviewer: nothing to settle yet
         intent = await self.ports.intents.load(recorded.tenant, recorded.intent_id, trigger=recorded)
         if intent is None:

@@ -9,6 +9,7 @@ from lockgate.contracts.messages import NotResolved, QueryResult
 from lockgate.contracts.vocabulary import Finding, QueryFinding, Resolution
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
+from lockgate.intent.events import Reconciled
 
 #: Recovery options under which an effect proven absent may be tried again, as the
 #: same intent with the same idempotency key.
@@ -47,7 +48,7 @@ def reconcile(
     finding = QueryFinding(found.finding)
     if finding is QueryFinding.FOUND:
         return [
-            EffectIntent.Reconciled.next(
+            Reconciled.next(
                 intent, stamp, attempt_id=attempt_id, finding=Finding.CONFIRMED, receipt=dict(found.receipt),
                 by="reconciler", why="a query by the intent's identity found the effect",
                 resolution=Resolution.COMPLETED,
@@ -61,7 +62,7 @@ def reconcile(
         else:
             why, resolution = "", Resolution.OPERATOR
         return [
-            EffectIntent.Reconciled.next(
+            Reconciled.next(
                 intent, stamp, attempt_id=attempt_id, finding=Finding.ABSENT, receipt={},
                 by="reconciler", why="a query by the intent's identity found no effect" + why,
                 resolution=resolution,
@@ -146,7 +147,7 @@ def resolve(
     else:
         resolution = Resolution.RETRY if may_retry(contract) else Resolution.NOT_EXECUTED
     return [
-        EffectIntent.Reconciled.next(
+        Reconciled.next(
             intent, Stamp(now=now, event_id=resolution_id(cause), causation_id=cause),
             attempt_id=current.attempt_id, finding=established, receipt=dict(receipt),
             by=f"operator:{by[:64]}", why=why[:300], resolution=resolution,

@@ -18,6 +18,7 @@ from lockgate.core.ids import derived_id
 from lockgate.eventstore.base import ConcurrencyConflict, EventStoreUnavailable, RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.events import OutcomeUnknown
 from lockgate.reconciler.domain import (
     ResolutionRefused,
     not_resolved,
@@ -41,7 +42,7 @@ class ReconcilerHandlers:
     async def unknown(self, recorded: RecordedEvent, deliveries: int) -> None:
         """Query the adapter by the intent's identity and record the finding."""
         event = decode_event(recorded)
-        if not isinstance(event, EffectIntent.OutcomeUnknown):
+        if not isinstance(event, OutcomeUnknown):
             return
 
         async def step(intent: EffectIntent | None) -> list[Event]:

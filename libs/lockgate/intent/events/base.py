@@ -75,7 +75,7 @@ class Event(msgspec.Struct, frozen=True):
 
         The envelope comes from ``state`` (the intent, its version, its run) and
         ``stamp``; ``cls``'s constructor after the envelope types ``fields``, so
-        ``EffectIntent.AttemptSent.next(intent, stamp, atempt_id=...)`` fails type
+        ``AttemptSent.next(intent, stamp, atempt_id=...)`` fails type
         checking. Not for an intent's first event, which follows nothing.
 
         Raises:
