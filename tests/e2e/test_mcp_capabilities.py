@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from lockgate.client.sdk import Gateway, Run
+from lockgate.contracts import mcp_subjects
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.codec import decode_event
 from lockgate.intent.events import (
@@ -36,7 +37,6 @@ from lockgate.intent.events import (
     Reconciled,
     ReviewRequested,
 )
-from lockgate.mcp import subjects as mcp_subjects
 from lockgate.testing.system import REPO, System, running
 from lockgate.worlds.mcpservers import HttpServerProcess, State, arm, stdio_command
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from lockgate.contracts.capability import EffectClass
+from lockgate.contracts.mcp_subjects import op, parse_op, record
 from lockgate.contracts.vocabulary import QueryFinding
 from lockgate.mcp.adapter import found_in
 from lockgate.mcp.config import ConfigError, Secret, ServersFile, load_servers, resolve_secret
@@ -32,7 +33,6 @@ from lockgate.mcp.mapping import (
     tool_digest,
     tool_record,
 )
-from lockgate.mcp.subjects import op, parse_op, record
 from lockgate.runtime import specs
 
 REPO = Path(__file__).resolve().parents[2]

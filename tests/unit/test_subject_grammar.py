@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.contracts import subjects
+from lockgate.contracts import mcp_subjects, subjects
 from lockgate.contracts.subjects import Family, Param
 from lockgate.eventstore.partitions import Partitions
-from lockgate.mcp import subjects as mcp_subjects
 from lockgate.operations import roles
 from lockgate.runtime import topology
 from tests.unit.test_spec import covers
@@ -25,7 +24,7 @@ GOLDEN = DATA / "broker_permissions.golden"
 #: families, and the event store's (its prefix is configurable per stream).
 SUBJECTS_MODULES = frozenset({
     "libs/lockgate/contracts/subjects.py",
-    "libs/lockgate/mcp/subjects.py",
+    "libs/lockgate/contracts/mcp_subjects.py",
     "libs/lockgate/eventstore/subjects.py",
 })
 #: ``lg.`` where a subject (or a pattern, or a subject embedded in an API subject) starts.

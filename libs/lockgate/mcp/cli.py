@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from lockgate.contracts import mcp_subjects as subjects
 from lockgate.core.errors import LockgateError
-from lockgate.mcp import subjects
 from lockgate.mcp.config import ConfigError, read_structured
 from lockgate.mcpcheck import cli as mcpcheck_cli
 

@@ -1,7 +1,7 @@
 """The MCP adapter's records on the broker: stream ``LG_MCP``, append-only, latest by direct get.
 
 Identities, snapshots, mappings and reviews each have their subject per server
-(``lockgate.mcp.subjects``); a record is one msgspec JSON message, and the newest on a
+(``lockgate.contracts.mcp_subjects``); a record is one msgspec JSON message, and the newest on a
 subject is what holds now. Only the MCP adapter's user may publish or read them
 (``lockgate.operations.roles``); operators change them through requests the adapter answers.
 """
@@ -15,7 +15,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from lockgate.mcp import subjects
+from lockgate.contracts import mcp_subjects as subjects
 from lockgate.mcp.mapping import MappingRecord, ServerIdentity, Snapshot
 
 T = TypeVar("T")

@@ -45,9 +45,9 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from lockgate.adapters.worker import CapabilityWorker
+from lockgate.contracts import mcp_subjects as subjects
 from lockgate.contracts import subjects as lg_subjects
 from lockgate.core.text import safe_text
-from lockgate.mcp import subjects
 from lockgate.mcp.adapter import MappedAdapter, RestrictedAdapter
 from lockgate.mcp.config import ConfigError, ServerConfig, ServersFile
 from lockgate.mcp.mapping import (

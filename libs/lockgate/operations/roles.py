@@ -63,9 +63,8 @@ import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from lockgate.contracts import channels, subjects
+from lockgate.contracts import channels, mcp_subjects, subjects
 from lockgate.eventstore.partitions import SINGLE, Partitions
-from lockgate.mcp import subjects as mcp_subjects
 from lockgate.operations.accounts import render_accounts
 from lockgate.operations.grants import (
     EDGE_ACCOUNT,

@@ -29,11 +29,10 @@ from nats.js.api import (
 )
 from nats.js.errors import BadRequestError, NotFoundError
 
-from lockgate.contracts import subjects
+from lockgate.contracts import mcp_subjects, subjects
 from lockgate.core.errors import LockgateError
 from lockgate.eventstore.jetstream import partition_stream_configs
 from lockgate.eventstore.partitions import SINGLE, Partitions
-from lockgate.mcp import subjects as mcp_subjects
 from lockgate.runtime.spec import DELIVERIES, SHARED_PENDING, Consumer, max_deliver_for
 from lockgate.runtime.specs import SERVICES
 from lockgate.runtime.streams import BUDGETS_BUCKET as BUDGETS_BUCKET
