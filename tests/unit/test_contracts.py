@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.authz import PolicyBundle
-from lockgate.contracts import schemas
+from lockgate.cli import schemas
 from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.reasons import MODEL_CODES, REASONS
 from lockgate.eventstore.base import RecordedEvent
@@ -120,7 +120,7 @@ def test_schemas_are_generated_from_the_code() -> None:
     generated = schemas.generate()
     on_disk = {str(p.relative_to(schemas.SCHEMAS_DIR)): p.read_text()
                for p in schemas.SCHEMAS_DIR.rglob("*.json")}
-    assert on_disk == generated, "run: python -m lockgate.contracts.schemas"
+    assert on_disk == generated, "run: python -m lockgate.cli.schemas"
 
 
 def recorded(event: Event, intent_id: str, data: bytes | None = None) -> RecordedEvent:

@@ -18,7 +18,8 @@ import pytest
 from lockgate.approval.app import create_app as approval_app
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.config import MAX_PAUSE_RECHECKS, PauseConfig
-from lockgate.contracts import channels, schemas, subjects
+from lockgate.cli import schemas
+from lockgate.contracts import channels, subjects
 from lockgate.contracts.channels import Channel
 from lockgate.eventstore.subjects import NO_ROUTE, event_subject
 from lockgate.executor.app import create_app as executor_app

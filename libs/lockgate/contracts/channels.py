@@ -2,7 +2,7 @@
 
 A process's spec (``lockgate.runtime.specs``) names the channels it answers, asks, publishes
 and consumes; its broker permissions, its subscriptions and the AsyncAPI document
-(``lockgate.contracts.schemas``) are derived from those names. The subjects themselves
+(``lockgate.cli.schemas``) are derived from those names. The subjects themselves
 come from ``lockgate.contracts.subjects``. The events stream (``lg.evt.>``) is not a
 channel here: a spec names the event classes it appends and consumes.
 """

@@ -2,9 +2,13 @@
 and the console's OpenAPI document (its HTTP API, from its routes).
 
 The files are derived from the code and committed; a test fails when they drift.
-Regenerate with ``python -m lockgate.contracts.schemas``. The AsyncAPI channels, who sends
+Regenerate with ``python -m lockgate.cli.schemas``. The AsyncAPI channels, who sends
 and receives on each, and which process appends and is handed each event are read off
 the processes' specs (``lockgate.runtime.specs``): a channel no spec uses is not listed.
+
+A build tool that documents the contracts rather than a part of them, it sits with the
+command line, the one layer that may read everything it documents: the wire messages and
+channels, the aggregate's events and their address, the specs and the console's routes.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from lockgate.console.openapi import document
 from lockgate.contracts import messages
 from lockgate.contracts.channels import Channel
 from lockgate.eventstore.subjects import ADDRESS as EVENT_ADDRESS
@@ -168,9 +173,7 @@ def generate() -> dict[str, str]:
         },
     }
     files["asyncapi.json"] = _pretty(asyncapi)
-    from lockgate.console.openapi import document  # the HTTP edge, generated from its routes
-
-    files["openapi.json"] = document()
+    files["openapi.json"] = document()  # the HTTP edge, generated from its routes
     return files
 
 
