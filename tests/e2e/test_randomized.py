@@ -36,11 +36,11 @@ import pytest
 
 from lockgate.client.sdk import ClientError, Gateway, Refused, ResponseTimeout, Run, Turn
 from lockgate.contracts.capability import CapabilityContract
-from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import (
     AttemptFailedBeforeSend,
     ExecutionAuthorized,

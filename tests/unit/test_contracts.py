@@ -9,10 +9,10 @@ import pytest
 
 from lockgate.authz import PolicyBundle
 from lockgate.cli import schemas
-from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.reasons import MODEL_CODES, REASONS
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.codec import EventDecodeError, decode_event, encode_event
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import CandidateNormalized, CandidateRejected, Event
 from lockgate.intent.upcasters import UPCASTERS
 from lockgate.testing.intents import History

@@ -13,7 +13,6 @@ from lockgate.authz.config import BundleConfig
 from lockgate.authz.engine import PolicyBundle
 from lockgate.authz.intents import Evidence, judge
 from lockgate.contracts.capability import CapabilityContract
-from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, Facts, QueryResult, RunContext
 from lockgate.executor.domain import (
     check_report,
@@ -27,6 +26,7 @@ from lockgate.executor.domain import (
     withdraw,
 )
 from lockgate.intent.aggregate import State
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import (
     AttemptAcknowledged,
     AttemptFailedBeforeSend,

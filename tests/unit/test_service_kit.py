@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from lockgate.contracts.disclosure import model_view
 from lockgate.core.errors import LockgateError, TransientError
 from lockgate.eventstore import ConcurrencyConflict, MemoryEventStore
 from lockgate.eventstore.subjects import NotAnEventSubject
 from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import EventDecodeError, encode_event
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import CandidateNormalized, Event, ExecutionAuthorized
 from lockgate.runtime.intents import abandonment, decide_and_append
 from lockgate.runtime.service import BOUNDS, Bounds, Failures, Guard, Retry, Unaddressed, settle

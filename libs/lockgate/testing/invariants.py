@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 
-from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import MAY_HAVE_BEEN_SENT, EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import (
     AttemptAcknowledged,
     AttemptInterrupted,

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from lockgate.contracts.disclosure import model_view
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import (
     ApprovalRefused,
     ReviewApproved,

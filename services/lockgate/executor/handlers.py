@@ -12,7 +12,6 @@ import msgspec
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz.intents import judge
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
 from lockgate.contracts.vocabulary import DecisionOutcome, ReportStage, Resolution
@@ -33,6 +32,7 @@ from lockgate.executor.domain import (
 )
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import (
     ExecutionAuthorized,
     InterruptionRequested,

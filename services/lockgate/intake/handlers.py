@@ -13,7 +13,6 @@ from nats.errors import Error as NatsError
 from lockgate.authz.config import Limit
 from lockgate.authz.ledger import Admission
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.disclosure import model_view
 from lockgate.contracts.messages import (
     CloseRun,
     OpenRun,
@@ -56,6 +55,7 @@ from lockgate.intake.domain import (
 from lockgate.intake.leases import RunEnds
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
+from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import PolicyDecided
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
