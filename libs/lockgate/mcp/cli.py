@@ -24,7 +24,6 @@ from nats.errors import TimeoutError as NatsTimeout
 from lockgate.contracts import mcp_subjects as subjects
 from lockgate.core.errors import LockgateError
 from lockgate.mcp.config import ConfigError, read_structured
-from lockgate.mcpcheck import cli as mcpcheck_cli
 
 if TYPE_CHECKING:
     from lockgate.client.output import Output
@@ -51,10 +50,14 @@ class McpCommandError(LockgateError):
         super().__init__(f"{code}: {detail}" if detail else code, code=code)
 
 
-def add_commands(subparsers: Any, globals_: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_commands(subparsers: Any, globals_: Callable[[argparse.ArgumentParser], None]) -> Any:
     """Add ``mcp`` and its commands to the ``lockgate`` parser's subcommands.
 
     ``globals_`` adds the options every command takes (``--url``, ``--var-dir``, ``--json``).
+
+    Returns:
+        The ``mcp`` command's subcommands (an ``add_subparsers()`` result), where the command
+        line adds the commands that are not requests to the adapter.
     """
     mcp = subparsers.add_parser("mcp", help="MCP servers: identities, snapshots, quarantine, mappings")
     verbs = mcp.add_subparsers(dest="mcp_command", required=True)
@@ -82,8 +85,7 @@ def add_commands(subparsers: Any, globals_: Callable[[argparse.ArgumentParser], 
     how = m.add_mutually_exclusive_group(required=True)
     how.add_argument("--file", type=Path, help="the mapping, YAML or JSON")
     how.add_argument("--disable", action="store_true", help="disable every mapping of the tool")
-    # Talks to an MCP server, not to Lockgate: what a server does when an effect must happen once.
-    mcpcheck_cli.add_command(verbs)
+    return verbs
 
 
 def request_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,9 +135,7 @@ async def ask(where: Where, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, where: Where, out: Output) -> int:
-    """Run one ``lockgate mcp`` command; print its answer (one JSON document with ``--json``)."""
-    if args.mcp_command == "conformance":
-        return int(args.handler(args, out))
+    """Run one ``lockgate mcp`` request to the adapter; print its answer (one JSON document with ``--json``)."""
     answer = asyncio.run(ask(where, args))
     out.record(dict(sorted(answer.items())))
     return 0
