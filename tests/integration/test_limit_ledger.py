@@ -16,7 +16,6 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from lockgate.authz.config import Limit
-from lockgate.authz.ledger import LimitLedger
 from lockgate.authz.limits import FloodState, Hold, flood_key
 from lockgate.authz.source import BundleSource
 from lockgate.core.ids import random_id
@@ -24,6 +23,7 @@ from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intent.codec import encode_event
 from lockgate.intent.events import NormalizationFailed
 from lockgate.runtime.context import Ports, ports_for
+from lockgate.runtime.ports.ledger import LimitLedger
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import BUDGETS_BUCKET
 from lockgate.testing.intents import T0, History

@@ -545,7 +545,7 @@ async def test_service_does_its_work(service: str, admin: Conn, login: Login) ->
 
 async def test_roles_grant_what_bounded_failures_and_flood_limits_need(admin: Conn, login: Login) -> None:
     from lockgate.authz.config import Limit
-    from lockgate.authz.ledger import LimitLedger
+    from lockgate.runtime.ports.ledger import LimitLedger
     from lockgate.runtime.topology import BUDGETS_BUCKET
 
     intake = await login("intake")

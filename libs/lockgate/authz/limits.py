@@ -3,7 +3,7 @@
 Every scope a limit can count (one run, one actor, the tenant) lies within one tenant, so
 one key of ``LG_BUDGETS`` per tenant holds every limit's state for every scope of it, and a
 candidate is admitted under all its limits, or under none, with one compare-and-set (see
-``ledger.LimitLedger``); its in-flight place is given back with one more:
+``lockgate.runtime.ports.ledger.LimitLedger``); its in-flight place is given back with one more:
 
 - rates, as a generic cell rate (GCRA) per limit and scope: ``rates[<limit>/<scope>]`` is
   the theoretical arrival time of the next candidate; a candidate is admitted when it would

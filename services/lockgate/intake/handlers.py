@@ -11,7 +11,6 @@ import msgspec
 from nats.errors import Error as NatsError
 
 from lockgate.authz.config import Limit
-from lockgate.authz.ledger import Admission
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import (
     CloseRun,
@@ -60,6 +59,7 @@ from lockgate.intent.events import PolicyDecided
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.intents import Clock
+from lockgate.runtime.ports.ledger import Admission
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment
 

@@ -12,7 +12,6 @@ from nats.errors import Error as NatsError
 
 from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import Decision
-from lockgate.authz.ledger import BudgetContention
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.contracts.vocabulary import DecisionOutcome
@@ -26,6 +25,7 @@ from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, 
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
 from lockgate.runtime.intents import Clock
+from lockgate.runtime.ports.ledger import BudgetContention
 from lockgate.runtime.service import Retry
 
 #: Deliveries without facts before the intent is paused for missing evidence.
