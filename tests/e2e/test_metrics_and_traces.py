@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lockgate.cli.status import cmd_status
 from lockgate.client.output import Output
 from lockgate.client.sdk import Gateway
 from lockgate.core.ids import random_id
-from lockgate.operations.commands import cmd_status
 from lockgate.operations.status import check_status, status_names
 from lockgate.runtime.tracing import root_span_id_of
 from lockgate.testing.otlp import Receiver

@@ -19,8 +19,8 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from lockgate.cli.status import cmd_status
 from lockgate.client.output import Output
-from lockgate.operations.commands import cmd_status
 from lockgate.operations.deployment import (
     RunInfo,
     credentials_path,

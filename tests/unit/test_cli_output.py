@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.authz import cli as policy_cli
+from lockgate.cli import policy as policy_cli
 from lockgate.cli.app import main, parser
 from lockgate.client.output import Output, fields
 from lockgate.worlds.casenotes.world import World as CaseWorld

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from lockgate.cli import status as cli_ops
+from lockgate.cli.status import cmd_status
 from lockgate.client.output import Output
-from lockgate.operations import commands as cli_ops
 from lockgate.operations.cluster import (
     ClusterReport,
     NodeAddress,
@@ -23,7 +24,6 @@ from lockgate.operations.cluster import (
     ReplicaState,
     StreamState,
 )
-from lockgate.operations.commands import cmd_status
 from lockgate.operations.deployment import RunInfo
 from lockgate.operations.status import Status, status_names
 from lockgate.runtime.topology import topology_streams

@@ -9,7 +9,7 @@ import pytest
 
 from lockgate.authz import PolicyBundle
 from lockgate.authz.cases import DEFAULT_CONTEXT, CaseError, load_cases, run_cases
-from lockgate.authz.cli import policy_main
+from lockgate.cli.policy import policy_main
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "deploy" / "policies"
