@@ -92,6 +92,12 @@ def test_every_contract_is_kept_today() -> None:
     # One service importing another: siblings in an independent layer.
     ("lockgate.intake.domain", "import lockgate.policy.domain", "layers",
      "lockgate.intake.domain -> lockgate.policy.domain"),
+    # The event store (below the domain) reaching up into the intent it stores.
+    ("lockgate.eventstore.base", "import lockgate.intent.state", "layers",
+     "lockgate.eventstore.base -> lockgate.intent.state"),
+    # The kit reaching up into the operations that deploy it.
+    ("lockgate.runtime.consumer", "import lockgate.operations.roles", "layers",
+     "lockgate.runtime.consumer -> lockgate.operations.roles"),
     # The views reaching into a demo world.
     ("lockgate.views.rows", "import lockgate.worlds.storage", "worlds-apart",
      "lockgate.views.rows -> lockgate.worlds.storage"),
@@ -113,8 +119,12 @@ def test_a_new_back_arrow_breaks_its_contract(
 
 def test_an_ignored_import_the_code_no_longer_makes_fails(tmp_path: Path) -> None:
     roots = _copy(tmp_path)
-    ignored = _contracts()["layers"]["ignore_imports"]
-    assert isinstance(ignored, list)
+    # Every contract's list, in the file's order (the layers contract's may be empty).
+    ignored: list[str] = []
+    for options in _contracts().values():
+        listed = options.get("ignore_imports") or []
+        assert isinstance(listed, list)
+        ignored += listed
     # The first listed import written out by its full name, so one rewrite removes it.
     for line in ignored:
         importer, imported = (side.strip() for side in line.split("->"))
