@@ -32,6 +32,7 @@ import msgspec
 
 from lockgate.eventstore.partitions import Partitions
 from lockgate.operations.natsserver import ClusterPeer, NatsServer, NatsServerError, free_port
+from lockgate.runtime.credentials import NodeAddress as NodeAddress
 
 #: The cluster's name (``cluster.name``); every node of one cluster shares it.
 CLUSTER_NAME = "lockgate"
@@ -44,14 +45,6 @@ DEFAULT_CLIENT_PORT, DEFAULT_ROUTE_PORT, DEFAULT_MONITOR_PORT = 4222, 6222, 8222
 #: ``maxElectionTimeoutDefault``); a leader without quorum steps down after 10 s.
 ELECTION_TIMEOUT_MAX_S = 9.0
 LOST_QUORUM_S = 10.0
-
-
-class NodeAddress(msgspec.Struct, frozen=True, kw_only=True):
-    """Where one node listens (written to ``run.json``; no secrets)."""
-
-    name: str
-    url: str
-    monitor: str
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ rewritten with the same password. Nothing here is ever logged or put in an event
 
 While it runs, the supervisor writes ``<var>/run.json`` (no secrets: the URL, its pid,
 where the credentials are), so every ``lockgate`` command finds the running system
-whatever port it chose.
+whatever port it chose. Both files' formats, and how a process reads them, are the kit's
+(``lockgate.runtime.credentials``): a process reads its own credentials without this module.
 """
 
 from __future__ import annotations
@@ -26,80 +27,19 @@ from pathlib import Path
 
 import msgspec
 
-from lockgate.core.errors import LockgateError
-from lockgate.operations.cluster import NodeAddress
 from lockgate.operations.roles import Role, render_accounts, roles
+from lockgate.runtime.credentials import Credentials as Credentials
+from lockgate.runtime.credentials import CredentialsError as CredentialsError
+from lockgate.runtime.credentials import RunInfo as RunInfo
+from lockgate.runtime.credentials import credentials_dir as credentials_dir
+from lockgate.runtime.credentials import credentials_path as credentials_path
+from lockgate.runtime.credentials import load_credentials as load_credentials
+from lockgate.runtime.credentials import read_run_info as read_run_info
+from lockgate.runtime.credentials import run_info_path as run_info_path
 
 #: A new credentials file is readable by its owner only.
 FILE_MODE = 0o600
 DIR_MODE = 0o700
-
-
-class CredentialsError(LockgateError):
-    """A credentials file that is missing, unreadable or not a Lockgate credential."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="credentials.invalid")
-
-
-class Credentials(msgspec.Struct, frozen=True, kw_only=True):
-    """How one NATS user connects: its name and password, and the client settings its role needs."""
-
-    user: str
-    password: str
-    account: str
-    inbox_prefix: str
-    js_prefix: str
-    #: The principal token its command subjects end in (reviewers, operators).
-    principal: str = ""
-
-    def __repr__(self) -> str:
-        # A credential must never reach a log line or a traceback by accident.
-        return f"Credentials(user={self.user!r}, account={self.account!r})"
-
-    __str__ = __repr__
-
-
-class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``lockgate run`` says about itself in ``<var>/run.json`` while it runs."""
-
-    url: str
-    pid: int
-    credentials_dir: str = ""
-    embedded: bool = True
-    #: The nodes of a local cluster (empty: one server at ``url``).
-    nodes: list[NodeAddress] = []
-    #: How many replicas of each supervised process run (absent: one).
-    replicas: dict[str, int] = {}
-    #: How many events streams the deployment keeps (``lockgate.eventstore.partitions``).
-    event_partitions: int = 1
-    #: The adapter processes the deployment has users for, with their capabilities: the
-    #: configured ones and those registered while it runs (``lockgate.operations.registered``).
-    adapters: dict[str, list[str]] = {}
-
-
-def credentials_dir(var_dir: Path) -> Path:
-    """Where a deployment's credentials files are."""
-    return var_dir / "credentials"
-
-
-def credentials_path(var_dir: Path, user: str) -> Path:
-    """The credentials file of ``user``."""
-    return credentials_dir(var_dir) / f"{user}.json"
-
-
-def load_credentials(path: Path) -> Credentials:
-    """Read one credentials file.
-
-    Raises:
-        CredentialsError: missing, unreadable, or not a credentials file.
-    """
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=Credentials)
-    except FileNotFoundError:
-        raise CredentialsError(f"no credentials file {path}") from None
-    except (OSError, msgspec.MsgspecError) as exc:
-        raise CredentialsError(f"{path} is not a credentials file: {type(exc).__name__}") from None
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -194,32 +134,9 @@ def read_deployment(var_dir: Path) -> Deployment | None:
     return Deployment(found, var_dir / "nats" / "accounts.conf") if found else None
 
 
-def run_info_path(var_dir: Path) -> Path:
-    """Where a running ``lockgate run`` describes itself."""
-    return var_dir / "run.json"
-
-
 def write_run_info(var_dir: Path, info: RunInfo) -> None:
     """Say where the running system is (no secrets in it)."""
     _write_private(run_info_path(var_dir), msgspec.json.encode(info) + b"\n")
-
-
-def read_run_info(var_dir: Path) -> RunInfo | None:
-    """The running system's description, or ``None`` when nothing runs from ``var_dir``.
-
-    A file left by a supervisor that died is ignored (its pid is gone).
-    """
-    try:
-        info = msgspec.json.decode(run_info_path(var_dir).read_bytes(), type=RunInfo)
-    except (OSError, msgspec.MsgspecError):
-        return None
-    try:
-        os.kill(info.pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return info
 
 
 def clear_run_info(var_dir: Path, pid: int) -> None:

@@ -16,6 +16,7 @@ from typing import Literal
 from lockgate.contracts import subjects
 from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.eventstore.subjects import type_filter
+from lockgate.runtime import credentials
 
 #: The inbox prefix of trusted processes (nats-py's default).
 SERVICE_INBOX = "_INBOX"
@@ -24,7 +25,7 @@ SERVICES_ACCOUNT = "LOCKGATE"
 #: The account of hosts, agent runtimes, reviewers and operators.
 EDGE_ACCOUNT = "EDGE"
 #: The JetStream API as the services' account serves it.
-JS_API = "$JS.API"
+JS_API = credentials.JS_API
 #: The same API in an account that imports it (its own ``$JS.API`` would answer instead).
 IMPORTED_JS_API = subjects.IMPORTED_JS_API
 

@@ -90,6 +90,7 @@ from lockgate.operations.grants import (
     stream_import,
 )
 from lockgate.runtime import specs
+from lockgate.runtime.settings import DEMO_ADAPTERS, DEMO_OPERATORS, DEMO_REVIEWERS, Settings
 from lockgate.runtime.spec import ServiceSpec
 from lockgate.runtime.streams import (
     BUDGETS_BUCKET,
@@ -130,6 +131,7 @@ __all__ = [
     "archiver_role",
     "console_role",
     "demo_users",
+    "deployment_roles",
     "deployment_users",
     "event_append",
     "event_load",
@@ -424,15 +426,6 @@ def adapter_role(capabilities: Sequence[str], name: str = "adapter") -> Role:
     )
 
 
-#: The demo deployment's adapter processes and the capabilities each serves (their specs).
-DEMO_ADAPTERS: dict[str, tuple[str, ...]] = {a.name: a.capabilities for a in specs.ADAPTERS}
-#: The demo's people: reviewers and operators, each with the tenants they act in
-#: (empty: every tenant). ``user-42`` is also an actor of the case world, so the demo
-#: shows a person refused approval of their own request.
-DEMO_REVIEWERS: dict[str, tuple[str, ...]] = {"alice": (), "user-42": ("tenant-a",)}
-DEMO_OPERATORS: dict[str, tuple[str, ...]] = {"ops": ()}
-
-
 def roles(
     tenants: Sequence[str],
     adapters: Mapping[str, Sequence[str]] | None = None,
@@ -460,6 +453,12 @@ def roles(
         *(adapter_role(caps, name) for name, caps in adapters.items()),
     ]
 
+
+
+def deployment_roles(settings: Settings) -> list[Role]:
+    """Every role of the deployment ``settings`` describe (what ``lockgate run`` makes users for)."""
+    return roles(settings.tenants, settings.adapters, reviewers=settings.reviewers,
+                 operators=settings.operators, partitions=settings.partitions)
 
 
 def deployment_users(

@@ -25,8 +25,8 @@ from nats.errors import Error as NatsError
 from pydantic import ValidationError
 
 from lockgate.core.errors import LockgateError
-from lockgate.operations.deployment import CredentialsError
 from lockgate.runtime import loop
+from lockgate.runtime.credentials import CredentialsError
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.watchdog import Watchdog
 

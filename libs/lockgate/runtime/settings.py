@@ -10,25 +10,27 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.eventstore.partitions import MAX_PARTITIONS, Partitions
-from lockgate.operations.deployment import (
+from lockgate.runtime import specs
+from lockgate.runtime.credentials import (
+    JS_API,
     Credentials,
     credentials_path,
     load_credentials,
     read_run_info,
-)
-from lockgate.operations.roles import (
-    DEMO_ADAPTERS,
-    DEMO_OPERATORS,
-    DEMO_REVIEWERS,
-    JS_API,
-    Role,
-    roles,
 )
 
 #: The checkout this package runs from (the demo policies live there).
 _REPO = Path(__file__).resolve().parents[3]
 #: The longest a review may stay open (14 days).
 MAX_REVIEW_TTL_S = 14 * 24 * 3600.0
+
+#: The demo deployment's adapter processes and the capabilities each serves (their specs).
+DEMO_ADAPTERS: dict[str, tuple[str, ...]] = {a.name: a.capabilities for a in specs.ADAPTERS}
+#: The demo's people: reviewers and operators, each with the tenants they act in
+#: (empty: every tenant). ``user-42`` is also an actor of the case world, so the demo
+#: shows a person refused approval of their own request.
+DEMO_REVIEWERS: dict[str, tuple[str, ...]] = {"alice": (), "user-42": ("tenant-a",)}
+DEMO_OPERATORS: dict[str, tuple[str, ...]] = {"ops": ()}
 
 
 def default_var_dir() -> Path:
@@ -143,11 +145,6 @@ class Settings(BaseSettings):
     def partitions(self) -> Partitions:
         """The events streams of this deployment."""
         return Partitions(self.event_partitions)
-
-    def roles(self) -> list[Role]:
-        """Every role of the deployment these settings describe (what ``lockgate run`` makes users for)."""
-        return roles(self.tenants, self.adapters, reviewers=self.reviewers, operators=self.operators,
-                     partitions=self.partitions)
 
     @cached_property
     def credentials(self) -> Credentials | None:

@@ -44,6 +44,7 @@ from lockgate.operations.cluster import (
 )
 from lockgate.operations.deployment import ensure_deployment
 from lockgate.operations.postgres import PostgresServer, PostgresUnavailable
+from lockgate.operations.roles import deployment_roles
 from lockgate.operations.status import gather_status
 from lockgate.operations.supervisor import replicas_of
 from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
@@ -119,7 +120,7 @@ class ClusterSystem(System):
         spread_r1 = self.replicas == 1 and len(self.partitions) > 1 and self.size > 1
         self.cluster = LocalCluster(self.root / "cluster", self.size, log_dir=self.root / "log",
                                     sync_always=self.sync_always, server_tags=spread_r1)
-        self.deployment = ensure_deployment(self.root, self.settings().roles(),
+        self.deployment = ensure_deployment(self.root, deployment_roles(self.settings()),
                                             server_config=self.cluster.accounts_conf)
         await asyncio.to_thread(self.cluster.start)
         if self.use_postgres:

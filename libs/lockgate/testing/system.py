@@ -35,7 +35,7 @@ from lockgate.operations.deployment import (
     ensure_deployment,
 )
 from lockgate.operations.natsserver import NatsServer
-from lockgate.operations.roles import SERVICES_ACCOUNT
+from lockgate.operations.roles import SERVICES_ACCOUNT, deployment_roles
 from lockgate.operations.status import CHILDREN, check_status, child_user
 from lockgate.operations.supervisor import parent_death_signal
 from lockgate.runtime.settings import Settings
@@ -104,7 +104,7 @@ class System:
         """Make the users, start the broker, create the topology, start every child, wait for all."""
         (self.root / "log").mkdir(parents=True, exist_ok=True)
         # The users and accounts `lockgate run` makes, from the same settings.
-        self.deployment = ensure_deployment(self.root, self.settings().roles())
+        self.deployment = ensure_deployment(self.root, deployment_roles(self.settings()))
         self.server = NatsServer(
             store_dir=self.root / "nats", log_file=self.root / "log" / "nats.log",
             config_text="include ./accounts.conf", monitor_port=self.monitor_port,

@@ -16,6 +16,7 @@ from nats.errors import Error as NatsError
 from lockgate.operations.deployment import Credentials, ensure_deployment
 from lockgate.operations.natsserver import NatsServer
 from lockgate.operations.registered import TAKE_IN, merged
+from lockgate.operations.roles import deployment_roles
 from lockgate.operations.supervisor.report import _say
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
@@ -75,7 +76,7 @@ class _AdapterIntake:
             return current
         settings = self.settings.model_copy(update={"adapters": wanted})
         try:
-            deployment = ensure_deployment(self.var_dir, settings.roles(),
+            deployment = ensure_deployment(self.var_dir, deployment_roles(settings),
                                            server_config=self.server_config)
         except (OSError, ValueError) as exc:
             _say(f"lockgate: could not make the users of {', '.join(new)}: {exc}", error=True)

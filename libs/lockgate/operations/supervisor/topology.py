@@ -21,6 +21,7 @@ from lockgate.operations.deployment import (
     credentials_dir,
     ensure_deployment,
 )
+from lockgate.operations.roles import deployment_roles
 from lockgate.operations.supervisor.report import SupervisorError, _say
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS as ADAPTER_SPECS
@@ -43,7 +44,7 @@ def _deployment(
 ) -> Deployment:
     """Every role's user and credentials under ``var_dir`` (made on the first start)."""
     try:
-        deployment = ensure_deployment(var_dir, settings.roles(), server_config=server_config)
+        deployment = ensure_deployment(var_dir, deployment_roles(settings), server_config=server_config)
     except (OSError, ValueError) as exc:
         raise SupervisorError(f"could not make the deployment's users: {exc}") from exc
     _say(f"lockgate: {len(deployment.credentials)} NATS users, one per process and person; "
