@@ -27,7 +27,7 @@ from bench.gateway import Proposer
 from bench.load import Fire
 from bench.stats import Phase
 from lockgate.client.sdk import ClientError, Gateway, Turn
-from lockgate.operations.deployment import Credentials
+from lockgate.runtime.credentials import Credentials
 from lockgate.testing.system import System
 
 FLOOD_TENANT, FLOOD_ACTOR, FLOOD_CASE = "tenant-b", "user-77", "case-999"

@@ -18,7 +18,7 @@ import lockgate.client
 from bench.hops import Sent
 from bench.load import Fire
 from lockgate.client.sdk import Gateway, ResponseTimeout, Turn
-from lockgate.operations.deployment import Credentials
+from lockgate.runtime.credentials import Credentials
 
 TENANT = "tenant-a"
 ACTOR = "user-42"

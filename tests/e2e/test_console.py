@@ -28,7 +28,7 @@ from lockgate.client.sdk import Gateway
 from lockgate.client.tokens import ConsoleSettings, issue, seal, token_key
 from lockgate.contracts.responses import ModelResponse
 from lockgate.core.ids import intent_id_for, random_id
-from lockgate.operations.deployment import Credentials
+from lockgate.runtime.credentials import Credentials
 from lockgate.runtime.settings import Settings
 from lockgate.testing.system import REPO, System, running
 from lockgate.worlds.casenotes.world import World

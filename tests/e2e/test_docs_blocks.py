@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.operations.deployment import RunInfo, write_run_info
+from lockgate.operations.deployment import write_run_info
+from lockgate.runtime.credentials import RunInfo
 from lockgate.testing.docs import REPO, Block, every_block
 from lockgate.testing.system import System
 

@@ -29,9 +29,9 @@ import pytest_asyncio
 from lockgate.client.sdk import Gateway
 from lockgate.client.sdk import connect as connect_gateway
 from lockgate.contracts import subjects
-from lockgate.operations.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.operations.registered import registered
 from lockgate.operations.supervisor import READY_LINE
+from lockgate.runtime.credentials import credentials_path, load_credentials, read_run_info
 from lockgate.testing.processes import Printing
 from lockgate.testing.system import REPO, bundle_copy
 

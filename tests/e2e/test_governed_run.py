@@ -14,7 +14,8 @@ import pytest
 
 from lockgate.client.sdk import Gateway, Refused
 from lockgate.integrations import GovernedRun, call_id_for
-from lockgate.operations.deployment import RunInfo, write_run_info
+from lockgate.operations.deployment import write_run_info
+from lockgate.runtime.credentials import RunInfo
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 

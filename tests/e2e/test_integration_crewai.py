@@ -43,7 +43,8 @@ from lockgate.integrations.crewai import (  # noqa: E402
     call_id_for_step,
     proposed_arguments,
 )
-from lockgate.operations.deployment import RunInfo, write_run_info  # noqa: E402
+from lockgate.operations.deployment import write_run_info  # noqa: E402
+from lockgate.runtime.credentials import RunInfo  # noqa: E402
 from lockgate.testing.system import System  # noqa: E402
 from lockgate.worlds.casenotes.world import World  # noqa: E402
 

@@ -37,7 +37,8 @@ from lockgate.integrations import GovernedRun, Outcome
 from lockgate.integrations.pydantic_ai import GovernedTools
 from lockgate.intent.codec import decode_event
 from lockgate.intent.events import CandidateReceived
-from lockgate.operations.deployment import RunInfo, write_run_info
+from lockgate.operations.deployment import write_run_info
+from lockgate.runtime.credentials import RunInfo
 from lockgate.testing.system import System
 from lockgate.worlds.casenotes.world import World
 

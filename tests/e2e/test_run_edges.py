@@ -27,8 +27,8 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from lockgate.client.tokens import issue, read_console_info
-from lockgate.operations.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.operations.supervisor import READY_LINE
+from lockgate.runtime.credentials import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.entry import CONFIG_ERROR_EXIT
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS

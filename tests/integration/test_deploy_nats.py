@@ -32,9 +32,9 @@ from lockgate.operations.admin import (
     keep_leaders,
     partition_report,
 )
-from lockgate.operations.cluster import NodeAddress, cluster_report, healthy
-from lockgate.operations.deployment import Credentials
+from lockgate.operations.cluster import cluster_report, healthy
 from lockgate.operations.natsserver import free_port, server_binary
+from lockgate.runtime.credentials import Credentials, NodeAddress
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import hand_leadership, topology_streams
 from lockgate.testing.processes import pids_naming

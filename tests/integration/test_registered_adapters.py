@@ -11,10 +11,10 @@ from pathlib import Path
 import nats
 import pytest
 
-from lockgate.operations.deployment import credentials_path, load_credentials, read_run_info
 from lockgate.operations.natsserver import free_port
 from lockgate.operations.registered import Registration, register
 from lockgate.operations.supervisor import READY_LINE
+from lockgate.runtime.credentials import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.topology import EXEC, exec_consumer_config
 from lockgate.testing.processes import Printing
 

@@ -21,15 +21,10 @@ from nats.aio.msg import Msg
 
 from lockgate.cli.status import cmd_status
 from lockgate.client.output import Output
-from lockgate.operations.deployment import (
-    RunInfo,
-    credentials_path,
-    load_credentials,
-    read_run_info,
-)
 from lockgate.operations.natsserver import NatsServer, free_port
 from lockgate.operations.status import check_status, status_names
 from lockgate.operations.supervisor import READY_LINE
+from lockgate.runtime.credentials import RunInfo, credentials_path, load_credentials, read_run_info
 from lockgate.testing.processes import Printing
 
 HERE = Path(__file__).parent

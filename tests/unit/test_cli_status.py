@@ -17,15 +17,9 @@ import pytest
 from lockgate.cli import status as cli_ops
 from lockgate.cli.status import cmd_status
 from lockgate.client.output import Output
-from lockgate.operations.cluster import (
-    ClusterReport,
-    NodeAddress,
-    NodeState,
-    ReplicaState,
-    StreamState,
-)
-from lockgate.operations.deployment import RunInfo
+from lockgate.operations.cluster import ClusterReport, NodeState, ReplicaState, StreamState
 from lockgate.operations.status import Status, status_names
+from lockgate.runtime.credentials import NodeAddress, RunInfo
 from lockgate.runtime.topology import topology_streams
 
 READY: Status = {"pid": 11, "ready": True, "consumers": {}}

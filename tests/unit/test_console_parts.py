@@ -12,7 +12,7 @@ from lockgate.client.tokens import PREFIX, TokenError, seal, unseal
 from lockgate.console import domain
 from lockgate.console.api import CSP, STATIC
 from lockgate.intent.aggregate import State
-from lockgate.operations.deployment import Credentials
+from lockgate.runtime.credentials import Credentials
 
 KEY = b"k" * 32
 ALICE = Credentials(user="reviewer-alice", password="s3cret-password", account="EDGE",

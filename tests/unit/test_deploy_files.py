@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from lockgate.operations import deployfiles
-from lockgate.operations.deployment import load_credentials
 from lockgate.operations.deployment import main as make_users
 from lockgate.operations.roles import admin_role, roles
 from lockgate.operations.status import ADAPTERS, CHILDREN, SERVICES, child_user
 from lockgate.operations.supervisor import replicas_of
+from lockgate.runtime.credentials import load_credentials
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "deploy" / "compose-spec" / "compose-spec.json"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.operations.deployment import RunInfo, credentials_path, write_run_info
+from lockgate.operations.deployment import write_run_info
+from lockgate.runtime.credentials import RunInfo, credentials_path
 from lockgate.runtime.settings import Settings
 
 

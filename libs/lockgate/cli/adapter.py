@@ -42,9 +42,9 @@ from lockgate.adapters.worker import run_adapter
 from lockgate.cli.group import CommandGroup, Subparsers, add_globals
 from lockgate.client.output import Output
 from lockgate.core.errors import LockgateError
-from lockgate.operations.deployment import RunInfo, credentials_path, read_run_info
 from lockgate.operations.registered import TAKE_IN, Registration, register, registered
 from lockgate.runtime import loop
+from lockgate.runtime.credentials import RunInfo, credentials_path, read_run_info
 from lockgate.runtime.entry import exit_if_misconfigured
 from lockgate.runtime.settings import Settings
 

@@ -17,8 +17,8 @@ from lockgate.cli.where import locate
 from lockgate.client.output import Output
 from lockgate.eventstore.partitions import Partitions
 from lockgate.operations.cluster import cluster_report
-from lockgate.operations.deployment import Credentials, RunInfo, read_run_info
 from lockgate.operations.status import Status, gather_status, problem, status_names
+from lockgate.runtime.credentials import Credentials, RunInfo, read_run_info
 from lockgate.runtime.topology import topology_streams
 
 

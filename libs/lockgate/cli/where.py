@@ -23,7 +23,8 @@ from lockgate.client.discovery import Local, find_local
 from lockgate.client.output import Output
 from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.core.ids import is_subject_token
-from lockgate.operations.deployment import Credentials, Deployment
+from lockgate.operations.deployment import Deployment
+from lockgate.runtime.credentials import Credentials
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:

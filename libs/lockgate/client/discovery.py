@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockgate.operations.deployment import Credentials, Deployment, read_deployment, read_run_info
+from lockgate.operations.deployment import Deployment, read_deployment
+from lockgate.runtime.credentials import Credentials, read_run_info
 from lockgate.runtime.settings import Settings
 
 #: Where a broker is looked for when nothing says otherwise.

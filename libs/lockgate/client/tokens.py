@@ -31,7 +31,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lockgate.core.errors import LockgateError
-from lockgate.operations.deployment import Credentials
+from lockgate.runtime.credentials import Credentials
 from lockgate.runtime.keys import key_at
 from lockgate.runtime.settings import Settings
 

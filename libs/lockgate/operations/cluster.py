@@ -32,7 +32,7 @@ import msgspec
 
 from lockgate.eventstore.partitions import Partitions
 from lockgate.operations.natsserver import ClusterPeer, NatsServer, NatsServerError, free_port
-from lockgate.runtime.credentials import NodeAddress as NodeAddress
+from lockgate.runtime.credentials import NodeAddress
 
 #: The cluster's name (``cluster.name``); every node of one cluster shares it.
 CLUSTER_NAME = "lockgate"

@@ -28,14 +28,15 @@ from pathlib import Path
 import msgspec
 
 from lockgate.operations.roles import Role, render_accounts, roles
-from lockgate.runtime.credentials import Credentials as Credentials
-from lockgate.runtime.credentials import CredentialsError as CredentialsError
-from lockgate.runtime.credentials import RunInfo as RunInfo
-from lockgate.runtime.credentials import credentials_dir as credentials_dir
-from lockgate.runtime.credentials import credentials_path as credentials_path
-from lockgate.runtime.credentials import load_credentials as load_credentials
-from lockgate.runtime.credentials import read_run_info as read_run_info
-from lockgate.runtime.credentials import run_info_path as run_info_path
+from lockgate.runtime.credentials import (
+    Credentials,
+    CredentialsError,
+    RunInfo,
+    credentials_dir,
+    credentials_path,
+    load_credentials,
+    run_info_path,
+)
 
 #: A new credentials file is readable by its owner only.
 FILE_MODE = 0o600

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Protocol
 from nats.errors import Error as NatsError
 
 from lockgate.core.errors import LockgateError
-from lockgate.operations.deployment import Credentials
 from lockgate.operations.roles import REPLAY
 from lockgate.replay.fixtures import Fixtures
 from lockgate.replay.record import (
@@ -38,6 +37,7 @@ from lockgate.replay.record import (
     demo_contracts,
     utc_text,
 )
+from lockgate.runtime.credentials import Credentials
 from lockgate.runtime.settings import Settings
 
 if TYPE_CHECKING:

@@ -36,7 +36,6 @@ from lockgate.eventstore.partitions import Partitions
 from lockgate.operations import postgres
 from lockgate.operations.cluster import (
     LocalCluster,
-    NodeAddress,
     StreamState,
     cluster_report,
     node_tag,
@@ -47,6 +46,7 @@ from lockgate.operations.postgres import PostgresServer, PostgresUnavailable
 from lockgate.operations.roles import deployment_roles
 from lockgate.operations.status import gather_status
 from lockgate.operations.supervisor import replicas_of
+from lockgate.runtime.credentials import NodeAddress
 from lockgate.runtime.topology import ensure_topology, spread_leaders, topology_streams
 from lockgate.testing.system import System
 

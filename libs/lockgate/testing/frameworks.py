@@ -13,7 +13,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from lockgate.operations.deployment import RunInfo, write_run_info
+from lockgate.operations.deployment import write_run_info
+from lockgate.runtime.credentials import RunInfo
 from lockgate.testing.docs import blocks
 from lockgate.testing.system import System
 

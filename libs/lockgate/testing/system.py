@@ -28,16 +28,12 @@ from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.eventstore.partitions import SINGLE, Partitions
 from lockgate.intent.codec import decode_event
 from lockgate.intent.events import ReviewRequested
-from lockgate.operations.deployment import (
-    Credentials,
-    Deployment,
-    credentials_path,
-    ensure_deployment,
-)
+from lockgate.operations.deployment import Deployment, ensure_deployment
 from lockgate.operations.natsserver import NatsServer
 from lockgate.operations.roles import SERVICES_ACCOUNT, deployment_roles
 from lockgate.operations.status import CHILDREN, check_status, child_user
 from lockgate.operations.supervisor import parent_death_signal
+from lockgate.runtime.credentials import Credentials, credentials_path
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import ensure_topology
 from lockgate.views.store import Views, views_position

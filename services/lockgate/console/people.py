@@ -22,8 +22,8 @@ from typing import Literal
 
 from lockgate.client.sdk import ClientError, Gateway, connect
 from lockgate.client.tokens import Claims, TokenError, unseal
-from lockgate.operations.deployment import Credentials
 from lockgate.operations.roles import Role, operator_role, reviewer_role
+from lockgate.runtime.credentials import Credentials
 
 log = logging.getLogger("lockgate.console")
 

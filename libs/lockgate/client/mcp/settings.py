@@ -22,7 +22,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from lockgate.operations.deployment import credentials_path, read_run_info
+from lockgate.runtime.credentials import credentials_path, read_run_info
 from lockgate.runtime.settings import default_var_dir
 
 ENV_PREFIX = "LOCKGATE_FRONT_"

@@ -15,8 +15,8 @@ from lockgate.client.discovery import DEFAULT_URL, Local, find_local
 from lockgate.client.sdk.denials import DENIALS, Denials
 from lockgate.client.sdk.errors import ClientError, Unauthorized
 from lockgate.client.sdk.gateway import Gateway
-from lockgate.operations.deployment import Credentials, CredentialsError, load_credentials
 from lockgate.operations.roles import JS_API
+from lockgate.runtime.credentials import Credentials, CredentialsError, load_credentials
 
 CredentialsLike = Credentials | Path | str
 

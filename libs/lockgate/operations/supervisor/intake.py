@@ -13,11 +13,12 @@ from pathlib import Path
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from lockgate.operations.deployment import Credentials, ensure_deployment
+from lockgate.operations.deployment import ensure_deployment
 from lockgate.operations.natsserver import NatsServer
 from lockgate.operations.registered import TAKE_IN, merged
 from lockgate.operations.roles import deployment_roles
 from lockgate.operations.supervisor.report import _say
+from lockgate.runtime.credentials import Credentials
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 

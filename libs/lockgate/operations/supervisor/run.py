@@ -17,15 +17,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from lockgate.operations.cluster import LocalCluster
-from lockgate.operations.deployment import (
-    Credentials,
-    Deployment,
-    RunInfo,
-    clear_run_info,
-    credentials_dir,
-    credentials_path,
-    write_run_info,
-)
+from lockgate.operations.deployment import Deployment, clear_run_info, write_run_info
 from lockgate.operations.natsserver import NatsServer
 from lockgate.operations.postgres import PostgresServer
 from lockgate.operations.registered import merged
@@ -57,6 +49,7 @@ from lockgate.operations.supervisor.watch import (
     _watch_children,
     _watch_nodes,
 )
+from lockgate.runtime.credentials import Credentials, RunInfo, credentials_dir, credentials_path
 from lockgate.runtime.metrics import Endpoint, start_endpoint
 from lockgate.runtime.settings import Settings
 

@@ -15,14 +15,10 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import ServiceUnavailableError
 
 from lockgate.operations.cluster import LocalCluster, wait_until_settled
-from lockgate.operations.deployment import (
-    Credentials,
-    Deployment,
-    credentials_dir,
-    ensure_deployment,
-)
+from lockgate.operations.deployment import Deployment, ensure_deployment
 from lockgate.operations.roles import deployment_roles
 from lockgate.operations.supervisor.report import SupervisorError, _say
+from lockgate.runtime.credentials import Credentials, credentials_dir
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import ADAPTERS as ADAPTER_SPECS
 from lockgate.runtime.topology import PartitionsMismatch, ensure_topology, topology_streams
