@@ -13,6 +13,7 @@ import asyncio
 import functools
 import random
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -130,7 +131,80 @@ class Budgets(Protocol):
         ...
 
 
-class KvBudgets:
+class _Counted(ABC):
+    """A ``Budgets`` whatever keeps its counters: which counters count an intent, what they
+    still admit, and reserving everywhere or nowhere, written once for the bucket and the fake.
+
+    A subclass says only where the counters are: how one is read (``_counter_at``) and how one
+    is changed atomically (``_change``).
+    """
+
+    @abstractmethod
+    async def _counter_at(self, key: str) -> Counter:
+        """The counter ``key`` as it stands (an empty one when there is none)."""
+
+    @abstractmethod
+    async def _change(self, key: str, change: Callable[[Counter], Counter | None]) -> bool:
+        """Apply ``change`` to one counter atomically; False when it refused (exhausted).
+
+        Raises:
+            BudgetContention: the counter kept changing.
+        """
+
+    async def reserve(
+        self, budgets: Sequence[Budget], intent: EffectIntent, cost: int, now: datetime
+    ) -> tuple[list[str], Budget | None]:
+        """Hold this intent's share everywhere, or nowhere: the keys held, or the budget exhausted."""
+        held: list[str] = []
+        for budget, key in self._keys(budgets, intent, now):
+            if await self._change(key, _reserving(budget, key, intent.intent_id, cost)):
+                held.append(key)
+                continue
+            await self.settle(held, intent.intent_id, consumed=False)
+            return [], budget
+        return held, None
+
+    async def remaining(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> int:
+        """The least any budget counting this intent still admits (its own hold not counted)."""
+        return await self.remaining_for(budgets, tenant=intent.tenant, actor=intent.actor,
+                                        run_id=intent.run_id, capability=intent.tool, now=now,
+                                        exclude=intent.intent_id)
+
+    async def remaining_for(
+        self, budgets: Sequence[Budget], *, tenant: str, actor: str, run_id: str, capability: str,
+        now: datetime, exclude: str = "",
+    ) -> int:
+        """The least any budget counting ``capability`` for this actor and run still admits."""
+        least = NO_LIMIT
+        for budget in budgets:
+            if not budget.applies_to(capability):
+                continue
+            scope = scope_value(budget, tenant=tenant, actor=actor, run_id=run_id, capability=capability)
+            for key in counting.keys(budget, scope, now):
+                counter = await self._counter_at(key)
+                least = min(least, counting.remaining(counter, budget, key, exclude=exclude))
+        return least
+
+    def _keys(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> list[tuple[Budget, str]]:
+        out = []
+        for budget in budgets:
+            if budget.applies_to(intent.tool):
+                scope = scope_value(budget, tenant=intent.tenant, actor=intent.actor,
+                                    run_id=intent.run_id, capability=intent.tool)
+                out += [(budget, key) for key in counting.keys(budget, scope, now)]
+        return out
+
+    async def settle(self, held: Sequence[str], intent_id: str, *, consumed: bool) -> None:
+        """Consume (the effect happened) or release (it did not) this intent's holds."""
+        for key in held:
+            await self._change(key, lambda c: counting.settle(c, intent_id, consumed=consumed))
+
+
+def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[[Counter], Counter | None]:
+    return lambda counter: counting.reserve(counter, budget, key, intent_id, cost)
+
+
+class KvBudgets(_Counted):
     """``Budgets`` over the ``LG_BUDGETS`` bucket: an intent's share of every budget that
     counts it, reserved, consumed and released by compare-and-set."""
 
@@ -165,57 +239,12 @@ class KvBudgets:
                 continue
         raise BudgetContention(f"budget counter {key} kept changing", code="budget.contention")
 
-    async def reserve(
-        self, budgets: Sequence[Budget], intent: EffectIntent, cost: int, now: datetime
-    ) -> tuple[list[str], Budget | None]:
-        """Hold this intent's share everywhere, or nowhere: the keys held, or the budget exhausted."""
-        held: list[str] = []
-        for budget, key in self._keys(budgets, intent, now):
-            if await self._change(key, _reserving(budget, key, intent.intent_id, cost)):
-                held.append(key)
-                continue
-            await self.settle(held, intent.intent_id, consumed=False)
-            return [], budget
-        return held, None
-
-    async def remaining(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> int:
-        """The least any budget counting this intent still admits (its own hold not counted)."""
-        return await self.remaining_for(budgets, tenant=intent.tenant, actor=intent.actor,
-                                        run_id=intent.run_id, capability=intent.tool, now=now,
-                                        exclude=intent.intent_id)
-
-    async def remaining_for(
-        self, budgets: Sequence[Budget], *, tenant: str, actor: str, run_id: str, capability: str,
-        now: datetime, exclude: str = "",
-    ) -> int:
-        """The least any budget counting ``capability`` for this actor and run still admits."""
-        least = NO_LIMIT
-        for budget in budgets:
-            if not budget.applies_to(capability):
-                continue
-            scope = scope_value(budget, tenant=tenant, actor=actor, run_id=run_id, capability=capability)
-            for key in counting.keys(budget, scope, now):
-                try:
-                    entry = await self._kv.get(key)
-                    counter = _counter.decode(entry.value or b"{}")
-                except KeyNotFoundError:
-                    counter = Counter()
-                least = min(least, counting.remaining(counter, budget, key, exclude=exclude))
-        return least
-
-    def _keys(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> list[tuple[Budget, str]]:
-        out = []
-        for budget in budgets:
-            if budget.applies_to(intent.tool):
-                scope = scope_value(budget, tenant=intent.tenant, actor=intent.actor,
-                                    run_id=intent.run_id, capability=intent.tool)
-                out += [(budget, key) for key in counting.keys(budget, scope, now)]
-        return out
-
-    async def settle(self, held: Sequence[str], intent_id: str, *, consumed: bool) -> None:
-        """Consume (the effect happened) or release (it did not) this intent's holds."""
-        for key in held:
-            await self._change(key, lambda c: counting.settle(c, intent_id, consumed=consumed))
+    async def _counter_at(self, key: str) -> Counter:
+        try:
+            entry = await self._kv.get(key)
+        except KeyNotFoundError:
+            return Counter()
+        return _counter.decode(entry.value or b"{}")
 
     async def holds(self, key: str, intent_id: str) -> bool:
         """True while ``intent_id``'s hold on the counter ``key`` is in place."""
@@ -227,63 +256,24 @@ class KvBudgets:
         return intent_id.encode() in (entry.value or b"")
 
 
-def _reserving(budget: Budget, key: str, intent_id: str, cost: int) -> Callable[[Counter], Counter | None]:
-    return lambda counter: counting.reserve(counter, budget, key, intent_id, cost)
-
-
-class MemoryBudgets:
+class MemoryBudgets(_Counted):
     """The fake ``Budgets``: counters in a dict, changed by the same rules."""
 
     def __init__(self) -> None:
         #: Every counter by key, as the bucket would hold it.
         self.counters: dict[str, Counter] = {}
 
-    async def remaining(self, budgets: Sequence[Budget], intent: EffectIntent, now: datetime) -> int:
-        """The least any budget counting this intent still admits (its own hold not counted)."""
-        return await self.remaining_for(budgets, tenant=intent.tenant, actor=intent.actor,
-                                        run_id=intent.run_id, capability=intent.tool, now=now,
-                                        exclude=intent.intent_id)
+    async def _counter_at(self, key: str) -> Counter:
+        return self.counters.get(key, Counter())
 
-    async def remaining_for(
-        self, budgets: Sequence[Budget], *, tenant: str, actor: str, run_id: str, capability: str,
-        now: datetime, exclude: str = "",
-    ) -> int:
-        """The least any budget counting ``capability`` for this actor and run still admits."""
-        least = NO_LIMIT
-        for budget in budgets:
-            if not budget.applies_to(capability):
-                continue
-            scope = scope_value(budget, tenant=tenant, actor=actor, run_id=run_id, capability=capability)
-            for key in counting.keys(budget, scope, now):
-                least = min(least, counting.remaining(self.counters.get(key, Counter()), budget, key,
-                                                      exclude=exclude))
-        return least
-
-    async def reserve(
-        self, budgets: Sequence[Budget], intent: EffectIntent, cost: int, now: datetime
-    ) -> tuple[list[str], Budget | None]:
-        """Hold this intent's share everywhere or nowhere."""
-        held: list[str] = []
-        for budget in budgets:
-            if not budget.applies_to(intent.tool):
-                continue
-            scope = scope_value(budget, tenant=intent.tenant, actor=intent.actor,
-                                run_id=intent.run_id, capability=intent.tool)
-            for key in counting.keys(budget, scope, now):
-                changed = counting.reserve(self.counters.get(key, Counter()), budget, key,
-                                           intent.intent_id, cost)
-                if changed is None:
-                    await self.settle(held, intent.intent_id, consumed=False)
-                    return [], budget
-                self.counters[key] = changed
-                held.append(key)
-        return held, None
-
-    async def settle(self, held: Sequence[str], intent_id: str, *, consumed: bool) -> None:
-        """Consume or give back this intent's holds."""
-        for key in held:
-            if key in self.counters:
-                self.counters[key] = counting.settle(self.counters[key], intent_id, consumed=consumed)
+    async def _change(self, key: str, change: Callable[[Counter], Counter | None]) -> bool:
+        current = self.counters.get(key, Counter())
+        changed = change(current)
+        if changed is None:
+            return False
+        if changed != current:  # as the bucket: nothing to change writes nothing
+            self.counters[key] = changed
+        return True
 
     async def holds(self, key: str, intent_id: str) -> bool:
         """True while ``intent_id``'s hold on the counter ``key`` is in place."""
