@@ -9,6 +9,7 @@ effects of one capability (``context.prior_effects`` in a policy).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
@@ -31,6 +32,18 @@ _EFFECT_TRIES = 8
 class _Effects(msgspec.Struct):
     count: int = 0
     recent: list[str] = msgspec.field(default_factory=list)
+
+
+def _denials_after(seen_facts: str, seen_denials: int, facts: str) -> int:
+    """Denials in a row once one more on ``facts`` is counted: on other facts it is the first."""
+    return seen_denials + 1 if seen_facts == facts else 1
+
+
+def _effects_after(count: int, recent: list[str], intent_id: str) -> tuple[int, list[str]] | None:
+    """The effects' count and recent ids once ``intent_id``'s is counted (``None``: it was)."""
+    if intent_id in recent:
+        return None
+    return count + 1, [*recent, intent_id][-_RECENT:]
 
 
 def progress_key(tenant: str, run_id: str, consequence: str) -> str:
@@ -85,24 +98,12 @@ class KvProgress:
 
     async def count_denial(self, tenant: str, run_id: str, consequence: str, facts: str) -> None:
         """Count one more denial of the consequence on ``facts``."""
-        key = progress_key(tenant, run_id, consequence)
-        for _ in range(_DENIAL_TRIES):  # compare-and-set: replicas counting at once all count
-            try:
-                entry = await self._kv.get(key)
-                seen = msgspec.json.decode(entry.value or b"{}", type=dict[str, str | int])
-                revision: int | None = entry.revision
-            except KeyNotFoundError:
-                seen, revision = {}, None
-            denials = int(seen.get("denials", 0)) + 1 if seen.get("facts") == facts else 1
-            value = msgspec.json.encode({"facts": facts, "denials": denials})
-            try:
-                if revision is None:
-                    await self._kv.create(key, value)
-                else:
-                    await self._kv.update(key, value, last=revision)
-                return
-            except KeyWrongLastSequenceError:
-                continue
+        def change(data: bytes) -> bytes:
+            seen = msgspec.json.decode(data, type=dict[str, str | int])
+            denials = _denials_after(str(seen.get("facts", "")), int(seen.get("denials", 0)), facts)
+            return msgspec.json.encode({"facts": facts, "denials": denials})
+
+        await self._update(progress_key(tenant, run_id, consequence), change, _DENIAL_TRIES)
 
     async def prior_effects(self, tenant: str, run_id: str, capability: str) -> int:
         """How many effects of ``capability`` the run completed."""
@@ -114,17 +115,26 @@ class KvProgress:
 
     async def count_effect(self, intent: EffectIntent) -> None:
         """Count the intent's completed effect in its run (once)."""
-        key = effects_key(intent.tenant, intent.run_id, intent.tool)
-        for _ in range(_EFFECT_TRIES):
+        def change(data: bytes) -> bytes | None:
+            seen = msgspec.json.decode(data, type=_Effects)
+            counted = _effects_after(seen.count, seen.recent, intent.intent_id)
+            return None if counted is None else msgspec.json.encode(_Effects(*counted))
+
+        await self._update(effects_key(intent.tenant, intent.run_id, intent.tool), change, _EFFECT_TRIES)
+
+    async def _update(self, key: str, change: Callable[[bytes], bytes | None], tries: int) -> None:
+        """Write ``change`` of the key's value (``{}`` when absent) by compare-and-set, so that
+        replicas counting at once all count; ``None`` from ``change``: nothing to write. After
+        ``tries`` lost races the count is given up (a count lost beats a decision held up)."""
+        for _ in range(tries):
             try:
                 entry = await self._kv.get(key)
-                seen, revision = msgspec.json.decode(entry.value or b"{}", type=_Effects), entry.revision
+                data, revision = entry.value or b"{}", entry.revision
             except KeyNotFoundError:
-                seen, revision = _Effects(), None
-            if intent.intent_id in seen.recent:
+                data, revision = b"{}", None
+            value = change(data)
+            if value is None:
                 return
-            value = msgspec.json.encode(
-                _Effects(seen.count + 1, [*seen.recent, intent.intent_id][-_RECENT:]))
             try:
                 if revision is None:
                     await self._kv.create(key, value)
@@ -151,8 +161,8 @@ class MemoryProgress:
     async def count_denial(self, tenant: str, run_id: str, consequence: str, facts: str) -> None:
         """Count one more denial of the consequence on ``facts``."""
         key = progress_key(tenant, run_id, consequence)
-        seen = self.denied.get(key)
-        self.denied[key] = (facts, seen[1] + 1 if seen is not None and seen[0] == facts else 1)
+        seen_facts, seen_denials = self.denied.get(key, ("", 0))
+        self.denied[key] = (facts, _denials_after(seen_facts, seen_denials, facts))
 
     async def prior_effects(self, tenant: str, run_id: str, capability: str) -> int:
         """How many effects of ``capability`` the run completed."""
@@ -161,6 +171,6 @@ class MemoryProgress:
     async def count_effect(self, intent: EffectIntent) -> None:
         """Count the intent's completed effect in its run (once)."""
         key = effects_key(intent.tenant, intent.run_id, intent.tool)
-        count, recent = self.effects.get(key, (0, []))
-        if intent.intent_id not in recent:
-            self.effects[key] = (count + 1, [*recent, intent.intent_id][-_RECENT:])
+        counted = _effects_after(*self.effects.get(key, (0, [])), intent.intent_id)
+        if counted is not None:
+            self.effects[key] = counted
