@@ -127,6 +127,8 @@ Reaction = Callable[[RecordedEvent], Awaitable[None]]
 class _Services:
     """The handlers the world drives: intake's requests, the executor's reports, every reaction."""
 
+    #: The ports they were built with, on the private broker.
+    ports: Ports
     intake: IntakeHandlers
     executor: ExecutorHandlers
     #: The executor's report-token key (the fixture adapter echoes each order's token).
@@ -152,7 +154,6 @@ class FixtureWorld:
     root: Path | None = None
     _server: NatsServer | None = None
     _nc: Client | None = None
-    _ports: Ports | None = None
     _subs: list[Subscription] = field(default_factory=list)
     _now: datetime = field(default_factory=lambda: datetime.fromtimestamp(0, UTC))
     _contracts: dict[str, CapabilityContract] = field(default_factory=dict)
@@ -189,7 +190,6 @@ class FixtureWorld:
         # Registrations are read fresh: each candidate's clock renews them (a cached one
         # would be a heartbeat from another candidate's time).
         ports.registry = CapabilityRegistry(await ports.js.key_value(CAPABILITIES_BUCKET), ttl_s=0.0)
-        self._ports = ports
         bundles = BundleSource(self.bundle_dir)
         clock = self.clock
         key = hashlib.sha256(f"replay-report-key:{self.replay_id}".encode()).digest()
@@ -209,7 +209,7 @@ class FixtureWorld:
             ("executor", "settled"): executor.settled,
             ("reconciler", "unknown"): lambda r: reconciler.unknown(r, 1),
         }
-        self._services = _Services(intake, executor, key, reactions)
+        self._services = _Services(ports, intake, executor, key, reactions)
 
     async def close(self) -> None:
         """Stop the broker and delete the world."""
@@ -246,9 +246,7 @@ class FixtureWorld:
         Raises:
             RuntimeError: the world was not started.
         """
-        if self._ports is None:
-            raise RuntimeError("fixture world not started")
-        return self._ports
+        return self.services.ports
 
     # -- the fixture adapter ------------------------------------------------------------------
 

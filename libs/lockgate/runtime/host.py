@@ -76,8 +76,8 @@ class ServiceHost(Generic[H]):
         self._answers: dict[str, list[Answering]] = {}
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._ports: Ports | None = None
-        self._handlers: H | None = None
+        #: The ports and the handlers built from them, once connected.
+        self._wired: tuple[Ports, H] | None = None
         self._consuming = False
         self._status: Answering | None = None
         #: Exist only while the host runs (``start`` to ``stop``).
@@ -168,9 +168,7 @@ class ServiceHost(Generic[H]):
         Raises:
             RuntimeError: used before the host connected.
         """
-        if self._handlers is None:
-            raise RuntimeError(f"{self.spec.name} used before it connected")
-        return self._handlers
+        return self._connected()[1]
 
     @property
     def ports(self) -> Ports:
@@ -179,9 +177,12 @@ class ServiceHost(Generic[H]):
         Raises:
             RuntimeError: used before the host connected.
         """
-        if self._ports is None:
+        return self._connected()[0]
+
+    def _connected(self) -> tuple[Ports, H]:
+        if self._wired is None:
             raise RuntimeError(f"{self.spec.name} used before it connected")
-        return self._ports
+        return self._wired
 
     def closed(self) -> bool:
         """True once its connection closed for good (the watchdog then ends the process)."""
@@ -205,8 +206,8 @@ class ServiceHost(Generic[H]):
         self.tracing = start_tracing(self.settings, self.spec.name)
         self._nc = await connect(self.settings, name=f"lockgate-{self.spec.name}", stop=stop)
         self._js = self._nc.jetstream()
-        self._ports = await ports_for(self._nc, self.settings)
-        self._handlers = self._build(self._ports)
+        ports = await ports_for(self._nc, self.settings)
+        self._wired = (ports, self._build(ports))
         progress = {b.durable.name: b.progress for b in self._bindings.values()}
         self._status = status_answer(self.spec.name, progress, self._ready, self.settings.partitions,
                                      lambda: url_of(self.endpoint), self.log)
