@@ -64,17 +64,22 @@ class Decision(Generic[R]):
         return after
 
 
+def finding_nothing(step: Step) -> StepWith[None]:
+    """``step`` as a step that finds nothing besides its events (``Decision.result`` is ``None``)."""
+
+    async def with_nothing(intent: EffectIntent | None) -> tuple[Sequence[Event], None]:
+        return await step(intent), None
+
+    return with_nothing
+
+
 async def decide_and_append(
     store: EventStore, tenant: str, intent_id: str, step: Step, *, conflicts: int = 5,
     assume_new: bool = False, trigger: RecordedEvent | None = None,
     cache: AggregateCache | None = None, at_least: int = 0, latest: bool = False,
 ) -> list[Event]:
     """``decide`` for a step that returns only events; the events appended."""
-
-    async def with_nothing(intent: EffectIntent | None) -> tuple[Sequence[Event], None]:
-        return await step(intent), None
-
-    decision = await decide(store, tenant, intent_id, with_nothing, conflicts=conflicts,
+    decision = await decide(store, tenant, intent_id, finding_nothing(step), conflicts=conflicts,
                             assume_new=assume_new, trigger=trigger, cache=cache, at_least=at_least,
                             latest=latest)
     return list(decision.events)

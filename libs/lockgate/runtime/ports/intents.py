@@ -112,13 +112,9 @@ class StoredIntents:
         conflicts: int = 5,
     ) -> Decision[None]:
         """Let ``step`` decide on the intent and append its events."""
-
-        async def with_nothing(intent: EffectIntent | None) -> tuple[list[Event], None]:
-            return list(await step(intent)), None
-
-        return await self.decide_with(tenant, intent_id, with_nothing, assume_new=assume_new,
-                                      trigger=trigger, at_least=at_least, latest=latest,
-                                      conflicts=conflicts)
+        return await self.decide_with(tenant, intent_id, intents.finding_nothing(step),
+                                      assume_new=assume_new, trigger=trigger, at_least=at_least,
+                                      latest=latest, conflicts=conflicts)
 
     async def decide_with(
         self, tenant: str, intent_id: str, step: StepWith[R], *, assume_new: bool = False,
