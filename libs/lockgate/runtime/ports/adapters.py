@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from lockgate.adapters.client import AdapterClient, AdapterRefused, AdapterUnavailable
 from lockgate.contracts.messages import (
@@ -22,6 +22,9 @@ from lockgate.contracts.messages import (
 )
 
 __all__ = ["AdapterClient", "AdapterRefused", "AdapterUnavailable", "Adapters", "FakeAdapters"]
+
+A = TypeVar("A")
+Q = TypeVar("Q")
 
 
 class Adapters(Protocol):
@@ -66,42 +69,34 @@ class FakeAdapters:
 
     async def describe(self, capability: str) -> Describe:
         """The scripted ``describe`` answer."""
-        self.asked.append(("describe", capability, None))
-        if self.describes is None:
-            raise AdapterUnavailable(capability, "describe")
-        if isinstance(self.describes, BaseException):
-            raise self.describes
-        return self.describes
+        return await self._answer("describe", capability, None, self.describes, Describe)
 
     async def normalize(self, capability: str, request: NormalizeRequest) -> NormalizeResult:
         """The scripted ``normalize`` answer."""
-        self.asked.append(("normalize", capability, request))
-        answer = self.normalizes
-        if answer is None:
-            raise AdapterUnavailable(capability, "normalize")
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer if isinstance(answer, NormalizeResult) else await answer(request)
+        return await self._answer("normalize", capability, request, self.normalizes, NormalizeResult)
 
     async def facts(self, capability: str, request: FactsRequest) -> Facts:
         """The scripted ``facts`` answer."""
-        self.asked.append(("facts", capability, request))
-        answer = self.facts_answer
-        if answer is None:
-            raise AdapterUnavailable(capability, "facts")
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer if isinstance(answer, Facts) else await answer(request)
+        return await self._answer("facts", capability, request, self.facts_answer, Facts)
 
     async def query(self, capability: str, request: QueryRequest) -> QueryResult:
         """The scripted ``query`` answer."""
-        self.asked.append(("query", capability, request))
-        answer = self.queries
+        return await self._answer("query", capability, request, self.queries, QueryResult)
+
+    async def _answer(
+        self, verb: str, capability: str, request: Q,
+        answer: A | BaseException | Callable[[Q], Awaitable[A]] | None, kind: type[A],
+    ) -> A:
+        """Keep the question, then answer it as scripted: a value, a raise, or a call."""
+        self.asked.append((verb, capability, request))
         if answer is None:
-            raise AdapterUnavailable(capability, "query")
+            raise AdapterUnavailable(capability, verb)
         if isinstance(answer, BaseException):
             raise answer
-        return answer if isinstance(answer, QueryResult) else await answer(request)
+        if isinstance(answer, kind):
+            return answer
+        # Not an ``A``, so the scripted function (mypy does not narrow a union by ``type[A]``).
+        return await cast(Callable[[Q], Awaitable[A]], answer)(request)
 
     def asked_for(self, verb: str) -> list[object]:
         """The requests of one verb, in order."""
