@@ -26,28 +26,16 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import intent_id_for
-from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, State
-from lockgate.intent.codec import encode_event
 from lockgate.intent.events import PolicyDecided, ReviewRequested
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settings import Settings
 from lockgate.testing.intents import T0, History
-from lockgate.worlds.casenotes.adapter import CONTRACT
+from tests.unit.memory_ports import OPEN_FACTS, state_of, store_history
 
 BUNDLES = BundleSource(Settings().policy_dir)
 TTL_S = 60.0
-#: The case-notes world's facts about an open case, as policy's decision recorded them (what
-#: the approval rules read of the case).
-OPEN_FACTS: dict[str, str | int | bool] = {
-    "exists": True, "tenant": "tenant-a", "status": "open", "writes_suspended": False,
-    "actor_may_add_note": True, "sensitive": False, "version": 4}
-
-
-@pytest.fixture
-def ports() -> MemoryPorts:
-    return MemoryPorts.create(CONTRACT)
 
 
 def approval(ports: MemoryPorts, at: timedelta = timedelta(seconds=5)) -> ApprovalHandlers:
@@ -55,21 +43,14 @@ def approval(ports: MemoryPorts, at: timedelta = timedelta(seconds=5)) -> Approv
     return ApprovalHandlers(ports, lambda: T0 + at, review_ttl_s=TTL_S, bundles=BUNDLES)
 
 
-async def store(ports: MemoryPorts, h: History) -> RecordedEvent:
-    """Store ``h`` (past what is stored already); its last event as stored."""
-    history = await ports.store.load("tenant-a", h.intent_id)
-    history = await ports.store.append(history, [encode_event(e) for e in h.events[history.version:]])
-    return history.events[-1]
-
-
 async def under_review(ports: MemoryPorts) -> tuple[History, EffectIntent]:
     """Policy required approval and approval opened the review; the intent as stored."""
     h = History().normalized()
     h.add(PolicyDecided, outcome=DecisionOutcome.REQUIRE_APPROVAL, policy_revision="pol-1",
           reasons=[], determining=[], facts=OPEN_FACTS, digest=h.intent.digest or "", reservations=[])
-    await approval(ports).decided(await store(ports, h))
-    intent = await ports.intents.load("tenant-a", h.intent_id)
-    assert intent is not None and intent.state is State.AWAITING_APPROVAL
+    await approval(ports).decided(await store_history(ports, h))
+    intent = await state_of(ports, h)
+    assert intent.state is State.AWAITING_APPROVAL
     return h, intent
 
 
@@ -94,7 +75,7 @@ async def test_a_decision_that_requires_approval_opens_one_review(ports: MemoryP
 
 async def test_a_decision_that_allows_opens_no_review(ports: MemoryPorts) -> None:
     h = History().normalized().decided("allow")
-    await approval(ports).decided(await store(ports, h))
+    await approval(ports).decided(await store_history(ports, h))
     assert "ReviewRequested" not in await stored_types(ports, h.intent_id)
 
 
@@ -102,8 +83,7 @@ async def test_a_reviewer_policy_allows_approves(ports: MemoryPorts) -> None:
     h, intent = await under_review(ports)
     reply = await decide(ports, intent, "rev-1", approve=True)
     assert msgspec.json.decode(reply, type=Recorded) == Recorded("ReviewApproved")
-    after = await ports.intents.load("tenant-a", h.intent_id)
-    assert after is not None and after.state is State.ALLOWED
+    assert (await state_of(ports, h)).state is State.ALLOWED
     again = await decide(ports, intent, "rev-1", approve=True)  # its reply was lost
     assert msgspec.json.decode(again, type=Refusal).error == "review.closed"
     assert (await stored_types(ports, h.intent_id)).count("ReviewApproved") == 1
@@ -113,8 +93,7 @@ async def test_the_one_who_asked_may_not_approve_and_the_review_stays_open(ports
     h, intent = await under_review(ports)
     reply = msgspec.json.decode(await decide(ports, intent, "user-42", approve=True), type=Refusal)
     assert reply.error == "review.self-approval"
-    after = await ports.intents.load("tenant-a", h.intent_id)
-    assert after is not None and after.state is State.AWAITING_APPROVAL
+    assert (await state_of(ports, h)).state is State.AWAITING_APPROVAL
     assert (await stored_types(ports, h.intent_id))[-1] == "ApprovalRefused"
     again = msgspec.json.decode(await decide(ports, intent, "user-42", approve=True), type=Refusal)
     assert again.error == "review.self-approval"  # not recorded twice
@@ -125,8 +104,7 @@ async def test_a_reviewer_denies(ports: MemoryPorts) -> None:
     h, intent = await under_review(ports)
     reply = await decide(ports, intent, "rev-1", approve=False)
     assert msgspec.json.decode(reply, type=Recorded) == Recorded("ReviewDenied")
-    after = await ports.intents.load("tenant-a", h.intent_id)
-    assert after is not None and after.state is State.DENIED
+    assert (await state_of(ports, h)).state is State.DENIED
 
 
 async def test_a_decision_on_other_bytes_is_refused(ports: MemoryPorts) -> None:
@@ -179,8 +157,8 @@ async def test_an_edit_proposes_a_new_candidate_and_closes_the_review_once(ports
     assert (tenant, run_id, candidate.arguments, candidate.call_id) == (
         "tenant-a", "run-1", '{"note": "shorter"}', edited.call_id)
     assert edited.candidate_id == intent_id_for("tenant-a", "run-1", edited.call_id)
-    after = await ports.intents.load("tenant-a", h.intent_id)
-    assert after is not None and after.state is State.DENIED and after.edited_into == edited.candidate_id
+    after = await state_of(ports, h)
+    assert after.state is State.DENIED and after.edited_into == edited.candidate_id
     assert (await stored_types(ports, h.intent_id)).count("ReviewDenied") == 1
 
 
@@ -188,7 +166,7 @@ async def test_review_expires_at_its_deadline_not_before(ports: MemoryPorts) -> 
     h = History().normalized().decided("require_approval")
     h.add(ReviewRequested, review_id="r1", digest="sha256:d1", policy_revision="p",
           contract_revision="rev-1", summary="s", expires_at=T0 + timedelta(seconds=60))
-    last = await store(ports, h)
+    last = await store_history(ports, h)
     early = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=30), review_ttl_s=60)
     with pytest.raises(Retry) as timer:
         await early.review_opened(last)
@@ -196,5 +174,5 @@ async def test_review_expires_at_its_deadline_not_before(ports: MemoryPorts) -> 
     assert (await stored_types(ports, h.intent_id))[-1] == "ReviewRequested"
     late = ApprovalHandlers(ports, lambda: T0 + timedelta(seconds=61), review_ttl_s=60)
     await late.review_opened(last)
-    intent = await ports.intents.load("tenant-a", h.intent_id)
-    assert intent is not None and intent.state is State.DENIED and intent.reason == "review.expired"
+    intent = await state_of(ports, h)
+    assert intent.state is State.DENIED and intent.reason == "review.expired"

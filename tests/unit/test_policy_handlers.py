@@ -18,8 +18,7 @@ from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts
 from lockgate.core.canonical import digest
 from lockgate.eventstore.base import RecordedEvent
-from lockgate.intent.aggregate import EffectIntent, State
-from lockgate.intent.codec import encode_event
+from lockgate.intent.aggregate import State
 from lockgate.intent.events import AttemptSent, EffectCompleted, ExecutionAuthorized, GateRefused
 from lockgate.policy.handlers import (
     CARRIED_FACTS_FRESH_S,
@@ -31,32 +30,9 @@ from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settings import Settings
 from lockgate.testing.intents import T0, History
-from lockgate.worlds.casenotes.adapter import CONTRACT
+from tests.unit.memory_ports import OPEN_FACTS, state_of, store_history
 
 BUNDLES = BundleSource(Settings().policy_dir)
-#: The case-notes world's facts about an open case the actor may write to.
-OPEN_FACTS: dict[str, str | int | bool] = {
-    "exists": True, "tenant": "tenant-a", "status": "open", "writes_suspended": False,
-    "actor_may_add_note": True, "sensitive": False, "version": 4}
-
-
-@pytest.fixture
-def ports() -> MemoryPorts:
-    """case.add_note registered (still offered); no adapter answers facts unless a test says so."""
-    return MemoryPorts.create(CONTRACT)
-
-
-async def store_history(ports: MemoryPorts, h: History) -> RecordedEvent:
-    """Append ``h`` and return its last event as stored (what a consumer is handed)."""
-    history = await ports.store.load("tenant-a", h.intent_id)
-    history = await ports.store.append(history, [encode_event(e) for e in h.events[history.version:]])
-    return history.events[-1]
-
-
-async def state_of(ports: MemoryPorts, h: History) -> EffectIntent:
-    intent = await ports.intents.load("tenant-a", h.intent_id)
-    assert intent is not None
-    return intent
 
 
 async def test_policy_decides_on_the_facts_answered_with_the_normalization(ports: MemoryPorts) -> None:
@@ -160,13 +136,18 @@ async def test_an_allowed_intent_holds_its_budget_and_the_next_is_denied(
     assert list(ports.budgets.counters[key].holds) == [first.intent_id]
 
 
-async def test_an_effect_that_happened_consumes_its_hold(ports: MemoryPorts, tmp_path: Path) -> None:
-    bundles = with_budget(tmp_path)
-    handlers = PolicyHandlers(ports, bundles, lambda: T0 + timedelta(seconds=2))
+async def reserved(ports: MemoryPorts, tmp_path: Path) -> tuple[PolicyHandlers, History, str]:
+    """An intent allowed under the one-note budget, its decision as stored: the key it holds."""
+    handlers = PolicyHandlers(ports, with_budget(tmp_path), lambda: T0 + timedelta(seconds=2))
     h = History().normalized(facts=OPEN_FACTS)
     await handlers.normalized(await store_history(ports, h), deliveries=1)
     (key,) = (await state_of(ports, h)).reservations
     h.events[:] = await ports.intents.events("tenant-a", h.intent_id)  # the decision as stored
+    return handlers, h, key
+
+
+async def test_an_effect_that_happened_consumes_its_hold(ports: MemoryPorts, tmp_path: Path) -> None:
+    handlers, h, key = await reserved(ports, tmp_path)
     h.add(ExecutionAuthorized, attempt_id="a1", intent_key="k1", digest="sha256:d1",
           policy_revision="p", contract_revision="rev-1", gate_facts={}, deadline_at=T0)
     h.add(AttemptSent, attempt_id="a1")
@@ -179,12 +160,7 @@ async def test_an_effect_that_happened_consumes_its_hold(ports: MemoryPorts, tmp
 async def test_an_effect_that_did_not_happen_gives_its_budget_back(
     ports: MemoryPorts, tmp_path: Path,
 ) -> None:
-    bundles = with_budget(tmp_path)
-    handlers = PolicyHandlers(ports, bundles, lambda: T0 + timedelta(seconds=2))
-    h = History().normalized(facts=OPEN_FACTS)
-    await handlers.normalized(await store_history(ports, h), deliveries=1)
-    (key,) = (await state_of(ports, h)).reservations
-    h.events[:] = await ports.intents.events("tenant-a", h.intent_id)  # the decision as stored
+    handlers, h, key = await reserved(ports, tmp_path)
     h.add(GateRefused, reason="gate.policy-changed", gate_facts={})
     await handlers.settled(await store_history(ports, h))
     counter = ports.budgets.counters[key]
