@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from nats.aio.client import Client
 
 from lockgate.contracts.messages import Catalogue, Tool
 from lockgate.core.ids import random_id
-from lockgate.runtime.context import MemoryPorts, Ports, ports_for
+from lockgate.runtime.context import Ports
 from lockgate.runtime.ports.runs import InvalidKey
-from lockgate.runtime.settings import Settings
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def ports(request: pytest.FixtureRequest, nc: Client) -> Ports:
-    if request.param == "memory":
-        return MemoryPorts.create()
-    return await ports_for(nc, Settings(manage_topology=True))
-
 
 CATALOGUE = Catalogue(tools=(Tool("case.add_note", "Add a note", {"type": "object"}),),
                       revisions={"case.add_note": "rev-1"})

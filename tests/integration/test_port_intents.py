@@ -5,24 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from nats.aio.client import Client
 
 from lockgate.core.ids import random_id
 from lockgate.eventstore.base import ConcurrencyConflict
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import encode_event
 from lockgate.intent.events import CandidateNormalized, CandidateReceived, ProcessingAbandoned
-from lockgate.runtime.context import MemoryPorts, Ports, ports_for
-from lockgate.runtime.settings import Settings
+from lockgate.runtime.context import Ports
 from lockgate.runtime.settlement import Abandonment
 from lockgate.testing.intents import T0, History
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def ports(request: pytest.FixtureRequest, nc: Client) -> Ports:
-    if request.param == "memory":
-        return MemoryPorts.create()
-    return await ports_for(nc, Settings(manage_topology=True))
 
 
 def fresh() -> History:

@@ -20,15 +20,7 @@ from nats.js.errors import NotFoundError
 from lockgate.contracts import subjects
 from lockgate.contracts.messages import ExecutionOrder
 from lockgate.core.ids import random_id
-from lockgate.runtime.context import MemoryPorts, Ports, ports_for
-from lockgate.runtime.settings import Settings
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def ports(request: pytest.FixtureRequest, nc: Client) -> Ports:
-    if request.param == "memory":
-        return MemoryPorts.create()
-    return await ports_for(nc, Settings(manage_topology=True))
+from lockgate.runtime.context import MemoryPorts, Ports
 
 
 def order(capability: str, attempt_id: str = "a1") -> ExecutionOrder:

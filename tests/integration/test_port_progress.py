@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-from nats.aio.client import Client
-
 from lockgate.core.ids import random_id
-from lockgate.runtime.context import MemoryPorts, Ports, ports_for
-from lockgate.runtime.settings import Settings
+from lockgate.runtime.context import Ports
 from lockgate.testing.intents import History
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def ports(request: pytest.FixtureRequest, nc: Client) -> Ports:
-    if request.param == "memory":
-        return MemoryPorts.create()
-    return await ports_for(nc, Settings(manage_topology=True))
 
 
 async def test_denials_count_in_a_row_on_the_same_facts(ports: Ports) -> None:

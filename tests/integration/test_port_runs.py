@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from nats.aio.client import Client
 
 from lockgate.contracts.messages import RunContext
 from lockgate.core.ids import random_id
-from lockgate.runtime.context import MemoryPorts, Ports, ports_for
-from lockgate.runtime.settings import Settings
+from lockgate.runtime.context import Ports
 from lockgate.testing.intents import T0
-
-
-@pytest.fixture(params=["memory", "nats"])
-async def ports(request: pytest.FixtureRequest, nc: Client) -> Ports:
-    if request.param == "memory":
-        return MemoryPorts.create()
-    return await ports_for(nc, Settings(manage_topology=True))
-
 
 
 def a_run() -> RunContext:
