@@ -9,10 +9,10 @@ from nats.aio.msg import Msg
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Describe, Facts, FactsRequest, Refusal
-from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.core.ids import random_id
 from lockgate.runtime.context import MemoryPorts, Ports, ports_for
 from lockgate.runtime.ports.adapters import AdapterRefused, AdapterUnavailable
+from lockgate.runtime.ports.capabilities import CapabilityRegistry
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.topology import CAPABILITIES_BUCKET
 from lockgate.worlds.casenotes.adapter import CONTRACT

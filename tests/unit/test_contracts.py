@@ -202,7 +202,7 @@ async def test_a_spurious_empty_key_listing_is_asked_again_before_a_turn_offers_
     """nats-py's ``keys()`` can say "no keys" while keys exist (nats-io/nats.py#842)."""
     from nats.js.errors import NoKeysError
 
-    from lockgate.contracts.registry import EMPTY_RETRIES_S, CapabilityRegistry
+    from lockgate.runtime.ports.capabilities import EMPTY_RETRIES_S, CapabilityRegistry
 
     class Flaky:
         def __init__(self, false_empties: int) -> None:

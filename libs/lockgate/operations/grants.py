@@ -117,7 +117,7 @@ def kv_open(bucket: str) -> tuple[str, ...]:
 def kv_read(bucket: str) -> tuple[str, ...]:
     """Get keys of a bucket: direct gets (the buckets are created with ``direct=True``),
     and message gets, which only the bucket's leader answers, to confirm what a replica
-    behind it may have answered (``lockgate.contracts.buckets``)."""
+    behind it may have answered (``lockgate.runtime.ports.buckets``)."""
     return (*kv_open(bucket), f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.>",
             f"$JS.API.STREAM.MSG.GET.KV_{bucket}")
 

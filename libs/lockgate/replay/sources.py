@@ -18,12 +18,12 @@ from nats.js.kv import KeyValue
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import RunContext
-from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.subjects import run_key
 from lockgate.core.ids import is_subject_token
 from lockgate.operations.roles import JS_API
 from lockgate.replay.record import DeploymentUnreachable
 from lockgate.runtime.credentials import Credentials
+from lockgate.runtime.ports.capabilities import CapabilityRegistry
 from lockgate.runtime.topology import CAPABILITIES_BUCKET, RUNS_BUCKET
 
 

@@ -67,7 +67,6 @@ from lockgate.contracts.messages import (
     Refusal,
     RunContext,
 )
-from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.contracts.vocabulary import ReportStage
 from lockgate.core.canonical import digest_bytes
 from lockgate.core.errors import LockgateError
@@ -89,6 +88,7 @@ from lockgate.replay.record import Candidate, Deployment
 from lockgate.runtime import specs
 from lockgate.runtime.context import Ports, ports_for
 from lockgate.runtime.intents import abandonment, decide_and_append, load_intent
+from lockgate.runtime.ports.capabilities import CapabilityRegistry
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment

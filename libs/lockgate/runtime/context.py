@@ -11,12 +11,11 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from lockgate.contracts.capability import CapabilityContract
-from lockgate.contracts.registry import CapabilityRegistry
 from lockgate.eventstore.base import EventStore
 from lockgate.eventstore.jetstream import JetStreamEventStore
 from lockgate.intent.cache import AggregateCache
 from lockgate.runtime.ports.adapters import AdapterClient, Adapters, FakeAdapters
-from lockgate.runtime.ports.capabilities import Capabilities, MemoryCapabilities
+from lockgate.runtime.ports.capabilities import Capabilities, CapabilityRegistry, MemoryCapabilities
 from lockgate.runtime.ports.catalogues import Catalogues, KvCatalogues, MemoryCatalogues
 from lockgate.runtime.ports.intents import IntentStore, StoredIntents
 from lockgate.runtime.ports.leases import Leases, MemoryLeases, NatsLeases

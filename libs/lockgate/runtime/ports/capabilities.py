@@ -1,16 +1,22 @@
 """The capabilities port: what adapters registered (their contracts and last heartbeats).
 
-``CapabilityRegistry`` (``lockgate.contracts.registry``) reads them from ``LG_CAPABILITIES``;
+``CapabilityRegistry`` reads them from the ``LG_CAPABILITIES`` bucket (cached for a moment);
 ``MemoryCapabilities`` is the fake a test registers contracts with.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Protocol
+
+import msgspec
+from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
 
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Describe
-from lockgate.contracts.registry import CapabilityRegistry
+from lockgate.contracts.subjects import capability_key
 from lockgate.core.ids import is_capability_name
 
 __all__ = ["Capabilities", "CapabilityRegistry", "MemoryCapabilities"]
@@ -62,3 +68,57 @@ class MemoryCapabilities:
     async def names(self) -> list[str]:
         """Every registered capability name, sorted."""
         return sorted(self.registered)
+
+
+#: Pauses before asking again when the bucket's key listing comes back empty.
+EMPTY_RETRIES_S = (0.01, 0.05)
+
+
+class CapabilityRegistry:
+    """Contracts by capability name, cached for ``ttl_s`` seconds."""
+
+    def __init__(self, kv: KeyValue, *, ttl_s: float = 2.0) -> None:
+        self._kv = kv
+        self._ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, Describe | None]] = {}
+
+    async def registration(self, capability: str) -> Describe | None:
+        """The adapter's registration of ``capability``: contract and last heartbeat.
+
+        A name outside the capability grammar is never registered and never looked up.
+        """
+        if not is_capability_name(capability):
+            return None
+        now = time.monotonic()
+        cached = self._cache.get(capability)
+        if cached and now - cached[0] < self._ttl_s:
+            return cached[1]
+        try:
+            entry = await self._kv.get(capability_key(capability))
+            described: Describe | None = msgspec.json.decode(entry.value or b"", type=Describe)
+        except (KeyNotFoundError, msgspec.ValidationError, msgspec.DecodeError):
+            described = None
+        self._cache[capability] = (now, described)
+        return described
+
+    async def get(self, capability: str) -> CapabilityContract | None:
+        """Return the registered contract of ``capability`` (``None`` when unknown)."""
+        described = await self.registration(capability)
+        return described.contract if described else None
+
+    async def names(self) -> list[str]:
+        """Every registered capability name.
+
+        nats-py's ``keys()`` watches the bucket and can say "no keys" before the keys
+        already on their way were counted (nats-io/nats.py#842): a turn opened then
+        offered no tool at all. An empty answer is therefore asked again before it is
+        believed; a bucket that is really empty costs a few more milliseconds.
+        """
+        for pause_s in (*EMPTY_RETRIES_S, None):
+            try:
+                return sorted(await self._kv.keys())
+            except NoKeysError:
+                if pause_s is None:
+                    return []
+                await asyncio.sleep(pause_s)
+        return []

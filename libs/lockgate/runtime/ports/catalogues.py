@@ -13,9 +13,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import InvalidKeyError
 from nats.js.kv import KeyValue
 
-from lockgate.contracts.buckets import confirmed_get
 from lockgate.contracts.messages import Catalogue
 from lockgate.runtime.ports._keys import InvalidKey, checked
+from lockgate.runtime.ports.buckets import confirmed_get
 from lockgate.runtime.streams import CATALOGUES_BUCKET
 
 __all__ = ["Catalogues", "KvCatalogues", "MemoryCatalogues"]

@@ -30,10 +30,10 @@ from lockgate.authz import limits as limiting
 from lockgate.authz.budgets import NO_LIMIT, Counter, scope_value
 from lockgate.authz.config import Budget, Limit
 from lockgate.authz.limits import FloodState, Refusal, flood_key, is_flood_key
-from lockgate.contracts.buckets import leader_entry
 from lockgate.core.bounded import KeyedLocks, keep
 from lockgate.core.errors import TransientError
 from lockgate.intent.aggregate import EffectIntent
+from lockgate.runtime.ports.buckets import leader_entry
 from lockgate.runtime.streams import BUDGETS_BUCKET
 
 __all__ = ["Admission", "BudgetContention", "Budgets", "KvBudgets", "LimitLedger", "Limits",
@@ -53,7 +53,7 @@ async def _read(
 ) -> tuple[S, int | None]:
     """A counter and its revision (``empty`` and ``None`` when the key has none yet).
 
-    With ``leader``, as the bucket's leader holds it (``lockgate.contracts.buckets``):
+    With ``leader``, as the bucket's leader holds it (``lockgate.runtime.ports.buckets``):
     for what is believed without a write (a refusal, nothing to change), which a
     replica behind the leader would otherwise answer from an older counter.
     """

@@ -24,9 +24,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from lockgate.contracts.buckets import leader_entry
 from lockgate.core.bounded import keep
 from lockgate.eventstore.jetstream import CONFLICT_CODES
+from lockgate.runtime.ports.buckets import leader_entry
 from lockgate.runtime.topology import LOCK_TTL_S, LOCKS_BUCKET
 
 #: JetStream's "wrong last sequence": the key moved since the revision named. A

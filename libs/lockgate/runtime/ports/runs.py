@@ -17,12 +17,12 @@ from nats.js import JetStreamContext
 from nats.js.errors import InvalidKeyError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from lockgate.contracts.buckets import confirmed_get
 from lockgate.contracts.messages import RunContext
 from lockgate.contracts.subjects import done_key, refused_key, run_key, turn_key
 from lockgate.core.bounded import keep
 from lockgate.core.ids import is_subject_token
 from lockgate.runtime.ports._keys import InvalidKey, checked
+from lockgate.runtime.ports.buckets import confirmed_get
 from lockgate.runtime.streams import RUNS_BUCKET
 
 __all__ = ["InvalidKey", "KvRuns", "MemoryRuns", "Runs"]
