@@ -21,7 +21,7 @@ from lockgate.intent.events import (
     ProcessingAbandoned,
 )
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.intents import load_intent
+from lockgate.runtime.ports.intents import load_intent
 from lockgate.runtime.service import Unaddressed, abandon_event, abandon_report
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment

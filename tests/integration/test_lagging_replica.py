@@ -19,7 +19,7 @@ from nats.js.errors import NotFoundError
 
 from lockgate.eventstore import ConcurrencyConflict, EventStoreUnavailable, NewEvent
 from lockgate.eventstore.jetstream import JetStreamEventStore, events_stream_config
-from lockgate.runtime.intents import load_known
+from lockgate.runtime.ports.intents import load_known
 
 STREAM, PREFIX = "LAG_EVENTS", "lag.evt"
 

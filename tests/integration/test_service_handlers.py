@@ -50,7 +50,7 @@ from lockgate.intent.events import (
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.intents import load_intent
+from lockgate.runtime.ports.intents import load_intent
 from lockgate.runtime.ports.runs import KvRuns
 from lockgate.runtime.service import settle
 from lockgate.runtime.settings import Settings

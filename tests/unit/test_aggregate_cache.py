@@ -10,7 +10,7 @@ from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
 from lockgate.intent.cache import AggregateCache
 from lockgate.intent.codec import encode_event
 from lockgate.intent.events import GateRefused, Withdrawn
-from lockgate.runtime.intents import decide_and_append, load_intent
+from lockgate.runtime.ports.intents import decide_and_append, load_intent
 from lockgate.testing.intents import T0, History
 
 

@@ -16,7 +16,7 @@ from lockgate.intent.aggregate import EffectIntent, Stamp, State
 from lockgate.intent.codec import EventDecodeError, encode_event
 from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import CandidateNormalized, Event, ExecutionAuthorized
-from lockgate.runtime.intents import abandonment, decide_and_append
+from lockgate.runtime.ports.intents import abandonment, decide_and_append
 from lockgate.runtime.service import BOUNDS, Bounds, Failures, Guard, Retry, Unaddressed, settle
 from lockgate.runtime.settlement import Abandonment, backoff_s, is_transient
 from lockgate.runtime.spec import DELIVERIES, RECORD_TRIES, give_up_from, max_deliver_for

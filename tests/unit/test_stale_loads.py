@@ -16,7 +16,7 @@ from lockgate.eventstore.base import AggregateHistory
 from lockgate.eventstore.memory import MemoryEventStore
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import encode_event
-from lockgate.runtime.intents import decide_and_append, load_intent
+from lockgate.runtime.ports.intents import decide_and_append, load_intent
 from lockgate.testing.intents import History
 
 

@@ -11,7 +11,7 @@ A history that ends at *N* (this process appended *N* itself) is exact too. One 
 goes past *N* (a redelivery; this process appended more since) may be behind the store:
 it is a snapshot of a later moment than *N* but perhaps not the latest, good for
 deciding optimistically but not for concluding that there is nothing to do
-(``Recall.exact`` is false; ``lockgate.runtime.intents.decide_and_append`` reloads before it returns
+(``Recall.exact`` is false; ``lockgate.runtime.ports.intents.decide_and_append`` reloads before it returns
 no events). Either way every append is still guarded by the store's optimistic
 concurrency, so a stale history costs a conflict and a reload, never a wrong write.
 

@@ -87,8 +87,8 @@ from lockgate.replay.fixtures import FIXTURE_ADAPTER, FIXTURE_MISSING, Fixtures
 from lockgate.replay.record import Candidate, Deployment
 from lockgate.runtime import specs
 from lockgate.runtime.context import Ports, ports_for
-from lockgate.runtime.intents import abandonment, decide_and_append, load_intent
 from lockgate.runtime.ports.capabilities import CapabilityRegistry
+from lockgate.runtime.ports.intents import abandonment, decide_and_append, load_intent
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment

@@ -33,11 +33,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import msgspec
 
 from lockgate.contracts.messages import AttemptReport, Refusal
+from lockgate.core.clock import Clock, utc_now
 from lockgate.core.errors import LockgateError
 from lockgate.core.ids import is_subject_token
 from lockgate.core.text import safe_text
@@ -49,15 +49,10 @@ from lockgate.runtime import metrics
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.crashes import CrashJournal
-from lockgate.runtime.intents import Clock, record_abandonment
+from lockgate.runtime.ports.intents import record_abandonment
 from lockgate.runtime.settlement import Abandonment
 from lockgate.runtime.settlement import backoff_s as backoff_s
 from lockgate.runtime.settlement import is_transient as is_transient
-
-
-def utc_now() -> datetime:
-    """The wall clock, in UTC."""
-    return datetime.now(UTC)
 
 
 class Retry(LockgateError):

@@ -6,9 +6,10 @@ import logging
 
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
+from lockgate.core.clock import utc_now
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.host import ServiceHost
-from lockgate.runtime.service import answer, recorded_event, utc_now
+from lockgate.runtime.service import answer, recorded_event
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import APPROVAL as SPEC
 

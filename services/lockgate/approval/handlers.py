@@ -21,13 +21,13 @@ from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import DecideReview, Edited, EditReview, Recorded, Refusal
 from lockgate.contracts.subjects import Command, NotACommandSubject, parse_review
 from lockgate.contracts.vocabulary import DecisionOutcome
+from lockgate.core.clock import Clock
 from lockgate.core.ids import derived_id, intent_id_for
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event
 from lockgate.intent.codec import decode_event
 from lockgate.intent.events import ApprovalRefused, PolicyDecided, ReviewRequested
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock
 from lockgate.runtime.service import Retry
 from lockgate.runtime.specs import EXPIRY_RECHECK_S
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 from lockgate.authz.source import BundleSource
+from lockgate.core.clock import utc_now
 from lockgate.executor.handlers import ExecutorHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.host import ServiceHost
 from lockgate.runtime.keys import report_key
-from lockgate.runtime.service import answer, deliveries, recorded_event, utc_now
+from lockgate.runtime.service import answer, deliveries, recorded_event
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import EXECUTOR as SPEC
 

@@ -43,6 +43,7 @@ from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Claim, ClaimAnswer, ExecutionOrder
 from lockgate.contracts.proofs import report_token, too_late, write_by
 from lockgate.contracts.vocabulary import AttemptStage, ClaimVerdict
+from lockgate.core.clock import Clock
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import EventStore, EventStoreUnavailable
 from lockgate.intent.aggregate import Attempt, EffectIntent, Event, Stamp, State
@@ -52,7 +53,6 @@ from lockgate.intent.events import (
     InterruptionRequested,
     Withdrawn,
 )
-from lockgate.runtime.intents import Clock
 from lockgate.runtime.ports.intents import IntentStore, StoredIntents
 
 #: Stages of an attempt past its send boundary, not yet settled.

@@ -16,6 +16,7 @@ from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Wi
 from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
 from lockgate.contracts.vocabulary import DecisionOutcome, ReportStage, Resolution
 from lockgate.core.bounded import keep
+from lockgate.core.clock import Clock
 from lockgate.core.ids import derived_id, is_subject_token
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.executor.claims import answer_claim
@@ -42,7 +43,7 @@ from lockgate.intent.events import (
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
-from lockgate.runtime.intents import Clock, Decision
+from lockgate.runtime.ports.intents import Decision
 from lockgate.runtime.service import Retry, Unaddressed
 
 log = logging.getLogger("lockgate.executor")

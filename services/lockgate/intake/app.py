@@ -6,13 +6,14 @@ import logging
 
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
+from lockgate.core.clock import utc_now
 from lockgate.core.ids import intent_id_for
 from lockgate.intake.handlers import IntakeHandlers
 from lockgate.intake.parsing import decode_candidate
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.host import ServiceHost
-from lockgate.runtime.service import answer, recorded_event, utc_now
+from lockgate.runtime.service import answer, recorded_event
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment
 from lockgate.runtime.specs import INTAKE as SPEC

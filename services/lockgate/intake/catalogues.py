@@ -19,8 +19,8 @@ from lockgate.contracts.messages import Catalogue, RunContext, Tool
 from lockgate.contracts.offer import Circumstances, alive, withheld_because
 from lockgate.contracts.subjects import done_key, turn_key
 from lockgate.core.bounded import keep
+from lockgate.core.clock import Clock
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock
 
 #: Catalogues kept in memory per process (content-addressed: an entry never changes).
 _CATALOGUES_CACHED = 1024

@@ -30,6 +30,7 @@ from lockgate.contracts.subjects import (
 )
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.canonical import digest
+from lockgate.core.clock import Clock
 from lockgate.core.ids import (
     intent_id_for,
     is_capability_name,
@@ -58,7 +59,6 @@ from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import PolicyDecided
 from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock
 from lockgate.runtime.ports.ledger import Admission
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.settlement import Abandonment

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 
 from lockgate.authz.source import BundleSource
+from lockgate.core.clock import utc_now
 from lockgate.policy.handlers import PolicyHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.host import ServiceHost
-from lockgate.runtime.service import deliveries, recorded_event, utc_now
+from lockgate.runtime.service import deliveries, recorded_event
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import POLICY as SPEC
 

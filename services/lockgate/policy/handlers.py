@@ -17,6 +17,7 @@ from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.bounded import keep
 from lockgate.core.canonical import digest
+from lockgate.core.clock import Clock
 from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
@@ -24,7 +25,6 @@ from lockgate.intent.events import PolicyDecided
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
-from lockgate.runtime.intents import Clock
 from lockgate.runtime.ports.ledger import BudgetContention
 from lockgate.runtime.service import Retry
 

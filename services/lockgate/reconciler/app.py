@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+from lockgate.core.clock import utc_now
 from lockgate.reconciler.handlers import ReconcilerHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.host import ServiceHost
-from lockgate.runtime.service import answer, deliveries, recorded_event, utc_now
+from lockgate.runtime.service import answer, deliveries, recorded_event
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import RECONCILER as SPEC
 

@@ -14,6 +14,7 @@ from lockgate.contracts.messages import (
 )
 from lockgate.contracts.subjects import NotACommandSubject, parse_resolve
 from lockgate.contracts.vocabulary import QueryFinding
+from lockgate.core.clock import Clock
 from lockgate.core.ids import derived_id
 from lockgate.eventstore.base import ConcurrencyConflict, EventStoreUnavailable, RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
@@ -27,7 +28,6 @@ from lockgate.reconciler.domain import (
     resolve,
 )
 from lockgate.runtime.context import Ports
-from lockgate.runtime.intents import Clock
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settlement import backoff_s
 
