@@ -8,7 +8,9 @@ error and on Ctrl-C alike, and leaves nothing in the repository), and its system
 by its own code (``bench.baseline_host`` calls that build's ``lockgate.testing.system``)
 on a nats-server of its own, with this virtual environment's packages but only that tree's
 ``lockgate`` (``bench.baseline_site``: the editable install would otherwise lend it this
-checkout's modules). Every baseline process records what it imports ``lockgate`` from;
+checkout's modules). A dependency that build declares and this environment lacks or holds at
+a version it excludes (one this build dropped, say) is installed beside the tree
+(``missing_requirements``, ``pip install --target``) and goes with it. Every baseline process records what it imports ``lockgate`` from;
 ``BaselineSystem.isolated`` checks them all.
 
 Both systems stay up side by side; their closed loops take turns with the raw chains in the
@@ -29,10 +31,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator, Mapping
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from packaging.requirements import Requirement
 
 from bench import baseline_site
 from bench.path import PathCost
@@ -66,12 +72,16 @@ class Tree:
     site: Path
     #: Where each of those interpreters records what it imports ``lockgate`` from.
     proof: Path
+    #: The dependencies of that build this environment lacks, installed for it alone
+    #: (``None``: it lacks none).
+    deps: Path | None = None
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of an interpreter that imports ``lockgate`` from this tree alone
         (inherited by every process it starts)."""
         env = dict(os.environ if base is None else base)
-        env.update({"PYTHONPATH": str(self.site), baseline_site.TREE_VAR: str(self.root),
+        path = str(self.site) if self.deps is None else os.pathsep.join((str(self.site), str(self.deps)))
+        env.update({"PYTHONPATH": path, baseline_site.TREE_VAR: str(self.root),
                     baseline_site.PROOF_VAR: str(self.proof)})
         return env
 
@@ -114,9 +124,48 @@ def materialized(rev: str, repo: Path = REPO) -> Iterator[Tree]:
             tar.extractall(tree, filter="data")
         site.mkdir()
         shutil.copyfile(SITE_SCRIPT, site / "sitecustomize.py")
-        yield Tree(rev, commit, tree, site, top / "imports.jsonl")
+        yield Tree(rev, commit, tree, site, top / "imports.jsonl", _installed(tree, top / "deps"))
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def missing_requirements(declared: Iterable[str]) -> list[str]:
+    """The requirements in ``declared`` this environment does not satisfy (markers honoured;
+    a requirement's extras are taken as installed when its own distribution is)."""
+    missing = []
+    for line in declared:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        try:
+            installed = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            missing.append(line)
+            continue
+        if not requirement.specifier.contains(installed, prereleases=True):
+            missing.append(line)
+    return missing
+
+
+def _installed(tree: Path, target: Path) -> Path | None:
+    """Install what ``tree``'s build declares and this environment lacks into ``target``.
+
+    Raises:
+        BaselineError: pip could not install them.
+    """
+    declared = tree / "pyproject.toml"
+    if not declared.is_file():
+        return None
+    pyproject = tomllib.loads(declared.read_text(encoding="utf-8"))
+    missing = missing_requirements(pyproject.get("project", {}).get("dependencies", []))
+    if not missing:
+        return None
+    print(f"[bench] the baseline needs {', '.join(missing)}: installing it beside its tree", flush=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "--target", str(target), *missing], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BaselineError(f"pip install {' '.join(missing)}: {done.stderr.strip()[-2000:]}")
+    return target
 
 
 @dataclass

@@ -189,3 +189,15 @@ async def test_a_baseline_that_cannot_start_its_system_stops_the_run(repo: Path,
         proofs = tree.proofs()
     assert "No module named 'lockgate.testing'" in (tmp_path / "run" / "log" / "baseline-host.log").read_text()
     assert [p["isolated"] for p in proofs] == [True]
+
+
+def test_only_the_requirements_this_environment_does_not_satisfy_are_installed_for_a_baseline() -> None:
+    declared = [
+        "msgspec>=0.18",                         # installed, at a version it admits
+        "msgspec<0.1",                           # installed, at a version it excludes
+        "no-such-distribution-here>=1",          # not installed at all
+        'pytest>=7; python_version < "3"',       # not for this interpreter
+    ]
+
+    assert baseline.missing_requirements(declared) == ["msgspec<0.1", "no-such-distribution-here>=1"]
+
