@@ -10,10 +10,10 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from lockgate.adapters.client import AdapterClient
 from lockgate.adapters.sdk import CapabilityFunction, SendBoundary, serve
 from lockgate.cli.app import parser
 from lockgate.contracts.messages import ExecutionOrder, NormalizeRequest, QueryRequest
+from lockgate.runtime.ports.adapters import AdapterClient
 from lockgate.runtime.topology import ensure_topology
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "capabilities.md"

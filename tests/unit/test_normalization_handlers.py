@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.adapters.client import AdapterRefused, AdapterUnavailable
 from lockgate.contracts.messages import (
     Facts,
     NormalizeRequest,
@@ -19,7 +18,7 @@ from lockgate.intent.aggregate import EffectIntent, State
 from lockgate.intent.codec import encode_event
 from lockgate.normalization.handlers import GIVE_UP_AFTER, NormalizationHandlers
 from lockgate.runtime.context import MemoryPorts
-from lockgate.runtime.ports.adapters import FakeAdapters
+from lockgate.runtime.ports.adapters import AdapterRefused, AdapterUnavailable, FakeAdapters
 from lockgate.testing.intents import T0, History
 from lockgate.worlds.casenotes.adapter import CONTRACT
 

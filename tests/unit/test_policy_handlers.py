@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts
 from lockgate.core.canonical import digest
@@ -27,6 +26,7 @@ from lockgate.policy.handlers import (
     PolicyHandlers,
 )
 from lockgate.runtime.context import MemoryPorts
+from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settings import Settings
 from lockgate.testing.intents import T0, History

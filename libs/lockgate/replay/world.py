@@ -48,7 +48,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from lockgate.adapters.client import AdapterRefused, AdapterUnavailable
 from lockgate.approval.handlers import ApprovalHandlers
 from lockgate.authz.source import BundleSource
 from lockgate.contracts import subjects
@@ -87,6 +86,7 @@ from lockgate.replay.fixtures import FIXTURE_ADAPTER, FIXTURE_MISSING, Fixtures
 from lockgate.replay.record import Candidate, Deployment
 from lockgate.runtime import specs
 from lockgate.runtime.context import Ports, ports_for
+from lockgate.runtime.ports.adapters import AdapterRefused, AdapterUnavailable
 from lockgate.runtime.ports.capabilities import CapabilityRegistry
 from lockgate.runtime.ports.intents import abandonment, decide_and_append, load_intent
 from lockgate.runtime.service import Retry

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import msgspec
 
-from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz.intents import judge
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
@@ -43,6 +42,7 @@ from lockgate.intent.events import (
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
+from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.ports.intents import Decision
 from lockgate.runtime.service import Retry, Unaddressed
 

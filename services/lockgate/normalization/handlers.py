@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from lockgate.adapters.client import AdapterUnavailable
 from lockgate.contracts.messages import NormalizeRequest, NormalizeResult
 from lockgate.core.clock import Clock
 from lockgate.eventstore.base import RecordedEvent
@@ -11,6 +10,7 @@ from lockgate.intent.events import CandidateNormalized
 from lockgate.intent.lineage import place
 from lockgate.normalization.domain import decide, placed
 from lockgate.runtime.context import Ports
+from lockgate.runtime.ports.adapters import AdapterUnavailable
 
 #: After this many deliveries without an adapter answer the candidate is refused
 #: as unavailable instead of waiting forever.

@@ -10,7 +10,6 @@ from datetime import datetime
 
 from nats.errors import Error as NatsError
 
-from lockgate.adapters.client import AdapterUnavailable
 from lockgate.authz import Decision
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
@@ -25,6 +24,7 @@ from lockgate.intent.events import PolicyDecided
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather
+from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.ports.ledger import BudgetContention
 from lockgate.runtime.service import Retry
 

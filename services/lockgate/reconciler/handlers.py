@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import msgspec
 
-from lockgate.adapters.client import AdapterUnavailable
 from lockgate.contracts.messages import (
     NotResolved,
     QueryRequest,
@@ -28,6 +27,7 @@ from lockgate.reconciler.domain import (
     resolve,
 )
 from lockgate.runtime.context import Ports
+from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.service import Retry
 from lockgate.runtime.settlement import backoff_s
 

@@ -11,18 +11,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar, Concatenate, ParamSpec, TypeVar
+from typing import ClassVar, Concatenate, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 import msgspec
 
 from lockgate.contracts.vocabulary import Settles
 
-if TYPE_CHECKING:
-    from lockgate.intent.state import EffectIntent
-
 E = TypeVar("E", bound="Event")
 P = ParamSpec("P")
+
+
+class Followed(Protocol):
+    """What an event takes of the state it follows (the intent's state is one)."""
+
+    @property
+    def id(self) -> UUID: ...
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def reservations(self) -> tuple[str, ...]: ...
 
 #: What the first event of every intent names as its origin (``originator_topic``). The
 #: name of the class that held the intent when the first events were stored: kept as it
@@ -69,7 +82,7 @@ class Event(msgspec.Struct, frozen=True):
     @classmethod
     def next(
         cls: Callable[Concatenate[UUID, int, datetime, str, str, str, P], E],
-        state: EffectIntent, stamp: Stamp, /, *args: P.args, **fields: P.kwargs,
+        state: Followed, stamp: Stamp, /, *args: P.args, **fields: P.kwargs,
     ) -> E:
         """Build the event that would follow ``state``, its own fields given by name.
 

@@ -1,7 +1,7 @@
 """The adapters port: what a handler asks a capability's adapter (request/reply).
 
-``AdapterClient`` (``lockgate.adapters.client``) asks over NATS; ``FakeAdapters`` answers
-from what a test scripted, and records every question.
+``AdapterClient`` asks over NATS, request/reply on ``lg.adapter.<capability>.<verb>``;
+``FakeAdapters`` answers from what a test scripted, and records every question.
 """
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, cast
 
-from lockgate.adapters.client import AdapterClient, AdapterRefused, AdapterUnavailable
+import msgspec
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from lockgate.contracts import subjects
 from lockgate.contracts.messages import (
     Describe,
     Facts,
@@ -19,12 +24,76 @@ from lockgate.contracts.messages import (
     NormalizeResult,
     QueryRequest,
     QueryResult,
+    Refusal,
 )
+from lockgate.core.errors import LockgateError, TransientError
 
 __all__ = ["AdapterClient", "AdapterRefused", "AdapterUnavailable", "Adapters", "FakeAdapters"]
 
 A = TypeVar("A")
 Q = TypeVar("Q")
+
+T = TypeVar("T")
+
+
+
+class AdapterUnavailable(TransientError):
+    """No adapter answered in time; the question may be asked again."""
+
+    def __init__(self, capability: str, verb: str) -> None:
+        super().__init__(
+            f"no adapter for {capability} answered {verb}", code="capability.unavailable"
+        )
+        self.capability = capability
+
+
+class AdapterRefused(LockgateError):
+    """The adapter answered with a refusal (a malformed question, a bug)."""
+
+    def __init__(self, capability: str, refusal: Refusal) -> None:
+        super().__init__(f"{capability}: {refusal.error} {refusal.detail}", code=refusal.error)
+
+
+class AdapterClient:
+    """Asks adapters for describe, normalize, facts and query answers."""
+
+    def __init__(self, nc: Client, *, timeout_s: float = 2.0) -> None:
+        self._nc = nc
+        self._timeout_s = timeout_s
+
+    async def _ask(self, capability: str, verb: str, body: object, answer: type[T]) -> T:
+        try:
+            reply = await self._nc.request(
+                subjects.adapter(capability, verb),
+                msgspec.json.encode(body),
+                timeout=self._timeout_s,
+            )
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise AdapterUnavailable(capability, verb) from exc
+        try:
+            body = msgspec.json.decode(reply.data)
+            if isinstance(body, dict) and "error" in body:
+                # Every field of some answers has a default: a refusal would decode as one.
+                raise AdapterRefused(capability, msgspec.convert(body, type=Refusal))
+            return msgspec.convert(body, type=answer)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise AdapterRefused(capability, Refusal("adapter.malformed-answer", str(exc)[:200])) from exc
+
+    async def describe(self, capability: str) -> Describe:
+        """Return the contract the adapter serves."""
+        return await self._ask(capability, "describe", {}, Describe)
+
+    async def normalize(self, capability: str, request: NormalizeRequest) -> NormalizeResult:
+        """Return canonical arguments and resource, or the reason there are none."""
+        return await self._ask(capability, "normalize", request, NormalizeResult)
+
+    async def facts(self, capability: str, request: FactsRequest) -> Facts:
+        """Return fresh facts about a resource."""
+        return await self._ask(capability, "facts", request, Facts)
+
+    async def query(self, capability: str, request: QueryRequest) -> QueryResult:
+        """Ask whether the effect with this identity happened."""
+        return await self._ask(capability, "query", request, QueryResult)
 
 
 class Adapters(Protocol):
