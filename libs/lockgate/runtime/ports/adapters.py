@@ -54,6 +54,23 @@ class AdapterRefused(LockgateError):
         super().__init__(f"{capability}: {refusal.error} {refusal.detail}", code=refusal.error)
 
 
+def _decoded(capability: str, data: bytes, answer: type[T]) -> T:
+    """Read an adapter's reply as ``answer``.
+
+    Raises:
+        AdapterRefused: the reply is a refusal (its code), or does not decode as ``answer``
+            (``adapter.malformed-answer``).
+    """
+    try:
+        body = msgspec.json.decode(data)
+        if isinstance(body, dict) and "error" in body:
+            # Every field of some answers has a default: a refusal would decode as one.
+            raise AdapterRefused(capability, msgspec.convert(body, type=Refusal))
+        return msgspec.convert(body, type=answer)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise AdapterRefused(capability, Refusal("adapter.malformed-answer", str(exc)[:200])) from exc
+
+
 class AdapterClient:
     """Asks adapters for describe, normalize, facts and query answers."""
 
@@ -70,14 +87,7 @@ class AdapterClient:
             )
         except (NatsTimeout, NoRespondersError) as exc:
             raise AdapterUnavailable(capability, verb) from exc
-        try:
-            body = msgspec.json.decode(reply.data)
-            if isinstance(body, dict) and "error" in body:
-                # Every field of some answers has a default: a refusal would decode as one.
-                raise AdapterRefused(capability, msgspec.convert(body, type=Refusal))
-            return msgspec.convert(body, type=answer)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise AdapterRefused(capability, Refusal("adapter.malformed-answer", str(exc)[:200])) from exc
+        return _decoded(capability, reply.data, answer)
 
     async def describe(self, capability: str) -> Describe:
         """Return the contract the adapter serves."""
@@ -125,14 +135,17 @@ class FakeAdapters:
     """The fake ``Adapters``: answers scripted per verb (for every capability), questions kept.
 
     A verb with no answer scripted is ``AdapterUnavailable``, as if no adapter ran. An answer
-    may be a value, an exception to raise, or an async function of the request.
+    may be a value, an exception to raise, an async function of the request, or the bytes an
+    adapter would reply, read as ``AdapterClient`` reads them (a refusal or a malformed reply
+    is ``AdapterRefused``).
     """
 
-    normalizes: NormalizeResult | BaseException | Callable[[NormalizeRequest], Awaitable[NormalizeResult]] \
+    normalizes: NormalizeResult | BaseException | bytes \
+        | Callable[[NormalizeRequest], Awaitable[NormalizeResult]] | None = None
+    facts_answer: Facts | BaseException | bytes | Callable[[FactsRequest], Awaitable[Facts]] | None = None
+    queries: QueryResult | BaseException | bytes | Callable[[QueryRequest], Awaitable[QueryResult]] \
         | None = None
-    facts_answer: Facts | BaseException | Callable[[FactsRequest], Awaitable[Facts]] | None = None
-    queries: QueryResult | BaseException | Callable[[QueryRequest], Awaitable[QueryResult]] | None = None
-    describes: Describe | BaseException | None = None
+    describes: Describe | BaseException | bytes | None = None
     #: Every question: (verb, capability, request).
     asked: list[tuple[str, str, object]] = field(default_factory=list)
 
@@ -154,14 +167,16 @@ class FakeAdapters:
 
     async def _answer(
         self, verb: str, capability: str, request: Q,
-        answer: A | BaseException | Callable[[Q], Awaitable[A]] | None, kind: type[A],
+        answer: A | BaseException | bytes | Callable[[Q], Awaitable[A]] | None, kind: type[A],
     ) -> A:
-        """Keep the question, then answer it as scripted: a value, a raise, or a call."""
+        """Keep the question, then answer it as scripted: a value, a raise, a reply, or a call."""
         self.asked.append((verb, capability, request))
         if answer is None:
             raise AdapterUnavailable(capability, verb)
         if isinstance(answer, BaseException):
             raise answer
+        if isinstance(answer, bytes):
+            return _decoded(capability, answer, kind)
         if isinstance(answer, kind):
             return answer
         # Not an ``A``, so the scripted function (mypy does not narrow a union by ``type[A]``).
