@@ -523,7 +523,7 @@ async def test_service_does_its_work(service: str, admin: Conn, login: Login) ->
     history = await store.append(history, [NewEvent(uuid.uuid4().hex, work.appends, b"{}")
                                            for _ in range(2)])
     assert len((await store.load(history.tenant, history.intent_id)).events) == 3
-    # the buckets connect_ports opens, and what it does with them
+    # the buckets ports_for opens, and what it does with them
     kvs = {b: await js.key_value(b) for b in (CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET)}
     for bucket in work.reads:
         assert (await kvs[bucket].get("k")).value == b"v"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lockgate.cli import status as cli_ops
+from lockgate.cli import status as cli_status
 from lockgate.cli.status import cmd_status
 from lockgate.client.output import Output
 from lockgate.operations.cluster import ClusterReport, NodeState, ReplicaState, StreamState
@@ -47,8 +47,8 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Status]]:
     async def gather(nc: object, expected: Mapping[str, int]) -> dict[str, list[Status]]:
         return {name: list(given.get(name, [])) for name in expected}
 
-    monkeypatch.setattr(cli_ops, "_connect_once", connect)
-    monkeypatch.setattr(cli_ops, "gather_status", gather)
+    monkeypatch.setattr(cli_status, "_connect_once", connect)
+    monkeypatch.setattr(cli_status, "gather_status", gather)
     return given
 
 
@@ -56,7 +56,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch, report: ClusterReport) -> None:
     async def cluster_report(addresses: object) -> ClusterReport:
         return report
 
-    monkeypatch.setattr(cli_ops, "cluster_report", cluster_report)
+    monkeypatch.setattr(cli_status, "cluster_report", cluster_report)
 
 
 def run(info: RunInfo | None = None) -> tuple[int, list[dict[str, Any]], str]:
@@ -156,7 +156,7 @@ def test_no_connection_is_a_failure_after_the_cluster_tables(
     async def refused(url: str, credentials: object) -> Connection:
         raise ConnectionError("refused")
 
-    monkeypatch.setattr(cli_ops, "_connect_once", refused)
+    monkeypatch.setattr(cli_status, "_connect_once", refused)
     cluster(monkeypatch, ClusterReport(nodes=[NodeState(name="n1", url=NODES[0].url, up=False)], streams=[]))
     code, lines, _said = run(RunInfo(url="nats://x", pid=1, nodes=NODES[:1]))
     assert code == 1
