@@ -81,8 +81,9 @@ def test_the_schema_declares_the_facts_and_every_action(tmp_path: Path) -> None:
     text = (bundle_of(tmp_path) / "tickets.cedarschema").read_text()
     assert "entity Ticket = { tenant: String, locked: Bool, comments: Long };" in text
     assert text.count("entity Ticket") == 1  # one type, two capabilities
-    for action in ('"ticket.comment", "ticket.comment::unattended"', '"ticket.comment::approve" in ["approve"]',
-                   '"ticket.read", "ticket.read::unattended"'):
+    for action in ('"ticket.comment" appliesTo', '"ticket.comment::unattended" in ["unattended"]',
+                   '"ticket.comment::approve" in ["approve"]',
+                   '"ticket.read" appliesTo', '"ticket.read::unattended" in ["unattended"]'):
         assert action in text
 
 
@@ -112,6 +113,6 @@ def test_the_command_writes_new_files_only(tmp_path: Path, capsys: pytest.Captur
     target = "lockgate.worlds.gittools.capabilities:CAPABILITIES"
     assert main(["adapter", "scaffold", target, "--out", str(out), "--name", "git"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["git.cedar", "git.cedarschema"]
-    assert re.search(r'action "git.commit", "git.commit::unattended"', (out / "git.cedarschema").read_text())
+    assert re.search(r'action "git.commit::unattended" in \["unattended"\]', (out / "git.cedarschema").read_text())
     assert main(["adapter", "scaffold", target, "--out", str(out), "--name", "git"]) == 1
     assert "exists" in capsys.readouterr().err

@@ -207,6 +207,7 @@ class CapabilityFunction:
             self.resource_type, self.resource_argument = rtype, rarg
         else:
             self.resource_type, self.resource_argument = name.split(".", 1)[0].title(), ""
+        _check_named(self.qualname, names, options)
         if not self.resource_type.isidentifier():
             raise DeclarationError(self.qualname, f"resource type {self.resource_type!r} is not "
                                                   "a Cedar entity type name")
@@ -439,6 +440,14 @@ class FunctionAdapter(Adapter):
         return await self.function.find(req)
 
 
+def _check_named(qualname: str, names: set[str], options: Mapping[str, Any]) -> None:
+    """``destination_arguments=`` and ``amount_argument=`` must name arguments of the function."""
+    for argument in (*options.get("destination_arguments", ()), options.get("amount_argument")):
+        if argument is not None and argument not in names:
+            raise DeclarationError(qualname, "destination_arguments= and amount_argument= name "
+                                             "arguments of the function", argument)
+
+
 def capability(
     name: str,
     *,
@@ -448,12 +457,12 @@ def capability(
     destination: str | None = None,
     context: Mapping[str, Context] | None = None,
     data_classes: Sequence[str] = (),
+    outside_results: bool = False, destination_arguments: Sequence[str] = (),
+    amount_argument: str | None = None,
     offer: Offer | None = None,
     disclose: Mapping[str, Disclosure] | None = None,
-    max_argument_bytes: int = 16 * 1024,
-    result_max_bytes: int = 4096,
-    outcome_deadline_s: float = 30.0,
-    retention_s: int = KEY_RETENTION_S,
+    max_argument_bytes: int = 16 * 1024, result_max_bytes: int = 4096,
+    outcome_deadline_s: float = 30.0, retention_s: int = KEY_RETENTION_S,
     approval_hint: str = "",
     consequence: Consequence | None = None,
     alternatives: Sequence[str] | None = None,
@@ -473,6 +482,9 @@ def capability(
         destination: a format string over the arguments and ``tenant``.
         context: parameters taken from the run's context, for a function you cannot annotate.
         data_classes: what kinds of data it moves (a run may exclude some).
+        outside_results: its results carry outside content (mail, files, web pages).
+        destination_arguments: the arguments naming whom or where the effect reaches.
+        amount_argument: the argument (a number) the run's totals add up.
         offer: when it is offered (stages, roles, what must have run first).
         disclose: reason code → what the model may learn of it.
         max_argument_bytes: the largest raw arguments intake accepts.
@@ -487,15 +499,16 @@ def capability(
         send_boundary: what crossing the boundary means, for the record.
         postconditions: what holds once it completed.
 
-    Returns:
-        A decorator turning the function into a ``CapabilityFunction``.
+    Returns a decorator turning the function into a ``CapabilityFunction``.
 
     Raises:
         DeclarationError: (a ``TypeError``, at decoration) a parameter without a type hint,
             a context argument with a default, a resource naming no argument, and the like.
     """
     options: dict[str, Any] = dict(
-        data_classes=tuple(data_classes), offer=offer or Offer(), disclose=dict(disclose or {}),
+        data_classes=tuple(data_classes), outside_results=outside_results,
+        destination_arguments=tuple(destination_arguments), amount_argument=amount_argument,
+        offer=offer or Offer(), disclose=dict(disclose or {}),
         max_argument_bytes=max_argument_bytes, result_max_bytes=result_max_bytes,
         outcome_deadline_s=outcome_deadline_s, retention_s=retention_s,
         approval_hint=approval_hint, consequence=consequence,

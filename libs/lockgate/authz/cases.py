@@ -34,7 +34,11 @@ Each case becomes the ``AuthzRequest`` the policy service would build for an int
   integers, lists and mappings (Cedar has no floats, dates or nulls).
 - ``resource.type`` gets its first letter upper-cased, as the policy service does.
 - ``context`` is merged over the services' defaults (``DEFAULT_CONTEXT``: effect class
-  write, stage default, no prior effects); ``principal`` may add ``roles`` and ``delegation``.
+  write, stage default, no prior effects, an empty history); ``principal`` may add
+  ``roles`` and ``delegation``.
+- ``history`` states the run's history the decision is made on (``context.history``,
+  ``stated_history``): only what differs from an empty one, e.g.
+  ``history: {untrusted_from: [mail.read], run: {amount: 700}}``.
 - ``reasons``, when given, must equal the decision's reasons as a set: the ids of the
   forbids that determined a denial, ``policy.no-permit`` when nothing permitted,
   ``policy.evaluation-error`` when an error decided, ``policy.approval-required`` for
@@ -60,6 +64,7 @@ import yaml
 
 from lockgate.authz.budgets import NO_LIMIT
 from lockgate.authz.engine import AuthzRequest, Decision, PolicyBundle, evaluate, evaluate_approval
+from lockgate.authz.history import NO_HISTORY
 from lockgate.authz.intents import review_context
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.errors import LockgateError
@@ -71,9 +76,11 @@ APPROVAL_OUTCOMES = (DecisionOutcome.ALLOW, DecisionOutcome.DENY)
 DEFAULT_CONTEXT: Mapping[str, Any] = {
     "effect_class": "write", "digest": "", "destination": "", "data_classes": [],
     "stage": "default", "prior_effects": 0, "budget_remaining": NO_LIMIT,
+    "destinations": [], "untrusted_destinations": [], "amount": 0,
+    "history": NO_HISTORY.context(),
 }
 
-_CASE_KEYS = {"name", "principal", "capability", "resource", "context", "expect", "reasons",
+_CASE_KEYS = {"name", "principal", "capability", "resource", "context", "history", "expect", "reasons",
               "expect_errors", "action", "proposer", "proposer_delegation"}
 ACTIONS = ("propose", "approve")
 _REQUIRED = ("name", "principal", "capability", "resource", "expect")
@@ -258,6 +265,8 @@ def _case(path: Path, index: int, row: object) -> Case:
             raise fail("context must be a mapping")
         _check_value(given, "context", fail)
         context.update(given)
+    if row.get("history") is not None:
+        context["history"] = stated_history(row["history"], fail)
     action = row.get("action", "propose")
     if action not in ACTIONS:
         raise fail(f"action must be one of {list(ACTIONS)}, got {action!r}")
@@ -332,3 +341,36 @@ def _check_value(value: object, field: str, fail: _Fail) -> None:
         return
     raise fail(f"{field}: {type(value).__name__} {value!r} is not a Cedar value "
                "(use a string, boolean, integer, list or mapping)")
+
+
+def stated_history(given: Any, fail: _Fail) -> dict[str, Any]:
+    """``context.history`` as a case states it, over an empty history: a window or a count by
+    class names only what it changes, and naming ``untrusted_from`` makes the run untrusted.
+
+    ::
+
+        history:
+          untrusted_from: [mail.read]          # untrusted: true follows
+          destinations: [acct-1]
+          run: {publish: 2, amount: 700}        # effects follows from the classes
+          actor_hour: {publish: 10}
+    """
+    if not isinstance(given, dict):
+        raise fail("history must be a mapping")
+    _check_value(given, "history", fail)
+    history: dict[str, Any] = NO_HISTORY.context()
+    for key, value in given.items():
+        if key not in history:
+            raise fail(f"history has no {key!r} (it has {', '.join(sorted(history))})")
+        if isinstance(history[key], dict):
+            if not isinstance(value, dict) or not set(value) <= set(history[key]):
+                raise fail(f"history.{key} takes a mapping of {', '.join(history[key])}")
+            history[key] = {**history[key], **value}
+            if "effects" in history[key] and "effects" not in value:
+                history[key]["effects"] = sum(v for k, v in history[key].items()
+                                              if k not in ("effects", "amount"))
+        else:
+            history[key] = value
+    if given.get("untrusted_from") and "untrusted" not in given:
+        history["untrusted"] = True
+    return history

@@ -122,6 +122,54 @@ def _reads(node: Any, read: dict[str, set[str] | None]) -> None:
         _reads(value, read)
 
 
+_WINDOW_NAMES = ("actor_hour", "actor_day", "tenant_hour", "tenant_day")
+
+
+@dataclass(frozen=True)
+class HistoryScope:
+    """Where one policy that reads ``context.history`` applies: its actions (``None``: all)
+    and its resource type (``None``: any), and whether it reads a window beyond the run."""
+
+    actions: frozenset[str] | None
+    resource_type: str | None
+    windows: bool
+
+    @classmethod
+    def of(cls, est: dict[str, Any]) -> tuple[HistoryScope, ...]:
+        """The scopes of the policies (in their JSON form) that read the history."""
+        scopes = []
+        for policy in est.get("staticPolicies", {}).values():
+            body = json.dumps(policy.get("conditions", []))
+            if '"attr": "history"' not in body:
+                continue
+            windows = any(f'"attr": "{name}"' in body for name in _WINDOW_NAMES)
+            scopes.append(cls(_scoped_ids(policy.get("action", {})),
+                              _scoped_type(policy.get("resource", {})), windows))
+        return tuple(scopes)
+
+    def applies(self, capability: str, resource_type: str) -> bool:
+        """Whether the policy may decide this capability's questions on this resource type."""
+        asked = {capability, capability + UNATTENDED, UNATTENDED.removeprefix("::")}
+        return ((self.actions is None or bool(self.actions & asked))
+                and (self.resource_type is None or self.resource_type == resource_type))
+
+
+def _scoped_ids(scope: dict[str, Any]) -> frozenset[str] | None:
+    """The action ids (or groups) a policy's action scope names; ``None``: every action."""
+    if scope.get("op", "All") == "All":
+        return None
+    entities = scope.get("entities") or [scope.get("entity", {})]
+    return frozenset(str(e.get("id", "")) for e in entities)
+
+
+def _scoped_type(scope: dict[str, Any]) -> str | None:
+    """The entity type (without its namespace) a resource scope names; ``None``: any."""
+    if scope.get("op", "All") == "All":
+        return None
+    named = scope.get("entity_type") or scope.get("entity", {}).get("type", "")
+    return str(named).removeprefix(f"{NAMESPACE}::") or None
+
+
 class DecisionCache:
     """Decisions of one bundle, by what its policies read of the request (``Reads``).
 
@@ -185,9 +233,26 @@ class PolicyBundle:
     config: BundleConfig = BundleConfig()
     uses_prior_effects: bool = False
     """Whether any policy reads ``context.prior_effects`` (else nobody needs it counted)."""
+    history_scopes: tuple[HistoryScope, ...] = ()
+    """Where the policies that read ``context.history`` apply (``history_for``)."""
     decisions: DecisionCache | None = field(default=None, compare=False, repr=False)
     """This bundle's decisions by what its policies read (``None``: every request is
     evaluated)."""
+
+    @property
+    def uses_history(self) -> bool:
+        """Whether any policy reads ``context.history``."""
+        return bool(self.history_scopes)
+
+    def history_for(self, capability: str, resource_type: str) -> tuple[bool, bool]:
+        """Whether a policy that reads the run's history applies to this capability's
+        decisions on this resource type, and whether one reads an actor's or tenant's window.
+
+        Only then is the history read for a decision, and kept for its effect: a bundle's
+        other capabilities pay nothing for it.
+        """
+        found = [s for s in self.history_scopes if s.applies(capability, resource_type)]
+        return bool(found), any(s.windows for s in found)
 
     @classmethod
     def load(cls, directory: Path) -> PolicyBundle:
@@ -251,14 +316,17 @@ class PolicyBundle:
         policies = cedarpy.PolicySet.from_json_str(json.dumps(est))
         revision = digest_bytes((text + "\x00" + schema_text + "\x00" + config_text).encode())
         reads = Reads.of(est) if cache_decisions > 0 else None
+        code = _COMMENT.sub("", text)
         return cls(
             revision=revision, policies=policies, order=order, effects=effects, config=config,
-            uses_prior_effects="prior_effects" in _COMMENT.sub("", text),
+            uses_prior_effects="prior_effects" in code,
+            history_scopes=HistoryScope.of(est),
             decisions=DecisionCache(reads, cache_decisions) if reads is not None else None,
         )
 
 
 _COMMENT = re.compile(r"//[^\n]*")
+
 _WRAPPED = re.compile(r"^\s*namespace\s+" + NAMESPACE + r"\s*\{(?P<body>.*)\}\s*$", re.DOTALL)
 
 
@@ -298,13 +366,17 @@ def _entities(request: AuthzRequest) -> list[dict[str, Any]]:
 
 #: The suffix of the action a reviewer's approval asks about (``case.add_note::approve``).
 APPROVE = "::approve"
+#: The suffix of the action that asks whether it may happen without a reviewer.
+UNATTENDED = "::unattended"
 
 
 def _action_entities(action: str) -> list[dict[str, Any]]:
-    """The action and its groups: Cedar evaluates ``action in ...`` on entity data, not the schema."""
-    if not action.endswith(APPROVE):
+    """The action and its group (``approve``, ``unattended``): Cedar evaluates ``action in ...``
+    on entity data, not the schema."""
+    suffix = next((s for s in (APPROVE, UNATTENDED) if action.endswith(s)), None)
+    if suffix is None:
         return []
-    group = {"type": f"{NAMESPACE}::Action", "id": APPROVE.removeprefix("::")}
+    group = {"type": f"{NAMESPACE}::Action", "id": suffix.removeprefix("::")}
     return [
         {"uid": {"type": f"{NAMESPACE}::Action", "id": action}, "attrs": {}, "parents": [group]},
         {"uid": group, "attrs": {}, "parents": []},
@@ -391,13 +463,11 @@ def evaluate(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
     A request the bundle cannot tell from one it decided is answered as that one was
     (``PolicyBundle.decisions``).
     """
-    return _cached(bundle, request, (request.capability, f"{request.capability}::unattended"),
-                   _decide)
+    return _cached(bundle, request, (request.capability, request.capability + UNATTENDED), _decide)
 
 
 def _decide(bundle: PolicyBundle, request: AuthzRequest) -> Decision:
-    at_all, unattended = _ask_all(
-        bundle, request, (request.capability, f"{request.capability}::unattended"))
+    at_all, unattended = _ask_all(bundle, request, (request.capability, request.capability + UNATTENDED))
     errors = _errors(at_all)
     determining = _determining(bundle, at_all)
     if errors or not at_all.allowed:

@@ -18,6 +18,7 @@ from lockgate.authz.engine import (
     evaluate,
     evaluate_approval,
 )
+from lockgate.authz.history import NO_HISTORY, HistoryFacts, amount_of, destinations_of, untrusted
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Facts, RunContext
 from lockgate.intent.aggregate import EffectIntent
@@ -33,31 +34,50 @@ class Evidence:
     budget_remaining: int = NO_LIMIT
     #: The capability's adapter is alive now (it was when the turn offered it).
     offered_now: bool = True
+    #: What the run has done and seen, as of this decision (``lockgate.authz.history``).
+    history: HistoryFacts = NO_HISTORY
 
 
 #: No run, no contract, no prior effects: what a bare evaluation knows.
 NO_EVIDENCE = Evidence()
 
 
+def resource_type(intent: EffectIntent) -> str:
+    """The Cedar entity type of the intent's resource (its first letter upper-cased)."""
+    kind = intent.resource.get("type", "resource")
+    return kind[:1].upper() + kind[1:]
+
+
+def keeps_history(bundle: PolicyBundle, intent: EffectIntent) -> tuple[bool, bool]:
+    """Whether the bundle reads the run's history for this intent, and any window beyond the run."""
+    return bundle.history_for(intent.tool, resource_type(intent))
+
+
 def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EVIDENCE) -> AuthzRequest:
     """The Cedar request for an intent."""
-    kind = intent.resource.get("type", "resource")
     run = evidence.run
+    contract = evidence.contract
+    destinations = destinations_of(intent.normalized_arguments,
+                                   contract.destination_arguments if contract else ())
     return AuthzRequest(
         tenant=intent.tenant,
         actor=intent.actor,
         capability=intent.tool,
-        resource_type=kind[:1].upper() + kind[1:],
+        resource_type=resource_type(intent),
         resource_id=intent.resource.get("id", ""),
         resource_facts=dict(facts.facts),
         context={
             "effect_class": intent.effect_class,
             "digest": intent.digest or "",
             "destination": intent.destination,
-            "data_classes": sorted(evidence.contract.data_classes) if evidence.contract else [],
+            "data_classes": sorted(contract.data_classes) if contract else [],
             "stage": run.stage if run else "",
             "prior_effects": evidence.prior_effects,
             "budget_remaining": evidence.budget_remaining,
+            "destinations": list(destinations),
+            "untrusted_destinations": list(untrusted(destinations, run.context.values() if run else ())),
+            "amount": amount_of(intent.normalized_arguments, contract.amount_argument if contract else None),
+            "history": evidence.history.context(),
         },
         roles=tuple(run.roles) if run else (),
         delegation=(run.delegation or "") if run else "",

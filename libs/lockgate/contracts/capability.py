@@ -77,6 +77,17 @@ class CapabilityContract(msgspec.Struct, frozen=True, kw_only=True):
     consequence: Consequence | None = None
     budget_cost: int = 1
     data_classes: tuple[str, ...] = ()
+    #: Its results carry content from outside the tenant's control (mail, files, web
+    #: pages, remote tools): once one is authorized, untrusted content may enter the run
+    #: (``context.history.untrusted`` in a policy).
+    outside_results: bool = False
+    #: The normalized arguments naming whom or where the effect reaches (recipients,
+    #: accounts, people it is shared with): each a text or a list of texts
+    #: (``context.destinations`` in a policy).
+    destination_arguments: tuple[str, ...] = ()
+    #: The normalized argument whose number the run's totals add up (an amount of money,
+    #: say; ``context.amount`` and ``context.history.run.amount`` in a policy).
+    amount_argument: str | None = None
     #: When it is offered in a turn (stage, roles, what the run did first).
     offer: Offer = msgspec.field(default_factory=Offer)
     result_max_bytes: int = 4096

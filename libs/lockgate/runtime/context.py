@@ -17,6 +17,7 @@ from lockgate.intent.cache import AggregateCache
 from lockgate.runtime.ports.adapters import AdapterClient, Adapters, FakeAdapters
 from lockgate.runtime.ports.capabilities import Capabilities, CapabilityRegistry, MemoryCapabilities
 from lockgate.runtime.ports.catalogues import Catalogues, KvCatalogues, MemoryCatalogues
+from lockgate.runtime.ports.history import History, KvHistory, MemoryHistory
 from lockgate.runtime.ports.intents import IntentStore, StoredIntents
 from lockgate.runtime.ports.leases import Leases, MemoryLeases, NatsLeases
 from lockgate.runtime.ports.ledger import (
@@ -83,6 +84,8 @@ class Ports:
     responses: Responses
     #: A run's denials and completed effects.
     progress: Progress
+    #: A run's history and its windows (``context.history`` in a policy).
+    history: History
     #: Registered capabilities.
     registry: Capabilities
     #: Adapters, asked and answered.
@@ -136,6 +139,7 @@ class MemoryPorts(Ports):
     proposals: MemoryProposals
     responses: MemoryResponses
     progress: MemoryProgress
+    history: MemoryHistory
     registry: MemoryCapabilities
     adapters: FakeAdapters
     leases: MemoryLeases
@@ -156,7 +160,8 @@ class MemoryPorts(Ports):
             intents=StoredIntents.memory(), runs=MemoryRuns(), catalogues=MemoryCatalogues(),
             budgets=MemoryBudgets(), limits=MemoryLimits(clock_s), locks=MemoryLocks(clock_s=clock_s),
             orders=MemoryOrders(), timers=MemoryTimers(), proposals=MemoryProposals(),
-            responses=responses, progress=MemoryProgress(), registry=MemoryCapabilities(*contracts),
+            responses=responses, progress=MemoryProgress(), history=MemoryHistory(),
+            registry=MemoryCapabilities(*contracts),
             adapters=adapters if adapters is not None else FakeAdapters(),
             leases=MemoryLeases(responses, clock_s),
         )
@@ -175,6 +180,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
     store = JetStreamEventStore(nc, partitions=settings.partitions)
     runs = await js.key_value(RUNS_BUCKET)
     budgets = await js.key_value(BUDGETS_BUCKET)
+    progress = await js.key_value(PROGRESS_BUCKET)
     return Ports(
         intents=StoredIntents(store, AggregateCache()),
         runs=KvRuns(js, runs),
@@ -186,7 +192,8 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         timers=NatsTimers(nc),
         proposals=NatsProposals(js),
         responses=ResponseStore(js),
-        progress=KvProgress(await js.key_value(PROGRESS_BUCKET)),
+        progress=KvProgress(progress),
+        history=KvHistory(progress),
         registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
         leases=NatsLeases(nc, js, runs),

@@ -310,7 +310,8 @@ EXECUTOR = ExecutorSpec(
         ReportRefused,
     ),
     reads=(CAPABILITIES_BUCKET, LOCKS_BUCKET, BUDGETS_BUCKET, PROGRESS_BUCKET, RUNS_BUCKET),
-    writes=(LOCKS_BUCKET,),
+    # The run's history (``LG_PROGRESS``): what an authorized attempt may bring into the run.
+    writes=(LOCKS_BUCKET, PROGRESS_BUCKET),
     asks=(channels.ADAPTER_FACTS,),
     publishes=(channels.EXEC, channels.INTERRUPT),
 )

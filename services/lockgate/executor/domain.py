@@ -70,14 +70,14 @@ def decided_before(bundle: PolicyBundle, intent: EffectIntent, facts: Facts) -> 
     A Cedar decision is a function of the bundle and the request alone. The request is
     built from the intent (fixed since normalization), its run (never changes once
     opened), its contract (the gate refuses a changed one before it gets here), the
-    resource's facts and two pieces of evidence that change over time: prior effects
-    and budgets left. So when the bundle is the revision policy decided with, uses
-    neither of those, and the fresh facts are the ones policy recorded, asking again
+    resource's facts and three pieces of evidence that change over time: prior effects,
+    budgets left and the run's history. So when the bundle is the revision policy
+    decided with, uses none of those, and the fresh facts are the ones policy recorded, asking again
     would return what policy returned: that answer is the gate's, with no evaluation.
     Anything else (``None``) is evaluated anew.
     """
     if (bundle.revision != intent.policy_revision or bundle.uses_prior_effects
-            or bundle.config.budgets or intent.decision is None):
+            or bundle.uses_history or bundle.config.budgets or intent.decision is None):
         return None
     if intent.decision not in (DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL):
         return None  # a denial or a pause came from more than Cedar

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import msgspec
 
-from lockgate.authz.intents import judge
+from lockgate.authz.intents import judge, keeps_history
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import AttemptReport, FactsRequest, Refusal, Withdraw
 from lockgate.contracts.subjects import NotACommandSubject, parse_report_subject, parse_withdraw
@@ -41,7 +41,7 @@ from lockgate.intent.events import (
 )
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
-from lockgate.runtime.evidence import gather
+from lockgate.runtime.evidence import authorized_in_history, gather, read_history
 from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.ports.intents import Decision
 from lockgate.runtime.service import Retry, Unaddressed
@@ -149,6 +149,9 @@ class ExecutorHandlers:
                 if bundle.config.budgets:
                     left = await self.ports.budgets.remaining(bundle.config.budgets, intent, self.clock())
                     evidence = replace(evidence, budget_remaining=left)
+                reading = await read_history(self.ports, intent, bundle, self.clock())
+                if reading is not None:  # as of now: an effect completed meanwhile counts
+                    evidence = replace(evidence, history=reading.facts)
                 decision = judge(bundle, intent, facts, evidence)
             return gate(intent, contract, facts, decision, cause=recorded.event_id, now=self.clock(),
                         budget_held=await self._budget_held(intent)), took
@@ -378,6 +381,12 @@ class ExecutorHandlers:
         order = order_for(intent, authorized, key=self._report_key)
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
+        if keeps_history(self.bundles.current(), intent)[0]:
+            # Before the order goes: what it reads may enter the run from then on, and a
+            # later decision must know it before the model can have seen it.
+            contract = await self.ports.registry.get(intent.tool)
+            await self.ports.history.authorize(intent.tenant, intent.run_id,
+                                               authorized_in_history(intent, contract))
         await self.ports.orders.send(order)
         keep(self._sent, authorized.attempt_id, None, _LOCKS_KNOWN)
 

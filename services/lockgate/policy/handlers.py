@@ -10,7 +10,9 @@ from datetime import datetime
 
 from nats.errors import Error as NatsError
 
-from lockgate.authz import Decision
+from lockgate.authz import Decision, PolicyBundle
+from lockgate.authz.history import EXECUTED, NOTHING, REFUSED
+from lockgate.authz.intents import Evidence, keeps_history
 from lockgate.authz.source import BundleSource
 from lockgate.contracts.messages import Facts, FactsRequest
 from lockgate.contracts.vocabulary import DecisionOutcome
@@ -23,10 +25,15 @@ from lockgate.intent.codec import decode_event
 from lockgate.intent.events import PolicyDecided
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
-from lockgate.runtime.evidence import gather
+from lockgate.runtime.evidence import gather, read_history
+from lockgate.runtime.evidence import held as held_for
 from lockgate.runtime.ports.adapters import AdapterUnavailable
+from lockgate.runtime.ports.history import HistoryMoved, is_history_key
 from lockgate.runtime.ports.ledger import BudgetContention
 from lockgate.runtime.service import Retry
+
+#: Decisions made again when the run's history moved under them, before pausing.
+HISTORY_TRIES = 5
 
 #: Deliveries without facts before the intent is paused for missing evidence.
 PAUSE_AFTER = 5
@@ -102,7 +109,13 @@ class PolicyHandlers:
         await self._decided(recorded.tenant, decided.events)
 
     async def _decide(self, intent: EffectIntent, facts: Facts | None, cause: str) -> list[Event]:
-        """Permission (Cedar, the progress checkpoint), then admission (budgets), then the event."""
+        """Permission (Cedar, the progress checkpoint), then admission (budgets, the run's
+        history), then the event.
+
+        An admitted intent is held in the run's history at the revisions its decision read;
+        when the history moved meanwhile (another call of the run, decided at the same
+        moment), the decision is made again on the new history.
+        """
         bundle = self.bundles.current()
         repeated = 0
         if facts is not None:
@@ -111,8 +124,32 @@ class PolicyHandlers:
                 repeated = progress[1]
         evidence = await gather(self.ports, intent, with_prior_effects=bundle.uses_prior_effects,
                                 now=self.clock())
+        for _ in range(HISTORY_TRIES):
+            try:
+                decision, held = await self._admitted(intent, bundle, facts, evidence, repeated)
+                break
+            except HistoryMoved:
+                continue
+        else:
+            decision, held = Decision(DecisionOutcome.PAUSE, bundle.revision,
+                                      ("history.contended",), ()), []
+        events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
+        if not events and held:
+            await self._release(intent, held)
+        return events
+
+    async def _admitted(self, intent: EffectIntent, bundle: PolicyBundle, facts: Facts | None,
+                        evidence: Evidence, repeated: int) -> tuple[Decision, list[str]]:
+        """The decision on the history as read now, and what it holds (budgets, history).
+
+        Raises:
+            HistoryMoved: the history changed after it was read (nothing is held then).
+        """
         held: list[str] = []
         try:
+            reading = await read_history(self.ports, intent, bundle, self.clock())
+            if reading is not None:
+                evidence = replace(evidence, history=reading.facts)
             if bundle.config.budgets:
                 left = await self.ports.budgets.remaining(bundle.config.budgets, intent, self.clock())
                 evidence = replace(evidence, budget_remaining=left)
@@ -122,13 +159,29 @@ class PolicyHandlers:
                 held, exhausted = await self.ports.budgets.reserve(
                     bundle.config.budgets, intent, cost, self.clock())
                 decision = admit(decision, exhausted)
+            if decision.outcome in ADMITTED and reading is not None:
+                try:
+                    held += await self.ports.history.admit(reading, intent.intent_id,
+                                                           held_for(intent, evidence))
+                except HistoryMoved:
+                    await self._release(intent, held)
+                    raise
         except (BudgetContention, NatsError, TimeoutError):
-            # Budgets are evidence too: without them nothing is admitted, and nothing denied.
-            decision = Decision(DecisionOutcome.PAUSE, bundle.revision, ("budgets.unavailable",), ())
-        events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
-        if not events and held:
-            await self.ports.budgets.settle(held, intent.intent_id, consumed=False)
-        return events
+            # Budgets and history are evidence too: without them nothing is admitted, and
+            # nothing denied.
+            if held:
+                await self._release(intent, held)
+            return Decision(DecisionOutcome.PAUSE, bundle.revision, ("budgets.unavailable",), ()), []
+        return decision, held
+
+    async def _release(self, intent: EffectIntent, held: Sequence[str]) -> None:
+        """Give back what a decision that was not recorded held."""
+        budgets = [k for k in held if not is_history_key(k)]
+        if budgets:
+            await self.ports.budgets.settle(budgets, intent.intent_id, consumed=False)
+        if len(budgets) < len(held):
+            await self.ports.history.end(intent.tenant, intent.run_id, held, intent.intent_id,
+                                         intent.tool, intent.effect_class, NOTHING)
 
     async def _progress(self, intent: EffectIntent) -> tuple[str, int] | None:
         """This consequence's denials in the run so far, on which facts.
@@ -195,8 +248,10 @@ class PolicyHandlers:
         not. They are named on the intent's own events, so what is released never
         depends on the bundle being the one that took them.
         """
-        if recorded.intent_id in self._reserved_nothing and not self.bundles.current().uses_prior_effects:
-            return  # decided here, with no budget held: nothing to settle, nothing to count
+        current = self.bundles.current()
+        if recorded.intent_id in self._reserved_nothing and not (
+                current.uses_prior_effects or current.uses_history):
+            return  # decided here, with nothing held: nothing to settle, nothing to count
         if recorded.event_type in _ONLY_IF_DENIED:
             trigger = decode_event(recorded)
             if not isinstance(trigger, PolicyDecided) or trigger.outcome != DecisionOutcome.DENY:
@@ -205,12 +260,20 @@ class PolicyHandlers:
         if intent is None:
             return
         bundle = self.bundles.current()
+        budgets = [k for k in intent.reservations if not is_history_key(k)]
         if intent.state is State.COMPLETED:
             if bundle.uses_prior_effects:
                 await self.ports.progress.count_effect(intent)  # for later decisions
-            await self.ports.budgets.settle(intent.reservations, intent.intent_id, consumed=True)
+            await self.ports.budgets.settle(budgets, intent.intent_id, consumed=True)
         elif intent.state in _GAVE_NOTHING:
-            await self.ports.budgets.settle(intent.reservations, intent.intent_id, consumed=False)
+            await self.ports.budgets.settle(budgets, intent.intent_id, consumed=False)
+        else:
+            return
+        if len(budgets) < len(intent.reservations) or keeps_history(bundle, intent)[0]:
+            ended = (EXECUTED if intent.state is State.COMPLETED
+                     else REFUSED if intent.state in _REFUSALS else NOTHING)
+            await self.ports.history.end(intent.tenant, intent.run_id, intent.reservations,
+                                         intent.intent_id, intent.tool, intent.effect_class, ended)
         # Otherwise still in flight, or uncertain: the budget holds stay. (Intake's
         # in-flight holds are given back by intake, from the same record.)
 
@@ -221,6 +284,10 @@ _DECISIONS_KEPT = 65_536
 #: Events this consumer sees that end an intent only for one outcome.
 _ONLY_IF_DENIED = frozenset({"PolicyDecided"})
 
+
+#: Final states that refused the effect: policy or a reviewer denied it, the gate or the
+#: remote system refused it.
+_REFUSALS = frozenset({State.DENIED, State.REFUSED})
 
 #: Final states in which no effect happened: their budget is given back.
 _GAVE_NOTHING = frozenset({
