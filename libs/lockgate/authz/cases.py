@@ -363,14 +363,36 @@ def stated_history(given: Any, fail: _Fail) -> dict[str, Any]:
         if key not in history:
             raise fail(f"history has no {key!r} (it has {', '.join(sorted(history))})")
         if isinstance(history[key], dict):
-            if not isinstance(value, dict) or not set(value) <= set(history[key]):
-                raise fail(f"history.{key} takes a mapping of {', '.join(history[key])}")
+            if (not isinstance(value, dict) or not set(value) <= set(history[key])
+                    or not all(_is_count(v) for v in value.values())):
+                raise fail(f"history.{key} takes a mapping of {', '.join(history[key])} "
+                           "to whole numbers")
             history[key] = {**history[key], **value}
             if "effects" in history[key] and "effects" not in value:
                 history[key]["effects"] = sum(v for k, v in history[key].items()
                                               if k not in ("effects", "amount"))
+        elif not _same_kind(history[key], value):
+            raise fail(f"history.{key} takes {_KINDS[type(history[key])]}, got {value!r}")
         else:
             history[key] = value
     if given.get("untrusted_from") and "untrusted" not in given:
         history["untrusted"] = True
     return history
+
+
+#: What each kind of ``context.history`` attribute takes, for a case table's messages.
+_KINDS = {list: "a list of texts", bool: "true or false", int: "a whole number"}
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _same_kind(empty: object, value: object) -> bool:
+    """Whether a stated history's ``value`` is of the kind Cedar's schema declares for it
+    (the empty history's ``empty``): else the request fails validation, not the case's reader."""
+    if isinstance(empty, list):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if isinstance(empty, bool):
+        return isinstance(value, bool)
+    return _is_count(value)

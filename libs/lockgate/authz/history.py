@@ -27,6 +27,8 @@ hold is never in its own facts.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,11 @@ WINDOWS: Mapping[str, tuple[str, float]] = {
 }
 #: The most names a record keeps in each of its sets (the first ones stay).
 MAX_NAMES = 256
+#: The most one effect adds to a total (``amount_of``): a whole number a float holds exactly.
+MAX_AMOUNT = 2**53
+#: The most a window's total reads as: past it, any amount added in a policy stays within
+#: Cedar's 64-bit integers (a sum that overflowed would be an evaluation error).
+MAX_TOTAL = 2**62
 #: Intent ids a record or tally remembers having settled (redelivered ends count once).
 _RECENT = 256
 #: Outcomes of an intent's end that are refusals (by policy, a reviewer, the gate, the remote system).
@@ -115,7 +122,7 @@ class Window:
     def context(self) -> dict[str, int]:
         """``{effects, read, derive, write, publish, destroy, amount}``."""
         return {"effects": sum(self.counts.get(c, 0) for c in CLASSES),
-                **{c: self.counts.get(c, 0) for c in CLASSES}, "amount": self.amount}
+                **{c: self.counts.get(c, 0) for c in CLASSES}, "amount": min(self.amount, MAX_TOTAL)}
 
 
 EMPTY_WINDOW = Window(_counts(), 0)
@@ -272,20 +279,59 @@ def destinations_of(arguments: Mapping[str, Any], names: Iterable[str]) -> tuple
 
 
 def amount_of(arguments: Mapping[str, Any], name: str | None) -> int:
-    """The amount the named argument holds, as a whole number (``0``: none or not a number)."""
+    """The amount the named argument holds, as a whole number that never lowers a total.
+
+    Absent (no argument named, or ``None``): ``0``. A negative number adds nothing (``0``):
+    a refund does not buy room under a spending cap. A fraction counts as the next whole
+    number up, so that the run's total is never less than what was paid. Anything else
+    that is not a finite number of at most ``MAX_AMOUNT`` (a bool, a text that reads as no
+    number, NaN, infinity, a number past the cap) counts as ``MAX_AMOUNT``: what cannot
+    be read as an amount is taken as the largest, so a cap refuses it rather than lets it by.
+    """
     if name is None:
         return 0
     value = arguments.get(name)
+    if value is None:
+        return 0
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return 0
+        return MAX_AMOUNT
     try:
-        return round(float(value))
+        number = float(value) if not isinstance(value, int) else value
     except ValueError:
+        return MAX_AMOUNT
+    if isinstance(number, float) and not math.isfinite(number):
+        return MAX_AMOUNT
+    if number <= 0:
         return 0
+    return min(math.ceil(number), MAX_AMOUNT)
+
+
+#: What separates the words of a trusted value: white space and the punctuation around
+#: addresses in a text (``"Bob" <bob@example.com>, (alice@example.com); ...``).
+_SEPARATORS = re.compile(r"""[\s,;<>()\[\]{}"'`]+""")
+#: What may end a word without being part of it (a sentence's full stop after an address).
+_TRAILING = ".:!?"
+
+
+def _words(text: str) -> list[str]:
+    """``text``'s words, without case, for comparing destinations whole."""
+    words = (w.rstrip(_TRAILING) for w in _SEPARATORS.split(text.casefold()))
+    return [w for w in words if w]
+
+
+def _names(words: list[str], given: list[str]) -> bool:
+    """Whether ``words`` occur in ``given`` as a run of whole words."""
+    n = len(words)
+    return n > 0 and any(given[i:i + n] == words for i in range(len(given) - n + 1))
 
 
 def untrusted(destinations: Iterable[str], trusted: Iterable[str]) -> tuple[str, ...]:
-    """The destinations the run's trusted context does not give: those that occur in none of
-    its values (compared without case, as a part of the value: a task's text names them)."""
-    given = [t.casefold() for t in trusted if t]
-    return tuple(d for d in destinations if not any(d.casefold() in t for t in given))
+    """The destinations the run's trusted context does not give: those that occur in none
+    of its values as whole words (compared without case; a task's text names them).
+
+    Whole words, not a part of one: a task that names ``alice@example.com`` does not name
+    ``e@example.com`` (an address an attacker may hold), nor does ``IBAN DE89 3704`` name
+    ``DE89 37``. A destination of several words must occur as those words in a row.
+    """
+    given = [_words(t) for t in trusted if t]
+    return tuple(d for d in destinations if not any(_names(_words(d), g) for g in given))
