@@ -213,9 +213,24 @@ def _added(names: list[str], new: Iterable[str]) -> list[str]:
     return out
 
 
+def unhold(tally: Tally, intent_id: str) -> Tally:
+    """``tally`` without an intent's hold, as if it had not been admitted: a decision made
+    again on a moved history takes back what it held (it may be held again, unlike an end)."""
+    if intent_id not in tally.held:
+        return tally
+    return msgspec.structs.replace(tally, held={k: v for k, v in tally.held.items() if k != intent_id})
+
+
 def admit_in_run(record: RunRecord, intent_id: str, held: Held) -> RunRecord:
-    """The run's record with an admitted intent held."""
-    return msgspec.structs.replace(record, tally=hold(record.tally, intent_id, held))
+    """The run's record with an admitted intent held (the same record when it was)."""
+    tally = hold(record.tally, intent_id, held)
+    return record if tally is record.tally else msgspec.structs.replace(record, tally=tally)
+
+
+def unhold_in_run(record: RunRecord, intent_id: str) -> RunRecord:
+    """The run's record without an intent's hold (``unhold``)."""
+    tally = unhold(record.tally, intent_id)
+    return record if tally is record.tally else msgspec.structs.replace(record, tally=tally)
 
 
 @dataclass(frozen=True)

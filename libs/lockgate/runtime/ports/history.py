@@ -35,6 +35,8 @@ from lockgate.authz.history import (
     end_in_run,
     hold,
     settle,
+    unhold,
+    unhold_in_run,
 )
 
 __all__ = ["HISTORY_PREFIX", "History", "HistoryMoved", "KvHistory", "MemoryHistory", "Reading",
@@ -147,14 +149,28 @@ class _Documents:
         return Reading(HistoryFacts.of(record, tallies, exclude=intent_id), key, revisions, documents)
 
     async def admit(self, reading: Reading, intent_id: str, held: Held) -> list[str]:
-        """Hold the intent in each document read, each at its revision."""
+        """Hold the intent in each document read, each at its revision; when one moved, take
+        back the holds written before it (none stays behind a decision that is made again:
+        its keys are on no event, and no end would settle them)."""
+        written: list[str] = []
         for key, document in reading.documents.items():
             changed = (admit_in_run(document, intent_id, held) if isinstance(document, RunRecord)
                        else hold(document, intent_id, held))
-            if changed is not document and not await self._put(
-                    key, msgspec.json.encode(changed), reading.revisions.get(key)):
+            if changed is document:
+                continue
+            if not await self._put(key, msgspec.json.encode(changed), reading.revisions.get(key)):
+                for done in written:
+                    await self._unhold(done, reading.run, intent_id)
                 raise HistoryMoved(key)
+            written.append(key)
         return list(reading.documents)
+
+    async def _unhold(self, key: str, run: str, intent_id: str) -> None:
+        """Take an intent's hold out of one document (a run's record or a window's tally)."""
+        if key == run:
+            await self._change(key, RunRecord, lambda record: unhold_in_run(record, intent_id))
+        else:
+            await self._change(key, Tally, lambda tally: unhold(tally, intent_id))
 
     async def authorize(self, tenant: str, run_id: str, authorized: Authorized) -> None:
         """Note the authorization in the run's record."""
