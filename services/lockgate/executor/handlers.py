@@ -43,6 +43,7 @@ from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import authorized_in_history, gather, read_history
 from lockgate.runtime.ports.adapters import AdapterUnavailable
+from lockgate.runtime.ports.history import is_history_key
 from lockgate.runtime.ports.intents import Decision
 from lockgate.runtime.service import Retry, Unaddressed
 
@@ -246,9 +247,10 @@ class ExecutorHandlers:
                      and e.attempt_id == attempt_id), None)
 
     async def _budget_held(self, intent: EffectIntent) -> bool:
-        """True when every budget hold of the intent's decision is still in place."""
+        """True when every budget hold of the intent's decision is still in place (its
+        holds in the run's history are no budget's: the gate reads that history itself)."""
         for key in intent.reservations:
-            if not await self.ports.budgets.holds(key, intent.intent_id):
+            if not is_history_key(key) and not await self.ports.budgets.holds(key, intent.intent_id):
                 return False
         return True
 
