@@ -30,7 +30,7 @@ from lockgate.intent.events import AttemptSent, EffectCompleted, ExecutionAuthor
 from lockgate.policy.handlers import PolicyHandlers
 from lockgate.runtime.context import MemoryPorts
 from lockgate.runtime.ports.adapters import FakeAdapters
-from lockgate.runtime.ports.history import MemoryHistory, Reading, run_key
+from lockgate.runtime.ports.history import MemoryHistory, Reading
 from lockgate.testing.intents import T0, History
 from tests.unit.memory_ports import state_of, store_history
 
@@ -284,7 +284,7 @@ async def test_a_capability_no_history_policy_applies_to_never_touches_the_histo
     ports: MemoryPorts, tmp_path: Path,
 ) -> None:
     bundles = bundle(tmp_path, SEND_ONLY)
-    h = call("mail.read", "read-1")
+    h = call("bank.pay", "pay-1", to="mallory@example.com", amount=60000)
     assert (await decided(ports, bundles, h)).state is State.ALLOWED
     assert (await gated(ports, bundles, h)).state is State.AUTHORIZED
     authorized = next(e for e in h.events if isinstance(e, ExecutionAuthorized))
@@ -293,7 +293,16 @@ async def test_a_capability_no_history_policy_applies_to_never_touches_the_histo
     await PolicyHandlers(ports, bundles, lambda: NOW).settled(await store_history(ports, h))
     assert (await state_of(ports, h)).state is State.COMPLETED
     assert ports.history.documents == {}
-    # ... and sending, which one applies to, does (so the read above was not counted as
-    # untrusted: a send to someone the user did not name goes unattended).
+
+
+async def test_outside_content_counts_for_a_policy_on_another_capability(
+    ports: MemoryPorts, tmp_path: Path,
+) -> None:
+    """Only sending reads the history, yet the mail read (which no history policy decides)
+    is what makes the run untrusted: the gate notes it whatever policy decides the read."""
+    bundles = bundle(tmp_path, SEND_ONLY)
+    await read_mail(ports, bundles)
     send = await decided(ports, bundles, call("mail.send", "send-1", to="mallory@example.com", body="x"))
-    assert send.state is State.ALLOWED and list(ports.history.documents) == [run_key("tenant-a", "run-1")]
+    assert waits_for_review(send)
+    named = await decided(ports, bundles, call("mail.send", "send-2", to="bob@example.com", body="x"))
+    assert named.state is State.ALLOWED

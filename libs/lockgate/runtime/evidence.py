@@ -65,3 +65,9 @@ def authorized_in_history(intent: EffectIntent, contract: CapabilityContract | N
                                      contract.destination_arguments if contract else ()),
         approved=intent.approval_digest is not None,
     )
+
+
+def brings_in(contract: CapabilityContract | None) -> bool:
+    """Whether what the capability returns enters the run's history however policy decides
+    it: content from outside, or data of a declared class."""
+    return contract is not None and (contract.outside_results or bool(contract.data_classes))

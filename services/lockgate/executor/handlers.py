@@ -41,7 +41,7 @@ from lockgate.intent.events import (
 )
 from lockgate.intent.locks import lock_key, may_hold
 from lockgate.runtime.context import Ports
-from lockgate.runtime.evidence import authorized_in_history, gather, read_history
+from lockgate.runtime.evidence import authorized_in_history, brings_in, gather, read_history
 from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.ports.history import is_history_key
 from lockgate.runtime.ports.intents import Decision
@@ -383,12 +383,16 @@ class ExecutorHandlers:
         order = order_for(intent, authorized, key=self._report_key)
         if order is None:
             return  # the attempt moved on (reported, refused, unknown): nothing to send
-        if keeps_history(self.bundles.current(), intent)[0]:
+        bundle = self.bundles.current()
+        if bundle.uses_history:
             # Before the order goes: what it reads may enter the run from then on, and a
-            # later decision must know it before the model can have seen it.
+            # later decision must know it before the model can have seen it. Content from
+            # outside, or data read, is noted whatever policy decides this capability: a
+            # policy on another one (a send) asks whether it entered.
             contract = await self.ports.registry.get(intent.tool)
-            await self.ports.history.authorize(intent.tenant, intent.run_id,
-                                               authorized_in_history(intent, contract))
+            if keeps_history(bundle, intent)[0] or brings_in(contract):
+                await self.ports.history.authorize(intent.tenant, intent.run_id,
+                                                   authorized_in_history(intent, contract))
         await self.ports.orders.send(order)
         keep(self._sent, authorized.attempt_id, None, _LOCKS_KNOWN)
 
