@@ -36,6 +36,8 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
     "reconcile.malformed", "reconcile.unknown-intent", "reconcile.nothing-open",
     "reconcile.bad-finding", "reconcile.who-and-why-required", "reconcile.already-settled",
     "reconcile.contended", "reconcile.unavailable",
+    "policy.malformed", "policy.unknown-command", "policy.files-invalid", "policy.no-shadow",
+    "policy.shadow-changed", "policy.promote-failed",  # operators' bundle commands' refusals
     "withdraw.malformed", "withdraw.unknown-intent", "withdraw.in-progress",
     "candidate.unknown",  # the SDK's error for a wait on an id that is no candidate of the run
     "item.publish",  # a capability name, not a reason
@@ -54,6 +56,9 @@ NOT_REASONS = {  # refusal codes of request/reply answers and errors, not record
 def test_reason_codes_are_pinned() -> None:
     assert sorted(REASONS) == sorted([
         "adapter.error", "adapter.timeout", "argument.note.empty", "argument.note.invalid",
+        "assistant.publications-per-hour", "assistant.spending-cap", "assistant.spending-review",
+        "assistant.untrusted-credentials", "assistant.untrusted-destroy", "assistant.untrusted-reach",
+        "history.contended",
         "argument.note.too-long", "candidate.malformed", "capability.changed",
         "capability.unavailable", "case.closed", "case.credential-invalid", "case.not-found",
         "case.note.not-authorized", "case.tenant-mismatch", "case.version-conflict",

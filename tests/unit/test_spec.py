@@ -87,6 +87,7 @@ SAMPLES: dict[Channel, Callable[[str], str]] = {
     channels.REVIEW_EDIT: lambda _cap: subjects.review(TENANT, INTENT, "edit", "alice"),
     channels.WITHDRAW: lambda _cap: subjects.withdraw(TENANT, RUN, INTENT, "agent-tenant-a"),
     channels.RESOLVE: lambda _cap: subjects.resolve(TENANT, INTENT, "ops"),
+    channels.POLICY: lambda _cap: subjects.policy_command("shadow", "ops"),
     channels.EXEC: subjects.order,
     channels.INTERRUPT: subjects.interrupt,
     channels.CLAIM: subjects.claim,

@@ -261,15 +261,25 @@ class PolicyBundle:
         Raises:
             BundleError: missing files, parse errors, schema validation errors.
         """
-        files = sorted(directory.rglob("*.cedar"))
-        schemas = sorted(directory.rglob("*.cedarschema"))
-        if not files or not schemas:
-            raise BundleError(f"{directory}: needs *.cedar policies and a *.cedarschema")
-        text = "\n".join(f.read_text() for f in files)
-        schema_text = merge_schema_fragments([f.read_text() for f in schemas])
-        config_file = directory / CONFIG_FILE
-        config_text = config_file.read_text() if config_file.exists() else ""
-        return cls.from_text(text, schema_text, config_text)
+        try:
+            return cls.from_files(bundle_files(directory))
+        except BundleError as exc:
+            raise BundleError(f"{directory}: {exc}") from None
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, str]) -> PolicyBundle:
+        """Build a bundle from its files' texts by relative path (``bundle_files``): the same
+        files give the same revision wherever they are.
+
+        Raises:
+            BundleError: missing files, parse errors, schema validation errors.
+        """
+        paths = sorted(files)
+        text = "\n".join(files[p] for p in paths if p.endswith(".cedar"))
+        schemas = [files[p] for p in paths if p.endswith(".cedarschema")]
+        if not text or not schemas:
+            raise BundleError("needs *.cedar policies and a *.cedarschema")
+        return cls.from_text(text, merge_schema_fragments(schemas), files.get(CONFIG_FILE, ""))
 
     @classmethod
     def from_text(
@@ -323,6 +333,19 @@ class PolicyBundle:
             history_scopes=HistoryScope.of(est),
             decisions=DecisionCache(reads, cache_decisions) if reads is not None else None,
         )
+
+
+#: What a bundle is made of: its policies, its schema fragments and its admission settings.
+BUNDLE_SUFFIXES = (".cedar", ".cedarschema")
+
+
+def bundle_files(directory: Path) -> dict[str, str]:
+    """The texts of a bundle's files under ``directory``, by path relative to it (``/``)."""
+    found = {p for p in directory.rglob("*") if p.is_file() and p.suffix in BUNDLE_SUFFIXES}
+    config = directory / CONFIG_FILE
+    if config.is_file():
+        found.add(config)
+    return {p.relative_to(directory).as_posix(): p.read_text() for p in found}
 
 
 _COMMENT = re.compile(r"//[^\n]*")

@@ -102,6 +102,12 @@ RESOLVE = Channel(
     "Settle an unknown outcome, recorded under the authenticated operator.",
     replies=(m.Recorded, m.NotResolved, m.Refusal), sent_by=("operator",),
 )
+POLICY = Channel(
+    subjects.POLICY.address(), (subjects.POLICY_ALL,), m.PolicyCommand,
+    "Manage the policy bundles: where they stand, a shadow bundle started or stopped, the "
+    "shadow promoted; recorded under the authenticated operator.",
+    replies=(m.PolicyStatus, m.Refusal), sent_by=("operator",),
+)
 EXEC = Channel(
     subjects.EXEC.address(), (subjects.EXEC_ALL,), m.ExecutionOrder,
     "An authorized attempt (stream LG_EXEC).",

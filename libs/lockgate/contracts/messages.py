@@ -342,6 +342,41 @@ class Recorded(msgspec.Struct, frozen=True):
 # --- operators and runtimes acting on intents -------------------------------------------
 
 
+class PolicyCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An operator manages the policy bundles (the verb is the subject's; who, the
+    authenticated operator the subject names).
+
+    ``shadow``: ``files`` is the bundle to run beside the active one, by relative path
+    (``*.cedar``, ``*.cedarschema``, ``bundle.yaml``). ``promote``: ``revision`` is the
+    shadow's the operator saw, and ``flips`` the allow-to-deny flips they confirmed.
+    """
+
+    files: dict[str, str] = msgspec.field(default_factory=dict)
+    revision: str = ""
+    flips: int = 0
+
+
+class PolicyChangeView(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of the bundles, as the log keeps it."""
+
+    action: str
+    revision: str
+    active_revision: str
+    by: str
+    at: datetime
+    flips: int = 0
+
+
+class PolicyStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the bundles stand: the active one, the shadow beside it, the recent changes."""
+
+    active_revision: str
+    shadow_revision: str | None = None
+    shadow_by: str | None = None
+    shadow_since: datetime | None = None
+    changes: tuple[PolicyChangeView, ...] = ()
+
+
 class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """An operator settles an unknown outcome: ``confirmed`` or ``absent``, and why.
 

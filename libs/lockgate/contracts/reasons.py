@@ -61,6 +61,7 @@ REASONS: dict[str, str] = {
     "policy.approval-required": "policy permits the action only with a reviewer's approval",
     "facts.unavailable": "the adapter gave no facts; the decision is paused",
     "budgets.unavailable": "the budget counters could not be read; the decision is paused",
+    "history.contended": "the run's history kept changing under the decision; it is paused",
     "policy.pause-expired": "the evidence a paused decision needed never came",
     "run.progress-stalled": "the run keeps proposing a consequence denied on unchanged facts, "
                             "or a lineage was refused as often as the bundle allows",
@@ -153,6 +154,16 @@ REASONS: dict[str, str] = {
     "sandbox.unavailable": "the sandbox could not be made: nothing ran (fail closed)",
     "sandbox.network-shared": "the sandbox's network was not isolated: nothing ran (fail closed)",
     "sandbox.not-contained": "the sandbox's guard found it not as it must be: nothing ran (fail closed)",
+    # the assistant worlds (deploy/policies/assistant): the run's history and the declarations
+    "assistant.untrusted-reach": "after untrusted content entered the run, an effect that "
+                                 "reaches someone its user did not name",
+    "assistant.untrusted-destroy": "after untrusted content entered the run, an effect that "
+                                   "cannot be taken back",
+    "assistant.untrusted-credentials": "after untrusted content entered the run, a change to how "
+                                       "the account is secured",
+    "assistant.spending-review": "the run's payments would add up past what runs unattended",
+    "assistant.spending-cap": "the run's payments would add up past what a run may spend",
+    "assistant.publications-per-hour": "the actor published as often this hour as it may",
     # reviewers (Action "<capability>::approve")
     "review.self-approval": "a reviewer asked to approve their own request (or one made for them)",
     "policy.unavailable": "no policy bundle could answer whether the reviewer may approve",

@@ -242,6 +242,9 @@ _CANDIDATE = Param("candidate", "candidate id")
 _CAPABILITY = Param("capability", "capability", "capability")
 
 REVIEW_VERBS = ("show", "decide", "edit")
+#: What an operator may ask of the policy bundles: where they stand, start or stop a
+#: shadow bundle, promote it.
+POLICY_VERBS = ("status", "shadow", "shadow-off", "promote")
 #: What services ask an adapter, ``lg.adapter.<capability>.<verb>``.
 ADAPTER_VERBS = ("describe", "normalize", "facts", "query")
 
@@ -265,6 +268,9 @@ REVIEW = Family((ROOT, "review", _TENANT, _INTENT, Param("verb", "review verb", 
                  Param("reviewer", "principal")))
 #: An operator settles an unknown outcome.
 RESOLVE = Family((ROOT, "reconcile", _TENANT, _INTENT, "resolve", Param("operator", "principal")))
+#: An operator manages the policy bundles (policy answers).
+POLICY = Family((ROOT, "policy", Param("verb", "policy verb", choices=POLICY_VERBS),
+                 Param("operator", "principal")))
 #: An adapter asks to cross the send boundary of an order it holds.
 CLAIM = Family((ROOT, "claim", _CAPABILITY))
 #: Execution orders (stream ``LG_EXEC``).
@@ -472,6 +478,20 @@ def parse_resolve(subject: str) -> Command:
     """The parts of a resolve subject."""
     values = _command_parts(RESOLVE, subject)
     return Command(values["tenant"], values["intent"], values["operator"])
+
+
+def policy_command(verb: str, principal: str) -> str:
+    """``lg.policy.<verb>.<principal>``: an operator manages the policy bundles."""
+    return POLICY.subject(verb=verb, operator=principal)
+
+
+POLICY_ALL = POLICY.pattern()
+
+
+def parse_policy(subject: str) -> tuple[str, str]:
+    """The verb and the operator of a policy command's subject."""
+    values = _command_parts(POLICY, subject)
+    return values["verb"], values["operator"]
 
 
 # -- an adapter's claim of a send boundary -------------------------------------------------

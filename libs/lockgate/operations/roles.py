@@ -100,6 +100,7 @@ from lockgate.runtime.streams import (
     EXEC,
     LEASES,
     LOCKS_BUCKET,
+    POLICY_BUCKET,
     PROGRESS_BUCKET,
     RESPONSES,
     RUNS_BUCKET,
@@ -251,8 +252,11 @@ def operator_role(person: str, tenants: Sequence[str] | None = None,
             subjects.STATUS_ALL,
             *(load.local for load in loads),
             mcp_subjects.OP.pattern(principal=who),
+            # The bundles are every tenant's: only an operator of every tenant manages them.
+            *(() if tenants else (subjects.POLICY.pattern(operator=who),)),
         ),
         [service_import(subjects.RESOLVE.tail()), service_import(subjects.WITHDRAW_ALL),
+         service_import(subjects.POLICY.tail()),
          service_import(subjects.STATUS_ALL, "stream"), *loads, service_import(mcp_subjects.OPS_ALL)],
         principal=who, tenants=tenants,
     )
@@ -282,7 +286,7 @@ SERVICES: dict[str, ServiceSpec] = {spec.name: spec for spec in specs.SERVICES}
 #: Every bucket ``ports_for`` opens at startup, whatever the service uses.
 _OPENED_BY_EVERY_SERVICE = (
     CAPABILITIES_BUCKET, RUNS_BUCKET, CATALOGUES_BUCKET, LOCKS_BUCKET, PROGRESS_BUCKET,
-    BUDGETS_BUCKET,
+    BUDGETS_BUCKET, POLICY_BUCKET,
 )
 
 

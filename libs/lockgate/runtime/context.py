@@ -30,6 +30,7 @@ from lockgate.runtime.ports.ledger import (
 )
 from lockgate.runtime.ports.locks import Locks, MemoryLocks, ResourceLocks
 from lockgate.runtime.ports.orders import MemoryOrders, NatsOrders, Orders
+from lockgate.runtime.ports.policies import KvPolicies, MemoryPolicies, Policies
 from lockgate.runtime.ports.progress import KvProgress, MemoryProgress, Progress
 from lockgate.runtime.ports.proposals import MemoryProposals, NatsProposals, Proposals
 from lockgate.runtime.ports.responses import MemoryResponses, Responses, ResponseStore
@@ -41,6 +42,7 @@ from lockgate.runtime.topology import (
     CAPABILITIES_BUCKET,
     CATALOGUES_BUCKET,
     LOCKS_BUCKET,
+    POLICY_BUCKET,
     PROGRESS_BUCKET,
     RUNS_BUCKET,
     ensure_topology,
@@ -86,6 +88,8 @@ class Ports:
     progress: Progress
     #: A run's history and its windows (``context.history`` in a policy).
     history: History
+    #: The shadow bundle and the log of bundle changes.
+    policies: Policies
     #: Registered capabilities.
     registry: Capabilities
     #: Adapters, asked and answered.
@@ -140,6 +144,7 @@ class MemoryPorts(Ports):
     responses: MemoryResponses
     progress: MemoryProgress
     history: MemoryHistory
+    policies: MemoryPolicies
     registry: MemoryCapabilities
     adapters: FakeAdapters
     leases: MemoryLeases
@@ -160,7 +165,7 @@ class MemoryPorts(Ports):
             intents=StoredIntents.memory(), runs=MemoryRuns(), catalogues=MemoryCatalogues(),
             budgets=MemoryBudgets(), limits=MemoryLimits(clock_s), locks=MemoryLocks(clock_s=clock_s),
             orders=MemoryOrders(), timers=MemoryTimers(), proposals=MemoryProposals(),
-            responses=responses, progress=MemoryProgress(), history=MemoryHistory(),
+            responses=responses, progress=MemoryProgress(), history=MemoryHistory(), policies=MemoryPolicies(),
             registry=MemoryCapabilities(*contracts),
             adapters=adapters if adapters is not None else FakeAdapters(),
             leases=MemoryLeases(responses, clock_s),
@@ -194,6 +199,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         responses=ResponseStore(js),
         progress=KvProgress(progress),
         history=KvHistory(progress),
+        policies=KvPolicies(await js.key_value(POLICY_BUCKET)),
         registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
         leases=NatsLeases(nc, js, runs),

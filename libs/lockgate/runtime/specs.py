@@ -56,6 +56,7 @@ from lockgate.runtime.streams import (
     CATALOGUES_BUCKET,
     LEASES,
     LOCKS_BUCKET,
+    POLICY_BUCKET,
     PROGRESS_BUCKET,
     REPORTS,
     RUNS_BUCKET,
@@ -210,6 +211,7 @@ class PolicySpec(ServiceSpec):
     normalized: Consumer
     paused: Consumer
     settled: Consumer
+    bundles: Answer
 
 
 POLICY = PolicySpec(
@@ -222,9 +224,10 @@ POLICY = PolicySpec(
     settled=Consumer("policy-budgets", "settled", ENDS_INTENT,
                      routes=((PolicyDecided, (DecisionOutcome.DENY,)),
                              *((e, (Settles.BUDGET,)) for e in ENDS_INTENT if e.routed_by == "settles"))),
+    bundles=Answer(channels.POLICY, "bundles"),
     appends=(PolicyDecided,),
-    reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET),
-    writes=(PROGRESS_BUCKET, BUDGETS_BUCKET),
+    reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET, POLICY_BUCKET),
+    writes=(PROGRESS_BUCKET, BUDGETS_BUCKET, POLICY_BUCKET),
     asks=(channels.ADAPTER_FACTS,),
 )
 

@@ -1,4 +1,5 @@
-"""Policy's service host: decisions, pauses and budgets on durables."""
+"""Policy's service host: decisions, pauses and budgets on durables; operators' bundle commands
+on request."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from lockgate.policy.handlers import PolicyHandlers
 from lockgate.runtime.consumer import Delivery
 from lockgate.runtime.context import Ports
 from lockgate.runtime.host import ServiceHost
-from lockgate.runtime.service import deliveries, recorded_event
+from lockgate.runtime.service import answer, deliveries, recorded_event
 from lockgate.runtime.settings import Settings
 from lockgate.runtime.specs import POLICY as SPEC
 
@@ -36,7 +37,12 @@ def create_app(settings: Settings) -> ServiceHost[PolicyHandlers]:
     async def on_settled(msg: Delivery) -> None:
         await host.handlers.settled(recorded_event(msg))
 
+    async def on_bundles(msg: Delivery) -> bytes:
+        return await answer(host.handlers.bundles(msg.raw_message.subject, msg.body),
+                            log, "bundles")
+
     host.durable(SPEC.normalized, on_normalized)
     host.durable(SPEC.paused, on_paused)
     host.durable(SPEC.settled, on_settled)
+    host.answer(SPEC.bundles, on_bundles)
     return host

@@ -7,12 +7,13 @@ from datetime import datetime
 
 from lockgate.authz import Decision, PolicyBundle
 from lockgate.authz.config import Budget
+from lockgate.authz.history import HistoryFacts
 from lockgate.authz.intents import NO_EVIDENCE, Evidence, judge
 from lockgate.contracts.messages import Facts
 from lockgate.contracts.vocabulary import DecisionOutcome
 from lockgate.core.ids import derived_id
 from lockgate.intent.aggregate import EffectIntent, Event, Stamp, State
-from lockgate.intent.events import PolicyDecided
+from lockgate.intent.events import PolicyDecided, ShadowDecision
 from lockgate.intent.lineage import Kind
 
 #: Outcomes that let an intent go on, and so take budget.
@@ -64,10 +65,13 @@ def record(
     facts: Facts | None,
     *,
     reservations: Sequence[str] = (),
+    history: HistoryFacts | None = None,
+    shadow: Decision | None = None,
     cause: str,
     now: datetime,
 ) -> list[Event]:
-    """``PolicyDecided`` for an intent still waiting for a decision (or paused)."""
+    """``PolicyDecided`` for an intent still waiting for a decision (or paused), with the
+    run's history it read and the shadow bundle's decision, if any."""
     if not (intent.state is State.NORMALIZED and intent.decision is None) and (
         intent.state is not State.PAUSED
     ):
@@ -83,8 +87,16 @@ def record(
             facts=dict(facts.facts) if facts is not None else {},
             digest=intent.digest or "",
             reservations=list(reservations),
+            history=history.context() if history is not None else {},
+            shadow=shadow_of(shadow) if shadow is not None else None,
         )
     ]
+
+
+def shadow_of(decision: Decision) -> ShadowDecision:
+    """A shadow bundle's decision as the record keeps it."""
+    return ShadowDecision(revision=decision.revision, outcome=decision.outcome,
+                          reasons=list(decision.reasons), determining=list(decision.determining)[:16])
 
 
 def expire_pause(intent: EffectIntent, bundle: PolicyBundle, *, cause: str, now: datetime) -> list[Event]:

@@ -23,6 +23,7 @@ from lockgate.eventstore.base import RecordedEvent
 from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import decode_event
 from lockgate.intent.events import PolicyDecided
+from lockgate.policy.bundles import BundleCommands
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather, read_history
@@ -30,6 +31,7 @@ from lockgate.runtime.evidence import held as held_for
 from lockgate.runtime.ports.adapters import AdapterUnavailable
 from lockgate.runtime.ports.history import HistoryMoved, is_history_key
 from lockgate.runtime.ports.ledger import BudgetContention
+from lockgate.runtime.ports.policies import ShadowSource
 from lockgate.runtime.service import Retry
 
 #: Decisions made again when the run's history moved under them, before pausing.
@@ -64,9 +66,14 @@ def carried_facts(intent: EffectIntent, now: datetime) -> Facts | None:
 class PolicyHandlers:
     """Reacts to ``CandidateNormalized``."""
 
-    def __init__(self, ports: Ports, bundles: BundleSource, clock: Clock) -> None:
+    def __init__(self, ports: Ports, bundles: BundleSource, clock: Clock,
+                 shadows: ShadowSource | None = None) -> None:
         self.ports = ports
         self.bundles = bundles
+        #: The shadow bundle decided beside the active one, if an operator started one.
+        self.shadows = shadows if shadows is not None else ShadowSource(ports.policies)
+        #: Operators' commands on the bundles.
+        self.commands = BundleCommands(ports.policies, bundles, clock)
         self.clock = clock
         #: Intents whose decision, appended here, reserved no budget: their end settles
         #: nothing, so their events need no load (bounded, oldest forgotten).
@@ -85,6 +92,10 @@ class PolicyHandlers:
                 else:
                     keep(self._reserved_nothing, event.originator_id.hex, None, _DECISIONS_KEPT)
         return self._count_denial(tenant, decided)
+
+    async def bundles(self, subject: str, body: bytes) -> bytes:
+        """An operator's command on the policy bundles (``lockgate.policy.bundles``)."""
+        return await self.commands.answer(subject, body)
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
         """Decide on the intent ``recorded`` normalized."""
@@ -126,21 +137,28 @@ class PolicyHandlers:
                                 now=self.clock())
         for _ in range(HISTORY_TRIES):
             try:
-                decision, held = await self._admitted(intent, bundle, facts, evidence, repeated)
+                decision, held, evidence = await self._admitted(intent, bundle, facts, evidence, repeated)
                 break
             except HistoryMoved:
                 continue
         else:
             decision, held = Decision(DecisionOutcome.PAUSE, bundle.revision,
                                       ("history.contended",), ()), []
-        events = record(intent, decision, facts, reservations=held, cause=cause, now=self.clock())
+        shadow = await self.shadows.current()
+        events = record(
+            intent, decision, facts, reservations=held, cause=cause, now=self.clock(),
+            history=evidence.history if keeps_history(bundle, intent)[0] else None,
+            # The same request under the shadow bundle: recorded beside, never enforced.
+            shadow=evaluate_for(intent, shadow, facts, repeated_denials=repeated, evidence=evidence)
+            if shadow is not None else None)
         if not events and held:
             await self._release(intent, held)
         return events
 
     async def _admitted(self, intent: EffectIntent, bundle: PolicyBundle, facts: Facts | None,
-                        evidence: Evidence, repeated: int) -> tuple[Decision, list[str]]:
-        """The decision on the history as read now, and what it holds (budgets, history).
+                        evidence: Evidence, repeated: int) -> tuple[Decision, list[str], Evidence]:
+        """The decision on the history as read now, what it holds (budgets, history), and
+        the evidence it was made on.
 
         Raises:
             HistoryMoved: the history changed after it was read (nothing is held then).
@@ -171,8 +189,9 @@ class PolicyHandlers:
             # nothing denied.
             if held:
                 await self._release(intent, held)
-            return Decision(DecisionOutcome.PAUSE, bundle.revision, ("budgets.unavailable",), ()), []
-        return decision, held
+            return (Decision(DecisionOutcome.PAUSE, bundle.revision, ("budgets.unavailable",), ()),
+                    [], evidence)
+        return decision, held, evidence
 
     async def _release(self, intent: EffectIntent, held: Sequence[str]) -> None:
         """Give back what a decision that was not recorded held."""

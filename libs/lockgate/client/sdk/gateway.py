@@ -33,6 +33,8 @@ from lockgate.contracts.messages import (
     EditReview,
     NotResolved,
     OpenRun,
+    PolicyCommand,
+    PolicyStatus,
     Recorded,
     ResolveOutcome,
     ReviewView,
@@ -237,6 +239,17 @@ class Gateway:
         if answer.error == "reconcile.already-settled":
             raise OutcomeSettled(answer)
         raise Refused(answer.error, answer.detail)
+
+    async def policy_command(self, verb: str, command: PolicyCommand | None = None) -> PolicyStatus:
+        """Ask policy, as this operator, to ``status``, ``shadow``, ``shadow-off`` or ``promote``;
+        returns where the bundles stand after it.
+
+        Raises:
+            Refused: a bundle that does not validate, no shadow to stop or promote, a shadow
+                other than the one confirmed (``policy.shadow-changed``), and the like.
+        """
+        return await request(self.nc, subjects.policy_command(verb, self.principal),
+                             command or PolicyCommand(), PolicyStatus, self.timeout_s)
 
     async def _latest(self, tenant: str, run_id: str, candidate_id: str) -> ModelResponse | None:
         """The stored response: only intake writes the responses stream, so this is authoritative.

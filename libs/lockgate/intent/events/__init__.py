@@ -37,6 +37,7 @@ from lockgate.intent.events.review import (
     ReviewDenied,
     ReviewExpired,
     ReviewRequested,
+    ShadowDecision,
 )
 from lockgate.intent.events.upkeep import (
     IntentArchived,
@@ -75,4 +76,4 @@ EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in (
     IntentArchived,
 )}
 
-__all__ = ["EVENT_TYPES", "INTENT_TOPIC", "Created", "Event", "Stamp", "ApprovalRefused", "AttemptAcknowledged", "AttemptFailedBeforeSend", "AttemptInterrupted", "AttemptRejected", "AttemptSent", "CandidateNormalized", "CandidateReceived", "CandidateRejected", "EffectCompleted", "ExecutionAuthorized", "GateRefused", "IntentArchived", "InterruptionRequested", "NormalizationFailed", "OutcomeUnknown", "PolicyDecided", "ProcessingAbandoned", "Reconciled", "ReportRefused", "ResultObserved", "ReviewApproved", "ReviewDenied", "ReviewExpired", "ReviewRequested", "WithdrawalRequested", "Withdrawn"]
+__all__ = ["EVENT_TYPES", "INTENT_TOPIC", "Created", "Event", "Stamp", "ApprovalRefused", "AttemptAcknowledged", "AttemptFailedBeforeSend", "AttemptInterrupted", "AttemptRejected", "AttemptSent", "CandidateNormalized", "CandidateReceived", "CandidateRejected", "EffectCompleted", "ExecutionAuthorized", "GateRefused", "IntentArchived", "InterruptionRequested", "NormalizationFailed", "OutcomeUnknown", "PolicyDecided", "ProcessingAbandoned", "Reconciled", "ReportRefused", "ResultObserved", "ReviewApproved", "ReviewDenied", "ReviewExpired", "ReviewRequested", "ShadowDecision", "WithdrawalRequested", "Withdrawn"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -11,11 +11,23 @@ from lockgate.contracts.vocabulary import DecisionOutcome, Settles
 from lockgate.intent.events.base import Event
 
 
-class PolicyDecided(Event, frozen=True, kw_only=True):
+class ShadowDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """What a shadow bundle decided on the same request: recorded, never enforced, never
+    shown to the model."""
+
+    revision: str
+    outcome: DecisionOutcome
+    reasons: list[str]
+    determining: list[str]
+
+
+class PolicyDecided(Event, frozen=True, kw_only=True, omit_defaults=True):
     """Policy's answer on current facts: allow, deny, require_approval or pause.
 
-    ``reservations`` names the budget counters holding this intent's share; its
-    outcome later consumes or releases them.
+    ``reservations`` names the budget counters and history documents holding this
+    intent's share; its outcome later consumes or releases them. ``history`` is the run's
+    history the decision read (``context.history``; empty when its policies read none),
+    ``shadow`` the decision of the shadow bundle running beside the active one, if any.
     """
 
     version: ClassVar[int] = 2
@@ -27,6 +39,10 @@ class PolicyDecided(Event, frozen=True, kw_only=True):
     facts: dict[str, str | int | bool]
     digest: str
     reservations: list[str]
+    # Added later, with defaults, and stored only when set: a decision without either is
+    # stored as before.
+    history: dict[str, Any] = msgspec.field(default_factory=dict)
+    shadow: ShadowDecision | None = None
 
 
 class ReviewRequested(Event, frozen=True, kw_only=True):
