@@ -10,7 +10,7 @@ STAMP = $(VENV)/.installed
 # Only suites that exist: git keeps no empty directories, and pytest fails on a missing path.
 TEST_DIRS = $(wildcard tests/unit tests/integration tests/e2e)
 
-.PHONY: install run cluster docs test test-adk test-crewai test-ts test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap node
+.PHONY: install run cluster docs test test-adk test-crewai test-agentdojo test-ts test-unit test-cluster bench bench-cluster bench-all lint clean prerequisites bubblewrap node
 
 install: $(STAMP)
 
@@ -49,6 +49,7 @@ test: $(STAMP) prerequisites $(INTEROP_STAMP)
 	$(MAKE) --no-print-directory test-ts
 	$(MAKE) --no-print-directory test-adk
 	$(MAKE) --no-print-directory test-crewai
+	$(MAKE) --no-print-directory test-agentdojo
 
 node:
 	@command -v node >/dev/null && command -v npm >/dev/null \
@@ -105,6 +106,12 @@ $(CREWAI_STAMP): pyproject.toml
 test-crewai: $(CREWAI_STAMP) prerequisites
 	cd libs && ../$(CREWAI_VENV)/bin/mypy --strict --config-file ../pyproject.toml lockgate/integrations/crewai.py
 	$(CREWAI_OFFLINE) $(CREWAI_VENV)/bin/pytest -q tests/e2e/test_integration_crewai.py
+
+# AgentDojo's banking suite, its ground truth benign and hijacked by every injection, through a
+# private system with the demo policy bundle: the figures, and where containment cost utility
+# (docs/evaluation.md says what each means). Its tests run with the others; this is the figures.
+test-agentdojo: $(STAMP)
+	$(BIN)/lockgate eval --agentdojo banking
 
 # Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
 # pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.operations.postgres

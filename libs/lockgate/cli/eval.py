@@ -1,9 +1,15 @@
-"""``lockgate eval``: grade runs' proposals and check containment apart; ``--suite`` runs scripted agents first."""
+"""``lockgate eval``: grade runs' proposals and check containment apart; ``--suite`` runs scripted agents first.
+
+``lockgate eval --agentdojo SUITE`` is self-contained: it starts a private system of its own
+(``lockgate.evaluation.agentdojo``) and needs no running one.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import msgspec
@@ -24,6 +30,43 @@ def _register(sub: Subparsers) -> None:
     evl.add_argument("--timeout", type=float, default=30.0, help="seconds a scripted call may take")
     evl.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the views to catch up")
     add_as(evl, "operator")
+    dojo = evl.add_argument_group(
+        "AgentDojo", "--agentdojo SUITE replays the suite's ground truth, benign and hijacked by "
+                     "every injection, through a private system of its own, and scores it with "
+                     "the suite's own checks (needs the agentdojo extra)")
+    dojo.add_argument("--agentdojo", metavar="SUITE", default=None,
+                      help="the AgentDojo suite to evaluate (banking, workspace)")
+    dojo.add_argument("--tasks", type=int, default=None, metavar="N",
+                      help="only the first N user tasks")
+    dojo.add_argument("-k", dest="select", default="", metavar="TEXT",
+                      help="only user tasks whose id contains TEXT (user_task_1)")
+    dojo.add_argument("--concurrency", type=int, default=2, metavar="N",
+                      help="runs through Lockgate at once (default 2)")
+    dojo.add_argument("--policy-dir", type=Path, default=None, metavar="DIR",
+                      help="the policy bundle the private system runs (default: the demo bundle)")
+    dojo.add_argument("--benchmark-version", default=None, metavar="VERSION",
+                      help="AgentDojo's benchmark version (default: the one its benchmark uses)")
+
+
+def _agentdojo(args: argparse.Namespace, out: Output) -> int:
+    """Evaluate an AgentDojo suite on a private system; print the figures and the lists."""
+    try:
+        from lockgate.evaluation.agentdojo.report import render
+        from lockgate.evaluation.agentdojo.runner import Options, evaluate
+    except ImportError as exc:
+        raise UsageError(f"--agentdojo needs the agentdojo package (pip install "
+                         f"'lockgate[agentdojo]'): {exc}") from None
+    if args.runs or args.suite is not None:
+        raise UsageError("--agentdojo runs on a system of its own: name no runs and no --suite")
+    options = Options(suite=args.agentdojo, tasks=args.tasks, select=args.select,
+                      concurrency=args.concurrency)
+    if args.policy_dir is not None:
+        options = dataclasses.replace(options, policy_dir=args.policy_dir.resolve())
+    if args.benchmark_version is not None:
+        options = dataclasses.replace(options, version=args.benchmark_version)
+    report = asyncio.run(evaluate(options))
+    out.record(msgspec.to_builtins(report), text=render(report))
+    return 0
 
 
 async def _eval(args: argparse.Namespace, where: Where, out: Output) -> int:
@@ -70,4 +113,11 @@ async def _eval(args: argparse.Namespace, where: Where, out: Output) -> int:
     return 0 if report.containment.passed else 1
 
 
-EVAL = CommandGroup("eval", _register, on_system(_eval))
+def _run(args: argparse.Namespace, out: Output) -> int:
+    """``--agentdojo`` on a private system; everything else against the running one."""
+    if args.agentdojo is not None:
+        return _agentdojo(args, out)
+    return on_system(_eval)(args, out)
+
+
+EVAL = CommandGroup("eval", _register, _run)
