@@ -12,11 +12,12 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from lockgate.authz.history import EXECUTED, NOTHING, REFUSED, WINDOWS, Authorized, Held
 from lockgate.core.ids import random_id
 from lockgate.runtime.context import Ports
-from lockgate.runtime.ports.history import HistoryMoved, run_key, window_key
+from lockgate.runtime.ports.history import HistoryMoved, MemoryHistory, run_key, window_key
 from lockgate.testing.intents import T0
 
 PAY = Held("bank.pay", "publish", amount=700)
@@ -149,3 +150,27 @@ async def test_a_decision_told_to_decide_again_leaves_no_hold_behind(ports: Port
     await ports.history.admit(again, "i1", PAY)  # decided again: held once, everywhere
     seen = await ports.history.read(run.tenant, run.run_id, run.actor, "i9", T0, windows=True)
     assert seen.facts.run.amount == 700 and seen.facts.context()["tenant_day"]["amount"] == 701
+
+
+class FailingOnce(MemoryHistory):
+    """A history whose broker fails on the ``fail_at``-th write, once."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.writes = 0
+        self.fail_at = fail_at
+
+    async def _put(self, key: str, value: bytes, revision: int | None) -> bool:
+        self.writes += 1
+        if self.writes == self.fail_at:
+            raise NatsTimeoutError
+        return await super()._put(key, value, revision)
+
+
+async def test_a_broker_failing_midway_through_an_admission_leaves_no_hold(run: Run) -> None:
+    history = FailingOnce(fail_at=3)  # the run's record and the actor's hour written first
+    reading = await history.read(run.tenant, run.run_id, run.actor, "i1", T0, windows=True)
+    with pytest.raises(NatsTimeoutError):
+        await history.admit(reading, "i1", PAY)
+    seen = await history.read(run.tenant, run.run_id, run.actor, "i9", T0, windows=True)
+    assert seen.facts.run.amount == 0 and seen.facts.context()["actor_hour"]["amount"] == 0

@@ -150,19 +150,23 @@ class _Documents:
 
     async def admit(self, reading: Reading, intent_id: str, held: Held) -> list[str]:
         """Hold the intent in each document read, each at its revision; when one moved, take
-        back the holds written before it (none stays behind a decision that is made again:
-        its keys are on no event, and no end would settle them)."""
+        back the holds written before it, as when the broker fails midway (none stays behind
+        a decision that is made again or paused: its keys are on no event, and no end would
+        settle them)."""
         written: list[str] = []
-        for key, document in reading.documents.items():
-            changed = (admit_in_run(document, intent_id, held) if isinstance(document, RunRecord)
-                       else hold(document, intent_id, held))
-            if changed is document:
-                continue
-            if not await self._put(key, msgspec.json.encode(changed), reading.revisions.get(key)):
-                for done in written:
-                    await self._unhold(done, reading.run, intent_id)
-                raise HistoryMoved(key)
-            written.append(key)
+        try:
+            for key, document in reading.documents.items():
+                changed = (admit_in_run(document, intent_id, held) if isinstance(document, RunRecord)
+                           else hold(document, intent_id, held))
+                if changed is document:
+                    continue
+                if not await self._put(key, msgspec.json.encode(changed), reading.revisions.get(key)):
+                    raise HistoryMoved(key)
+                written.append(key)
+        except Exception:  # moved, or the broker failed midway: nothing admitted, nothing held
+            for done in written:
+                await self._unhold(done, reading.run, intent_id)
+            raise
         return list(reading.documents)
 
     async def _unhold(self, key: str, run: str, intent_id: str) -> None:
