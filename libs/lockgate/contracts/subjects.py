@@ -489,8 +489,14 @@ POLICY_ALL = POLICY.pattern()
 
 
 def parse_policy(subject: str) -> tuple[str, str]:
-    """The verb and the operator of a policy command's subject."""
+    """The verb and the operator of a policy command's subject.
+
+    Raises:
+        NotACommandSubject: not one, or a verb policy does not know.
+    """
     values = _command_parts(POLICY, subject)
+    if values["verb"] not in POLICY_VERBS:
+        raise NotACommandSubject(f"{subject[:200]!r}: unknown policy verb")
     return values["verb"], values["operator"]
 
 

@@ -118,6 +118,13 @@ DECISIONS = Counter(
     "Decisions policy appended (PolicyDecided), by outcome and the class of the first reason.",
     ["outcome", "reason_class"],
 )
+SHADOW_DECISIONS = Counter(
+    "lockgate_shadow_decisions_total",
+    "Decisions policy also made under the shadow bundle, by capability, the active and the "
+    "shadow outcome (equal: no flip), and the policies that determined the shadow's decision "
+    "and not the active one's (\"\" when none).",
+    ["capability", "active", "shadow", "policy"],
+)
 ATTEMPT_TRANSITIONS = Counter(
     "lockgate_attempt_transitions_total",
     "Attempt stage transitions the executor recorded, by the stage reached.",
@@ -193,7 +200,7 @@ FROM_VIEWS: dict[str, tuple[str, ...]] = {
 #: Every label a Lockgate metric may carry; each one's values come from a bounded set.
 LABELS: frozenset[str] = frozenset({
     "service", "reaction", "settlement", "outcome", "reason_class", "result", "stage",
-    "resolution", "event", "capability", "operation", "child", "state",
+    "resolution", "event", "capability", "operation", "child", "state", "active", "shadow", "policy",
 })
 
 
@@ -223,6 +230,7 @@ _candidates = Bound(CANDIDATES)
 _recorded = Bound(CANDIDATES_RECORDED)
 _decisions = Bound(DECISIONS)
 _transitions = Bound(ATTEMPT_TRANSITIONS)
+_shadowed = Bound(SHADOW_DECISIONS)
 _reconciliations = Bound(RECONCILIATIONS)
 _appended = Bound(EVENTS_APPENDED)
 
@@ -269,6 +277,16 @@ def appended(events: Iterable[Event]) -> None:
             _recorded("rejected", reason_class(event.reason)).inc()
         elif isinstance(event, Reconciled):
             _reconciliations(event.resolution.value).inc()
+
+
+def shadowed(capability: str, events: Iterable[Event]) -> None:
+    """Count the shadow bundle's decisions among ``events`` (policy appended them for an
+    intent of ``capability``)."""
+    for event in events:
+        if isinstance(event, PolicyDecided) and event.shadow is not None:
+            own = set(event.determining)
+            policy = ",".join(p for p in event.shadow.determining if p not in own)
+            _shadowed(capability, event.outcome.value, event.shadow.outcome.value, policy).inc()
 
 
 class Reaction:

@@ -211,7 +211,7 @@ class PolicySpec(ServiceSpec):
     normalized: Consumer
     paused: Consumer
     settled: Consumer
-    bundles: Answer
+    commands: Answer
 
 
 POLICY = PolicySpec(
@@ -224,7 +224,7 @@ POLICY = PolicySpec(
     settled=Consumer("policy-budgets", "settled", ENDS_INTENT,
                      routes=((PolicyDecided, (DecisionOutcome.DENY,)),
                              *((e, (Settles.BUDGET,)) for e in ENDS_INTENT if e.routed_by == "settles"))),
-    bundles=Answer(channels.POLICY, "bundles"),
+    commands=Answer(channels.POLICY, "commands"),
     appends=(PolicyDecided,),
     reads=(PROGRESS_BUCKET, BUDGETS_BUCKET, CAPABILITIES_BUCKET, RUNS_BUCKET, POLICY_BUCKET),
     writes=(PROGRESS_BUCKET, BUDGETS_BUCKET, POLICY_BUCKET),

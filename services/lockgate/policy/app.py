@@ -37,12 +37,12 @@ def create_app(settings: Settings) -> ServiceHost[PolicyHandlers]:
     async def on_settled(msg: Delivery) -> None:
         await host.handlers.settled(recorded_event(msg))
 
-    async def on_bundles(msg: Delivery) -> bytes:
-        return await answer(host.handlers.bundles(msg.raw_message.subject, msg.body),
-                            log, "bundles")
+    async def on_commands(msg: Delivery) -> bytes:
+        return await answer(host.handlers.commands(msg.raw_message.subject, msg.body),
+                            log, "commands")
 
     host.durable(SPEC.normalized, on_normalized)
     host.durable(SPEC.paused, on_paused)
     host.durable(SPEC.settled, on_settled)
-    host.answer(SPEC.bundles, on_bundles)
+    host.answer(SPEC.commands, on_commands)
     return host

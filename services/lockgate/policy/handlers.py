@@ -25,6 +25,7 @@ from lockgate.intent.codec import decode_event
 from lockgate.intent.events import PolicyDecided
 from lockgate.policy.bundles import BundleCommands
 from lockgate.policy.domain import ADMITTED, admit, evaluate_for, expire_pause, record
+from lockgate.runtime import metrics
 from lockgate.runtime.context import Ports
 from lockgate.runtime.evidence import gather, read_history
 from lockgate.runtime.evidence import held as held_for
@@ -73,7 +74,7 @@ class PolicyHandlers:
         #: The shadow bundle decided beside the active one, if an operator started one.
         self.shadows = shadows if shadows is not None else ShadowSource(ports.policies)
         #: Operators' commands on the bundles.
-        self.commands = BundleCommands(ports.policies, bundles, clock)
+        self._commands = BundleCommands(ports.policies, bundles, clock)
         self.clock = clock
         #: Intents whose decision, appended here, reserved no budget: their end settles
         #: nothing, so their events need no load (bounded, oldest forgotten).
@@ -93,9 +94,9 @@ class PolicyHandlers:
                     keep(self._reserved_nothing, event.originator_id.hex, None, _DECISIONS_KEPT)
         return self._count_denial(tenant, decided)
 
-    async def bundles(self, subject: str, body: bytes) -> bytes:
+    async def commands(self, subject: str, body: bytes) -> bytes:
         """An operator's command on the policy bundles (``lockgate.policy.bundles``)."""
-        return await self.commands.answer(subject, body)
+        return await self._commands.answer(subject, body)
 
     async def normalized(self, recorded: RecordedEvent, deliveries: int) -> None:
         """Decide on the intent ``recorded`` normalized."""
@@ -117,6 +118,8 @@ class PolicyHandlers:
 
         decided = await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step,
                                                   trigger=recorded)
+        if decided.after is not None:
+            metrics.shadowed(decided.after.tool, decided.events)
         await self._decided(recorded.tenant, decided.events)
 
     async def _decide(self, intent: EffectIntent, facts: Facts | None, cause: str) -> list[Event]:
@@ -258,6 +261,8 @@ class PolicyHandlers:
 
         decided = await self.ports.intents.decide(recorded.tenant, recorded.intent_id, step,
                                                   trigger=recorded)
+        if decided.after is not None:
+            metrics.shadowed(decided.after.tool, decided.events)
         await self._decided(recorded.tenant, decided.events)
 
     async def settled(self, recorded: RecordedEvent) -> None:
