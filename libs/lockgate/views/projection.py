@@ -2,10 +2,11 @@
 
 An ``eventsourcing`` ``Projection`` over the views' store: ``process_event`` is handed
 each event with its ``Tracking`` (the stream position) and writes the event to the
-permanent record, the intent's row, its review and its budget shares, with the
-tracking, in one transaction. The intent itself is folded with the same aggregate the
-services decide on, from the events the views already hold (kept folded in memory
-for the intents seen last, so a step costs one transaction and no reads).
+permanent record, the intent's row, its review, its budget shares and its latest
+decision beside a shadow bundle's, with the tracking, in one transaction. The intent
+itself is folded with the same aggregate the services decide on, from the events the
+views already hold (kept folded in memory for the intents seen last, so a step costs
+one transaction and no reads).
 
 Events arrive in stream order, so an intent's next event is always its folded
 version + 1. An event the views already hold (same id, same version) is handed over
@@ -39,6 +40,7 @@ from lockgate.views.rows import (
     opened_review,
     recorded,
     review_change,
+    shadow_row,
 )
 from lockgate.views.store import SOURCE, Change, Views
 
@@ -194,9 +196,12 @@ class IntentViews(Projection[TrackingRecorder]):
             budgets = tuple(BudgetUse(tenant=intent.tenant, intent_id=intent.intent_id,
                                       budget=b, status=status, updated_at=row.recorded_at)
                             for b in intent.reservations)
+        decided = isinstance(event, PolicyDecided)
         return Change(event=row, intent=intent_row(intent, created_at=created_at,
                                                    last_sequence=sequence),
-                      opened=opened, review=review, budgets=budgets)
+                      opened=opened, review=review, budgets=budgets, decided=decided,
+                      # The intent's latest decision beside the shadow bundle's, if one ran.
+                      shadow=shadow_row(event, intent) if isinstance(event, PolicyDecided) else None)
 
     def _holds(self, event: Event) -> bool:
         """Whether the views hold ``event`` itself (its id, at its version)."""

@@ -19,6 +19,7 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.disclosure import model_view
 from lockgate.intent.events import (
     ApprovalRefused,
+    PolicyDecided,
     ReviewApproved,
     ReviewDenied,
     ReviewExpired,
@@ -219,6 +220,60 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     executed: int
     first_at: str
     last_at: str
+
+
+class ShadowRow(msgspec.Struct, frozen=True, kw_only=True):
+    """An intent's latest decision beside the shadow bundle's on the same request."""
+
+    intent_id: str
+    tenant: str
+    run_id: str
+    tool: str
+    decided_at: str
+    active_revision: str
+    active_outcome: str
+    active_reasons: tuple[str, ...]
+    active_determining: tuple[str, ...]
+    shadow_revision: str
+    shadow_outcome: str
+    shadow_reasons: tuple[str, ...]
+    shadow_determining: tuple[str, ...]
+    flip: str
+    """``""`` when both outcomes agree, else ``<active>-><shadow>`` (``allow->deny``)."""
+    policy: str
+    """The policies that determined the shadow's decision and not the active one's, joined
+    by ``,`` (for a flip to deny: the forbids that denied)."""
+
+
+class ShadowFlipCount(msgspec.Struct, frozen=True, kw_only=True):
+    """How many intents' latest decisions the shadow bundle flips one way, by what."""
+
+    tool: str
+    flip: str
+    policy: str
+    count: int
+
+
+def flip_of(active: str, shadow: str) -> str:
+    """``""`` when the outcomes agree, else ``<active>-><shadow>``."""
+    return "" if active == shadow else f"{active}->{shadow}"
+
+
+def shadow_row(event: PolicyDecided, intent: EffectIntent) -> ShadowRow | None:
+    """The shadow decisions view's row of a decision (``None``: no shadow bundle ran beside it)."""
+    shadow = event.shadow
+    if shadow is None:
+        return None
+    active_outcome, shadow_outcome = str(event.outcome), str(shadow.outcome)
+    return ShadowRow(
+        intent_id=intent.intent_id, tenant=intent.tenant, run_id=intent.run_id, tool=intent.tool,
+        decided_at=iso(event.timestamp), active_revision=event.policy_revision,
+        active_outcome=active_outcome, active_reasons=tuple(event.reasons),
+        active_determining=tuple(event.determining), shadow_revision=shadow.revision,
+        shadow_outcome=shadow_outcome, shadow_reasons=tuple(shadow.reasons),
+        shadow_determining=tuple(shadow.determining), flip=flip_of(active_outcome, shadow_outcome),
+        policy=",".join(p for p in shadow.determining if p not in event.determining),
+    )
 
 
 def iso(moment: datetime) -> str:

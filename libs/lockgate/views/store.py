@@ -40,6 +40,8 @@ from lockgate.views.rows import (
     IntentRow,
     ReviewRow,
     RunRow,
+    ShadowFlipCount,
+    ShadowRow,
     TimelineRow,
     timeline_row,
 )
@@ -61,8 +63,8 @@ def views_position(views: Views, sources: Sequence[str] = (SOURCE,)) -> int | No
     return total({name: views.max_tracking_id(name) for name in sources})
 #: The shape of the derived tables. They are not migrated: on a store of another shape
 #: they are dropped and the projector folds the permanent record into them again.
-SHAPE = "5"
-_DERIVED_TABLES = ("lg_intents", "lg_reviews", "lg_budget_uses")
+SHAPE = "6"
+_DERIVED_TABLES = ("lg_intents", "lg_reviews", "lg_budget_uses", "lg_shadow_decisions")
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS lg_events (
@@ -99,14 +101,23 @@ _TABLES = (
         tenant TEXT NOT NULL, intent_id TEXT NOT NULL, budget TEXT NOT NULL,
         status TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (intent_id, budget))""",
     "CREATE INDEX IF NOT EXISTS lg_budget_uses_by_budget ON lg_budget_uses (tenant, budget)",
+    """CREATE TABLE IF NOT EXISTS lg_shadow_decisions (
+        intent_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, run_id TEXT NOT NULL, tool TEXT NOT NULL,
+        decided_at TEXT NOT NULL, active_revision TEXT NOT NULL, active_outcome TEXT NOT NULL,
+        active_reasons TEXT NOT NULL, active_determining TEXT NOT NULL,
+        shadow_revision TEXT NOT NULL, shadow_outcome TEXT NOT NULL, shadow_reasons TEXT NOT NULL,
+        shadow_determining TEXT NOT NULL, flip TEXT NOT NULL, policy TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS lg_shadow_by_revision ON lg_shadow_decisions (shadow_revision, decided_at)",
 )
 
 #: Columns that hold JSON (a row field that is a list or a mapping).
-_JSON_COLUMNS = frozenset({"shown", "preconditions", "recovery"})
+_JSON_COLUMNS = frozenset({"shown", "preconditions", "recovery", "active_reasons", "active_determining",
+                           "shadow_reasons", "shadow_determining"})
 
 _INTENT_COLUMNS = tuple(IntentRow.__struct_fields__)
 _REVIEW_COLUMNS = tuple(ReviewRow.__struct_fields__)
 _EVENT_COLUMNS = tuple(EventRow.__struct_fields__)
+_SHADOW_COLUMNS = tuple(ShadowRow.__struct_fields__)
 
 _UPSERT_INTENT = (
     f"INSERT INTO lg_intents ({', '.join(_INTENT_COLUMNS)}) "
@@ -116,6 +127,11 @@ _UPSERT_INTENT = (
 _INSERT_EVENT = (
     f"INSERT INTO lg_events ({', '.join(_EVENT_COLUMNS)}) "
     f"VALUES ({', '.join('?' for _ in _EVENT_COLUMNS)})"
+)
+_UPSERT_SHADOW = (
+    f"INSERT INTO lg_shadow_decisions ({', '.join(_SHADOW_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in _SHADOW_COLUMNS)}) ON CONFLICT (intent_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _SHADOW_COLUMNS if c != "intent_id")
 )
 _INSERT_REVIEW = (
     f"INSERT INTO lg_reviews ({', '.join(_REVIEW_COLUMNS)}) "
@@ -141,6 +157,9 @@ class Change:
     review: tuple[str, str, dict[str, str | None]] | None = None
     #: The intent's budget shares, each with its status now.
     budgets: tuple[BudgetUse, ...] = ()
+    #: A decision's shadow row (the intent's latest wins); ``decided`` with none: its row goes.
+    shadow: ShadowRow | None = None
+    decided: bool = False
 
 
 class Views(Protocol):
@@ -184,6 +203,15 @@ class Views(Protocol):
 
     def runs(self, *, tenant: str | None = None, limit: int = 100) -> list[RunRow]:
         """Runs with their candidates, the most recently active first."""
+
+    def shadow_decisions(self, *, revision: str | None = None, tenant: str | None = None,
+                         flipped_only: bool = False, limit: int = 100) -> list[ShadowRow]:
+        """Intents' latest decisions beside a shadow bundle's (``revision``: that bundle's),
+        newest first; ``flipped_only``: those whose outcomes differ."""
+
+    def shadow_flips(self, *, revision: str | None = None,
+                     tenant: str | None = None) -> list[ShadowFlipCount]:
+        """The shadow bundle's flips, counted by capability, flip and policy, most first."""
 
     def lineage(self, intent_id: str) -> list[IntentRow]:
         """The lineage ``intent_id`` belongs to: from its first candidate, each followed by
@@ -307,6 +335,10 @@ class _SQLViews:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (intent_id, budget) DO UPDATE SET "
                 "status = excluded.status, updated_at = excluded.updated_at"),
                 (use.tenant, use.intent_id, use.budget, use.status, use.updated_at))
+        if change.shadow is not None:
+            c.execute(self._sql(_UPSERT_SHADOW), _values(change.shadow, _SHADOW_COLUMNS))
+        elif change.decided:
+            c.execute(self._sql("DELETE FROM lg_shadow_decisions WHERE intent_id = ?"), (intent_id,))
 
     def _rows(self, cls: type[R], statement: str, params: Sequence[Any] = ()) -> list[R]:
         with self._tx(commit=False) as c:
@@ -380,6 +412,23 @@ class _SQLViews:
             f"FROM lg_intents {_and(where)} GROUP BY tenant, run_id "
             "ORDER BY last_at DESC LIMIT ?", (*params, _bounded(limit)))
 
+    def shadow_decisions(self, *, revision: str | None = None, tenant: str | None = None,
+                         flipped_only: bool = False, limit: int = 100) -> list[ShadowRow]:
+        where, params = _where(shadow_revision=revision, tenant=tenant)
+        if flipped_only:
+            where.append("flip <> ''")
+        return self._rows(ShadowRow, f"SELECT * FROM lg_shadow_decisions {_and(where)} "
+                          "ORDER BY decided_at DESC, intent_id LIMIT ?", (*params, _bounded(limit)))
+
+    def shadow_flips(self, *, revision: str | None = None,
+                     tenant: str | None = None) -> list[ShadowFlipCount]:
+        where, params = _where(shadow_revision=revision, tenant=tenant)
+        where.append("flip <> ''")
+        return self._rows(
+            ShadowFlipCount,
+            "SELECT tool, flip, policy, CAST(COUNT(*) AS INTEGER) AS count "
+            f"FROM lg_shadow_decisions {_and(where)} GROUP BY tool, flip, policy "
+            "ORDER BY count DESC, tool, flip, policy", params)
 
     def lineage(self, intent_id: str) -> list[IntentRow]:
         first = self.intent(intent_id)
