@@ -160,6 +160,32 @@ class HistoryFacts:
             windows={name: Window.of(tally, exclude) for name, tally in (windows or {}).items()},
         )
 
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any]) -> HistoryFacts:
+        """The facts a ``context.history`` was made of (``context()``'s inverse): a decision's
+        recorded history, read back for a counterfactual on the history it read.
+
+        What a context does not hold reads as none (an older record, a part left out).
+        """
+        def names(key: str) -> frozenset[str]:
+            value = context.get(key)
+            return frozenset(str(v) for v in value) if isinstance(value, list) else frozenset()
+
+        def window(key: str) -> Window:
+            value = context.get(key)
+            counts = value if isinstance(value, Mapping) else {}
+            return Window({c: int(counts.get(c, 0)) for c in CLASSES}, int(counts.get("amount", 0)))
+
+        refused = context.get("refused_count")
+        return cls(
+            executed=names("executed"), refused=names("refused"),
+            refused_counts={c: int(refused.get(c, 0)) for c in CLASSES}
+            if isinstance(refused, Mapping) else _counts(),
+            data_classes_read=names("data_classes_read"), untrusted_from=names("untrusted_from"),
+            destinations=names("destinations"), approvals=int(context.get("approvals", 0)),
+            run=window("run"), windows={name: window(name) for name in WINDOWS},
+        )
+
     def context(self) -> dict[str, Any]:
         """``context.history``: sets as sorted lists, counts by class, the windows."""
         executed = self.run.context()
