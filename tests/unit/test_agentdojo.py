@@ -18,6 +18,7 @@ from agentdojo.task_suite.load_suites import get_suite
 from lockgate.adapters.api import Rejected
 from lockgate.contracts.capability import EffectClass
 from lockgate.evaluation.agentdojo.governed import Reviewer, same_call
+from lockgate.evaluation.agentdojo.policies import fragment, fragment_path
 from lockgate.evaluation.agentdojo.replay import (
     MARKER,
     Role,
@@ -191,6 +192,13 @@ def test_the_figures_count_runs_by_kind() -> None:
     assert (got.attack_success.good, got.attack_success.of) == (1, 2)
     assert (got.attack_success_reference.good, got.attack_success_reference.of) == (1, 1)
     assert (got.reviews, got.reviews_per_task) == (3, 1.5)
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_the_committed_schema_fragment_is_the_generated_one(name: str) -> None:
+    path = fragment_path(name)
+    assert path.read_text() == fragment(name), (
+        f"{path} is stale: python -m lockgate.evaluation.agentdojo.policies {name}")
 
 
 @pytest.mark.parametrize("name", sorted(SUITES))

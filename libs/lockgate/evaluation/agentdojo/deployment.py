@@ -25,7 +25,7 @@ from lockgate.operations.status import READ_SIDE, SERVICES
 from lockgate.runtime.settings import Settings
 from lockgate.testing.system import REPO, System
 
-#: The tenant every run is opened in, and the person acting in it.
+#: The tenant every run is opened in, and the prefix of each run's actor (one per run).
 TENANT, ACTOR = "agentdojo", "user"
 #: The reviewer (``Settings.reviewers`` makes a user for each).
 REVIEWER = "alice"

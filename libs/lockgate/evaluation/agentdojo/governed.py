@@ -86,14 +86,18 @@ class Governed:
     async def call(self, call: FunctionCall, role: Role) -> Step:
         """Propose ``call``; settle a review as this run's reviewer would; say what came of it."""
         resp = await self._propose(call)
-        reviewed, approved = False, None
+        reviewed, approved, undecided = False, None, ""
         if resp.status == "paused":
             resp = await self.run.wait(resp.candidate_id, past="paused", timeout_s=CALL_TIMEOUT_S)
         if resp.status == "pending_approval":
             reviewed = True
-            resp, approved = await self._review(resp, call)
+            resp, approved, undecided = await self._review(resp, call)
         executed = resp.status == "executed"
-        reasons = () if executed and not reviewed else await self._why(resp)
+        # A user's call that simply ran needs no why; an attacker's call always does.
+        plain = executed and not reviewed and role == "user"
+        reasons: tuple[str, ...] = ()
+        if not plain:
+            reasons = tuple(r for r in (undecided, *await self._why(resp)) if r)
         return Step(role, call.function, dict(call.args), executed=executed,
                     visible=texts(resp.result) if resp.result is not None else "",
                     status=resp.status, code=resp.code, reviewed=reviewed, approved=approved,
@@ -114,17 +118,24 @@ class Governed:
         return resp
 
     async def _review(self, resp: ModelResponse, call: FunctionCall
-                      ) -> tuple[ModelResponse, bool | None]:
-        """Decide the review (or, without a reviewer, withdraw the call); the settled answer."""
+                      ) -> tuple[ModelResponse, bool | None, str]:
+        """Decide the review (or, without a reviewer, withdraw the call).
+
+        Returns:
+            The settled answer, the reviewer's decision (``None``: nobody decided), and
+            ``review.undecided:<code>`` when the reviewer's decision was refused.
+        """
         if self.reviewer is None:
-            return await self._withdraw(resp.candidate_id, "no reviewer"), None
+            return await self._withdraw(resp.candidate_id, "no reviewer"), None, ""
         try:
             approved = await self.reviewer.decide(self.run.tenant, resp.candidate_id, call)
-        except ClientError:
-            # Policy did not let the reviewer decide it: it stays unapproved.
-            return await self._withdraw(resp.candidate_id, "the review could not be decided"), False
+        except ClientError as exc:
+            # The decision was refused (policy may not let this reviewer decide it): the
+            # call stays unapproved, and the runtime gives up on it.
+            withdrawn = await self._withdraw(resp.candidate_id, "the review could not be decided")
+            return withdrawn, None, f"review.undecided:{exc.code}"
         settled = await self.run.wait(resp.candidate_id, timeout_s=CALL_TIMEOUT_S)
-        return settled, approved
+        return settled, approved, ""
 
     async def _withdraw(self, candidate_id: str, why: str) -> ModelResponse:
         withdrawn = await self.run.withdraw(candidate_id, why=why)

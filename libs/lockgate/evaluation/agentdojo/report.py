@@ -39,6 +39,8 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
     code: str
     reviewed: bool = False
     approved: bool | None = None
+    """The reviewer's decision; ``None``: nobody decided (no reviewer, or the decision was
+    refused: ``review.undecided:<code>`` among the reasons)."""
     reasons: list[str] = msgspec.field(default_factory=list)
     """Why it did not simply execute: the response's code, policy's outcome, reasons and
     deciding policies."""
@@ -111,7 +113,7 @@ def _rate(p: Part) -> str:
 
 
 def _call(c: CallRecord) -> str:
-    review = ("" if not c.reviewed else " (no reviewer)" if c.approved is None
+    review = ("" if not c.reviewed else " (no decision)" if c.approved is None
               else " (approved)" if c.approved else " (rejected)")
     args = json.dumps(c.arguments, default=str)
     args = args if len(args) <= 70 else args[:69] + "…"

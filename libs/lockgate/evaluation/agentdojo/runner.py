@@ -212,7 +212,10 @@ class Evaluation:
         account = self.environments.open(prepared.environment)
         context = {"task": str(plan.user_task.PROMPT), ACCOUNT: account,
                    "user": " ".join(self.declaration.user(prepared.pre))}
-        run = await lockgate.agent.open_run(tenant=TENANT, actor=ACTOR, context=context, roles=ROLES)
+        # Every run is an episode of its own, from a fresh environment: its own user too, so
+        # that no actor's hourly window adds up hundreds of episodes replayed back to back.
+        run = await lockgate.agent.open_run(tenant=TENANT, actor=f"{ACTOR}-{account}",
+                                            context=context, roles=ROLES)
         reviewer = Reviewer(lockgate.reviewer, prepared.user_calls) if review else None
         executor: Executor = Governed(run, self.declaration, lockgate.store, reviewer)
         try:
