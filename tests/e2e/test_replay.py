@@ -529,17 +529,19 @@ def test_a_run_opened_again_since_is_current_evidence_and_says_so(
     assert row["evidence"]["run"] == "current" and not row["evidence"]["as_recorded"]
     assert "opened again" in row["evidence"]["notes"][0]
     assert (out["decisions"], out["not_as_recorded"]) == (1, 1)
-    assert "1 of them decided on current evidence, not as recorded" in out["summary"]
+    today = "the run's context as the deployment's runs hold it today"
+    assert f"1 of the 1 decided on evidence not as recorded: {today} (1 decision)" in out["summary"]
     text = _lockgate(system, "replay", "--intent", altered.reopened, "--bundle", str(flipped))
     assert text.returncode == 0, text.stderr
-    head, _, line = text.stdout.strip().splitlines()
+    head, _, line, because, why = text.stdout.strip().splitlines()
     assert head == (f"1 of 1 recorded decisions change under {flipped}; "
-                    "1 of them decided on current evidence, not as recorded")
-    assert line.startswith(altered.reopened[:12]) and line.endswith("decided on current run, not as recorded")
+                    f"1 of the 1 decided on evidence not as recorded: {today} (1 decision)")
+    assert line.startswith(altered.reopened[:12]) and line.endswith(f"not as recorded: {today}")
+    assert because == "not as recorded, because:" and "was opened again at" in why
     world = _lockgate(system, "replay", "--intent", altered.reopened, "--json")
     assert world.returncode == 0, world.stderr
     (replayed,) = json.loads(world.stdout)["replay"]["candidates"]
-    assert replayed["evidence"] == "on current run, not as recorded"
+    assert replayed["evidence"] == f"not as recorded: {today}"
 
 
 def test_a_run_with_no_record_is_undecidable(system: System, altered: Altered, flipped: Path) -> None:
@@ -571,12 +573,14 @@ def test_offline_the_builtin_contracts_answer_only_when_asked_and_say_so(
     assert without.returncode == 0, without.stderr
     (row,) = json.loads(without.stdout)["replay"]["candidates"]
     assert row["replayed"]["stopped"] == f"{FIXTURE_MISSING}: no contract for case.add_note"
-    assert row["evidence"] == "on declared run, no contract, not as recorded"
+    assert row["evidence"] == ("not as recorded: the run's context declared in the fixture file; "
+                               "no contract at all")
     builtin = _lockgate(system, *offline, "--builtin-contracts", url=closed)
     assert builtin.returncode == 0, builtin.stderr
     (row,) = json.loads(builtin.stdout)["replay"]["candidates"]
     assert (row["replayed"]["state"], row["replayed"]["digest"]) == ("completed", row["recorded"]["digest"])
-    assert row["evidence"] == "on declared run, built-in contract, not as recorded"
+    assert row["evidence"] == ("not as recorded: the run's context declared in the fixture file; "
+                               "the contract compiled into lockgate")
 
 
 async def test_prior_effects_are_read_from_the_whole_run(system: System, tmp_path: Path) -> None:

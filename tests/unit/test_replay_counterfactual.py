@@ -71,10 +71,11 @@ async def test_a_contract_the_record_cannot_vouch_for_is_current_evidence(no_pii
     """Recorded before the data classes were kept: only the revision says which contract it was."""
     row = await decide(allowed(data_classes=None), no_pii, Sources(deployment=today(None, PII)))
     assert (row.outcome, row.reasons, row.contract_from, row.as_recorded) == ("deny", ("case.pii",), "current", False)
-    assert row.notes == (f"current contract case.add_note {PII.revision[7:19]}, recorded {CONTRACT.revision[7:19]}",)
-    assert summary([row], "B") == ("1 of 1 recorded decisions change under B; "
-                                   "1 of them decided on current evidence, not as recorded")
-    assert changes_table([row], "B").splitlines()[-1].endswith("decided on current contract, not as recorded")
+    assert row.notes == (f"contract case.add_note is {PII.revision[7:19]} (the contract registered today); "
+                         f"the decision's was {CONTRACT.revision[7:19]}, which the record does not hold",)
+    assert summary([row], "B") == ("1 of 1 recorded decisions change under B; 1 of the 1 decided on evidence "
+                                   "not as recorded: the contract registered today (1 decision)")
+    assert changes_table([row], "B").splitlines()[-3].endswith("not as recorded: the contract registered today")
     same = await decide(allowed(data_classes=None), no_pii, Sources(deployment=today(None, CONTRACT)))
     assert (same.contract_from, same.as_recorded) == ("recorded", True)  # the revision is its digest
 
@@ -89,7 +90,7 @@ async def test_no_contract_anywhere_is_undecidable_unless_the_builtin_ones_are_a
     builtin = await decide(allowed(data_classes=None), no_pii,
                            Sources(deployment=today(), builtin=Known({}, demo_contracts())))
     assert (builtin.outcome, builtin.contract_from, builtin.as_recorded) == ("allow", "built-in", False)
-    assert builtin.grounds == "decided on built-in contract, not as recorded"
+    assert builtin.grounds == "not as recorded: the contract compiled into lockgate"
 
 
 async def test_a_run_opened_before_the_decision_is_the_one_it_read(no_pii: PolicyBundle) -> None:
@@ -98,7 +99,8 @@ async def test_a_run_opened_before_the_decision_is_the_one_it_read(no_pii: Polic
     again = await decide(allowed(), no_pii, Sources(deployment=today(run_opened(timedelta(hours=1)))))
     assert (again.run_from, again.as_recorded, again.outcome) == ("current", False, "allow")
     declared = await decide(allowed(), no_pii, Sources(declared=today(), deployment=Known({}, {})))
-    assert (declared.run_from, declared.grounds) == ("declared", "decided on declared run, not as recorded")
+    assert (declared.run_from, declared.grounds) == (
+        "declared", "not as recorded: the run's context declared in the fixture file")
     lost = await decide(allowed(), no_pii, Sources(deployment=Known({}, {})))
     assert lost.undecidable == "no record of the context run run-1 was opened with"
 

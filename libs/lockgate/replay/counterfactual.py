@@ -8,12 +8,15 @@ the facts each ``PolicyDecided`` used, and whether the capability was still offe
 Evaluating the same function on them under another bundle gives that bundle's decision
 on the same history, with the policies that determined it, without asking any world.
 
-The run's context is read from the deployment's runs: it is the one the decision read
-when the run was opened before the decision (a run opened again since carries a later
-time). Each decision says where each piece of its evidence came from (``Provenance``):
-one that stood on anything the record cannot vouch for (today's run or contract, a
-declared fixture, the compiled-in contracts) is marked so, and one with no evidence at
-all is undecidable, counted neither changed nor unchanged.
+The run's history is the one the decision read, as it recorded it (``PolicyDecided.history``):
+a shadow bundle's decision, made live on the same evidence, and this one agree. The run's
+context is read from the deployment's runs: it is the one the decision read when the run
+was opened before the decision (a run opened again since carries a later time). Each
+decision says where each piece of its evidence came from (``Provenance``), and in words
+(``Decided.grounds``): one that stood on anything the record cannot vouch for (today's
+run or contract, a declared fixture, the compiled-in contracts, a history the decision did
+not keep) is marked so, and one with no evidence at all is undecidable,
+counted neither changed nor unchanged.
 
 It is permission only: Cedar, the lineage rules and the progress checkpoint as the
 recorded intent carries them. Budgets and flood limits are counters of a live
@@ -27,7 +30,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockgate.authz import PolicyBundle
-from lockgate.authz.intents import Evidence
+from lockgate.authz.history import HistoryFacts
+from lockgate.authz.intents import Evidence, keeps_history
 from lockgate.contracts.capability import CapabilityContract, EffectClass
 from lockgate.contracts.messages import Facts, RunContext
 from lockgate.contracts.vocabulary import DecisionOutcome, Resolution
@@ -35,7 +39,7 @@ from lockgate.intent.aggregate import EffectIntent, Event, State
 from lockgate.intent.codec import fold
 from lockgate.intent.events import CandidateNormalized, EffectCompleted, PolicyDecided, Reconciled
 from lockgate.policy.domain import evaluate_for
-from lockgate.replay.record import Candidate, Provenance, Sources
+from lockgate.replay.record import Candidate, Provenance, Sources, grounds_of, in_words
 
 #: The recorded reason of a decision made when the capability was no longer offered.
 NOT_OFFERED = "tool.no-longer-offered"
@@ -63,6 +67,9 @@ class Decided:
     run_from: str = Provenance.RECORDED
     #: Where the contract came from ("": none was found).
     contract_from: str = Provenance.RECORDED
+    #: Where the run's history came from: the decision's record, or ``absent`` when the
+    #: bundle reads a history the decision did not keep (then read as empty).
+    history_from: str = Provenance.RECORDED
     #: How each piece not as recorded differs from what the record says, or why none was found.
     notes: tuple[str, ...] = ()
     #: Why no decision could be made ("": one was).
@@ -71,7 +78,7 @@ class Decided:
     @property
     def as_recorded(self) -> bool:
         """Whether every piece of its evidence is the record's."""
-        return not self.undecidable and self.run_from == self.contract_from == Provenance.RECORDED
+        return not self.undecidable and not self.apart
 
     @property
     def changed(self) -> bool:
@@ -93,13 +100,16 @@ class Decided:
         return tuple(p for p in self.recorded_determining if p not in self.determining)
 
     @property
+    def apart(self) -> tuple[str, ...]:
+        """Each piece of its evidence that is not the record's, in words (what it was instead)."""
+        return in_words(run=self.run_from, contract=self.contract_from, history=self.history_from)
+
+    @property
     def grounds(self) -> str:
-        """Its evidence in a few words: ``as recorded``, what was not, or why it is undecidable."""
+        """Its evidence in words: ``as recorded``, what it stood on instead, or why it is undecidable."""
         if self.undecidable:
             return f"undecidable: {self.undecidable}"
-        apart = [f"{source} {piece}" for piece, source in (("run", self.run_from), ("contract", self.contract_from))
-                 if source != Provenance.RECORDED]
-        return "as recorded" if not apart else "decided on " + ", ".join(apart) + ", not as recorded"
+        return grounds_of(run=self.run_from, contract=self.contract_from, history=self.history_from)
 
     def as_json(self) -> dict[str, object]:
         """The row as JSON."""
@@ -111,8 +121,9 @@ class Decided:
             "counterfactual": None if self.undecidable else {
                 "outcome": self.outcome, "reasons": list(self.reasons), "determining": list(self.determining),
                 "revision": self.revision},
-            "evidence": {"run": self.run_from, "contract": self.contract_from, "facts": Provenance.RECORDED,
-                         "as_recorded": self.as_recorded, "notes": list(self.notes)},
+            "evidence": {"run": self.run_from, "contract": self.contract_from, "history": self.history_from,
+                         "facts": Provenance.RECORDED, "as_recorded": self.as_recorded,
+                         "words": self.grounds, "notes": list(self.notes)},
             "undecidable": self.undecidable or None,
             "changed": self.changed, "entered": list(self.entered), "left": list(self.left),
         }
@@ -152,6 +163,19 @@ async def _run(found: _Recorded, sources: Sources) -> tuple[RunContext | None, s
     return await sources.run_read_at(intent.tenant, intent.run_id, intent.actor, found.decision.timestamp)
 
 
+def _history(found: _Recorded, bundle: PolicyBundle) -> tuple[HistoryFacts | None, str, str]:
+    """The run's history the decision read (``None``: it read none), its provenance, and a
+    note when the bundle reads one the record does not hold."""
+    recorded = found.decision.history
+    if recorded:
+        return HistoryFacts.from_context(recorded), Provenance.RECORDED, ""
+    if not keeps_history(bundle, found.intent)[0]:
+        return None, Provenance.RECORDED, ""  # none is read, so none is missing
+    # Its bundle read none (or it was recorded before histories were kept): this bundle
+    # decides without it, as a shadow beside that bundle did.
+    return None, Provenance.ABSENT, f"the decision kept no history of run {found.intent.run_id}"
+
+
 def _short(revision: str) -> str:
     return revision.removeprefix("sha256:")[:12] or "?"
 
@@ -172,7 +196,8 @@ async def _contract(found: _Recorded, sources: Sources) -> tuple[CapabilityContr
     if hit is None:
         return None, "", f"no contract for {tool} (recorded revision {_short(recorded)})"
     contract, source = hit
-    return contract, source, f"{source} contract {tool} {_short(contract.revision)}, recorded {_short(recorded)}"
+    return contract, source, (f"contract {tool} is {_short(contract.revision)} ({in_words(contract=source)[0]}); "
+                              f"the decision's was {_short(recorded)}, which the record does not hold")
 
 
 def _completions(record: Sequence[Candidate]) -> dict[tuple[str, str, str], list[datetime]]:
@@ -223,12 +248,18 @@ async def _decide(found: _Recorded, bundle: PolicyBundle, sources: Sources,
         run_from=run_from, contract_from=contract_from, notes=tuple(n for n in (run_note, contract_note) if n))
     if run is None or contract is None:
         return replace(row, undecidable="; ".join(row.notes))
+    history, history_from, history_note = _history(found, bundle)
+    row = replace(row, history_from=history_from, notes=(*row.notes, *((history_note,) if history_note else ())))
     evidence = Evidence(
         run=run, contract=contract,
         prior_effects=sum(at < recorded.timestamp for at in done.get((intent.tenant, intent.run_id, intent.tool), ())),
         # Whether the capability was still offered is on the record: the decision says so.
         offered_now=NOT_OFFERED not in recorded.reasons,
     )
+    if history is not None:
+        # A history the decision did not read is not read here either: the request carries
+        # what a shadow bundle's beside it carried.
+        evidence = replace(evidence, history=history)
     facts = Facts(facts=dict(recorded.facts)) if recorded.facts else None
     decision = evaluate_for(intent, bundle, facts, evidence=evidence)
     return replace(row, outcome=str(decision.outcome), reasons=tuple(decision.reasons),

@@ -206,6 +206,35 @@ class Provenance(StrEnum):
     CURRENT = "current"
     #: Compiled into lockgate (the demo worlds' contracts), only when asked for.
     BUILTIN = "built-in"
+    #: Not on the record, and no source has it: decided without it (a decision that kept
+    #: no history, under a bundle that reads it).
+    ABSENT = "absent"
+
+
+#: Each piece of evidence, from each source but the record, in the words a person reads.
+_WORDS: dict[tuple[str, str], str] = {
+    ("run", Provenance.CURRENT): "the run's context as the deployment's runs hold it today",
+    ("run", Provenance.DECLARED): "the run's context declared in the fixture file",
+    ("run", ""): "no run's context at all",
+    ("contract", Provenance.CURRENT): "the contract registered today",
+    ("contract", Provenance.DECLARED): "the contract declared in the fixture file",
+    ("contract", Provenance.BUILTIN): "the contract compiled into lockgate",
+    ("contract", ""): "no contract at all",
+    ("history", Provenance.ABSENT): "no history on the record, decided without it",
+}
+
+
+def in_words(**pieces: str) -> tuple[str, ...]:
+    """What each piece of evidence (``run=``, ``contract=``, ``history=``: its provenance)
+    stood on, in words, for every piece not as recorded."""
+    return tuple(_WORDS.get((piece, source), f"the {piece} as {source}")
+                 for piece, source in pieces.items() if source != Provenance.RECORDED)
+
+
+def grounds_of(**pieces: str) -> str:
+    """The evidence of a decision in a sentence: ``as recorded``, or what it stood on instead."""
+    apart = in_words(**pieces)
+    return "as recorded" if not apart else "not as recorded: " + "; ".join(apart)
 
 
 @dataclass(frozen=True)
@@ -254,12 +283,13 @@ class Sources:
             return None, "", f"no record of the context run {run_id} was opened with"
         run, source = hit
         if source is not Provenance.CURRENT:
-            return run, source, f"run {run_id} as {source}"
+            return run, source, f"run {run_id}'s context is the one {source}, not the deployment's"
         if run.actor == actor and run.opened_at <= at:
             # Runs are kept one entry per run: one written before the step, and not since,
             # is the very context the step read.
             return run, Provenance.RECORDED, ""
-        return run, source, f"run {run_id} opened again at {run.opened_at.isoformat()}, after it"
+        return run, source, (f"run {run_id} was opened again at {run.opened_at.isoformat()}, after it: "
+                             "today's context of it may not be the one it read")
 
     async def run(self, tenant: str, run_id: str) -> RunContext | None:
         """The first source's context of ``run_id``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from lockgate.intent.events import (
 )
 from lockgate.replay.counterfactual import Decided
 from lockgate.replay.fixtures import Fixtures, Miss
-from lockgate.replay.record import Candidate, Deployment, Known, Provenance, Sources
+from lockgate.replay.record import Candidate, Deployment, Known, Provenance, Sources, grounds_of
 from lockgate.replay.world import FixtureWorld, Replayed, replay_identity, world_digest
 
 
@@ -144,18 +145,15 @@ async def grounds(candidate: Candidate, sources: Sources) -> str:
     first = candidate.first
     if first is None:
         return "as recorded"
-    apart: list[str] = []
+    pieces: dict[str, str] = {}
     if not (isinstance(first, CandidateRejected) and first.reason == "run.unknown"):
-        _, source, _ = await sources.run_read_at(first.tenant, first.run_id, first.actor, candidate.received_at)
-        if source != Provenance.RECORDED:
-            apart.append(f"{source or 'no'} run")
+        _, pieces["run"], _ = await sources.run_read_at(first.tenant, first.run_id, first.actor,
+                                                        candidate.received_at)
     if isinstance(first, CandidateReceived):
         hit = await sources.found_contract(first.tool)
-        if hit is None:
-            apart.append("no contract")
-        elif not (hit[1] is Provenance.CURRENT and hit[0].revision == first.contract_revision):
-            apart.append(f"{hit[1]} contract")
-    return "as recorded" if not apart else "on " + ", ".join(apart) + ", not as recorded"
+        pieces["contract"] = "" if hit is None else Provenance.RECORDED if (
+            hit[1] is Provenance.CURRENT and hit[0].revision == first.contract_revision) else hit[1]
+    return grounds_of(**pieces)
 
 
 async def replay(
@@ -226,16 +224,21 @@ def changes_table(rows: Sequence[Decided], bundle: str, *, every: bool = False) 
         lines.append((_short(r.intent_id), r.tool, r.resource, _outcome(r.recorded, r.recorded_reasons),
                       "undecidable" if r.undecidable else _outcome(r.outcome, r.reasons),
                       ", ".join(moved or r.determining) or "-", r.grounds))
-    return summary(rows, bundle) + ("\n" + _columns(lines) if shown else "")
+    why = [f"  {_short(r.intent_id)}  {'; '.join(r.notes)}" for r in shown if r.notes and not r.undecidable]
+    return summary(rows, bundle) + ("\n" + _columns(lines) if shown else "") + (
+        "\nnot as recorded, because:\n" + "\n".join(why) if why else "")
 
 
 def summary(rows: Sequence[Decided], bundle: str) -> str:
-    """How many decisions change, how many stood on evidence not as recorded, how many are undecidable."""
+    """How many decisions change, how many stood on evidence not as recorded and on what
+    instead (in words), how many are undecidable."""
     decided = [r for r in rows if not r.undecidable]
     head = f"{sum(r.changed for r in decided)} of {len(decided)} recorded decisions change under {bundle}"
-    current = sum(not r.as_recorded for r in decided)
-    if current:
-        head += f"; {current} of them decided on current evidence, not as recorded"
+    apart = [r for r in decided if not r.as_recorded]
+    if apart:
+        instead = Counter(words for r in apart for words in r.apart)
+        head += (f"; {len(apart)} of the {len(decided)} decided on evidence not as recorded: "
+                 + "; ".join(f"{words} ({n} decision{'s' if n > 1 else ''})" for words, n in instead.items()))
     if len(decided) < len(rows):
         head += f"; {len(rows) - len(decided)} undecidable (no evidence), not counted"
     return head
