@@ -12,6 +12,11 @@ timed side by side in the same process on the same requests:
   the second only when the first allows) and builds the ``Decision``.
 - **cedar**: one bare ``cedarpy.is_authorized`` with the same prebuilt ``PolicySet``
   handle, a prebuilt request and prebuilt entities: the floor under one question.
+- **history**: the lockgate path on the same bundle plus history-reading policies (a tenth
+  of its size more: untrusted content and destinations, the run's totals, an actor's hour;
+  ``context.history``, ``lockgate.authz.history``), each request carrying a run's history
+  rendered from ``HistoryFacts`` as the policy service renders it (that rendering is timed
+  too). Reading the history's documents from the broker is the pipeline's, not this.
 
 The requests are a fixed, seeded pool drawn from the generated permits: most are
 allowed, some need approval (sensitive documents, tenants without an unattended
@@ -28,20 +33,23 @@ import json
 import math
 import platform
 import random
+import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import cedarpy
 
 from bench import machine
 from bench.stats import percentile
-from lockgate.authz import AuthzRequest, PolicyBundle, evaluate
+from lockgate.authz import AuthzRequest, Decision, PolicyBundle, evaluate
 from lockgate.authz.engine import NAMESPACE
+from lockgate.authz.history import EMPTY_WINDOW, WINDOWS, HistoryFacts, Window
 
 SIZES = (10, 100, 1000)
 ACTIONS = ("doc.edit", "doc.comment", "doc.share", "doc.archive")
@@ -140,6 +148,63 @@ def generate(size: int, seed: int = 7) -> Generated:
     return Generated("\n\n".join(out) + "\n", permits, unattended, n_forbid)
 
 
+#: The history's types, as the demo bundle's schema declares them (kept in step by reading it).
+_HISTORY_TYPES = re.findall(r"  type (?:Classes|Window|History) = \{.*?\};",
+                            (Path(__file__).resolve().parents[1] / "deploy" / "policies"
+                             / "lockgate.cedarschema").read_text(), re.DOTALL)
+HISTORY_SCHEMA = SCHEMA.replace(
+    "context: { effect_class: String, digest: String },",
+    "context: { effect_class: String, digest: String, destinations: Set<String>,\n"
+    "               untrusted_destinations: Set<String>, amount: Long, history: History },",
+).replace("  action ", "\n".join(_HISTORY_TYPES) + "\n  action ", 1)
+
+
+def history_policies(size: int, seed: int = 13) -> str:
+    """A tenth of ``size`` more policies that read the run's history."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(max(3, size // 10)):
+        action = ACTIONS[i % len(ACTIONS)]
+        kind = i % 3
+        if kind == 0:
+            cond = "context.history.untrusted && !context.untrusted_destinations.isEmpty()"
+        elif kind == 1:
+            cond = f"context.history.run.amount + context.amount > {rng.randint(1000, 5000)}"
+        else:
+            cond = f"context.history.actor_hour.publish >= {rng.randint(10, 40)}"
+        out.append(f'@id("doc.history-{i}")\nforbid (principal, action == {NAMESPACE}::Action::'
+                   f'"{action}::unattended", resource is {NAMESPACE}::Doc)\nwhen {{ {cond} }};')
+    return "\n\n".join(out) + "\n"
+
+
+def histories(count: int = 64, seed: int = 17) -> list[HistoryFacts]:
+    """A seeded pool of runs' histories: some untrusted, running totals, busy hours."""
+    rng = random.Random(seed)
+    pool = []
+    for _ in range(count):
+        run = Window({"read": rng.randint(0, 20), "publish": rng.randint(0, 5)}, rng.randint(0, 4000))
+        pool.append(HistoryFacts(
+            executed=frozenset({"doc.edit", "doc.comment"}),
+            untrusted_from=frozenset({"mail.read"} if rng.random() < 0.3 else ()),
+            destinations=frozenset(f"user-{rng.randint(0, 9)}@example.com" for _ in range(3)),
+            approvals=rng.randint(0, 2), run=run,
+            windows={name: Window({"publish": rng.randint(0, 40)}, 0) if "hour" in name
+                     else EMPTY_WINDOW for name in WINDOWS},
+        ))
+    return pool
+
+
+def with_history(req: AuthzRequest, facts: HistoryFacts) -> AuthzRequest:
+    """``req`` with the history context the policy service adds (rendered now, as it is there)."""
+    return AuthzRequest(
+        tenant=req.tenant, actor=req.actor, capability=req.capability,
+        resource_type=req.resource_type, resource_id=req.resource_id,
+        resource_facts=req.resource_facts,
+        context={**req.context, "destinations": ["user-1@example.com"],
+                 "untrusted_destinations": [], "amount": 100, "history": facts.context()},
+    )
+
+
 def requests(gen: Generated, count: int = 256, seed: int = 11) -> list[AuthzRequest]:
     """A seeded pool: requests that a permit matches, ~10 % sensitive, ~10 % closed."""
     rng = random.Random(seed)
@@ -160,6 +225,11 @@ def requests(gen: Generated, count: int = 256, seed: int = 11) -> list[AuthzRequ
             context={"effect_class": "write", "digest": f"sha256:{i:064x}"},
         ))
     return pool
+
+
+def _history_call(bundle: PolicyBundle, req: AuthzRequest, facts: HistoryFacts) -> Callable[[], Decision]:
+    """One decision with the run's history rendered into the request, as policy makes it."""
+    return lambda: evaluate(bundle, with_history(req, facts))
 
 
 def bare_call(bundle: PolicyBundle, req: AuthzRequest) -> Callable[[], Any]:
@@ -219,6 +289,7 @@ class SizeResult:
     questions_per_decision: float
     lockgate: Timing
     cedar: Timing
+    history: Timing
 
 
 def measure(size: int, seconds: float, slice_n: int = 200) -> SizeResult:
@@ -240,16 +311,23 @@ def measure(size: int, seconds: float, slice_n: int = 200) -> SizeResult:
     questions = sum(2 if d.outcome != "deny" else 1 for d in decisions) / len(decisions)
     lockgate_calls = [(lambda r=r: evaluate(bundle, r)) for r in pool]
     cedar_calls = [bare_call(bundle, r) for r in pool]
-    lg, cd = Timing(), Timing()
-    # Warm both paths (allocator, caches), then alternate slices until the time is spent.
-    timed(lockgate_calls, 0, min(slice_n, len(pool)), Timing())
-    timed(cedar_calls, 0, min(slice_n, len(pool)), Timing())
+    with_runs = PolicyBundle.from_text(gen.text + "\n" + history_policies(size), HISTORY_SCHEMA,
+                                       cache_decisions=0)
+    runs = histories()
+    history_calls = [_history_call(with_runs, r, runs[k % len(runs)]) for k, r in enumerate(pool)]
+    if any(c().errors for c in history_calls):
+        raise RuntimeError("requests with a history fail to evaluate")
+    lg, cd, hi = Timing(), Timing(), Timing()
+    # Warm every path (allocator, caches), then alternate slices until the time is spent.
+    for calls in (lockgate_calls, cedar_calls, history_calls):
+        timed(calls, 0, min(slice_n, len(pool)), Timing())
     deadline = time.perf_counter() + seconds
-    i = j = 0
+    i = j = k = 0
     while time.perf_counter() < deadline or not lg.latencies_ns:
         i = timed(lockgate_calls, i, slice_n, lg)
         j = timed(cedar_calls, j, slice_n, cd)
-    return SizeResult(size, gen.forbids, load_ms, outcomes, questions, lg, cd)
+        k = timed(history_calls, k, slice_n, hi)
+    return SizeResult(size, gen.forbids, load_ms, outcomes, questions, lg, cd, hi)
 
 
 def summary(results: list[SizeResult]) -> dict[str, Any]:
@@ -262,6 +340,9 @@ def summary(results: list[SizeResult]) -> dict[str, Any]:
         "lockgate_per_s": num(r.lockgate.per_s, 1),
         "lockgate_p50_us": num(r.lockgate.us(0.5), 1),
         "lockgate_p99_us": num(r.lockgate.us(0.99), 1),
+        "history_per_s": num(r.history.per_s, 1),
+        "history_p50_us": num(r.history.us(0.5), 1),
+        "history_p99_us": num(r.history.us(0.99), 1),
         "cedar_per_s": num(r.cedar.per_s, 1),
         "cedar_p50_us": num(r.cedar.us(0.5), 1),
         "cedar_p99_us": num(r.cedar.us(0.99), 1),
@@ -277,7 +358,7 @@ def table(results: list[SizeResult]) -> str:
     """Both paths per bundle size, as an aligned text table."""
     rows = [HEADER]
     for r in results:
-        for name, t in (("lockgate", r.lockgate), ("cedar", r.cedar)):
+        for name, t in (("lockgate", r.lockgate), ("history", r.history), ("cedar", r.cedar)):
             rows.append([str(r.size), f"{r.load_ms:.1f}" if name == "lockgate" else "", name,
                          str(len(t.latencies_ns)), f"{t.per_s:,.0f}", f"{t.us(0.5):.1f}",
                          f"{t.us(0.99):.1f}", f"{t.us(1.0):.0f}"])

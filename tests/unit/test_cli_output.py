@@ -30,7 +30,7 @@ POLICY_COMMANDS = commands(policy_cli.parser())
 def test_the_walk_finds_the_commands_a_person_types() -> None:
     assert {"status", "propose", "intents", "review list", "review approve", "world ledger",
             "mcp servers", "mcp conformance", "replay", "adapter scaffold", "policy"} <= set(COMMANDS)
-    assert set(POLICY_COMMANDS) == {"validate", "test"}
+    assert set(POLICY_COMMANDS) == {"validate", "test", "shadow", "promote"}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

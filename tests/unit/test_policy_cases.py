@@ -14,7 +14,8 @@ from lockgate.cli.policy import policy_main
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = REPO / "deploy" / "policies"
 TABLES = [POLICIES / "case-notes" / "cases.yaml", POLICIES / "items" / "cases.yaml",
-          POLICIES / "repo" / "cases.yaml", POLICIES / "mcp" / "cases.yaml"]
+          POLICIES / "repo" / "cases.yaml", POLICIES / "mcp" / "cases.yaml",
+          POLICIES / "assistant" / "cases.yaml"]
 
 OPEN_CASE = ("{exists: true, tenant: tenant-a, status: open, writes_suspended: false, "
              "actor_may_add_note: true, sensitive: false, version: 3}")
@@ -83,7 +84,9 @@ def test_shipped_tables_cover_every_outcome_and_forbid(bundle: PolicyBundle) -> 
     results = [r for path in TABLES for r in run_cases(bundle, load_cases(path))]
     assert {r.actual for r in results} == {"allow", "require_approval", "deny"}
     forbids = {pid for pid, effect in bundle.effects.items() if effect == "forbid"}
-    assert forbids <= {reason for r in results for reason in r.reasons}
+    # A forbid on the unattended question sends a call to a reviewer: it determines the
+    # decision (policy.approval-required is the reason).
+    assert forbids <= {reason for r in results for reason in (*r.reasons, *r.determining)}
 
 
 def test_a_wrong_expectation_fails_with_the_determining_policies(

@@ -18,7 +18,7 @@ from lockgate.authz.engine import (
     evaluate,
     evaluate_approval,
 )
-from lockgate.authz.history import NO_HISTORY, HistoryFacts, amount_of, destinations_of, untrusted
+from lockgate.authz.history import HistoryFacts, amount_of, destinations_of, untrusted
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Facts, RunContext
 from lockgate.intent.aggregate import EffectIntent
@@ -34,8 +34,10 @@ class Evidence:
     budget_remaining: int = NO_LIMIT
     #: The capability's adapter is alive now (it was when the turn offered it).
     offered_now: bool = True
-    #: What the run has done and seen, as of this decision (``lockgate.authz.history``).
-    history: HistoryFacts = NO_HISTORY
+    #: What the run has done and seen, as of this decision (``lockgate.authz.history``);
+    #: ``None`` where no policy that reads it applies: the request then carries none (a
+    #: policy that read it anyway would meet an evaluation error, which denies).
+    history: HistoryFacts | None = None
 
 
 #: No run, no contract, no prior effects: what a bare evaluation knows.
@@ -77,7 +79,7 @@ def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EV
             "destinations": list(destinations),
             "untrusted_destinations": list(untrusted(destinations, run.context.values() if run else ())),
             "amount": amount_of(intent.normalized_arguments, contract.amount_argument if contract else None),
-            "history": evidence.history.context(),
+            **({"history": evidence.history.context()} if evidence.history is not None else {}),
         },
         roles=tuple(run.roles) if run else (),
         delegation=(run.delegation or "") if run else "",

@@ -5,6 +5,8 @@ policies; ``lockgate policy test DIR CASES.yaml …`` checks each case table (se
 ``lockgate.authz.cases``) and exits 1 when any case fails. Also runnable as
 ``python -m lockgate.cli policy validate DIR``. A starting point for the capability functions
 of a module (schema fragment and commented policies): ``lockgate adapter scaffold``.
+``lockgate policy shadow DIR`` runs a bundle beside the active one on live traffic, and
+``lockgate policy promote`` makes it the active one (``lockgate.cli.shadow``).
 
 For a person it prints the policies and the cases in words; with ``--json`` (before or
 after the subcommand) one JSON document for ``validate`` and a JSON line per case for
@@ -25,6 +27,7 @@ import cedarpy
 
 from lockgate.authz.cases import CaseError, CaseResult, load_cases, run_cases
 from lockgate.authz.engine import BundleError, PolicyBundle
+from lockgate.cli import shadow
 from lockgate.cli.group import OwnArguments, Subparsers
 from lockgate.client.output import Output
 
@@ -46,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     _json(t)
     t.add_argument("dir", type=Path, help="directory of *.cedar policies and *.cedarschema fragments")
     t.add_argument("cases", type=Path, nargs="+", metavar="CASES.yaml", help="case tables")
+    shadow.add_parsers(sub, _json)
     return p
 
 
@@ -72,6 +76,8 @@ def policy_main(argv: Sequence[str] | None = None) -> int:
     out = Output(json=args.json)
     if args.policy_command == "validate":
         return _validate(args.dir, out)
+    if args.policy_command in ("shadow", "promote"):
+        return shadow.run(args, out)
     return _test(args.dir, args.cases, out)
 
 
@@ -200,9 +206,10 @@ def _shown(directory: Path, path: Path) -> str:
 
 
 def _register(sub: Subparsers) -> None:
-    sub.add_parser("policy", help="validate a policy bundle or run its case tables", add_help=False)
+    sub.add_parser("policy", help="validate a policy bundle, run its case tables, try one on live "
+                                  "traffic as a shadow and promote it", add_help=False)
 
 
-#: Policy authoring works on files only: it needs no broker and parses its own arguments, so
-#: the ``lockgate`` parser only lists it.
+#: Policy authoring works on files (no broker; ``shadow`` and ``promote`` find the running
+#: system themselves) and parses its own arguments, so the ``lockgate`` parser only lists it.
 POLICY = OwnArguments("policy", _register, policy_main)

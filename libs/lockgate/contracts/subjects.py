@@ -242,8 +242,7 @@ _CANDIDATE = Param("candidate", "candidate id")
 _CAPABILITY = Param("capability", "capability", "capability")
 
 REVIEW_VERBS = ("show", "decide", "edit")
-#: What an operator may ask of the policy bundles: where they stand, start or stop a
-#: shadow bundle, promote it.
+#: What an operator may ask of the policy bundles (where they stand, a shadow, a promotion).
 POLICY_VERBS = ("status", "shadow", "shadow-off", "promote")
 #: What services ask an adapter, ``lg.adapter.<capability>.<verb>``.
 ADAPTER_VERBS = ("describe", "normalize", "facts", "query")
@@ -489,11 +488,8 @@ POLICY_ALL = POLICY.pattern()
 
 
 def parse_policy(subject: str) -> tuple[str, str]:
-    """The verb and the operator of a policy command's subject.
-
-    Raises:
-        NotACommandSubject: not one, or a verb policy does not know.
-    """
+    """The verb and the operator of a policy command's subject (``NotACommandSubject``: not
+    one, or a verb policy does not know)."""
     values = _command_parts(POLICY, subject)
     if values["verb"] not in POLICY_VERBS:
         raise NotACommandSubject(f"{subject[:200]!r}: unknown policy verb")

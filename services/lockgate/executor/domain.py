@@ -11,6 +11,7 @@ import msgspec
 
 from lockgate.authz import Decision
 from lockgate.authz.engine import PolicyBundle
+from lockgate.authz.intents import keeps_history
 from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import AttemptReport, ExecutionOrder, Facts
 from lockgate.contracts.proofs import report_token
@@ -72,12 +73,12 @@ def decided_before(bundle: PolicyBundle, intent: EffectIntent, facts: Facts) -> 
     opened), its contract (the gate refuses a changed one before it gets here), the
     resource's facts and three pieces of evidence that change over time: prior effects,
     budgets left and the run's history. So when the bundle is the revision policy
-    decided with, uses none of those, and the fresh facts are the ones policy recorded, asking again
+    decided with, uses none of those for this intent, and the fresh facts are the ones policy recorded, asking again
     would return what policy returned: that answer is the gate's, with no evaluation.
     Anything else (``None``) is evaluated anew.
     """
     if (bundle.revision != intent.policy_revision or bundle.uses_prior_effects
-            or bundle.uses_history or bundle.config.budgets or intent.decision is None):
+            or keeps_history(bundle, intent)[0] or bundle.config.budgets or intent.decision is None):
         return None
     if intent.decision not in (DecisionOutcome.ALLOW, DecisionOutcome.REQUIRE_APPROVAL):
         return None  # a denial or a pause came from more than Cedar

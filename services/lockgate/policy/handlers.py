@@ -150,7 +150,7 @@ class PolicyHandlers:
         shadow = await self.shadows.current()
         events = record(
             intent, decision, facts, reservations=held, cause=cause, now=self.clock(),
-            history=evidence.history if keeps_history(bundle, intent)[0] else None,
+            history=evidence.history,
             # The same request under the shadow bundle: recorded beside, never enforced.
             shadow=evaluate_for(intent, shadow, facts, repeated_denials=repeated, evidence=evidence)
             if shadow is not None else None)
