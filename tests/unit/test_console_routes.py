@@ -19,13 +19,13 @@ def test_each_resource_is_one_router_and_the_app_serves_all_of_them() -> None:
     assert documented == routed
     tags = {tuple(r.tags) for router in ROUTERS for r in router.routes
             if isinstance(r, APIRoute) and r.include_in_schema}
-    assert tags == {("people",), ("intents",), ("reviews",), ("outcomes",), ("live",)}
+    assert tags == {("people",), ("intents",), ("reviews",), ("outcomes",), ("shadow",), ("live",)}
 
 
 @pytest.mark.parametrize(("path", "declared"), [
     ("/api/me", ""), ("/api/intents", "state=sent&run=r&before=3&model_status=x&limit=3&tenant=t"),
     ("/api/reviews", "status=waiting&tenant=t&limit=5"), ("/api/outcomes", "tenant=t&limit=3"),
-    ("/api/intents/i-1/review", ""), ("/api/stream", ""),
+    ("/api/intents/i-1/review", ""), ("/api/stream", ""), ("/api/shadow", "tenant=t&limit=3"),
 ])
 def test_every_route_refuses_a_query_parameter_it_does_not_declare(path: str, declared: str) -> None:
     bearer = {"Authorization": "Bearer x"}

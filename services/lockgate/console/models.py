@@ -224,3 +224,45 @@ class Withdrawn(_Out):
     candidate_id: str
     status: str = Field(description="withdrawn, withdrawal_requested, interruption_requested, …")
     code: str
+
+
+class ShadowSide(_Out):
+    """One bundle's decision on the request: the active one's (enforced) or the shadow's (recorded only)."""
+
+    revision: str
+    outcome: str
+    reasons: list[str]
+    determining: list[str] = Field(description="The policies that determined it.")
+
+
+class ShadowDecision(_Out):
+    """An intent's latest decision beside the shadow bundle's on the same request and evidence."""
+
+    intent_id: str
+    tenant: str
+    run_id: str
+    tool: str
+    decided_at: str
+    active: ShadowSide
+    shadow: ShadowSide
+    flip: str = Field(description='"" when both agree, else <active>-><shadow> (allow->deny, ...).')
+    policy: str = Field(description="The policies that determined the shadow's decision and not the "
+                                    "active one's, joined by ','; for a flip to deny, the forbids that denied.")
+    link: str = Field(description="The intent's page.")
+
+
+class ShadowFlip(_Out):
+    """How many intents the shadow bundle flips one way, on one capability, by one policy."""
+
+    tool: str
+    flip: str
+    policy: str
+    count: int
+
+
+class ShadowReport(_Out):
+    """What the shadow bundle would change: its flips counted, and the latest flipped decisions."""
+
+    revision: str | None = Field(description="The shadow bundle's revision read (null: no shadow decision yet).")
+    flips: list[ShadowFlip]
+    flipped: list[ShadowDecision] = Field(description="The latest flipped decisions, newest first.")

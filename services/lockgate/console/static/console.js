@@ -104,6 +104,10 @@
     const scope = me.tenants.length ? me.tenants.join(", ") : "every tenant";
     $("who").textContent = me.name + " · " + me.role + " · " + scope;
     $("outcomes-section").hidden = me.role !== "operator";
+    $("nav-shadow").hidden = me.role !== "operator";
+    // An intent's own address (/intents/<id>, as other pages link it) opens it.
+    const linked = /^\/intents\/([A-Za-z0-9_-]{1,64})$/.exec(location.pathname);
+    if (linked) openIntent = linked[1];
     await refresh();
     live();
   }
