@@ -27,7 +27,8 @@ async def ports(request: pytest.FixtureRequest, nc: Client) -> Ports:
     if request.param == "memory":
         return MemoryPorts.create()
     made = await ports_for(nc, Settings(manage_topology=True, adapter_timeout_s=0.3))
-    made.registry = CapabilityRegistry(await made.js.key_value(CAPABILITIES_BUCKET), ttl_s=0.0)
+    made.registry = CapabilityRegistry(await made.js.key_value(CAPABILITIES_BUCKET), ttl_s=0.0,
+                                       js=made.js)
     return made
 
 
@@ -50,6 +51,18 @@ async def test_a_registered_capability_is_found_by_name(ports: Ports) -> None:
     assert registration is not None and registration.adapter == "test"
     assert name in await ports.registry.names()
     assert await ports.registry.get("not a name") is None
+
+
+async def test_listing_the_names_leaves_no_consumer_behind(nc: Client) -> None:
+    """A turn lists the names: a thousand turns in a few minutes must not fill the broker's
+    consumer limit (nats-py's keys() leaves a consumer per listing)."""
+    ports = await ports_for(nc, Settings(manage_topology=True))
+    name = f"port.c{random_id()[:12]}"
+    await register(ports, named(name))
+    for _ in range(50):
+        assert name in await ports.registry.names()
+    info = await ports.js.stream_info(f"KV_{CAPABILITIES_BUCKET}")
+    assert info.state.consumer_count == 0
 
 
 async def test_an_adapter_that_answers_and_one_that_does_not(ports: Ports, nc: Client) -> None:

@@ -48,7 +48,8 @@ Each case becomes the ``AuthzRequest`` the policy service would build for an int
 - ``action: approve`` asks the reviewer's question instead (``evaluate_approval``): the
   principal is the reviewer, ``proposer`` (required) the actor whose request it is,
   and the context gets ``proposer`` and ``self_approval`` as the approval service
-  computes them. Its outcomes are ``allow`` and ``deny``.
+  computes them, and no ``history`` (unless the case states one). Its outcomes are
+  ``allow`` and ``deny``.
 
 Unknown keys are refused, so a misspelt ``reason:`` cannot silently check nothing.
 """
@@ -279,6 +280,9 @@ def _case(path: Path, index: int, row: object) -> Case:
         delegation_of = row.get("proposer_delegation", "")
         if not isinstance(delegation_of, str):
             raise fail("proposer_delegation must be text")
+        if row.get("history") is None:
+            # As the approval service asks: a reviewer's question carries no run history.
+            context.pop("history", None)
         context = review_context(context, str(principal.get("actor", "")), proposer, delegation_of)
     elif "proposer" in row or "proposer_delegation" in row:
         raise fail("proposer is only for action: approve")

@@ -47,10 +47,11 @@ class BundleSource:
         self._bundle = PolicyBundle.load(directory)
         self._checked = clock()
 
-    def current(self) -> PolicyBundle:
-        """The bundle to decide with now."""
+    def current(self, *, look: bool = False) -> PolicyBundle:
+        """The bundle to decide with now (``look``: look at the files now, whenever they were
+        looked at last: after this process changed them)."""
         now = self._clock()
-        if now - self._checked < self._check_every_s:
+        if not look and now - self._checked < self._check_every_s:
             return self._bundle
         self._checked = now
         seen = fingerprint(self.directory)

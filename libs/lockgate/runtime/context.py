@@ -200,7 +200,7 @@ async def ports_for(nc: Client, settings: Settings) -> Ports:
         progress=KvProgress(progress),
         history=KvHistory(progress),
         policies=KvPolicies(await js.key_value(POLICY_BUCKET)),
-        registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET)),
+        registry=CapabilityRegistry(await js.key_value(CAPABILITIES_BUCKET), js=js),
         adapters=AdapterClient(nc, timeout_s=settings.adapter_timeout_s),
         leases=NatsLeases(nc, js, runs),
         store=store,

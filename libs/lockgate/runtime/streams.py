@@ -23,10 +23,9 @@ LOCKS_BUCKET = "LG_LOCKS"
 PROGRESS_BUCKET = "LG_PROGRESS"
 #: Budget counters (one key per budget, scope and window); old windows expire.
 BUDGETS_BUCKET = "LG_BUDGETS"
-#: The shadow bundle an operator runs beside the active one, and the log of bundle
-#: changes (its key's history).
+#: The shadow bundle an operator runs beside the active one, and the log of bundle changes.
 POLICY_BUCKET = "LG_POLICY"
-#: Changes of the bundles the log keeps (the bucket's history per key).
+#: Changes of the bundles the log keeps.
 POLICY_CHANGES_KEPT = 64
 #: The MCP adapter's records: server identities, discovery snapshots, mappings, reviews
 #: (``lockgate.mcp.records``), append-only.

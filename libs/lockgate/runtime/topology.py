@@ -45,7 +45,6 @@ from lockgate.runtime.streams import LEASES as LEASES
 from lockgate.runtime.streams import LOCKS_BUCKET as LOCKS_BUCKET
 from lockgate.runtime.streams import MCP as MCP
 from lockgate.runtime.streams import POLICY_BUCKET as POLICY_BUCKET
-from lockgate.runtime.streams import POLICY_CHANGES_KEPT
 from lockgate.runtime.streams import PROGRESS_BUCKET as PROGRESS_BUCKET
 from lockgate.runtime.streams import REPORTS as REPORTS
 from lockgate.runtime.streams import RESPONSES as RESPONSES
@@ -193,7 +192,7 @@ def consumer_config(d: Durable, ack_wait_s: float) -> ConsumerConfig:
 BUCKETS: dict[str, tuple[int, float | None]] = {
     RUNS_BUCKET: (1, None), CATALOGUES_BUCKET: (1, None), CAPABILITIES_BUCKET: (4, None),
     LOCKS_BUCKET: (1, LOCK_TTL_S), PROGRESS_BUCKET: (1, PROGRESS_TTL_S),
-    BUDGETS_BUCKET: (1, BUDGETS_TTL_S), POLICY_BUCKET: (POLICY_CHANGES_KEPT, None),
+    BUDGETS_BUCKET: (1, BUDGETS_TTL_S), POLICY_BUCKET: (1, None),
 }
 
 

@@ -142,7 +142,7 @@ class BundleCommands:
                                 f"the shadow is {shadow.revision}, not {command.revision or '(none)'}")
         replaced = self.bundles.current().revision
         write_bundle(self.bundles.directory, shadow.files)
-        if PolicyBundle.load(self.bundles.directory).revision != shadow.revision:
+        if self.bundles.current(look=True).revision != shadow.revision:
             raise BundleRefused("policy.promote-failed", "the directory does not hold the shadow now")
         await self.policies.clear_shadow()
         await self.policies.record(PolicyChange(action="promote", revision=shadow.revision,

@@ -11,6 +11,7 @@ import time
 from typing import Protocol
 
 import msgspec
+from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 
@@ -18,6 +19,7 @@ from lockgate.contracts.capability import CapabilityContract
 from lockgate.contracts.messages import Describe
 from lockgate.contracts.subjects import capability_key
 from lockgate.core.ids import is_capability_name
+from lockgate.runtime.streams import CAPABILITIES_BUCKET
 
 __all__ = ["Capabilities", "CapabilityRegistry", "MemoryCapabilities"]
 
@@ -77,8 +79,9 @@ EMPTY_RETRIES_S = (0.01, 0.05)
 class CapabilityRegistry:
     """Contracts by capability name, cached for ``ttl_s`` seconds."""
 
-    def __init__(self, kv: KeyValue, *, ttl_s: float = 2.0) -> None:
+    def __init__(self, kv: KeyValue, *, ttl_s: float = 2.0, js: JetStreamContext | None = None) -> None:
         self._kv = kv
+        self._js = js
         self._ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Describe | None]] = {}
 
@@ -107,7 +110,24 @@ class CapabilityRegistry:
         return described.contract if described else None
 
     async def names(self) -> list[str]:
-        """Every registered capability name.
+        """Every registered capability name (a deregistered one may be listed: its
+        ``registration`` is ``None``).
+
+        Read off the bucket's stream info, by subject, in one request. nats-py's ``keys()``
+        watches the bucket instead: each listing is a consumer on the broker that lingers
+        after it (its inactivity threshold), and a broker refuses consumers past its limit,
+        so listing once per turn left a busy process's later turns unanswered (about a
+        thousand turns in five minutes). Without a JetStream context, ``keys()`` it is.
+        """
+        if self._js is not None:
+            info = await self._js.stream_info(f"KV_{CAPABILITIES_BUCKET}",
+                                              subjects_filter=f"$KV.{CAPABILITIES_BUCKET}.>")
+            prefix = f"$KV.{CAPABILITIES_BUCKET}."
+            return sorted(s.removeprefix(prefix) for s in (info.state.subjects or {}))
+        return await self._keys()
+
+    async def _keys(self) -> list[str]:
+        """The bucket's keys, as ``keys()`` lists them.
 
         nats-py's ``keys()`` watches the bucket and can say "no keys" before the keys
         already on their way were counted (nats-io/nats.py#842): a turn opened then

@@ -3,8 +3,9 @@
 An operator starts a shadow bundle (``lockgate policy shadow DIR``): its files are kept
 under one key of the ``LG_POLICY`` bucket, and every policy replica decides each request
 under it too (``ShadowSource``), recording that decision beside its own. Each change
-(a shadow started or stopped, a bundle promoted) is written under another key, whose
-history the bucket keeps: the log ``lockgate policy shadow`` prints.
+(a shadow started or stopped, a bundle promoted) is added to the log under another key
+(the last ``CHANGES_KEPT``, changed by compare-and-set): the log ``lockgate policy shadow``
+prints.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime
 from typing import Protocol
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from lockgate.authz.engine import BundleError, PolicyBundle
@@ -29,7 +30,9 @@ log = logging.getLogger("lockgate.policy")
 
 _SHADOW = "shadow"
 _CHANGES = "changes"
-#: Changes the log keeps (the bucket's history per key).
+#: Compare-and-set tries of one change of the log.
+_TRIES = 8
+#: Changes the log keeps.
 CHANGES_KEPT = POLICY_CHANGES_KEPT
 
 
@@ -56,6 +59,9 @@ class PolicyChange(msgspec.Struct, frozen=True, kw_only=True):
     by: str
     at: datetime
     flips: int = 0
+
+
+_LOG = msgspec.json.Decoder(list[PolicyChange])
 
 
 class Policies(Protocol):
@@ -108,16 +114,36 @@ class KvPolicies:
         await self._kv.delete(_SHADOW)
 
     async def record(self, change: PolicyChange) -> None:
-        """Put the change on the log's key (its history is the log)."""
-        await self._kv.put(_CHANGES, msgspec.json.encode(change))
+        """Add the change to the log's key, by compare-and-set (two replicas logging at once
+        both log).
+
+        Raises:
+            KeyWrongLastSequenceError: it kept changing under every try.
+        """
+        for attempt in range(_TRIES):
+            try:
+                entry = await self._kv.get(_CHANGES)
+                log, revision = _LOG.decode(entry.value or b"[]"), entry.revision
+            except KeyNotFoundError:
+                log, revision = [], None
+            value = msgspec.json.encode([*log, change][-CHANGES_KEPT:])
+            try:
+                if revision is None:
+                    await self._kv.create(_CHANGES, value)
+                else:
+                    await self._kv.update(_CHANGES, value, last=revision)
+                return
+            except KeyWrongLastSequenceError:
+                if attempt == _TRIES - 1:
+                    raise
 
     async def changes(self) -> list[PolicyChange]:
-        """The log key's history."""
+        """The log's key."""
         try:
-            entries = await self._kv.history(_CHANGES)
-        except (KeyNotFoundError, NoKeysError):
+            entry = await self._kv.get(_CHANGES)
+        except KeyNotFoundError:
             return []
-        return [msgspec.json.decode(e.value, type=PolicyChange) for e in entries if e.value]
+        return _LOG.decode(entry.value or b"[]")
 
 
 class MemoryPolicies:
