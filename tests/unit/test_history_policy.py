@@ -56,7 +56,7 @@ def capabilities() -> list[CapabilityFunction]:
         """Send a mail."""
 
     @capability("bank.pay", effect="publish", resource=("Account", "account"),
-                destination_arguments=("to",), amount_argument="amount")
+                destination_arguments=("to",), amount_argument="amount", data_classes=("money",))
     def pay(account: Annotated[str, Context()], to: str, amount: int, key: IntentKey) -> None:
         """Pay someone."""
 
@@ -283,6 +283,8 @@ async def test_a_denied_payment_is_refused_in_the_history(ports: MemoryPorts, tm
 async def test_a_capability_no_history_policy_applies_to_never_touches_the_history(
     ports: MemoryPorts, tmp_path: Path,
 ) -> None:
+    """Not even a write with data classes: what it sends is not what the run learns, and
+    a write on every effect of the other worlds would cost each of them a round trip."""
     bundles = bundle(tmp_path, SEND_ONLY)
     h = call("bank.pay", "pay-1", to="mallory@example.com", amount=60000)
     assert (await decided(ports, bundles, h)).state is State.ALLOWED

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from lockgate.authz.engine import PolicyBundle
 from lockgate.authz.history import Authorized, Held, amount_of, destinations_of
 from lockgate.authz.intents import Evidence, keeps_history
-from lockgate.contracts.capability import CapabilityContract
+from lockgate.contracts.capability import CapabilityContract, EffectClass
 from lockgate.contracts.offer import alive
 from lockgate.intent.aggregate import EffectIntent
 from lockgate.runtime.context import Ports
@@ -69,5 +69,9 @@ def authorized_in_history(intent: EffectIntent, contract: CapabilityContract | N
 
 def brings_in(contract: CapabilityContract | None) -> bool:
     """Whether what the capability returns enters the run's history however policy decides
-    it: content from outside, or data of a declared class."""
-    return contract is not None and (contract.outside_results or bool(contract.data_classes))
+    it: content from outside, or data of a declared class that it reads (a write's data
+    classes are what it sends, not what the run learns)."""
+    if contract is None:
+        return False
+    reads = contract.effect_class in (EffectClass.READ, EffectClass.DERIVE)
+    return contract.outside_results or (reads and bool(contract.data_classes))
