@@ -194,14 +194,16 @@ def histories(count: int = 64, seed: int = 17) -> list[HistoryFacts]:
     return pool
 
 
-def with_history(req: AuthzRequest, facts: HistoryFacts) -> AuthzRequest:
-    """``req`` with the history context the policy service adds (rendered now, as it is there)."""
+def with_history(req: AuthzRequest, facts: HistoryFacts,
+                 reads: frozenset[str] | None = None) -> AuthzRequest:
+    """``req`` with the history context the policy service adds (rendered now, as it is
+    there: only the attributes the bundle's policies read, ``reads``)."""
     return AuthzRequest(
         tenant=req.tenant, actor=req.actor, capability=req.capability,
         resource_type=req.resource_type, resource_id=req.resource_id,
         resource_facts=req.resource_facts,
         context={**req.context, "destinations": ["user-1@example.com"],
-                 "untrusted_destinations": [], "amount": 100, "history": facts.context()},
+                 "untrusted_destinations": [], "amount": 100, "history": facts.context(reads)},
     )
 
 
@@ -229,7 +231,7 @@ def requests(gen: Generated, count: int = 256, seed: int = 11) -> list[AuthzRequ
 
 def _history_call(bundle: PolicyBundle, req: AuthzRequest, facts: HistoryFacts) -> Callable[[], Decision]:
     """One decision with the run's history rendered into the request, as policy makes it."""
-    return lambda: evaluate(bundle, with_history(req, facts))
+    return lambda: evaluate(bundle, with_history(req, facts, bundle.history_reads))
 
 
 def bare_call(bundle: PolicyBundle, req: AuthzRequest) -> Callable[[], Any]:

@@ -134,7 +134,8 @@ def test_the_page_never_turns_text_into_markup() -> None:
 
 
 def test_every_static_file_is_served_from_the_package() -> None:
-    assert {p.name for p in Path(STATIC).iterdir()} == {"index.html", "console.js", "console.css"}
+    assert {p.name for p in Path(STATIC).iterdir()} == {"index.html", "console.js", "console.css",
+                                                        "shadow.html", "shadow.js"}
 
 
 def test_the_timeline_says_how_each_step_went() -> None:

@@ -154,6 +154,19 @@ class HistoryScope:
                 and (self.resource_type is None or self.resource_type == resource_type))
 
 
+_HISTORY_READ = '{"left": {"Var": "context"}, "attr": "history"}'
+_HISTORY_ATTRIBUTE = re.compile(re.escape(_HISTORY_READ) + r'\}, "attr": "([^"]+)"')
+
+
+def history_attributes(est: dict[str, Any]) -> frozenset[str] | None:
+    """The attributes of ``context.history`` the policies (in their JSON form) read; ``None``
+    when one uses the record otherwise than by attribute (tests it with ``has``, compares it
+    whole), so that all of it is needed."""
+    body = json.dumps([p.get("conditions", []) for p in est.get("staticPolicies", {}).values()])
+    read = _HISTORY_ATTRIBUTE.findall(body)
+    return frozenset(read) if body.count(_HISTORY_READ) == len(read) else None
+
+
 def _scoped_ids(scope: dict[str, Any]) -> frozenset[str] | None:
     """The action ids (or groups) a policy's action scope names; ``None``: every action."""
     if scope.get("op", "All") == "All":
@@ -235,6 +248,9 @@ class PolicyBundle:
     """Whether any policy reads ``context.prior_effects`` (else nobody needs it counted)."""
     history_scopes: tuple[HistoryScope, ...] = ()
     """Where the policies that read ``context.history`` apply (``history_for``)."""
+    history_reads: frozenset[str] | None = None
+    """The attributes of ``context.history`` the policies read (``None``: all of it, as when
+    a policy hands the record on whole): a request carries only those."""
     decisions: DecisionCache | None = field(default=None, compare=False, repr=False)
     """This bundle's decisions by what its policies read (``None``: every request is
     evaluated)."""
@@ -330,7 +346,7 @@ class PolicyBundle:
         return cls(
             revision=revision, policies=policies, order=order, effects=effects, config=config,
             uses_prior_effects="prior_effects" in code,
-            history_scopes=HistoryScope.of(est),
+            history_scopes=HistoryScope.of(est), history_reads=history_attributes(est),
             decisions=DecisionCache(reads, cache_decisions) if reads is not None else None,
         )
 

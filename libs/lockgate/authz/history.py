@@ -186,8 +186,14 @@ class HistoryFacts:
             run=window("run"), windows={name: window(name) for name in WINDOWS},
         )
 
-    def context(self) -> dict[str, Any]:
-        """``context.history``: sets as sorted lists, counts by class, the windows."""
+    def context(self, only: frozenset[str] | None = None) -> dict[str, Any]:
+        """``context.history``: sets as sorted lists, counts by class, the windows; ``only``:
+        just the attributes named (what a bundle's policies read: Cedar's cost grows with the
+        size of the context it is handed)."""
+        whole = self._whole()
+        return whole if only is None else {k: v for k, v in whole.items() if k in only}
+
+    def _whole(self) -> dict[str, Any]:
         executed = self.run.context()
         return {
             "executed": sorted(self.executed),

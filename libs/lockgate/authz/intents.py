@@ -55,8 +55,10 @@ def keeps_history(bundle: PolicyBundle, intent: EffectIntent) -> tuple[bool, boo
     return bundle.history_for(intent.tool, resource_type(intent))
 
 
-def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EVIDENCE) -> AuthzRequest:
-    """The Cedar request for an intent."""
+def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EVIDENCE, *,
+                  history_reads: frozenset[str] | None = None) -> AuthzRequest:
+    """The Cedar request for an intent (``history_reads``: the attributes of the run's history
+    it carries, ``None``: all; see ``PolicyBundle.history_reads``)."""
     run = evidence.run
     contract = evidence.contract
     destinations = destinations_of(intent.normalized_arguments,
@@ -79,7 +81,8 @@ def authz_request(intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EV
             "destinations": list(destinations),
             "untrusted_destinations": list(untrusted(destinations, run.context.values() if run else ())),
             "amount": amount_of(intent.normalized_arguments, contract.amount_argument if contract else None),
-            **({"history": evidence.history.context()} if evidence.history is not None else {}),
+            **({"history": evidence.history.context(history_reads)}
+               if evidence.history is not None else {}),
         },
         roles=tuple(run.roles) if run else (),
         delegation=(run.delegation or "") if run else "",
@@ -90,7 +93,7 @@ def judge(
     bundle: PolicyBundle, intent: EffectIntent, facts: Facts, evidence: Evidence = NO_EVIDENCE
 ) -> Decision:
     """Evaluate the bundle for an intent on the given facts and evidence."""
-    return evaluate(bundle, authz_request(intent, facts, evidence))
+    return evaluate(bundle, authz_request(intent, facts, evidence, history_reads=bundle.history_reads))
 
 
 def approval_request(intent: EffectIntent, reviewer: str, evidence: Evidence = NO_EVIDENCE) -> AuthzRequest:
