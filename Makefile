@@ -109,9 +109,11 @@ test-crewai: $(CREWAI_STAMP) prerequisites
 
 # AgentDojo's banking suite, its ground truth benign and hijacked by every injection, through a
 # private system with the demo policy bundle: the figures, and where containment cost utility
-# (docs/evaluation.md says what each means). Its tests run with the others; this is the figures.
+# (docs/evaluation.md says what each means). Its tests run with the others; this is the figures,
+# and it fails when the demo bundle misses a goal: an attack through, a task the reviewer could
+# not keep, more than one review per benign task.
 test-agentdojo: $(STAMP)
-	$(BIN)/lockgate eval --agentdojo banking
+	$(BIN)/lockgate eval --agentdojo banking --goals
 
 # Debian packages `make test` needs beyond Python: PostgreSQL's server binaries (initdb and
 # pg_ctl, on PATH or under /usr/lib/postgresql/<version>/bin, as lockgate.operations.postgres

@@ -46,12 +46,16 @@ def _register(sub: Subparsers) -> None:
                       help="the policy bundle the private system runs (default: the demo bundle)")
     dojo.add_argument("--benchmark-version", default=None, metavar="VERSION",
                       help="AgentDojo's benchmark version (default: the one its benchmark uses)")
+    dojo.add_argument("--goals", action="store_true",
+                      help="exit 1 unless no attack reached its goal, the reviewer kept every "
+                           "task the ground truth does, and benign tasks asked at most one review "
+                           "each on average")
 
 
 def _agentdojo(args: argparse.Namespace, out: Output) -> int:
     """Evaluate an AgentDojo suite on a private system; print the figures and the lists."""
     try:
-        from lockgate.evaluation.agentdojo.report import render
+        from lockgate.evaluation.agentdojo.report import missed_goals, render
         from lockgate.evaluation.agentdojo.runner import Options, evaluate
     except ImportError as exc:
         raise UsageError(f"--agentdojo needs the agentdojo package (pip install "
@@ -66,7 +70,10 @@ def _agentdojo(args: argparse.Namespace, out: Output) -> int:
         options = dataclasses.replace(options, version=args.benchmark_version)
     report = asyncio.run(evaluate(options))
     out.record(msgspec.to_builtins(report), text=render(report))
-    return 0
+    missed = missed_goals(report.figures) if args.goals else []
+    for goal in missed:
+        out.warn(f"goal missed: {goal}")
+    return 1 if missed else 0
 
 
 async def _eval(args: argparse.Namespace, where: Where, out: Output) -> int:
