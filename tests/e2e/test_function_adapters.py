@@ -16,36 +16,21 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 import pytest_asyncio
 
-from lockgate.client.sdk import Gateway
-from lockgate.client.sdk import connect as connect_gateway
 from lockgate.contracts import subjects
 from lockgate.operations.registered import registered
-from lockgate.operations.supervisor import READY_LINE
-from lockgate.runtime.credentials import credentials_path, load_credentials, read_run_info
+from lockgate.runtime.credentials import credentials_path, read_run_info
 from lockgate.testing.processes import Printing
-from lockgate.testing.system import REPO, bundle_copy
+from lockgate.testing.system import REPO
+from tests.e2e.served_functions import HERE, LOCKGATE, ServedFunctions, supervised
 
-HERE = Path(__file__).resolve().parent
-LOCKGATE = [sys.executable, "-m", "lockgate.cli"]
-#: The supervisor over the six services only: the demo's adapters play no part here.
-SUPERVISE = (
-    "import asyncio, sys\n"
-    "from lockgate.runtime.settings import Settings\n"
-    "from lockgate.operations.status import SERVICES\n"
-    "from lockgate.operations.supervisor import run_supervisor\n"
-    "children = [(s, f'lockgate.{s}') for s in SERVICES]\n"
-    "sys.exit(asyncio.run(run_supervisor(Settings(), port=0, children=children)))\n"
-)
 TICKET_POLICIES = {
     "tickets.cedarschema": """namespace Lockgate {
   entity Ticket;
@@ -61,63 +46,13 @@ permit (principal, action in [Lockgate::Action::"ticket.comment", Lockgate::Acti
 }
 
 
-class Deployment:
-    """The running supervisor, its var directory, and the adapters served beside it."""
+class Deployment(ServedFunctions):
+    """The running supervisor, its var directory, the adapters served beside it, and the
+    repository the git tools act on."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.var_dir = root / "var"
-        self.ledger = root / "tickets.jsonl"
+        super().__init__(root, TICKET_POLICIES, ledger="tickets.jsonl", ledger_env="TICKETS_LEDGER")
         self.repo = root / "repo"
-        self.policies = bundle_copy(root, (REPO / "deploy" / "policies" / "bundle.yaml").read_text(),
-                                    TICKET_POLICIES)
-        self.run: Printing | None = None
-        self.served: dict[str, Printing] = {}
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-        env.update(LOCKGATE_VAR_DIR=str(self.var_dir), LOCKGATE_POLICY_DIR=str(self.policies),
-                   LOCKGATE_METRICS_PORT="0", TICKETS_LEDGER=str(self.ledger),
-                   PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
-        return env
-
-    async def serve(self, target: str, name: str) -> Printing:
-        proc = await Printing.start(*LOCKGATE, "adapter", "serve", target, "--name", name,
-                                    env=self.env(), cwd=HERE)
-        self.served[name] = proc
-        return proc
-
-    async def ready(self, name: str, timeout_s: float = 60.0) -> None:
-        """Wait until the adapter process answers that it serves all it registered."""
-        nc = await self.connect("admin")
-        try:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                try:
-                    msg = await nc.request(subjects.adapter_status(name), b"", timeout=0.5)
-                    if json.loads(msg.data).get("ready"):
-                        return
-                except (nats.errors.Error, TimeoutError):
-                    pass
-                await asyncio.sleep(0.2)
-            raise AssertionError(f"adapter {name} not ready: {self.served[name].lines[-20:]}")
-        finally:
-            await nc.close()
-
-    def url(self) -> str:
-        info = read_run_info(self.var_dir)
-        assert info is not None
-        return info.url
-
-    async def connect(self, user: str, **options: object) -> nats.NATS:
-        creds = load_credentials(credentials_path(self.var_dir, user))
-        return await nats.connect(self.url(), user=creds.user, password=creds.password,
-                                  inbox_prefix=creds.inbox_prefix, allow_reconnect=False, **options)
-
-    async def gateway(self, user: str = "agent-tenant-a") -> Gateway:
-        host = credentials_path(self.var_dir, "host") if user.startswith("agent-") else None
-        return await connect_gateway(self.url(), credentials=credentials_path(self.var_dir, user),
-                                     host=host, timeout_s=10)
 
     async def executions(self, name: str, capability: str) -> float:
         """How often the adapter process ``name`` called ``capability``'s function (its metrics)."""
@@ -131,11 +66,6 @@ class Deployment:
         pattern = re.compile(r'^lockgate_adapter_executions_total\{capability="' + re.escape(capability)
                              + r'",[^}]*\} ([0-9.e+]+)$', re.MULTILINE)
         return sum(float(v) for v in pattern.findall(text))
-
-    def calls(self, kind: str) -> list[dict[str, str]]:
-        """The ticket functions' calls of ``kind``, from their ledger (``function_tickets``)."""
-        lines = self.ledger.read_text().splitlines() if self.ledger.exists() else []
-        return [c for c in map(json.loads, lines) if c["kind"] == kind]
 
     def git(self, *args: str) -> str:
         return subprocess.run(["git", "-C", str(self.repo), *args], check=True, capture_output=True,
@@ -152,20 +82,10 @@ async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
     (d.repo / "README").write_text("first\n")
     d.git("add", "README")
     d.git("commit", "-q", "-m", "first")
-    d.run = await Printing.start(sys.executable, "-c", SUPERVISE, env=d.env(), cwd=d.root)
-    try:
-        await d.run.wait_for_line(lambda line: line == READY_LINE, 240)
-        tickets = await d.serve("function_tickets", "tickets")
-        git = await d.serve("lockgate.worlds.gittools.capabilities:CAPABILITIES", "gittools")
-        for name, proc in (("tickets", tickets), ("gittools", git)):
-            await proc.wait_for_line(lambda line, n=name: line.startswith(f"lockgate: adapter {n} serving"), 60)
-            await d.ready(name)
+    async with supervised(d):
+        await d.serving("function_tickets", "tickets")
+        await d.serving("lockgate.worlds.gittools.capabilities:CAPABILITIES", "gittools")
         yield d
-    finally:
-        for proc in d.served.values():
-            await proc.stop(signal.SIGTERM, timeout_s=15)
-        code = await d.run.stop(timeout_s=60)
-    assert code == 0, d.run.lines[-20:]
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -11,42 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
-import nats
 import pytest
 import pytest_asyncio
 from nats.js.errors import KeyNotFoundError
 
 from lockgate.adapters.scaffold import schema_fragment
 from lockgate.authz.history import RunRecord
-from lockgate.client.sdk import Gateway
-from lockgate.client.sdk import connect as connect_gateway
-from lockgate.operations.supervisor import READY_LINE
-from lockgate.runtime.credentials import credentials_path, load_credentials, read_run_info
 from lockgate.runtime.ports.history import run_key
 from lockgate.runtime.topology import PROGRESS_BUCKET
-from lockgate.testing.processes import Printing
-from lockgate.testing.system import REPO, bundle_copy
+from lockgate.testing.system import REPO
 from tests.e2e.function_assistant import ATTACKER, CAPABILITIES
+from tests.e2e.served_functions import ServedFunctions, supervised
 
-HERE = Path(__file__).resolve().parent
-LOCKGATE = [sys.executable, "-m", "lockgate.cli"]
-#: The supervisor over the six services only: the demo's adapters play no part here.
-SUPERVISE = (
-    "import asyncio, sys\n"
-    "from lockgate.runtime.settings import Settings\n"
-    "from lockgate.operations.status import SERVICES\n"
-    "from lockgate.operations.supervisor import run_supervisor\n"
-    "children = [(s, f'lockgate.{s}') for s in SERVICES]\n"
-    "sys.exit(asyncio.run(run_supervisor(Settings(), port=0, children=children)))\n"
-)
 TASK = "Summarise my inbox and send the summary to bob@example.com."
 POLICIES = """
 @id("history-e2e.assistant-acts-for-its-user")
@@ -65,46 +46,15 @@ def declared_by_demo(entity: str) -> bool:
     return any(pattern.search(f.read_text()) for f in (REPO / "deploy" / "policies").rglob("*.cedarschema"))
 
 
-class Assistant:
+class Assistant(ServedFunctions):
     """The running supervisor, its var directory, and the mailbox served beside it."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.var_dir = root / "var"
-        self.ledger = root / "assistant.jsonl"
         declared = ("Account",) if declared_by_demo("Account") else ()
-        self.policies = bundle_copy(root, (REPO / "deploy" / "policies" / "bundle.yaml").read_text(), {
+        super().__init__(root, {
             "history-e2e.cedarschema": schema_fragment(CAPABILITIES, "tests", declared=declared),
             "history-e2e.cedar": POLICIES,
-        })
-        self.run: Printing | None = None
-        self.served: Printing | None = None
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
-        env.update(LOCKGATE_VAR_DIR=str(self.var_dir), LOCKGATE_POLICY_DIR=str(self.policies),
-                   LOCKGATE_METRICS_PORT="0", ASSISTANT_LEDGER=str(self.ledger),
-                   PYTHONPATH=os.pathsep.join([str(REPO), str(HERE)]))
-        return env
-
-    def url(self) -> str:
-        info = read_run_info(self.var_dir)
-        assert info is not None
-        return info.url
-
-    async def connect(self, user: str, **options: object) -> nats.NATS:
-        creds = load_credentials(credentials_path(self.var_dir, user))
-        return await nats.connect(self.url(), user=creds.user, password=creds.password,
-                                  inbox_prefix=creds.inbox_prefix, allow_reconnect=False, **options)
-
-    async def gateway(self) -> Gateway:
-        return await connect_gateway(self.url(), credentials=credentials_path(self.var_dir, "agent-tenant-a"),
-                                     host=credentials_path(self.var_dir, "host"), timeout_s=10)
-
-    def calls(self, kind: str) -> list[dict[str, str]]:
-        """The mailbox's calls of ``kind``, from its ledger (``function_assistant``)."""
-        lines = self.ledger.read_text().splitlines() if self.ledger.exists() else []
-        return [c for c in map(json.loads, lines) if c["kind"] == kind]
+        }, ledger="assistant.jsonl", ledger_env="ASSISTANT_LEDGER")
 
     async def record(self, tenant: str, run_id: str) -> RunRecord | None:
         """The run's history document, as the broker keeps it (read as the administrator)."""
@@ -122,19 +72,9 @@ class Assistant:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def assistant(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Assistant]:
-    a = Assistant(tmp_path_factory.mktemp("history"))
-    a.run = await Printing.start(sys.executable, "-c", SUPERVISE, env=a.env(), cwd=a.root)
-    try:
-        await a.run.wait_for_line(lambda line: line == READY_LINE, 240)
-        a.served = await Printing.start(*LOCKGATE, "adapter", "serve", "function_assistant:CAPABILITIES",
-                                        "--name", "assistant", env=a.env(), cwd=HERE)
-        await a.served.wait_for_line(lambda line: line.startswith("lockgate: adapter assistant serving"), 60)
+    async with supervised(Assistant(tmp_path_factory.mktemp("history"))) as a:
+        await a.serving("function_assistant:CAPABILITIES", "assistant")
         yield a
-    finally:
-        if a.served is not None:
-            await a.served.stop(signal.SIGTERM, timeout_s=15)
-        code = await a.run.stop(timeout_s=60)
-    assert code == 0, a.run.lines[-20:]
 
 
 @pytest.mark.asyncio(loop_scope="module")
