@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from lockgate.contracts.messages import PolicyChange
 from lockgate.runtime.context import Ports
-from lockgate.runtime.ports.policies import CHANGES_KEPT, PolicyChange, PublishedBundle
+from lockgate.runtime.ports.policies import CHANGES_KEPT, PublishedBundle
 from lockgate.testing.intents import T0
 
 FILES = {"a.cedar": '@id("a")\npermit (principal, action, resource);\n', "s.cedarschema": ""}

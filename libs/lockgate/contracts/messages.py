@@ -356,8 +356,14 @@ class PolicyCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     flips: int = 0
 
 
-class PolicyChangeView(msgspec.Struct, frozen=True, kw_only=True):
-    """One change of the bundles, as the log keeps it."""
+class PolicyChange(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of the bundles: ``shadow`` (started), ``shadow-off`` or ``promote``, as the
+    log keeps it and an operator is shown it.
+
+    ``revision`` is the shadow's, ``active_revision`` the bundle active when it was made
+    (for a promotion: the one replaced); ``flips`` the allow-to-deny flips of the shadow's
+    recent decisions the operator confirmed.
+    """
 
     action: str
     revision: str
@@ -374,7 +380,7 @@ class PolicyStatus(msgspec.Struct, frozen=True, kw_only=True):
     shadow_revision: str | None = None
     shadow_by: str | None = None
     shadow_since: datetime | None = None
-    changes: tuple[PolicyChangeView, ...] = ()
+    changes: tuple[PolicyChange, ...] = ()
 
 
 class ResolveOutcome(msgspec.Struct, frozen=True, kw_only=True):

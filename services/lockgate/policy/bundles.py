@@ -20,10 +20,10 @@ import msgspec
 from lockgate.authz.config import CONFIG_FILE
 from lockgate.authz.engine import BUNDLE_SUFFIXES, BundleError, PolicyBundle, bundle_files
 from lockgate.authz.source import BundleSource
-from lockgate.contracts.messages import PolicyChangeView, PolicyCommand, PolicyStatus, Refusal
+from lockgate.contracts.messages import PolicyChange, PolicyCommand, PolicyStatus, Refusal
 from lockgate.contracts.subjects import NotACommandSubject, parse_policy
 from lockgate.core.clock import Clock
-from lockgate.runtime.ports.policies import Policies, PolicyChange, PublishedBundle
+from lockgate.runtime.ports.policies import Policies, PublishedBundle
 
 #: The most files and bytes a bundle handed over may have.
 MAX_FILES = 256
@@ -106,8 +106,7 @@ class BundleCommands:
             active_revision=self.bundles.current().revision,
             shadow_revision=shadow.revision if shadow else None,
             shadow_by=shadow.by if shadow else None, shadow_since=shadow.at if shadow else None,
-            changes=tuple(PolicyChangeView(**msgspec.structs.asdict(c))
-                          for c in await self.policies.changes()),
+            changes=tuple(await self.policies.changes()),
         )
 
     async def _shadow(self, command: PolicyCommand, operator: str) -> None:

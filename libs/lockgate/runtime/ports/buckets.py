@@ -1,4 +1,4 @@
-"""Reading a key-value bucket where no replica lags.
+"""Reading a key-value bucket where no replica lags, and changing a key by compare-and-set.
 
 ``KeyValue.get`` is a direct get, and on a replicated bucket any current replica
 answers one: a replica that has not applied the latest write answers with the value
@@ -12,10 +12,11 @@ reads a bucket may make both (``lockgate.operations.roles.kv_read``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 #: The ``KV-Operation`` header values that mark a key deleted or purged.
@@ -59,3 +60,31 @@ async def confirmed_get(js: JetStreamContext, kv: KeyValue, bucket: str, key: st
     except KeyNotFoundError:
         found = await leader_entry(js, bucket, key)
     return found.value if found is not None and found.value else None
+
+
+async def compare_and_set(kv: KeyValue, key: str, change: Callable[[bytes | None], bytes | None],
+                          tries: int) -> bool:
+    """Write ``change`` of the key's value (``None``: absent) unless another write came in
+    between, reading again after each lost race; ``None`` from ``change``: nothing to write.
+
+    Returns ``False`` when every one of ``tries`` was lost (the caller says whether giving up
+    is an error), else ``True``.
+    """
+    for _ in range(tries):
+        try:
+            entry = await kv.get(key)
+            data, revision = entry.value, entry.revision
+        except KeyNotFoundError:
+            data, revision = None, None
+        value = change(data)
+        if value is None:
+            return True
+        try:
+            if revision is None:
+                await kv.create(key, value)
+            else:
+                await kv.update(key, value, last=revision)
+            return True
+        except KeyWrongLastSequenceError:
+            continue
+    return False

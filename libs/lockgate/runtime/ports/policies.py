@@ -21,10 +21,11 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from lockgate.authz.engine import BundleError, PolicyBundle
+from lockgate.contracts.messages import PolicyChange
+from lockgate.runtime.ports.buckets import compare_and_set
 from lockgate.runtime.streams import POLICY_CHANGES_KEPT
 
-__all__ = ["CHANGES_KEPT", "KvPolicies", "MemoryPolicies", "Policies", "PolicyChange", "PublishedBundle",
-           "ShadowSource"]
+__all__ = ["CHANGES_KEPT", "KvPolicies", "MemoryPolicies", "Policies", "PublishedBundle", "ShadowSource"]
 
 log = logging.getLogger("lockgate.policy")
 
@@ -43,22 +44,6 @@ class PublishedBundle(msgspec.Struct, frozen=True, kw_only=True):
     files: dict[str, str]
     by: str
     at: datetime
-
-
-class PolicyChange(msgspec.Struct, frozen=True, kw_only=True):
-    """One change of the bundles: ``shadow`` (started), ``shadow-off`` or ``promote``.
-
-    ``revision`` is the shadow's, ``active_revision`` the bundle active when it was made
-    (for a promotion: the one replaced); ``flips`` the allow-to-deny flips of the shadow's
-    recent decisions the operator confirmed.
-    """
-
-    action: str
-    revision: str
-    active_revision: str
-    by: str
-    at: datetime
-    flips: int = 0
 
 
 _LOG = msgspec.json.Decoder(list[PolicyChange])
@@ -120,22 +105,11 @@ class KvPolicies:
         Raises:
             KeyWrongLastSequenceError: it kept changing under every try.
         """
-        for attempt in range(_TRIES):
-            try:
-                entry = await self._kv.get(_CHANGES)
-                log, revision = _LOG.decode(entry.value or b"[]"), entry.revision
-            except KeyNotFoundError:
-                log, revision = [], None
-            value = msgspec.json.encode([*log, change][-CHANGES_KEPT:])
-            try:
-                if revision is None:
-                    await self._kv.create(_CHANGES, value)
-                else:
-                    await self._kv.update(_CHANGES, value, last=revision)
-                return
-            except KeyWrongLastSequenceError:
-                if attempt == _TRIES - 1:
-                    raise
+        def added(data: bytes | None) -> bytes:
+            return msgspec.json.encode([*_LOG.decode(data or b"[]"), change][-CHANGES_KEPT:])
+
+        if not await compare_and_set(self._kv, _CHANGES, added, _TRIES):
+            raise KeyWrongLastSequenceError(description=f"{_CHANGES} kept changing")
 
     async def changes(self) -> list[PolicyChange]:
         """The log's key."""

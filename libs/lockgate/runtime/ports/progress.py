@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from lockgate.intent.aggregate import EffectIntent
+from lockgate.runtime.ports.buckets import compare_and_set
 
 __all__ = ["KvProgress", "MemoryProgress", "Progress", "effects_key", "progress_key"]
 
@@ -126,23 +127,7 @@ class KvProgress:
         """Write ``change`` of the key's value (``{}`` when absent) by compare-and-set, so that
         replicas counting at once all count; ``None`` from ``change``: nothing to write. After
         ``tries`` lost races the count is given up (a count lost beats a decision held up)."""
-        for _ in range(tries):
-            try:
-                entry = await self._kv.get(key)
-                data, revision = entry.value or b"{}", entry.revision
-            except KeyNotFoundError:
-                data, revision = b"{}", None
-            value = change(data)
-            if value is None:
-                return
-            try:
-                if revision is None:
-                    await self._kv.create(key, value)
-                else:
-                    await self._kv.update(key, value, last=revision)
-                return
-            except KeyWrongLastSequenceError:
-                continue
+        await compare_and_set(self._kv, key, lambda data: change(data or b"{}"), tries)
 
 
 class MemoryProgress:
